@@ -1,0 +1,79 @@
+"""The offline proposer: fuse each chain of pointwise ops of a module into one generated kernel.
+
+No LLM and no API key: the reference is traced with torch.fx; library ops (matmul, conv, norms,
+softmax, reductions...) stay PyTorch calls and every maximal group of connected pointwise ops
+becomes one C++ (OpenMP) or CUDA kernel. The result is a normal candidate, verified like any
+other, and it seeds the LLM search with a strong first child.
+
+    proposal = propose(problem)
+    if proposal.candidate is not None: ...
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from agents.offline.emit import CannotEmit, forward_source
+from agents.offline.grouping import fusion_groups, schedule
+from agents.offline.init_copy import CannotCopy, copy_constructor
+from agents.offline.kernel import FusedKernel, build_kernel
+from agents.offline.module import module_source
+from agents.offline.trace import NotTraceable, trace
+from harness.problem import DTYPES, build_reference, make_inputs, reference_class
+from harness.records import Candidate, Problem
+
+__all__ = ["Proposal", "propose"]
+
+
+class Proposal(BaseModel):
+    """What the offline proposer made of one problem."""
+
+    candidate: Candidate | None = Field(
+        default=None, description="The fused candidate; None when there is nothing to fuse."
+    )
+    reason: str = Field(description="Why there is no candidate, or a summary of what was fused.")
+    fused_chains: int = Field(default=0, description="Kernels in the candidate (fused groups).")
+
+
+def propose(problem: Problem) -> Proposal:
+    """Trace the problem's reference and fuse its pointwise chains, for ``problem.device``.
+
+    Tracing and shape propagation run on the CPU with fake tensors, so CUDA candidates can be
+    written on machines without a GPU. Errors in the user's module setup (``UserError``) raise.
+    """
+    local = problem.model_copy(update={"device": "cpu"})
+    reference = build_reference(local, seed=0)
+    dtype = DTYPES[problem.dtype]
+    try:
+        traced = trace(reference, make_inputs(local, seed=0), dtype)
+    except NotTraceable as err:
+        return Proposal(reason=str(err))
+    nodes = list(traced.graph_module.graph.nodes)
+    groups = fusion_groups(nodes, traced.ops)
+    if not groups:
+        return Proposal(reason="nothing to fuse: the module has no pointwise operations "
+                               "the offline proposer can compute")
+    kernels = {
+        tuple(group): build_kernel(f"fused_{index}", group, traced.ops, dtype)
+        for index, group in enumerate(groups)
+    }
+    summary = _summary(list(kernels.values()))
+    try:
+        constructor = copy_constructor(
+            problem.source_path, problem.class_name, reference_class(problem)
+        )
+        forward = forward_source(schedule(nodes, groups), kernels, reference)
+    except (CannotCopy, CannotEmit) as err:
+        return Proposal(reason=f"cannot write the candidate module: {err}")
+    source = module_source(summary, list(kernels.values()), problem.device, constructor, forward)
+    candidate = Candidate(source=source, origin="offline", note=summary)
+    return Proposal(candidate=candidate, reason=summary, fused_chains=len(kernels))
+
+
+def _summary(kernels: list[FusedKernel]) -> str:
+    count = len(kernels)
+    chains = "; ".join(f"[{', '.join(kernel.kinds)}]" for kernel in kernels)
+    if len(chains) > 300:
+        chains = chains[:297] + "..."
+    plural = "s" if count != 1 else ""
+    return f"fused {count} pointwise chain{plural} into {count} kernel{plural}: {chains}"

@@ -1,0 +1,163 @@
+"""C++ (OpenMP) source for the CPU backend.
+
+The fast path splits the ``rows x cols`` iteration space into tiles of up to ``kp::kTile``
+columns, shares the tiles among OpenMP threads, and runs a ``#pragma omp simd`` loop over each
+tile's columns in a function cloned per instruction set (AVX-512, AVX2+FMA, baseline; GCC's
+``target_clones``); values read once per row are passed in as floats. The general path walks
+rows of the broadcast output and indexes every input with its broadcast strides.
+"""
+
+from __future__ import annotations
+
+from agents.offline.cpu_math import CPU_MATH
+from agents.offline.cxx_common import (
+    ELEMENT_HELPERS,
+    HOST_HELPERS,
+    element_type,
+    op_call,
+    op_function,
+    pointer_args,
+    pointer_params,
+    wrapper,
+)
+from agents.offline.kernel import FusedKernel
+
+CPU_FLAGS = ["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math"]
+
+_PRELUDE = r"""
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#define KP_INLINE inline __attribute__((always_inline))
+#define KP_HD
+// Tile loops are compiled for AVX-512, AVX2+FMA and baseline x86-64, picked at load time.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#define KP_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define KP_CLONES
+#endif
+
+namespace kp {
+
+constexpr int64_t kTile = 4096;
+constexpr int64_t kSerialBelow = 32768;  // elements; fewer run on one thread
+
+inline int threads_for(int64_t work) {
+  return work < kSerialBelow ? 1 : std::max(1, at::get_num_threads());
+}
+
+}  // namespace kp
+"""
+
+
+def cpu_source(kernels: list[FusedKernel]) -> str:
+    parts = [_PRELUDE, CPU_MATH, ELEMENT_HELPERS, HOST_HELPERS]
+    for kernel in kernels:
+        parts.append(op_function(kernel))
+        if kernel.fast_path:
+            parts.append(_fast(kernel))
+        parts.append(_general(kernel))
+        parts.append(wrapper(kernel, _launch(kernel)))
+    return "\n".join(part.strip("\n") + "\n" for part in parts)
+
+
+def _fast(kernel: FusedKernel) -> str:
+    """A tile function (cloned per ISA, so its simd loop gets AVX2/AVX-512 where the CPU has
+    them) and the OpenMP loop over tiles that calls it."""
+    tile_params, tile_args, loads = [], [], []
+    for k, item in enumerate(kernel.inputs):
+        if item.contiguous_columns:
+            tile_params.append(f"const {element_type(item)}* __restrict__ row{k}")
+            tile_args.append(f"in{k} + r * rs{k}")
+            loads.append(f"kp::load(row{k}[j])")
+        else:
+            tile_params.append(f"const float b{k}")
+            tile_args.append(f"kp::load(in{k}[r * rs{k}])")
+            loads.append(f"b{k}")
+    tile_params += [f"const float s{k}" for k in range(len(kernel.scalars))]
+    tile_args += [f"s{k}" for k in range(len(kernel.scalars))]
+    for j, item in enumerate(kernel.outputs):
+        tile_params.append(f"{element_type(item)}* __restrict__ dst{j}")
+        tile_args.append(f"out{j} + r * cols")
+    tile = [
+        "template <typename scalar_t>",
+        f"KP_CLONES void {kernel.name}_tile({', '.join(tile_params)}, "
+        "const int64_t begin, const int64_t end) {",
+        "#pragma omp simd",
+        "  for (int64_t j = begin; j < end; ++j) {",
+        *op_call(kernel, loads, "    "),
+        *[
+            f"    dst{j}[j] = kp::store<{element_type(item)}>(o{j});"
+            for j, item in enumerate(kernel.outputs)
+        ],
+        "  }",
+        "}",
+    ]
+    params = [*pointer_params(kernel), "const kp::Plan& plan"]
+    loop = [
+        "template <typename scalar_t>",
+        f"void {kernel.name}_fast({', '.join(params)}) {{",
+        "  const int64_t rows = plan.rows;",
+        "  const int64_t cols = plan.cols;",
+        "  const int64_t tiles_per_row = (cols + kp::kTile - 1) / kp::kTile;",
+        *[f"  const int64_t rs{k} = plan.row_strides[{k}];" for k in range(len(kernel.inputs))],
+        "#pragma omp parallel for schedule(static) num_threads(kp::threads_for(rows * cols))",
+        "  for (int64_t tile = 0; tile < rows * tiles_per_row; ++tile) {",
+        "    const int64_t r = tile / tiles_per_row;",
+        "    const int64_t begin = (tile - r * tiles_per_row) * kp::kTile;",
+        "    const int64_t end = std::min(begin + kp::kTile, cols);",
+        f"    {kernel.name}_tile<scalar_t>({', '.join([*tile_args, 'begin', 'end'])});",
+        "  }",
+        "}",
+    ]
+    return "\n".join(tile) + "\n\n" + "\n".join(loop)
+
+
+def _general(kernel: FusedKernel) -> str:
+    count = len(kernel.inputs)
+    params = [*pointer_params(kernel), f"const kp::Geometry<{count}>& geo", "const int64_t numel"]
+    lines = [
+        "template <typename scalar_t>",
+        f"void {kernel.name}_general({', '.join(params)}) {{",
+        "  const int last = geo.ndim - 1;",
+        "  const int64_t cols = last >= 0 ? geo.sizes[last] : 1;",
+        "  const int64_t rows = numel / cols;",
+        *[f"  const int64_t cs{k} = last >= 0 ? geo.strides[{k}][last] : 0;" for k in range(count)],
+        "#pragma omp parallel for schedule(static) num_threads(kp::threads_for(numel))",
+        "  for (int64_t r = 0; r < rows; ++r) {",
+        f"    int64_t off[{count}];",
+        "    geo.offsets(r, last - 1, off);",
+        "    for (int64_t j = 0; j < cols; ++j) {",
+    ]
+    loads = [f"kp::load(in{k}[off[{k}] + j * cs{k}])" for k in range(count)]
+    lines += op_call(kernel, loads, "      ")
+    lines += [
+        f"      out{j}[r * cols + j] = kp::store<{element_type(item)}>(o{j});"
+        for j, item in enumerate(kernel.outputs)
+    ]
+    lines += ["    }", "  }", "}"]
+    return "\n".join(lines)
+
+
+def _launch(kernel: FusedKernel) -> list[str]:
+    args = ", ".join(pointer_args(kernel))
+    general = (
+        f"{kernel.name}_general<scalar_t>({args}, "
+        f"kp::geometry<{len(kernel.inputs)}>(ins, sizes), numel);"
+    )
+    if not kernel.fast_path:
+        return [general]
+    return [
+        "if (plan.fast) {",
+        f"  {kernel.name}_fast<scalar_t>({args}, plan);",
+        "} else {",
+        f"  {general}",
+        "}",
+    ]

@@ -1,0 +1,274 @@
+"""C++ shared by the CPU and CUDA backends: host-side planning, element helpers, the per-kernel
+op function and the host wrapper that the Python ``forward`` calls.
+
+Each backend defines ``KP_INLINE`` (an always-inlined function, ``__host__ __device__`` on
+CUDA), ``KP_HD`` and the ``kp::`` math functions before this code.
+"""
+
+from __future__ import annotations
+
+from agents.offline.kernel import FusedKernel, KernelInput, KernelOutput
+
+ELEMENT_HELPERS = r"""
+namespace kp {
+
+KP_INLINE float load(float v) { return v; }
+KP_INLINE float load(double v) { return static_cast<float>(v); }
+KP_INLINE float load(at::Half v) { return static_cast<float>(v); }
+KP_INLINE float load(at::BFloat16 v) { return static_cast<float>(v); }
+KP_INLINE float load(bool v) { return v ? 1.0f : 0.0f; }
+
+template <typename T>
+KP_INLINE T store(float v) { return static_cast<T>(v); }
+template <>
+KP_INLINE bool store<bool>(float v) { return v != 0.0f; }
+
+// NaN-propagating, like ATen's clamp, minimum and maximum.
+KP_INLINE float clamp_min(float v, float lo) { return v < lo ? lo : v; }
+KP_INLINE float clamp_max(float v, float hi) { return v > hi ? hi : v; }
+KP_INLINE float clamp(float v, float lo, float hi) { return clamp_max(clamp_min(v, lo), hi); }
+KP_INLINE float minimum(float a, float b) { return (a < b || a != a) ? a : b; }
+KP_INLINE float maximum(float a, float b) { return (a > b || a != a) ? a : b; }
+
+}  // namespace kp
+"""
+
+HOST_HELPERS = r"""
+namespace kp {
+
+constexpr int kMaxDims = 8;
+
+inline std::vector<int64_t> broadcast_sizes(const std::vector<at::Tensor>& tensors) {
+  std::vector<int64_t> sizes = tensors[0].sizes().vec();
+  for (size_t k = 1; k < tensors.size(); ++k) {
+    sizes = at::infer_size(sizes, tensors[k].sizes());
+  }
+  return sizes;
+}
+
+inline void check_inputs(const std::vector<at::Tensor>& tensors, const std::vector<bool>& is_bool,
+                         at::ScalarType dtype, const char* name) {
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const at::ScalarType expected = is_bool[k] ? at::kBool : dtype;
+    TORCH_CHECK(tensors[k].scalar_type() == expected, name, ": input ", k, " has dtype ",
+                tensors[k].scalar_type(), ", expected ", expected);
+    TORCH_CHECK(tensors[k].device() == tensors[0].device(), name, ": input ", k, " is on ",
+                tensors[k].device(), ", expected ", tensors[0].device());
+  }
+}
+
+// The distance between consecutive rows of `t` read as out[:m] x out[m:]: each row either
+// `cols` contiguous values (contiguous_columns) or one value. -1 when `t` cannot be read so.
+inline int64_t row_stride(const at::Tensor& t, at::IntArrayRef out, int64_t m,
+                          bool contiguous_columns) {
+  const int64_t nd = static_cast<int64_t>(out.size());
+  const int64_t lead = nd - t.dim();
+  if (lead < 0 || m < 0 || m > nd) return -1;
+  auto size = [&](int64_t d) { return d < lead ? int64_t{1} : t.size(d - lead); };
+  auto stride = [&](int64_t d) { return d < lead ? int64_t{0} : t.stride(d - lead); };
+  int64_t expected = 1;
+  for (int64_t d = nd - 1; d >= m; --d) {
+    if (!contiguous_columns || size(d) != out[d]) {
+      if (contiguous_columns || size(d) != 1) return -1;
+    } else if (size(d) != 1) {
+      if (stride(d) != expected) return -1;
+      expected *= size(d);
+    }
+  }
+  int64_t row = 0;
+  int64_t next = 0;
+  bool broadcast = false;
+  bool indexed = false;
+  for (int64_t d = m - 1; d >= 0; --d) {
+    if (out[d] == 1) continue;
+    if (size(d) == 1) {
+      broadcast = true;
+      continue;
+    }
+    if (!indexed) {
+      row = stride(d);
+      indexed = true;
+    } else if (stride(d) != next) {
+      return -1;
+    }
+    next = stride(d) * size(d);
+  }
+  return (broadcast && indexed) ? -1 : row;
+}
+
+struct Plan {
+  bool fast = false;
+  int64_t rows = 1;
+  int64_t cols = 1;
+  std::vector<int64_t> row_strides;
+};
+
+// The first split of `splits` at which every input can be read as rows x cols, if any.
+inline Plan plan_fast(const std::vector<at::Tensor>& tensors,
+                      const std::vector<bool>& contiguous_columns, at::IntArrayRef out,
+                      const std::vector<int64_t>& splits) {
+  for (const int64_t m : splits) {
+    Plan plan;
+    bool ok = true;
+    for (size_t k = 0; ok && k < tensors.size(); ++k) {
+      const int64_t stride = row_stride(tensors[k], out, m, contiguous_columns[k]);
+      ok = stride >= 0;
+      plan.row_strides.push_back(stride);
+    }
+    if (!ok) continue;
+    for (int64_t d = 0; d < static_cast<int64_t>(out.size()); ++d) {
+      if (d < m) {
+        plan.rows *= out[d];
+      } else {
+        plan.cols *= out[d];
+      }
+    }
+    plan.fast = true;
+    return plan;
+  }
+  return Plan{};
+}
+
+// Every input's strides broadcast to the output shape (0 along broadcast dimensions).
+template <int N>
+struct Geometry {
+  int ndim = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t strides[N][kMaxDims] = {};
+
+  // Offsets into each input of element `index` of the row-major dimensions 0..last.
+  KP_HD void offsets(int64_t index, int last, int64_t* out) const {
+    for (int k = 0; k < N; ++k) out[k] = 0;
+    for (int d = last; d >= 0; --d) {
+      const int64_t i = index % sizes[d];
+      index /= sizes[d];
+      for (int k = 0; k < N; ++k) out[k] += i * strides[k][d];
+    }
+  }
+};
+
+template <int N>
+Geometry<N> geometry(const std::vector<at::Tensor>& tensors, at::IntArrayRef out) {
+  TORCH_CHECK(out.size() <= static_cast<size_t>(kMaxDims), "fused kernels support up to ",
+              kMaxDims, " dimensions, got ", out.size());
+  Geometry<N> geo;
+  geo.ndim = static_cast<int>(out.size());
+  for (int d = 0; d < geo.ndim; ++d) geo.sizes[d] = out[d];
+  for (int k = 0; k < N; ++k) {
+    const at::Tensor expanded = tensors[k].expand(out);
+    for (int d = 0; d < geo.ndim; ++d) geo.strides[k][d] = expanded.stride(d);
+  }
+  return geo;
+}
+
+}  // namespace kp
+"""
+
+
+def element_type(item: KernelInput | KernelOutput) -> str:
+    return "bool" if item.is_bool else "scalar_t"
+
+
+def pointer_params(kernel: FusedKernel, row_strides: bool = False) -> list[str]:
+    params = []
+    for k, item in enumerate(kernel.inputs):
+        params.append(f"const {element_type(item)}* __restrict__ in{k}")
+        if row_strides:
+            params.append(f"const int64_t rs{k}")
+    params += [f"const float s{k}" for k in range(len(kernel.scalars))]
+    params += [
+        f"{element_type(item)}* __restrict__ out{j}" for j, item in enumerate(kernel.outputs)
+    ]
+    return params
+
+
+def pointer_args(kernel: FusedKernel, row_strides: bool = False) -> list[str]:
+    args = []
+    for k, item in enumerate(kernel.inputs):
+        args.append(f"in{k}.data_ptr<{element_type(item)}>()")
+        if row_strides:
+            args.append(f"plan.row_strides[{k}]")
+    args += [f"s{k}" for k in range(len(kernel.scalars))]
+    args += [f"out{j}.data_ptr<{element_type(item)}>()" for j, item in enumerate(kernel.outputs)]
+    return args
+
+
+def op_function(kernel: FusedKernel) -> str:
+    """The fused computation of one element, from loaded floats to output floats."""
+    params = [f"const float a{k}" for k in range(len(kernel.inputs))]
+    params += [f"const float s{k}" for k in range(len(kernel.scalars))]
+    params += [f"float& o{j}" for j in range(len(kernel.outputs))]
+    lines = [f"KP_INLINE void {kernel.name}_op({', '.join(params)}) {{"]
+    lines += [f"  {line}" for line in kernel.body]
+    lines += [f"  o{j} = {item.value};" for j, item in enumerate(kernel.outputs)]
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def op_call(kernel: FusedKernel, inputs: list[str], indent: str) -> list[str]:
+    outputs = [f"o{j}" for j in range(len(kernel.outputs))]
+    scalars = [f"s{k}" for k in range(len(kernel.scalars))]
+    return [
+        f"{indent}float {', '.join(outputs)};",
+        f"{indent}{kernel.name}_op({', '.join([*inputs, *scalars, *outputs])});",
+    ]
+
+
+def signature(kernel: FusedKernel) -> str:
+    params = [f"const at::Tensor& in{k}" for k in range(len(kernel.inputs))]
+    params += [f"double s{k}_value" for k in range(len(kernel.scalars))]
+    returns = "at::Tensor" if len(kernel.outputs) == 1 else "std::vector<at::Tensor>"
+    return f"{returns} {kernel.name}({', '.join(params)})"
+
+
+def wrapper(kernel: FusedKernel, launch: list[str]) -> str:
+    """The host function: broadcast, check, allocate, plan, then ``launch`` per dtype."""
+    name = kernel.name
+    tensors = ", ".join(f"in{k}" for k in range(len(kernel.inputs)))
+    flags = ", ".join("true" if item.is_bool else "false" for item in kernel.inputs)
+    columns = ", ".join("true" if item.contiguous_columns else "false" for item in kernel.inputs)
+    lines = [
+        f"{signature(kernel)} {{",
+        f"  const std::vector<at::Tensor> ins = {{{tensors}}};",
+        "  const std::vector<int64_t> sizes = kp::broadcast_sizes(ins);",
+        f"  const at::ScalarType dtype = {_dtype_expression(kernel)};",
+        f'  kp::check_inputs(ins, {{{flags}}}, dtype, "{name}");',
+    ]
+    for j, item in enumerate(kernel.outputs):
+        dtype = "at::kBool" if item.is_bool else "dtype"
+        lines.append(f"  at::Tensor out{j} = at::empty(sizes, in0.options().dtype({dtype}));")
+    lines += [
+        f"  const float s{k} = static_cast<float>(s{k}_value);" for k in range(len(kernel.scalars))
+    ]
+    if not kernel.fast_path:
+        plan = "  const kp::Plan plan;  // traced broadcasts need the general path"
+    else:
+        splits = "0, static_cast<int64_t>(sizes.size()) - 1" if kernel.split is None else kernel.split
+        plan = f"  const kp::Plan plan = kp::plan_fast(ins, {{{columns}}}, sizes, {{{splits}}});"
+    lines += [
+        "  const int64_t numel = out0.numel();",
+        "  if (numel == 0) {",
+        f"    return {_returned(kernel)};",
+        "  }",
+        plan,
+        "  AT_DISPATCH_FLOATING_TYPES_AND2(at::ScalarType::Half, at::ScalarType::BFloat16, dtype, "
+        f'"{name}", [&] {{',
+        *[f"    {line}" if line else "" for line in launch],
+        "  });",
+        f"  return {_returned(kernel)};",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
+def _returned(kernel: FusedKernel) -> str:
+    outputs = [f"out{j}" for j in range(len(kernel.outputs))]
+    return outputs[0] if len(outputs) == 1 else "{" + ", ".join(outputs) + "}"
+
+
+def _dtype_expression(kernel: FusedKernel) -> str:
+    for k, item in enumerate(kernel.inputs):
+        if not item.is_bool:
+            return f"in{k}.scalar_type()"
+    names = {"float32": "Float", "float16": "Half", "bfloat16": "BFloat16"}
+    return f"at::ScalarType::{names[str(kernel.dtype).removeprefix('torch.')]}"

@@ -1,0 +1,119 @@
+"""Group pointwise nodes into fused kernels, and order the graph around the groups.
+
+A group grows from each pointwise node into the groups of its pointwise producers, as long as
+the group stays convex (no path leaves it and comes back, or the kernel would need its own
+output as an input) and every value it hands to the rest of the graph has the group's full
+iteration shape (smaller intermediates, like ``sigmoid(gate)`` of a ``[dim]`` gate, are recomputed
+per element inside the kernel instead).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.fx import Node
+
+from agents.offline.ops import PointwiseOp
+
+
+def fusion_groups(nodes: list[Node], ops: dict[Node, PointwiseOp]) -> list[list[Node]]:
+    """Maximal groups of connected pointwise nodes, each in graph order, in graph order."""
+    order = {node: index for index, node in enumerate(nodes)}
+    group_of: dict[Node, int] = {}
+    members: dict[int, set[Node]] = {}
+    for node in nodes:
+        if node not in ops:
+            continue
+        producers = sorted({
+            group_of[value] for value in ops[node].operands
+            if isinstance(value, Node) and value in group_of
+        })
+        target = _join(node, producers, members, order)
+        for member in members[target]:
+            group_of[member] = target
+    groups = [sorted(group, key=order.__getitem__) for group in members.values()]
+    return sorted(groups, key=lambda group: order[group[0]])
+
+
+def _join(node: Node, producers: list[int], members: dict[int, set[Node]], order: dict) -> int:
+    """Put ``node`` into all its producers' groups, or the latest one it can join, or alone."""
+    choices = [producers] if len(producers) > 1 else []
+    choices += [[group] for group in reversed(producers)]
+    for choice in choices:
+        candidate = set().union(*(members[group] for group in choice)) | {node}
+        if _valid(candidate, order):
+            for group in choice[1:]:
+                del members[group]
+            members[choice[0]] = candidate
+            return choice[0]
+    members[order[node]] = {node}
+    return order[node]
+
+
+def group_outputs(group: list[Node]) -> list[Node]:
+    """The members whose value is read outside the group: the kernel's outputs."""
+    inside = set(group)
+    return [node for node in group if any(user not in inside for user in node.users)]
+
+
+def iteration_shape(group: list[Node] | set[Node]) -> torch.Size:
+    return torch.broadcast_shapes(*(node.meta["tensor_meta"].shape for node in group))
+
+
+def schedule(nodes: list[Node], groups: list[list[Node]]) -> list[Node | tuple[Node, ...]]:
+    """Graph order with each group as one step, placed where all its inputs are ready."""
+    unit_of: dict[Node, Node | tuple[Node, ...]] = {node: node for node in nodes}
+    for group in groups:
+        for node in group:
+            unit_of[node] = tuple(group)
+    order = {node: index for index, node in enumerate(nodes)}
+    units = list(dict.fromkeys(unit_of[node] for node in nodes))
+    needs = {unit: _unit_inputs(unit, unit_of) for unit in units}
+    placed: set = set()
+    result: list[Node | tuple[Node, ...]] = []
+    while len(result) < len(units):
+        ready = [unit for unit in units if unit not in placed and needs[unit] <= placed]
+        if not ready:
+            raise RuntimeError("fusion groups form a cycle; fusion_groups() must prevent this")
+        unit = min(ready, key=lambda item: order[item[0] if isinstance(item, tuple) else item])
+        placed.add(unit)
+        result.append(unit)
+    return result
+
+
+def _unit_inputs(unit: Node | tuple[Node, ...], unit_of: dict) -> set:
+    members = unit if isinstance(unit, tuple) else (unit,)
+    return {
+        unit_of[value] for node in members for value in node.all_input_nodes
+        if unit_of[value] != unit
+    }
+
+
+def _valid(candidate: set[Node], order: dict[Node, int]) -> bool:
+    return _convex(candidate, order) and _outputs_full_size(candidate)
+
+
+def _convex(candidate: set[Node], order: dict[Node, int]) -> bool:
+    last = max(order[node] for node in candidate)
+    stack = [user for node in candidate for user in node.users if user not in candidate]
+    seen: set[Node] = set()
+    while stack:
+        node = stack.pop()
+        if node in seen or order[node] > last:
+            continue
+        seen.add(node)
+        for user in node.users:
+            if user in candidate:
+                return False
+            stack.append(user)
+    return True
+
+
+def _outputs_full_size(candidate: set[Node]) -> bool:
+    try:
+        shape = iteration_shape(candidate)
+    except RuntimeError:  # shapes that do not broadcast together cannot share one loop
+        return False
+    return all(
+        node.meta["tensor_meta"].shape == shape
+        for node in candidate if any(user not in candidate for user in node.users)
+    )

@@ -1,0 +1,204 @@
+"""Copy the reference class's constructor into ``ModelNew``, so it has the same parameters.
+
+The candidate must construct with the reference's arguments and load its ``state_dict``
+strictly, while the static gate rejects any mention of the reference class (so no subclassing,
+no calls into it). The class is therefore rebuilt from the reference's source with the AST:
+``__init__`` and the methods it calls, annotations dropped, ``super(Model, self)`` made
+``super()``, plus the module-level definitions those need. Imports of ``torch``/``math`` names
+become plain assignments (``Linear = nn.Linear``); anything else the constructor needs from
+another package stops the proposal, since a candidate may import only torch and math.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch.nn as nn
+
+PROVIDED = {"torch", "nn", "F", "math", "load_inline"}
+_MODULES = {"torch": "torch", "torch.nn": "nn", "torch.nn.functional": "F", "math": "math"}
+
+
+class CannotCopy(Exception):
+    """The constructor cannot be rebuilt without the reference class; the message says why."""
+
+
+@dataclass(frozen=True)
+class CopiedConstructor:
+    prelude: str  # module-level definitions the constructor needs, in source order
+    body: str  # the class body without forward, indented for ``class ModelNew(nn.Module):``
+
+
+def copy_constructor(source_path: Path, class_name: str, reference: type) -> CopiedConstructor:
+    if reference.__bases__ != (nn.Module,):
+        bases = ", ".join(base.__name__ for base in reference.__bases__)
+        raise CannotCopy(f"{class_name} derives from {bases}; only direct nn.Module subclasses "
+                         "can be rebuilt without importing the reference")
+    tree = ast.parse(source_path.read_text(), filename=str(source_path))
+    found = [
+        node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == class_name
+    ]
+    if not found or found[0].decorator_list:
+        raise CannotCopy(f"{class_name} is not a plain top-level class of {source_path.name}")
+    kept = [_clean(node, class_name) for node in _class_members(found[0])]
+    for node in kept:
+        if any(isinstance(sub, ast.Name) and sub.id == class_name for sub in ast.walk(node)):
+            raise CannotCopy(f"{class_name}'s constructor refers to the class by name")
+    prelude = _module_dependencies(tree, kept, class_name)
+    body = "\n\n".join(ast.unparse(node) for node in kept) if kept else "pass"
+    return CopiedConstructor(prelude, _indent(body))
+
+
+def _class_members(cls: ast.ClassDef) -> list[ast.stmt]:
+    """Class-level assignments, ``__init__`` and the methods it calls through ``self``."""
+    methods = {
+        node.name: node for node in cls.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+    wanted: set[str] = set()
+    pending = ["__init__"] if "__init__" in methods else []
+    while pending:
+        name = pending.pop()
+        if name in wanted:
+            continue
+        wanted.add(name)
+        for sub in ast.walk(methods[name]):
+            if (
+                isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name)
+                and sub.value.id == "self" and sub.attr in methods and sub.attr != "forward"
+            ):
+                pending.append(sub.attr)
+    return [
+        node for node in cls.body
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        or (isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in wanted)
+    ]
+
+
+def _clean(node: ast.stmt, class_name: str) -> ast.stmt:
+    return _Cleaner(class_name).visit(copy.deepcopy(node))
+
+
+class _Cleaner(ast.NodeTransformer):
+    """Drop annotations and make ``super(Cls, self)`` plain ``super()``."""
+
+    def __init__(self, class_name: str) -> None:
+        self.class_name = class_name
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id == "super":
+            node.args, node.keywords = [], []
+        return node
+
+    def visit_arg(self, node: ast.arg) -> ast.AST:
+        node.annotation = None
+        return node
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        self.generic_visit(node)
+        node.returns = None
+        if not node.body:
+            node.body = [ast.Pass()]
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST | None:
+        if node.value is None:
+            return None
+        return ast.copy_location(ast.Assign(targets=[node.target], value=node.value), node)
+
+
+def _module_dependencies(tree: ast.Module, kept: list[ast.stmt], class_name: str) -> str:
+    definitions = _module_definitions(tree)
+    needed = set().union(*(_free_names(node) for node in kept)) if kept else set()
+    chosen: list[tuple[int, str]] = []
+    seen: set[str] = set()
+    while needed - seen:
+        name = min(needed - seen)
+        seen.add(name)
+        if name == class_name:
+            raise CannotCopy(f"the constructor's helpers refer to {class_name} by name")
+        if name in PROVIDED or (name not in definitions and hasattr(builtins, name)):
+            continue
+        if name not in definitions:
+            raise CannotCopy(f"the constructor needs {name!r}, which is not defined at the top "
+                             "level of the reference file")
+        index, statement = definitions[name]
+        if isinstance(statement, ast.Import | ast.ImportFrom):
+            chosen.append((index, _import_assignment(name, statement)))
+            continue
+        cleaned = _clean(statement, class_name)
+        text = ast.unparse(cleaned)
+        if (index, text) not in chosen:
+            chosen.append((index, text))
+            needed |= _free_names(cleaned)
+    return "\n".join(text for _, text in sorted(chosen))
+
+
+def _module_definitions(tree: ast.Module) -> dict[str, tuple[int, ast.stmt]]:
+    definitions: dict[str, tuple[int, ast.stmt]] = {}
+    for index, node in enumerate(tree.body):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            definitions[node.name] = (index, node)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for sub in ast.walk(target):
+                    if isinstance(sub, ast.Name):
+                        definitions[sub.id] = (index, node)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                definitions[(alias.asname or alias.name).split(".")[0]] = (index, node)
+    return definitions
+
+
+def _import_assignment(name: str, statement: ast.Import | ast.ImportFrom) -> str:
+    for alias in statement.names:
+        if (alias.asname or alias.name).split(".")[0] != name:
+            continue
+        if isinstance(statement, ast.Import):
+            source = _module_expression(alias.name if alias.asname else name)
+        elif statement.level == 0 and statement.module is not None:
+            module = _module_expression(statement.module)
+            source = f"{module}.{alias.name}" if module else None
+        else:
+            source = None
+        if source is None:
+            module = getattr(statement, "module", None) or alias.name
+            raise CannotCopy(f"the constructor needs {name!r} from {module!r}; a candidate may "
+                             "import only torch and math")
+        return f"{name} = {source}"
+    raise CannotCopy(f"{name!r} is not bound by its import statement")
+
+
+def _module_expression(module: str) -> str | None:
+    if module in _MODULES:
+        return _MODULES[module]
+    return module if module.startswith("torch.") else None
+
+
+def _free_names(node: ast.AST) -> set[str]:
+    """Names read in ``node`` and bound nowhere in it (an over-approximation of locals)."""
+    loaded, bound = set(), set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            (loaded if isinstance(sub.ctx, ast.Load) else bound).add(sub.id)
+        elif isinstance(sub, ast.arg):
+            bound.add(sub.arg)
+        elif isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(sub.name)
+        elif isinstance(sub, ast.alias):
+            bound.add((sub.asname or sub.name).split(".")[0])
+        elif isinstance(sub, ast.ExceptHandler) and sub.name:
+            bound.add(sub.name)
+    if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+        bound.discard(node.name)  # a recursive helper still needs its own definition... once
+        loaded.discard(node.name)
+    return loaded - bound
+
+
+def _indent(text: str) -> str:
+    return "\n".join(f"    {line}" if line else "" for line in text.splitlines())

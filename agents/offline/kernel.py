@@ -1,0 +1,123 @@
+"""The backend-neutral description of one fused kernel, built from a group of fx nodes.
+
+Both backends iterate over the broadcast output shape. The fast path sees it as ``rows x cols``
+(``cols`` = the product of the dimensions from a split ``m`` on) and reads every input either as
+a row of ``cols`` contiguous values or as one value per row, each input with its own row stride:
+this covers full tensors (also row-strided views such as ``chunk`` halves), a ``[N]`` bias on
+``[B, N]``, a ``[B, 1]`` column and scalars. Any other broadcast or layout takes the general
+path, which indexes every input with its broadcast strides.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.fx import Node
+
+from agents.offline.formulas import Arg, expression, float_literal
+from agents.offline.grouping import group_outputs, iteration_shape
+from agents.offline.ops import PointwiseOp
+
+
+@dataclass(frozen=True)
+class KernelInput:
+    node: Node
+    is_bool: bool
+    contiguous_columns: bool  # fast path reads a row of it; otherwise one value per row
+
+
+@dataclass(frozen=True)
+class KernelOutput:
+    node: Node
+    is_bool: bool
+    value: str  # the C++ variable holding it
+
+
+@dataclass(frozen=True)
+class FusedKernel:
+    name: str
+    inputs: tuple[KernelInput, ...]
+    scalars: tuple[Node, ...]  # Python numbers computed by the graph, passed as double
+    outputs: tuple[KernelOutput, ...]
+    body: tuple[str, ...]  # C++ statements from inputs a<k> and scalars s<k> to values v<i>
+    split: int | None  # the traced broadcasts' row split; None: any (flat, else by last dim)
+    fast_path: bool  # False when a traced input broadcasts in a way rows x cols cannot express
+    kinds: tuple[str, ...]
+    dtype: torch.dtype
+
+    @property
+    def has_bool(self) -> bool:
+        return any(item.is_bool for item in (*self.inputs, *self.outputs))
+
+
+def build_kernel(
+    name: str, group: list[Node], ops: dict[Node, PointwiseOp], dtype: torch.dtype
+) -> FusedKernel:
+    position = {node: index for index, node in enumerate(group)}
+    tensors: list[Node] = []
+    scalars: list[Node] = []
+
+    def operand(value: object) -> Arg:
+        if isinstance(value, Node):
+            if value in position:
+                return Arg(f"v{position[value]}")
+            known = tensors if "tensor_meta" in value.meta else scalars
+            if value not in known:
+                known.append(value)
+            prefix = "a" if known is tensors else "s"
+            return Arg(f"{prefix}{known.index(value)}")
+        if value is None:
+            return Arg(None)
+        return Arg(float_literal(value), constant=float(value))  # type: ignore[arg-type]
+
+    body = []
+    for index, node in enumerate(group):
+        op = ops[node]
+        body.append(f"const float v{index} = {expression(op.kind, [operand(v) for v in op.operands])};")
+    outputs = tuple(
+        KernelOutput(node, _is_bool(node), f"v{position[node]}") for node in group_outputs(group)
+    )
+    shape = tuple(iteration_shape(group))
+    layouts = [_layout(tuple(node.meta["tensor_meta"].shape), shape) for node in tensors]
+    split, fast_path = _common_split([splits for _, splits in layouts])
+    inputs = tuple(
+        KernelInput(node, _is_bool(node), contiguous)
+        for node, (contiguous, _) in zip(tensors, layouts, strict=True)
+    )
+    return FusedKernel(
+        name=name, inputs=inputs, scalars=tuple(scalars), outputs=outputs, body=tuple(body),
+        split=split, fast_path=fast_path, kinds=tuple(ops[node].kind for node in group),
+        dtype=dtype,
+    )
+
+
+def _is_bool(node: Node) -> bool:
+    return node.meta["tensor_meta"].dtype == torch.bool
+
+
+def _layout(shape: tuple[int, ...], out: tuple[int, ...]) -> tuple[bool, frozenset[int] | None]:
+    """How the fast path reads an input of ``shape`` broadcast to ``out``.
+
+    Returns (contiguous columns, the splits that work; None: any split).
+    """
+    padded = (1,) * (len(out) - len(shape)) + shape
+    if padded == out:
+        return True, None
+    if math.prod(padded) == 1:
+        return False, None
+    dims = range(1, len(out))
+    inner = {m for m in dims if set(padded[:m]) == {1} and padded[m:] == out[m:]}
+    if inner:
+        return True, frozenset(inner)
+    outer = {m for m in dims if padded[:m] == out[:m] and set(padded[m:]) == {1}}
+    return False, frozenset(outer)  # empty: only the general path can read it
+
+
+def _common_split(choices: list[frozenset[int] | None]) -> tuple[int | None, bool]:
+    constraints = [choice for choice in choices if choice is not None]
+    if not constraints:
+        return None, True
+    common = frozenset.intersection(*constraints)
+    return (min(common), True) if common else (None, False)

@@ -1,0 +1,172 @@
+"""Trace a reference module with torch.fx and find the nodes a generated kernel may compute.
+
+Shapes and dtypes come from running the traced graph on fake tensors (no real compute, so a
+large convolution costs nothing here). Dropout in eval mode and ``nn.Identity`` are removed first:
+they are identities and would otherwise split chains of pointwise ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx import GraphModule, Node, symbolic_trace
+from torch.fx.passes.shape_prop import ShapeProp
+from torch.fx.proxy import TraceError
+
+from agents.offline.ops import PointwiseOp, function_op, method_op, module_op
+
+# What tracing or fake execution of user code raises when a module is beyond torch.fx.
+_USER_CODE_ERRORS = (
+    TraceError, TypeError, AttributeError, RuntimeError, ValueError, NotImplementedError,
+    AssertionError, IndexError, KeyError,
+)
+_DROPOUT_MODULES = (
+    nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout,
+)
+_DROPOUT_FUNCTIONS = (
+    F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout,
+    torch.dropout,
+)
+# Library calls known to return a fresh tensor: an in-place op on their result is private.
+_FRESH_FUNCTIONS = {
+    "linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "einsum", "conv1d", "conv2d", "conv3d",
+    "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "softmax", "log_softmax",
+    "layer_norm", "group_norm", "batch_norm", "instance_norm", "rms_norm", "cat", "stack", "sum",
+    "mean", "clone", "embedding", "interpolate", "max_pool1d", "max_pool2d", "max_pool3d",
+    "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d",
+    "adaptive_avg_pool3d", "pad", "cumsum", "scaled_dot_product_attention",
+}
+_VIEW_MODULES = (nn.Flatten, nn.Unflatten, nn.Identity, *_DROPOUT_MODULES)
+
+
+class NotTraceable(Exception):
+    """The reference cannot be turned into a graph; the message says why, for the report."""
+
+
+@dataclass
+class TracedModule:
+    """The reference's graph with shapes, and its nodes that a fused kernel can compute."""
+
+    graph_module: GraphModule
+    ops: dict[Node, PointwiseOp]
+    dtype: torch.dtype
+
+
+def trace(reference: nn.Module, inputs: list, dtype: torch.dtype) -> TracedModule:
+    try:
+        graph_module = symbolic_trace(reference)
+    except _USER_CODE_ERRORS as err:
+        raise NotTraceable(f"cannot trace: {type(err).__name__}: {_first_line(err)}") from err
+    _remove_identities(graph_module)
+    try:
+        with torch.no_grad():
+            ShapeProp(graph_module, fake_mode=FakeTensorMode(allow_non_fake_inputs=True)).propagate(
+                *inputs
+            )
+    except _USER_CODE_ERRORS as err:
+        raise NotTraceable(
+            f"cannot trace: shape propagation failed: {type(err).__name__}: {_first_line(err)}"
+        ) from err
+    return TracedModule(graph_module, _fusable_ops(graph_module, dtype), dtype)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:300] if text else "(no message)"
+
+
+def _remove_identities(graph_module: GraphModule) -> None:
+    modules = dict(graph_module.named_modules())
+    for node in list(graph_module.graph.nodes):
+        if _is_identity(node, modules):
+            node.replace_all_uses_with(node.args[0])
+            graph_module.graph.erase_node(node)
+    graph_module.graph.eliminate_dead_code()
+    graph_module.recompile()
+
+
+def _is_identity(node: Node, modules: dict[str, nn.Module]) -> bool:
+    if not node.args or not isinstance(node.args[0], Node):
+        return False
+    if node.op == "call_module":
+        module = modules[str(node.target)]
+        if isinstance(module, nn.Identity):
+            return True
+        return isinstance(module, _DROPOUT_MODULES) and (not module.training or module.p == 0)
+    if node.op == "call_function" and node.target in _DROPOUT_FUNCTIONS:
+        flag = "train" if node.target is torch.dropout else "training"
+        values = dict(zip(("input", "p", flag), node.args, strict=False))
+        values.update(node.kwargs)
+        # F.alpha_dropout and F.feature_alpha_dropout default to training=False, the rest to True.
+        default = node.target not in (F.alpha_dropout, F.feature_alpha_dropout)
+        return values.get(flag, default) is False or values.get("p", 0.5) == 0
+    return False
+
+
+def _fusable_ops(graph_module: GraphModule, dtype: torch.dtype) -> dict[Node, PointwiseOp]:
+    modules = dict(graph_module.named_modules())
+    order = {node: index for index, node in enumerate(graph_module.graph.nodes)}
+    ops: dict[Node, PointwiseOp] = {}
+    for node in graph_module.graph.nodes:
+        op = _recognise(node, modules)
+        if op is None or not _types_ok(node, op, dtype):
+            continue
+        if op.inplace and not _write_is_private(op.operands[0], node, order, ops, modules):
+            continue
+        ops[node] = op
+    return ops
+
+
+def _recognise(node: Node, modules: dict[str, nn.Module]) -> PointwiseOp | None:
+    if node.op == "call_function":
+        return function_op(node.target, node.args, dict(node.kwargs))
+    if node.op == "call_method":
+        return method_op(str(node.target), node.args, dict(node.kwargs))
+    if node.op == "call_module":
+        return module_op(modules[str(node.target)], node.args, dict(node.kwargs))
+    return None
+
+
+def _types_ok(node: Node, op: PointwiseOp, dtype: torch.dtype) -> bool:
+    """Tensors of the problem's dtype or bool, and plain Python numbers; nothing else."""
+    allowed = (dtype, torch.bool)
+    meta = node.meta.get("tensor_meta")
+    if meta is None or not hasattr(meta, "dtype") or meta.dtype not in allowed:
+        return False
+    for value in op.operands:
+        if not isinstance(value, Node):
+            continue
+        value_meta = value.meta.get("tensor_meta")
+        if value_meta is not None:
+            if not hasattr(value_meta, "dtype") or value_meta.dtype not in allowed:
+                return False
+        elif value.meta.get("type") not in (int, float, bool):
+            return False
+    return True
+
+
+def _write_is_private(
+    target: object, node: Node, order: dict[Node, int], ops: dict[Node, PointwiseOp],
+    modules: dict[str, nn.Module],
+) -> bool:
+    """Whether an in-place write into ``target`` at ``node`` is invisible to the rest of the graph.
+
+    Then computing it out of place is the same. The written tensor must be fresh (not an input,
+    parameter or view) and nothing may read it after ``node``.
+    """
+    if not isinstance(target, Node) or any(order[user] > order[node] for user in target.users):
+        return False
+    if target in ops:
+        if ops[target].inplace:  # aliases its own first operand: that one must be private too
+            return _write_is_private(ops[target].operands[0], node, order, ops, modules)
+        return True
+    if target.op == "call_module":
+        return not isinstance(modules[str(target.target)], _VIEW_MODULES)
+    if target.op in ("call_function", "call_method"):
+        name = getattr(target.target, "__name__", str(target.target))
+        return name in _FRESH_FUNCTIONS
+    return False

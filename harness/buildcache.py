@@ -1,0 +1,181 @@
+"""Building candidates' kernels: ``load_inline`` behind a content-hash cache and a call counter.
+
+Inside a worker, ``torch.utils.cpp_extension.load_inline`` is replaced by ``CachedLoader``:
+the build directory and module name come from a hash of everything that shapes the binary
+(sources, functions, flags, torch version, device and arch), so a repeated candidate is never
+rebuilt, and the returned module counts calls into each compiled function (launch evidence).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import platform
+import re
+import sys
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch.utils import cpp_extension
+
+from harness.gate import GateRejection, check_native
+
+CPU_CFLAGS = ["-O3", "-fopenmp", "-march=native"]
+CPU_LDFLAGS = ["-fopenmp"]
+CUDA_BASE_FLAGS = ["-O3"]
+ALLOWED_FLAG = re.compile(
+    r"^(-O[0-3s]|-std=[\w+]+|-D\w+(=[\w.]+)?|-U\w+|-ffast-math|-funroll-loops|-fopenmp|"
+    r"-march=native|-lineinfo|--use_fast_math|-use_fast_math|--expt-relaxed-constexpr|"
+    r"--extended-lambda|-Xptxas=-v|-Xptxas=-O3|-lgomp|-lcublas|-lcublasLt|-g)$"
+)
+
+
+# Held before a worker swaps ``cpp_extension.load_inline`` for a CachedLoader.
+_load_inline = cpp_extension.load_inline
+
+
+class BuildFailed(Exception):
+    """The compiler said no; the message holds its output."""
+
+
+class CachedLoader:
+    """A drop-in ``load_inline`` for candidates; one per worker process."""
+
+    def __init__(self, cache_dir: Path, device: str, dtype: str) -> None:
+        self.cache_dir = cache_dir
+        self.device = device
+        self.dtype = dtype
+        self.calls: Counter[str] = Counter()
+        self.builds: list[str] = []
+        if device == "cuda":
+            major, minor = torch.cuda.get_device_capability()
+            os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+
+    def __call__(
+        self,
+        name: str,
+        cpp_sources,
+        cuda_sources=None,
+        functions=None,
+        extra_cflags=None,
+        extra_cuda_cflags=None,
+        extra_ldflags=None,
+        **_ignored,
+    ):
+        cpp = _joined(cpp_sources)
+        cuda = _joined(cuda_sources)
+        if cuda and self.device != "cuda":
+            raise GateRejection([f"builds CUDA sources but the problem runs on {self.device}"])
+        reasons = check_native(cpp + "\n" + cuda, self.dtype)
+        flags = [*(extra_cflags or []), *(extra_cuda_cflags or []), *(extra_ldflags or [])]
+        reasons += [f"build flag {flag!r} is not allowed" for flag in flags if not ALLOWED_FLAG.match(flag)]
+        if reasons:
+            raise GateRejection(reasons)
+        if isinstance(functions, str):
+            functions = [functions]
+        if self.device == "cpu":
+            cflags, cuda_flags, ldflags = CPU_CFLAGS, [], CPU_LDFLAGS
+        else:
+            cflags = ["-O3", *[f for f in extra_cflags or [] if f.startswith(("-D", "-std"))]]
+            cuda_flags = [*CUDA_BASE_FLAGS, *(extra_cuda_cflags or [])]
+            ldflags = list(extra_ldflags or [])
+        key = build_key(cpp, cuda, functions, cflags, cuda_flags, ldflags, self.device)
+        module = self._build(key, cpp, cuda, functions, cflags, cuda_flags, ldflags)
+        return CountingModule(module, self.calls)
+
+    def _build(self, key, cpp, cuda, functions, cflags, cuda_flags, ldflags):
+        directory = self.cache_dir / key
+        directory.mkdir(parents=True, exist_ok=True)
+        self.builds.append(key)
+        use_pch = self.device == "cpu" and _pch_possible()
+        with _pch_lock(self.cache_dir, use_pch):
+            try:
+                return _load_inline(
+                    name=f"kp_{key}",
+                    cpp_sources=[cpp],
+                    cuda_sources=[cuda] if cuda else None,
+                    functions=functions,
+                    extra_cflags=cflags,
+                    extra_cuda_cflags=cuda_flags or None,
+                    extra_ldflags=ldflags,
+                    build_directory=str(directory),
+                    with_cuda=bool(cuda),
+                    use_pch=use_pch,
+                    verbose=False,
+                )
+            except (RuntimeError, OSError, ImportError) as err:
+                raise BuildFailed(str(err)) from err
+
+
+class CountingModule:
+    """Exposes a compiled module's functions, counting every call (launch evidence)."""
+
+    def __init__(self, module, calls: Counter[str]) -> None:
+        functions = {name: getattr(module, name) for name in dir(module) if not name.startswith("_")}
+
+        def counted(name, function):
+            def call(*args, **kwargs):
+                calls[name] += 1
+                return function(*args, **kwargs)
+
+            return call
+
+        for name, function in functions.items():
+            if callable(function):
+                object.__setattr__(self, name, counted(name, function))
+
+
+def build_key(cpp, cuda, functions, cflags, cuda_flags, ldflags, device) -> str:
+    arch = os.environ.get("TORCH_CUDA_ARCH_LIST", "") if device == "cuda" else ""
+    payload = json.dumps(
+        {
+            "cpp": cpp, "cuda": cuda, "functions": functions, "cflags": cflags,
+            "cuda_flags": cuda_flags, "ldflags": ldflags, "torch": torch.__version__,
+            "python": sys.version_info[:2], "device": device, "arch": arch,
+            "machine": platform.machine(),
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:20]
+
+
+def _joined(sources) -> str:
+    if sources is None:
+        return ""
+    if isinstance(sources, str):
+        return sources
+    return "\n".join(sources)
+
+
+def _torch_include() -> Path:
+    return Path(cpp_extension.__file__).parent.parent / "include" / "torch"
+
+
+def _pch_possible() -> bool:
+    """torch keeps its precompiled header beside its own headers: only when we may write there."""
+    return platform.system() == "Linux" and os.access(_torch_include(), os.W_OK)
+
+
+@contextmanager
+def _pch_lock(cache_dir: Path, use_pch: bool):
+    """Serialize cpu builds while torch's shared precompiled header is being (re)built."""
+    if not use_pch:
+        yield
+        return
+    header = _torch_include() / "extension.h.gch"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with (cache_dir / "pch.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH if header.exists() else fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("KERNELPILOT_CACHE") or Path.home() / ".cache" / "kernelpilot"
+    return Path(base) / "build"

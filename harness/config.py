@@ -1,0 +1,104 @@
+"""Configuration: the harness settings and the ``[tool.kernelpilot]`` table that maps onto them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harness.errors import UserError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+
+class EvalConfig(BaseModel):
+    """How candidates are verified and timed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seeds: int = Field(default=5, ge=5, description="Correctness seeds, fresh inputs each.")
+    shape_variants: int = Field(
+        default=2, ge=0, description="Extra input shapes (other batch/last dims) where the module allows."
+    )
+    warmup: int = Field(default=3, ge=1, description="Untimed calls before timing each implementation.")
+    min_reps: int = Field(default=10, ge=3, description="Fewest timed calls per implementation.")
+    max_reps: int = Field(default=200, ge=3, description="Most timed calls per implementation.")
+    time_budget_s: float = Field(
+        default=1.5, gt=0, description="Timing stops after this many seconds per implementation."
+    )
+    compile_baseline: bool = Field(default=True, description="Also time torch.compile(reference).")
+    noise_floor: float = Field(default=0.05, ge=0, description="Smallest speedup margin that counts.")
+    review_speedup: float = Field(default=10.0, gt=1, description="Speedups above this need review.")
+    build_timeout_s: float = Field(default=600, gt=0, description="Limit for one candidate's build.")
+    run_timeout_s: float = Field(default=300, gt=0, description="Limit for verifying and timing one.")
+    memory_limit_gb: float = Field(
+        default=16, gt=0, description="Address-space limit of a cpu worker (cuda: not applied)."
+    )
+    build_jobs: int = Field(default=0, ge=0, description="Parallel builds; 0 means one per CPU core.")
+    cache_dir: Path | None = Field(
+        default=None, description="Build cache; default $KERNELPILOT_CACHE or ~/.cache/kernelpilot."
+    )
+
+
+class TargetConfig(BaseModel):
+    """One module to optimize, as named in ``[[tool.kernelpilot.targets]]``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    module: str = Field(description="'path/to/file.py:ClassName', relative to pyproject.toml.")
+    inputs: str | list[list[int]] | None = Field(
+        default=None,
+        description="'path.py:function' returning the forward inputs, or a list of input shapes. "
+        "Default: a get_inputs() beside the class.",
+    )
+    init_args: list = Field(default_factory=list, description="Positional constructor arguments.")
+    init_kwargs: dict = Field(default_factory=dict, description="Keyword constructor arguments.")
+    dtype: str | None = Field(default=None, description="Overrides the run's dtype for this target.")
+    atol: float | None = Field(default=None, description="Absolute tolerance override.")
+    rtol: float | None = Field(default=None, description="Relative tolerance override.")
+
+
+class ProjectConfig(BaseModel):
+    """The ``[tool.kernelpilot]`` table of a repository's pyproject.toml."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    device: str = Field(default="auto", description="'auto', 'cpu' or 'cuda'.")
+    dtype: str = Field(default="float32", description="float32, float16 or bfloat16.")
+    targets: list[TargetConfig] = Field(default_factory=list, description="Modules to optimize.")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="Verification and timing.")
+
+
+def find_pyproject(start: Path) -> Path | None:
+    """The nearest pyproject.toml at or above ``start`` that has a [tool.kernelpilot] table."""
+    for folder in [start, *start.parents]:
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file() and "kernelpilot" in _read_toml(candidate).get("tool", {}):
+            return candidate
+    return None
+
+
+def load_project_config(pyproject: Path) -> ProjectConfig:
+    table = _read_toml(pyproject).get("tool", {}).get("kernelpilot", {})
+    try:
+        return ProjectConfig.model_validate(table)
+    except ValidationError as err:
+        first = err.errors()[0]
+        key = ".".join(str(part) for part in first["loc"])
+        raise UserError(
+            f"invalid [tool.kernelpilot] setting: {first['msg']}",
+            where=f"{pyproject}: tool.kernelpilot.{key}",
+            fix="see the README's configuration section for the allowed keys and values",
+        ) from None
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as err:
+        raise UserError(f"cannot parse TOML: {err}", where=str(path), fix="fix the syntax") from None

@@ -1,0 +1,49 @@
+"""Which device a run uses, and whether the tools to build kernels for it are present."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from harness.errors import UserError
+
+
+def resolve_device(requested: str) -> str:
+    """'auto' picks cuda when a GPU is visible; an explicit request is checked."""
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise UserError(
+            "--device cuda, but PyTorch sees no CUDA GPU",
+            where=f"torch {torch.__version__} (CUDA build: {torch.version.cuda or 'no'})",
+            fix="run on a GPU machine with a CUDA build of torch, or use --device cpu",
+        )
+    if requested not in ("cpu", "cuda"):
+        raise UserError(f"unknown device {requested!r}", fix="use auto, cpu or cuda")
+    return requested
+
+
+def check_toolchain(device: str) -> None:
+    """Fail early, with what to install, when kernels for ``device`` cannot be compiled."""
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        raise UserError(
+            f"no C++ compiler ({compiler!r} is not on PATH)",
+            fix="install g++ (apt-get install g++) or set CXX to your compiler",
+        )
+    if device == "cuda" and _nvcc() is None:
+        raise UserError(
+            "no nvcc: CUDA kernels cannot be compiled",
+            where=f"CUDA_HOME={os.environ.get('CUDA_HOME', '(unset)')}",
+            fix="install the CUDA toolkit matching torch.version.cuda, or set CUDA_HOME",
+        )
+
+
+def _nvcc() -> str | None:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and (Path(home) / "bin" / "nvcc").exists():
+        return str(Path(home) / "bin" / "nvcc")
+    return shutil.which("nvcc")

@@ -1,0 +1,204 @@
+"""The evaluator: ``evaluate(problem, candidate) -> EvalResult``.
+
+Static gate in this process; reference cases from the reference worker; build, checks and
+timing in a fresh candidate worker per candidate; output comparison back here, where candidate
+code never runs; acceptance by the pure rule in ``harness.accept``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from harness.accept import accept
+from harness.buildcache import default_cache_dir
+from harness.config import EvalConfig
+from harness.errors import UserError
+from harness.gate import check_python
+from harness.jobs import CandidateReport, WorkerJob
+from harness.problem import problem_from_target
+from harness.records import AuditReport, Candidate, Check, EvalResult, Problem, Status
+from harness.reference import ReferenceData, reference_data
+from harness.sandbox import run_worker
+from harness.tolerance import compare, tolerance_for
+
+
+class WeakSpecError(UserError):
+    """The problem's inputs cannot tell a kernel that works from a null answer."""
+
+    def __init__(self, audit: AuditReport, where: str) -> None:
+        self.audit = audit
+        details = "; ".join(finding.detail for finding in audit.findings)
+        fixes = "; ".join(sorted({finding.fix for finding in audit.findings}))
+        super().__init__(f"weak problem spec, refusing to verify on it: {details}", where, fixes)
+
+
+class Evaluator:
+    """Evaluates candidates for problems; keeps each problem's reference cases for reuse."""
+
+    def __init__(
+        self, config: EvalConfig | None = None, seed: int | None = None,
+        work_dir: Path | None = None, progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self.config = config or EvalConfig()
+        self.seed = seed
+        self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="kernelpilot-"))
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.cache_dir = self.config.cache_dir or default_cache_dir()
+        self.progress = progress or (lambda message: None)
+        self._references: dict[str, ReferenceData] = {}
+
+    def reference(self, problem: Problem) -> ReferenceData:
+        """Reference cases and audit; raises WeakSpecError on a spec a null answer passes."""
+        key = problem.model_dump_json()
+        if key not in self._references:
+            self.progress(f"{problem.name}: computing reference outputs and auditing the spec")
+            data = reference_data(problem, self.config, self.seed, self.work_dir)
+            audit = data.report.audit
+            if audit.weak and not data.report.strengthened:
+                raise WeakSpecError(audit, f"{problem.source_path}:{problem.class_name}")
+            self._references[key] = data
+        return self._references[key]
+
+    def prebuild(self, problem: Problem, candidates: list[Candidate]) -> None:
+        """Build candidates' kernels in parallel worker processes, filling the build cache."""
+        jobs = self.config.build_jobs or max(1, len(_cpus()))
+        sources = [c for c in candidates if not check_python(c.source, problem.class_name, problem.dtype)]
+        self.progress(f"{problem.name}: building {len(sources)} candidate(s), {jobs} at a time")
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            list(pool.map(lambda c: self._run_candidate(problem, c, "build", None), sources))
+
+    def evaluate(self, problem: Problem, candidate: Candidate) -> EvalResult:
+        reasons = check_python(candidate.source, problem.class_name, problem.dtype)
+        if reasons:
+            return EvalResult(
+                status=Status.rejected, reason="; ".join(reasons), device=problem.device,
+                checks=[Check(name="static_gate", passed=False, detail="; ".join(reasons))],
+            )
+        data = self.reference(problem)
+        self.progress(f"{problem.name}: building, checking and timing a candidate")
+        comparison: dict = {}
+        report = self._run_candidate(problem, candidate, "evaluate", data, comparison)
+        return self._result(problem, data, report, comparison)
+
+    def _run_candidate(self, problem, candidate, mode, data: ReferenceData | None, comparison=None):
+        config = self.config
+        job = WorkerJob(
+            mode=mode, problem=problem, config=config, cache_dir=self.cache_dir,
+            candidate_source=candidate.source,
+            seeds=data.seeds if data else [0], timing_seed=data.timing_seed if data else 0,
+            strengthened=data.report.strengthened if data else False,
+            reference_ops=data.report.aten_ops if data else [],
+            reference_kernels=data.report.cuda_kernels if data else [],
+        )
+        job_dir = Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=self.work_dir))
+        (job_dir / "job.json").write_text(job.model_dump_json())
+        if data is not None:
+            torch.save({"cases": [_without_outputs(case) for case in data.cases]}, job_dir / "inputs.pt")
+
+        def checkpoint() -> bool:
+            assert data is not None and comparison is not None
+            outputs = torch.load(job_dir / "outputs.pt", weights_only=True)["outputs"]
+            comparison.update(compare_cases(problem, data.cases, outputs))
+            return comparison["failed"] is None
+
+        memory = config.memory_limit_gb if problem.device == "cpu" else None
+        timeout = config.build_timeout_s + (config.run_timeout_s if mode == "evaluate" else 0)
+        outcome = run_worker(job_dir, timeout, memory, checkpoint if data else None)
+        report_file = job_dir / "report.json"
+        if report_file.exists():
+            return CandidateReport.model_validate_json(report_file.read_text())
+        if (job_dir / "user_error.json").exists():
+            from harness.reference import raise_user_error
+
+            raise_user_error(job_dir, outcome, problem)
+        if outcome.timed_out:
+            return CandidateReport(status=Status.timeout, reason=f"no result after {timeout:.0f} s",
+                                   log=outcome.log_tail)
+        how = outcome.signal_name or f"exit code {outcome.returncode}"
+        return CandidateReport(status=Status.runtime_error, reason=f"the worker died ({how})",
+                               log=outcome.log_tail)
+
+    def _result(self, problem: Problem, data: ReferenceData, report: CandidateReport, comparison) -> EvalResult:
+        checks = list(report.checks)
+        status, reason = report.status, report.reason
+        if comparison:
+            checks[1:1] = comparison["checks"]
+            if comparison["failed"] is not None and status is None:
+                status, reason = Status.incorrect, comparison["failed"]
+        result = EvalResult(
+            status=status or Status.ok, reason=reason, log=report.log, checks=checks,
+            device=problem.device, device_name=report.device_name, torch_version=report.torch_version,
+            max_abs_error=comparison.get("max_abs_error"), rel_error=comparison.get("rel_error"),
+            eager=report.eager, compiled=report.compiled, candidate=report.candidate,
+            compile_baseline_error=report.compile_baseline_error,
+            input_mode="strengthened" if data.report.strengthened else "as_given",
+        )
+        if result.status is Status.ok and report.candidate and report.eager:
+            result.vs_eager = accept(report.candidate, report.eager, self.config.noise_floor,
+                                     self.config.review_speedup)
+            if report.compiled:
+                result.vs_compile = accept(report.candidate, report.compiled,
+                                           self.config.noise_floor, self.config.review_speedup)
+        result.checks.append(Check(
+            name="network_isolated", passed=report.network_isolated,
+            detail="no network inside the worker" if report.network_isolated
+            else "the OS did not allow a private network namespace",
+        ))
+        return result
+
+
+def compare_cases(problem: Problem, cases: list[dict], outputs: list[list]) -> dict:
+    """Compare a candidate's outputs with the reference's, case by case (runs in the parent)."""
+    tol = tolerance_for(problem.dtype, problem.atol, problem.rtol)
+    worst_abs, worst_rel, failed, check = 0.0, 0.0, None, "correct_outputs"
+    for case, produced in zip(cases, outputs, strict=True):
+        expected = case["outputs"]
+        if len(produced) != len(expected):
+            failed = f"{case['name']}: {len(produced)} outputs, reference has {len(expected)}"
+            break
+        for index, (out, ref) in enumerate(zip(produced, expected, strict=True)):
+            result = compare(out, ref, tol)
+            if result.passed:
+                worst_abs, worst_rel = max(worst_abs, result.max_abs_error), max(worst_rel, result.rel_error)
+                continue
+            check = "finite_outputs" if "NaN" in result.detail else "correct_outputs"
+            failed = f"{case['name']}, output {index}: {result.detail}"
+            break
+        if failed:
+            break
+    names = ", ".join(case["name"].split(" (")[0] for case in cases)
+    checks = [Check(name=check, passed=failed is None, detail=failed or f"{len(cases)} cases: {names}")]
+    if failed is None:
+        checks.append(Check(name="finite_outputs", passed=True, detail="no NaN/Inf"))
+    return {"failed": failed, "checks": checks, "max_abs_error": worst_abs if failed is None else None,
+            "rel_error": worst_rel if failed is None else None}
+
+
+def _without_outputs(case: dict) -> dict:
+    return {
+        "name": case["name"], "inputs": case["inputs"], "state": case["state"],
+        "output_meta": [[list(out.shape), str(out.dtype).removeprefix("torch.")] for out in case["outputs"]],
+    }
+
+
+def _cpus() -> list[int]:
+    import os
+
+    return list(os.sched_getaffinity(0))
+
+
+def evaluate_paths(
+    problem_path: Path, candidate_path: Path, device: str, config: EvalConfig | None = None,
+    dtype: str = "float32", seed: int | None = None,
+) -> EvalResult:
+    """Evaluate a hand-written candidate file against a problem file."""
+    problem = problem_from_target(str(problem_path), device, dtype)
+    if not candidate_path.is_file():
+        raise UserError(f"candidate file not found: {candidate_path}", fix="check the path")
+    candidate = Candidate(source=candidate_path.read_text(), origin="user")
+    return Evaluator(config, seed=seed).evaluate(problem, candidate)

@@ -1,0 +1,300 @@
+"""The static gate: reasons to reject a candidate before any of its code runs.
+
+Python is checked on its AST (never regexes over text); kernel sources (C++/CUDA) are scanned as
+tokens with comments and string literals removed. Each rejection names the rule and the line.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+ALLOWED_IMPORTS = {
+    "torch", "torch.nn", "torch.nn.functional", "torch.utils.cpp_extension", "math", "typing",
+    "__future__",
+}
+FORBIDDEN_CALLS = {
+    "getattr", "setattr", "delattr", "eval", "exec", "compile", "globals", "locals", "vars",
+    "__import__", "open", "id", "breakpoint", "memoryview",
+}
+# Attribute names whose use means reaching around the harness or under the hood of tensors.
+FORBIDDEN_ATTRIBUTES = {
+    "data_ptr": "reads a raw pointer in Python (caching keyed on addresses)",
+    "untyped_storage": "reaches tensor storage directly",
+    "storage": "reaches tensor storage directly",
+    "set_": "swaps tensor storage",
+    "as_subclass": "makes a tensor subclass",
+    "_make_subclass": "makes a tensor subclass",
+    "load": "loads files or libraries at run time",
+    "load_library": "loads a native library",
+    "from_file": "reads a file",
+    "set_float32_matmul_precision": "lowers matmul precision",
+    "autocast": "lowers precision",
+    "compile": "hands the work to torch.compile instead of a kernel of its own",
+    "jit": "hands the work to TorchScript instead of a kernel of its own",
+    "library": "registers operators at run time",
+}
+LOW_PRECISION_PY = {"half", "bfloat16", "float16", "bf16", "fp16"}
+LOW_PRECISION_NATIVE = (
+    r"\b(__half2?|__nv_bfloat162?|nv_bfloat16|at::Half|at::BFloat16|c10::Half|"
+    r"c10::BFloat16|kHalf|kBFloat16|__float2half\w*|__float2bfloat16\w*|__half2float|"
+    r"__bfloat162float|wmma|mma\.sync|tf32\w*|TF32\w*|cublasSetMathMode|"
+    r"CUBLAS_TF32_TENSOR_OP_MATH|allow_tf32)\b"
+)
+FORBIDDEN_NATIVE = {
+    r"\bstd::thread\b|\bstd::jthread\b|<thread>": "starts threads (work the timer cannot see)",
+    r"\bpthread_create\b|<pthread\.h>": "starts threads (work the timer cannot see)",
+    r"\bstd::async\b|<future>": "starts asynchronous work the timer cannot see",
+    r"\b(fork|vfork|system|popen|execv\w*|execl\w*|dlopen|dlsym)\s*\(": "runs or loads programs",
+    r"\b(fopen|ifstream|ofstream|open)\s*\(": "touches files",
+    r"\bcudaLaunchHostFunc\b|\bcudaStreamAddCallback\b": "runs host callbacks off the stream",
+    r"\bstatic\b[^;(){}]*\b(at::Tensor|torch::Tensor|Tensor|std::\w*map|std::\w*set|"
+    r"std::vector|std::deque|std::list)\b[^;(){}]*\w+\s*(;|=|\{)":
+        "keeps tensors or caches in static storage (state across calls)",
+    r"\bstatic\b\s+(thread_local\s+)?(std::atomic<\w+>|int|long|size_t|int64_t|unsigned|"
+    r"bool|uint64_t|float|double)\s+\w+\s*(=|;)": "keeps a static counter or flag across calls",
+    r"\bgetenv\b|\bclock_gettime\b|\bgettimeofday\b|\bstd::chrono\b": "looks at the environment or clock",
+}
+
+
+class GateRejection(Exception):
+    """Raised by the checks below; carries the human-readable reasons."""
+
+    def __init__(self, reasons: list[str]) -> None:
+        self.reasons = reasons
+        super().__init__("; ".join(reasons))
+
+
+def check_python(source: str, reference_class: str, dtype: str) -> list[str]:
+    """Reasons to reject a candidate's Python source; empty when it passes."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as err:
+        return [f"line {err.lineno}: syntax error: {err.msg}"]
+    visitor = _Gate(reference_class, low_precision_allowed=dtype != "float32")
+    visitor.visit(tree)
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew"]
+    if not classes:
+        visitor.reasons.insert(0, "defines no top-level class ModelNew")
+    return visitor.reasons
+
+
+def check_native(source: str, dtype: str) -> list[str]:
+    """Reasons to reject C++/CUDA source given to load_inline; empty when it passes."""
+    code = _strip_comments_and_strings(source)
+    reasons = []
+    for pattern, why in FORBIDDEN_NATIVE.items():
+        match = re.search(pattern, code)
+        if match:
+            reasons.append(f"kernel source {why}: {match.group(0).strip()!r}")
+    if dtype == "float32":
+        match = re.search(LOW_PRECISION_NATIVE, code)
+        if match:
+            reasons.append(
+                f"kernel source uses reduced precision ({match.group(0)!r}) in a float32 problem"
+            )
+    return reasons
+
+
+def _strip_comments_and_strings(source: str) -> str:
+    source = re.sub(r"/\*.*?\*/", " ", source, flags=re.S)
+    source = re.sub(r"//[^\n]*", " ", source)
+    return re.sub(r'"(\\.|[^"\\])*"', '""', source)
+
+
+class _Gate(ast.NodeVisitor):
+    def __init__(self, reference_class: str, low_precision_allowed: bool) -> None:
+        self.reference_class = reference_class
+        self.low_precision_allowed = low_precision_allowed
+        self.reasons: list[str] = []
+        self.shared: set[str] = set()  # module-level names: state shared across calls
+        self.scopes: list[tuple[bool, set[str]]] = []  # (keeps no state, shared-alias locals)
+
+    def visit_Module(self, node: ast.Module) -> None:
+        for statement in node.body:
+            for target in _bound_names(statement):
+                self.shared.add(target)
+        self.generic_visit(node)
+
+    @property
+    def stateless(self) -> bool:
+        """Inside a function other than __init__: it must not keep state across calls."""
+        return bool(self.scopes) and self.scopes[-1][0]
+
+    def _is_shared(self, name: str | None) -> bool:
+        if name is None:
+            return True
+        if name == "self":
+            return self.stateless
+        aliases = self.scopes[-1][1] if self.scopes else set()
+        local = bool(self.scopes) and name not in self.shared
+        return name in aliases or not local
+
+    def reject(self, node: ast.AST, why: str) -> None:
+        self.reasons.append(f"line {getattr(node, 'lineno', '?')}: {why}")
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if alias.name not in ALLOWED_IMPORTS:
+                self.reject(node, f"imports {alias.name} (allowed: {', '.join(sorted(ALLOWED_IMPORTS))})")
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        if node.level or module not in ALLOWED_IMPORTS:
+            self.reject(node, f"imports from {module or '.'} (allowed: {', '.join(sorted(ALLOWED_IMPORTS))})")
+        for alias in node.names:
+            if f"{module}.{alias.name}" not in ALLOWED_IMPORTS and not _is_plain_name(alias.name):
+                self.reject(node, f"imports {alias.name} from {module}")
+            if alias.name in ("load", "load_library") or alias.name.startswith("_"):
+                self.reject(node, f"imports {module}.{alias.name}")
+        self.generic_visit(node)
+
+    def visit_Try(self, node: ast.AST) -> None:
+        self.reject(node, "try/except: a fallback path can hide a failing kernel")
+        self.generic_visit(node)
+
+    visit_TryStar = visit_Try
+
+    def visit_Global(self, node: ast.AST) -> None:
+        self.reject(node, "global/nonlocal state (state across calls)")
+
+    visit_Nonlocal = visit_Global
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self.generic_visit(node)
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for base in node.bases:
+            text = ast.unparse(base)
+            if text not in ("nn.Module", "torch.nn.Module", "Module"):
+                self.reject(node, f"class {node.name} derives from {text}; only nn.Module is allowed")
+        for keyword in node.keywords:
+            self.reject(node, f"class {node.name} sets {keyword.arg}= (metaclass tricks)")
+        self.generic_visit(node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        if node.name in ("__torch_function__", "__torch_dispatch__"):
+            self.reject(node, f"defines {node.name} (tensor subclass or lazy object)")
+        if node.name in ("__eq__", "__bool__", "__getattr__", "__getattribute__", "__del__"):
+            self.reject(node, f"defines {node.name} (objects that act inside the comparison)")
+        for decorator in node.decorator_list:
+            self.reject(decorator, f"decorates {node.name}: decorators can wrap forward")
+        aliases = {
+            name
+            for statement in ast.walk(node)
+            if isinstance(statement, ast.Assign) and _is_reference_to(statement.value, self.shared)
+            for target in statement.targets
+            for name in _names(target)
+        }
+        self.scopes.append((node.name != "__init__", aliases))
+        self.generic_visit(node)
+        self.scopes.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id == self.reference_class:
+            self.reject(node, f"uses the reference class {self.reference_class}")
+        if node.id in FORBIDDEN_CALLS or node.id in ("__builtins__", "__loader__", "__spec__"):
+            self.reject(node, f"uses {node.id}()")
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        name = node.attr
+        if name.startswith("__") and name.endswith("__") and name != "__init__":
+            self.reject(node, f"accesses {name}")
+        elif name in FORBIDDEN_ATTRIBUTES and FORBIDDEN_ATTRIBUTES[name]:
+            self.reject(node, f".{name}: {FORBIDDEN_ATTRIBUTES[name]}")
+        elif name.startswith("_") and _root_name(node) in ("torch", "nn", "F"):
+            self.reject(node, f".{name}: private PyTorch internals")
+        elif "tf32" in name.lower() or "reduced_precision" in name.lower():
+            self.reject(node, f".{name}: lowers precision")
+        elif not self.low_precision_allowed and name in LOW_PRECISION_PY:
+            self.reject(node, f".{name}: reduced precision in a float32 problem")
+        if name == self.reference_class:
+            self.reject(node, f"uses the reference class {self.reference_class}")
+        self.generic_visit(node)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for target in node.targets:
+            self._check_target(target)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._check_target(node.target)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._check_target(node.target)
+        self.generic_visit(node)
+
+    def visit_Delete(self, node: ast.Delete) -> None:
+        for target in node.targets:
+            self._check_target(target)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        if self.stateless and isinstance(func, ast.Attribute) and func.attr in _MUTATORS:
+            if self._is_shared(_root_name(func.value)):
+                self.reject(node, f"mutates {ast.unparse(func.value)} (state across calls)")
+        if isinstance(func, ast.Attribute) and func.attr == "to" and not self.low_precision_allowed:
+            for arg in [*node.args, *[k.value for k in node.keywords]]:
+                if isinstance(arg, ast.Attribute) and arg.attr in LOW_PRECISION_PY:
+                    self.reject(node, "casts to reduced precision in a float32 problem")
+        self.generic_visit(node)
+
+    def _check_target(self, target: ast.expr) -> None:
+        if isinstance(target, ast.Tuple | ast.List):
+            for element in target.elts:
+                self._check_target(element)
+            return
+        if isinstance(target, ast.Starred):
+            self._check_target(target.value)
+            return
+        if isinstance(target, ast.Attribute | ast.Subscript):
+            root = _root_name(target)
+            if root == "self" and self.stateless:
+                self.reject(target, f"assigns {ast.unparse(target)} outside __init__ (state across calls)")
+            elif root != "self" and self._is_shared(root):
+                self.reject(target, f"assigns to {ast.unparse(target)} (monkeypatching or shared state)")
+
+
+_MUTATORS = {
+    "append", "extend", "insert", "update", "setdefault", "pop", "popitem", "clear",
+    "add", "__setitem__", "register_buffer", "register_parameter",
+}
+
+
+def _root_name(node: ast.expr) -> str | None:
+    while isinstance(node, ast.Attribute | ast.Subscript | ast.Call):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _bound_names(statement: ast.stmt) -> list[str]:
+    if isinstance(statement, ast.Assign):
+        return [name for target in statement.targets for name in _names(target)]
+    if isinstance(statement, ast.AnnAssign | ast.AugAssign):
+        return _names(statement.target)
+    if isinstance(statement, ast.Import | ast.ImportFrom):
+        return [(alias.asname or alias.name).split(".")[0] for alias in statement.names]
+    return []
+
+
+def _names(target: ast.expr) -> list[str]:
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, ast.Tuple | ast.List):
+        return [name for element in target.elts for name in _names(element)]
+    return []
+
+
+def _is_reference_to(value: ast.expr, shared: set[str]) -> bool:
+    """``value`` is a plain reference (no call) to a shared object or to self's state."""
+    while isinstance(value, ast.Attribute | ast.Subscript):
+        value = value.value
+    return isinstance(value, ast.Name) and (value.id in shared or value.id == "self")
+
+
+def _is_plain_name(name: str) -> bool:
+    return name.isidentifier() and not name.startswith("_")

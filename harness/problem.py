@@ -1,0 +1,340 @@
+"""Problems: find the reference module, build it, and make honest inputs for it.
+
+A problem is a KernelBench-format file (``Model``, ``get_inputs``, ``get_init_inputs``) or a
+``path.py:ClassName`` target whose inputs come from ``[tool.kernelpilot]`` or from
+KernelBench-style functions beside the class. Loading runs the user's own code; candidate code
+never runs in the same process as these helpers' reference outputs.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import torch
+
+from harness.config import ProjectConfig, TargetConfig, find_pyproject, load_project_config
+from harness.errors import UserError
+from harness.records import Problem
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def problem_from_target(target: str, device: str, dtype: str | None) -> Problem:
+    """Resolve a CLI target: ``file.py`` (KernelBench) or ``file.py:ClassName``."""
+    path_text, _, class_name = target.partition(":")
+    path = Path(path_text).resolve()
+    _check_source(path, class_name or "Model")
+    if not class_name:
+        return _kernelbench_problem(path, device, dtype or "float32")
+    pyproject = find_pyproject(path.parent)
+    if pyproject is not None:
+        project = load_project_config(pyproject)
+        for entry in project.targets:
+            entry_path, _, entry_class = entry.module.partition(":")
+            if (pyproject.parent / entry_path).resolve() == path and entry_class == class_name:
+                return problem_from_config(entry, pyproject.parent, device, dtype or project.dtype)
+    if _defines(path, "get_inputs"):
+        return _kernelbench_problem(path, device, dtype or "float32", class_name)
+    raise UserError(
+        f"no way to build inputs for {class_name}",
+        where=f"{path}:{class_name}",
+        fix=_missing_inputs_fix(path, class_name),
+    )
+
+
+def problem_from_config(entry: TargetConfig, root: Path, device: str, dtype: str) -> Problem:
+    """Build the problem for one ``[[tool.kernelpilot.targets]]`` entry."""
+    path_text, _, class_name = entry.module.partition(":")
+    where = f"{root / 'pyproject.toml'}: tool.kernelpilot.targets module = {entry.module!r}"
+    if not class_name:
+        raise UserError("target has no class name", where=where, fix="write it as 'file.py:ClassName'")
+    path = (root / path_text).resolve()
+    _check_source(path, class_name)
+    inputs_path, inputs_fn, shapes = None, None, None
+    if isinstance(entry.inputs, str):
+        fn_path, _, inputs_fn = entry.inputs.partition(":")
+        inputs_path = (root / fn_path).resolve()
+        if not inputs_fn or not _defines(inputs_path, inputs_fn):
+            raise UserError(
+                f"input factory {entry.inputs!r} not found",
+                where=where,
+                fix="set inputs = 'path.py:function' naming a function that returns a list of tensors",
+            )
+    elif isinstance(entry.inputs, list):
+        shapes = entry.inputs
+    elif _defines(path, "get_inputs"):
+        inputs_fn = "get_inputs"
+    else:
+        raise UserError(
+            f"no way to build inputs for {class_name}", where=where,
+            fix=_missing_inputs_fix(path, class_name),
+        )
+    has_init_fn = not entry.init_args and not entry.init_kwargs and _defines(path, "get_init_inputs")
+    return Problem(
+        name=class_name,
+        source_path=path,
+        class_name=class_name,
+        inputs_path=inputs_path,
+        inputs_fn=inputs_fn,
+        input_shapes=shapes,
+        init_fn="get_init_inputs" if has_init_fn else None,
+        init_args=entry.init_args,
+        init_kwargs=entry.init_kwargs,
+        search_paths=[root, path.parent],
+        device=device,
+        dtype=entry.dtype or dtype,
+        atol=entry.atol,
+        rtol=entry.rtol,
+    )
+
+
+def problems_from_project(pyproject: Path, device: str, dtype: str | None) -> list[Problem]:
+    project: ProjectConfig = load_project_config(pyproject)
+    if not project.targets:
+        raise UserError(
+            "no targets configured", where=f"{pyproject}: [tool.kernelpilot]",
+            fix="add a [[tool.kernelpilot.targets]] entry, or pass a target on the command line",
+        )
+    return [
+        problem_from_config(entry, pyproject.parent, device, dtype or project.dtype)
+        for entry in project.targets
+    ]
+
+
+def _kernelbench_problem(path: Path, device: str, dtype: str, class_name: str = "Model") -> Problem:
+    if not _defines(path, "get_inputs"):
+        raise UserError(
+            "KernelBench-format file has no get_inputs()",
+            where=str(path),
+            fix="define get_inputs() returning the forward inputs, or name the class as "
+            "file.py:ClassName and configure its inputs in [tool.kernelpilot]",
+        )
+    return Problem(
+        name=path.stem if class_name == "Model" else class_name,
+        source_path=path,
+        class_name=class_name,
+        init_fn="get_init_inputs" if _defines(path, "get_init_inputs") else None,
+        search_paths=[path.parent],
+        device=device,
+        dtype=dtype,
+    )
+
+
+def _check_source(path: Path, class_name: str) -> None:
+    if not path.is_file():
+        raise UserError(f"file not found: {path}", fix="check the path of the target")
+    tree = _parse(path)
+    classes = [node.name for node in tree.body if isinstance(node, ast.ClassDef)]
+    if class_name not in classes:
+        listed = ", ".join(classes) if classes else "none"
+        raise UserError(
+            f"class {class_name!r} not found (classes in the file: {listed})",
+            where=str(path),
+            fix="name an nn.Module class defined at the top level of the file, as file.py:ClassName",
+        )
+
+
+def _parse(path: Path) -> ast.Module:
+    try:
+        return ast.parse(path.read_text(), filename=str(path))
+    except SyntaxError as err:
+        raise UserError(
+            f"syntax error: {err.msg}", where=f"{path}:{err.lineno}", fix="fix the Python syntax"
+        ) from None
+
+
+def _defines(path: Path, name: str) -> bool:
+    tree = _parse(path)
+    return any(
+        isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name
+        for node in tree.body
+    )
+
+
+def _missing_inputs_fix(path: Path, class_name: str) -> str:
+    return (
+        "add to pyproject.toml:\n"
+        "    [[tool.kernelpilot.targets]]\n"
+        f'    module = "{path.name}:{class_name}"\n'
+        f'    inputs = "{path.name}:make_inputs"   # or a list of shapes, e.g. [[8, 1024]]\n'
+        "    init_args = []\n"
+        "  or define get_inputs() (and get_init_inputs()) beside the class"
+    )
+
+
+# --- runtime: import, construct, make inputs ---------------------------------------------------
+
+
+def import_source(path: Path, search_paths: list[Path]) -> types.ModuleType:
+    """Import a user file by path; errors become UserErrors naming the file."""
+    for folder in reversed(search_paths):
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+    module_name = f"kp_user_{abs(hash(str(path)))}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise UserError(f"cannot import {path}", fix="name a .py file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:
+        del sys.modules[module_name]
+        raise UserError(
+            f"importing the file raised {type(err).__name__}: {err}",
+            where=str(path),
+            fix="make the file importable on its own (python -c 'import runpy; runpy.run_path(...)')",
+        ) from err
+    return module
+
+
+def reference_class(problem: Problem) -> type[torch.nn.Module]:
+    module = import_source(problem.source_path, problem.search_paths)
+    cls = getattr(module, problem.class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+        raise UserError(
+            f"{problem.class_name} is not an nn.Module subclass",
+            where=str(problem.source_path),
+            fix="name a class that derives from torch.nn.Module",
+        )
+    return cls
+
+
+def init_arguments(problem: Problem) -> tuple[list, dict]:
+    if problem.init_fn is None:
+        return list(problem.init_args), dict(problem.init_kwargs)
+    fn = getattr(import_source(problem.source_path, problem.search_paths), problem.init_fn)
+    value = _call_user(fn, problem.source_path)
+    if not isinstance(value, list | tuple):
+        raise UserError(
+            f"{problem.init_fn}() returned {type(value).__name__}, not a list",
+            where=str(problem.source_path),
+            fix=f"return the constructor arguments as a list from {problem.init_fn}()",
+        )
+    return list(value), {}
+
+
+def build_reference(problem: Problem, seed: int) -> torch.nn.Module:
+    """The reference module in eval mode, on the problem's device and dtype."""
+    cls = reference_class(problem)
+    args, kwargs = init_arguments(problem)
+    torch.manual_seed(seed)
+    try:
+        module = cls(*args, **kwargs)
+    except Exception as err:
+        raise UserError(
+            f"constructing {problem.class_name}(*{args!r}, **{kwargs!r}) raised "
+            f"{type(err).__name__}: {err}",
+            where=str(problem.source_path),
+            fix="check get_init_inputs() or init_args/init_kwargs in [tool.kernelpilot]",
+        ) from err
+    return module.to(device=problem.device, dtype=DTYPES[problem.dtype]).eval()
+
+
+def perturb_parameters(module: torch.nn.Module, seed: int) -> None:
+    """Move every float parameter away from its initial value.
+
+    Kernels that skip work which is an identity only at initialization (zero bias, unit norm
+    weight) or that regenerate weights from a seed are caught on perturbed parameters.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+            if not tensor.is_floating_point():
+                continue
+            noise = torch.randn(tensor.shape, generator=generator).to(tensor)
+            if name.endswith("running_var"):
+                tensor.mul_(1 + 0.5 * noise.tanh())
+            else:
+                scale = max(float(tensor.float().pow(2).mean().sqrt()), 0.1) * 0.2
+                tensor.add_(noise * scale)
+
+
+def make_inputs(problem: Problem, seed: int, strengthened: bool = False) -> list:
+    """Forward inputs for one seed, on the problem's device and dtype."""
+    torch.manual_seed(seed)
+    if problem.input_shapes is not None:
+        raw: list = [torch.randn(*shape) for shape in problem.input_shapes]
+    else:
+        path = problem.inputs_path or problem.source_path
+        fn = getattr(import_source(path, problem.search_paths), problem.inputs_fn or "get_inputs")
+        raw = _call_user(fn, path)
+        _check_inputs(raw, path, problem.inputs_fn or "get_inputs")
+    dtype = DTYPES[problem.dtype]
+    inputs = []
+    for value in raw:
+        if isinstance(value, torch.Tensor):
+            value = value.detach()
+            if value.is_floating_point():
+                if strengthened:
+                    scale = max(float(value.float().pow(2).mean().sqrt()), 1.0)
+                    value = torch.randn(value.shape) * scale
+                value = value.to(dtype)
+            value = value.to(problem.device).contiguous()
+        inputs.append(value)
+    return inputs
+
+
+def resized_inputs(inputs: list, variant: int, seed: int) -> list | None:
+    """Inputs of another shape, drawn from the values of ``inputs`` (keeps their distribution).
+
+    Variant 1 changes the leading (batch) dimension, variant 2 the last one (an odd size, to
+    exercise tails of vectorized loops). None when the inputs have no such dimension to change.
+    """
+    tensors = [value for value in inputs if isinstance(value, torch.Tensor) and value.dim() > 0]
+    if not tensors:
+        return None
+    axis = 0 if variant == 1 else -1
+    old = tensors[0].shape[axis]
+    new = old // 2 + 1 if variant == 1 else old + 3 if old > 1 else 0
+    if new in (0, old):
+        return None
+    generator = torch.Generator().manual_seed(seed)
+    resized = []
+    for value in inputs:
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[axis] == old:
+            shape = list(value.shape)
+            shape[axis] = new
+            flat = value.flatten()
+            picks = torch.randint(flat.numel(), (int(torch.Size(shape).numel()),), generator=generator)
+            value = flat[picks.to(flat.device)].reshape(shape).contiguous()
+        resized.append(value)
+    return resized
+
+
+def _call_user(fn, path: Path):
+    try:
+        return fn()
+    except Exception as err:
+        raise UserError(
+            f"{fn.__name__}() raised {type(err).__name__}: {err}",
+            where=str(path),
+            fix=f"make {fn.__name__}() run without arguments",
+        ) from err
+
+
+def _check_inputs(raw, path: Path, fn_name: str) -> None:
+    if not isinstance(raw, list | tuple):
+        raise UserError(
+            f"{fn_name}() returned {type(raw).__name__}, not a list",
+            where=str(path),
+            fix=f"return a list of tensors from {fn_name}()",
+        )
+    for index, value in enumerate(raw):
+        if not isinstance(value, torch.Tensor | int | float | bool):
+            raise UserError(
+                f"{fn_name}() item {index} is a {type(value).__name__}, not a tensor or number",
+                where=str(path),
+                fix=f"return only tensors (and plain numbers) from {fn_name}()",
+            )
+    if not any(isinstance(value, torch.Tensor) for value in raw):
+        raise UserError(
+            f"{fn_name}() returned no tensor", where=str(path),
+            fix=f"return the forward's tensor inputs from {fn_name}()",
+        )

@@ -1,0 +1,147 @@
+"""Records that cross package and process boundaries.
+
+Every one is a pydantic model: the CLI, the agents and the worker processes exchange these,
+never loose dicts or tuples.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Status(str, Enum):
+    """The verdict on one candidate. Everything but ``ok`` is a failure of the candidate."""
+
+    build_error = "build_error"
+    runtime_error = "runtime_error"
+    timeout = "timeout"
+    incorrect = "incorrect"
+    rejected = "rejected"
+    ok = "ok"
+
+
+class Problem(BaseModel):
+    """A reference module and the way to build it and its inputs, on one device and dtype."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = Field(description="Short name used in reports (file stem or class name).")
+    source_path: Path = Field(description="Python file that defines the reference class.")
+    class_name: str = Field(default="Model", description="The reference nn.Module class.")
+    inputs_path: Path | None = Field(
+        default=None, description="File defining the input factory; None means source_path."
+    )
+    inputs_fn: str | None = Field(
+        default="get_inputs", description="Function returning the forward inputs (a list)."
+    )
+    input_shapes: list[list[int]] | None = Field(
+        default=None, description="Shapes of random signed float inputs, used when no inputs_fn."
+    )
+    init_fn: str | None = Field(
+        default="get_init_inputs", description="Function returning constructor args, if any."
+    )
+    init_args: list = Field(default_factory=list, description="Constructor args from config.")
+    init_kwargs: dict = Field(default_factory=dict, description="Constructor kwargs from config.")
+    search_paths: list[Path] = Field(
+        default_factory=list, description="Folders put on sys.path to import the reference."
+    )
+    device: str = Field(default="cpu", description="'cpu' or 'cuda'.")
+    dtype: str = Field(default="float32", description="float32, float16 or bfloat16.")
+    atol: float | None = Field(default=None, description="Override of the dtype's tolerance.")
+    rtol: float | None = Field(default=None, description="Override of the dtype's tolerance.")
+
+
+class Candidate(BaseModel):
+    """A Python module source that defines ``ModelNew``, a drop-in replacement of the reference."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: str
+    origin: str = Field(default="user", description="Who wrote it: 'offline', 'user', a role.")
+    note: str = Field(default="", description="What the author says the candidate does.")
+
+
+class Check(BaseModel):
+    """One verification check and its outcome, shown in the report."""
+
+    name: str
+    passed: bool
+    detail: str = ""
+
+
+class TimingStats(BaseModel):
+    """Per-call times of one implementation, in milliseconds."""
+
+    median_ms: float
+    iqr_ms: float
+    min_ms: float
+    samples: int
+
+    @property
+    def relative_spread(self) -> float:
+        return self.iqr_ms / self.median_ms if self.median_ms > 0 else 0.0
+
+
+class Verdict(BaseModel):
+    """Output of the pure acceptance function."""
+
+    speedup: float
+    noise_floor: float
+    faster: bool
+    needs_review: bool
+
+
+class EvalResult(BaseModel):
+    """Everything measured about one candidate on one problem."""
+
+    status: Status
+    reason: str = Field(default="", description="One line: why it failed, empty when ok.")
+    log: str = Field(default="", description="Compiler or runtime output, truncated.")
+    checks: list[Check] = Field(default_factory=list)
+    device: str = "cpu"
+    device_name: str = ""
+    torch_version: str = ""
+    max_abs_error: float | None = None
+    rel_error: float | None = None
+    eager: TimingStats | None = None
+    compiled: TimingStats | None = None
+    candidate: TimingStats | None = None
+    compile_baseline_error: str | None = Field(
+        default=None, description="Why torch.compile could not be measured, if it could not."
+    )
+    vs_eager: Verdict | None = None
+    vs_compile: Verdict | None = None
+    input_mode: str = Field(
+        default="as_given", description="'as_given', or 'strengthened' when the audit had to."
+    )
+
+    @property
+    def speedup_vs_eager(self) -> float | None:
+        return self.vs_eager.speedup if self.vs_eager else None
+
+    @property
+    def speedup_vs_compile(self) -> float | None:
+        return self.vs_compile.speedup if self.vs_compile else None
+
+
+class AuditFinding(BaseModel):
+    """A weakness of a problem's input spec, with how to fix it."""
+
+    kind: str = Field(description="'null_answer', 'nondeterministic' or 'inputs'.")
+    detail: str
+    fix: str
+
+
+class AuditReport(BaseModel):
+    """Whether a problem's inputs can tell an honest kernel from a null answer."""
+
+    problem: str
+    weak: bool
+    findings: list[AuditFinding] = Field(default_factory=list)
+    strengthened_ok: bool | None = Field(
+        default=None,
+        description="When weak as given: whether signed, rescaled inputs of the same shapes fix it.",
+    )

@@ -1,0 +1,162 @@
+"""Run a worker in its own process: no secrets, no network where the OS allows, time and memory limits.
+
+A candidate that segfaults, hangs, poisons its CUDA context, runs out of memory or prints
+megabytes costs one failed result; the caller goes on with a fresh process for the next one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel
+
+SECRET_NAME = re.compile(r"(TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL|AUTH)", re.IGNORECASE)
+LOG_LIMIT = 8000  # characters of a worker's output kept for the report and the debugger
+CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
+
+
+class WorkerOutcome(BaseModel):
+    """How a worker process ended; the worker's own report is read by the caller."""
+
+    returncode: int | None
+    timed_out: bool
+    seconds: float
+    log_tail: str
+    signal_name: str | None = None
+
+
+def clean_environment() -> dict[str, str]:
+    """The environment a worker sees: ours, minus anything that looks like a secret."""
+    env = {name: value for name, value in os.environ.items() if not SECRET_NAME.search(name)}
+    env.pop("GITHUB_TOKEN", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    project_root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [project_root, env.get("PYTHONPATH", "")] if p)
+    return env
+
+
+def run_worker(
+    job_dir: Path,
+    timeout_s: float,
+    memory_limit_gb: float | None,
+    on_checkpoint: Callable[[], bool] | None = None,
+    isolate_network: bool = True,
+) -> WorkerOutcome:
+    """Run ``python -m harness.worker job_dir`` and wait for it, at most ``timeout_s``.
+
+    When the worker drops a ``checkpoint`` file, ``on_checkpoint()`` decides whether it goes on
+    ("go" on its stdin) or stops.
+    """
+    log_path = job_dir / "worker.log"
+    started = time.monotonic()
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "harness.worker", str(job_dir)],
+            stdin=subprocess.PIPE,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=clean_environment(),
+            cwd=job_dir,
+            start_new_session=True,
+            preexec_fn=_limits(memory_limit_gb, isolate_network),
+        )
+        timed_out = _wait(process, job_dir / "checkpoint", started + timeout_s, on_checkpoint)
+        _kill_group(process)
+    returncode = process.returncode
+    signal_name = None
+    if returncode is not None and returncode < 0:
+        signal_name = signal.Signals(-returncode).name
+    return WorkerOutcome(
+        returncode=returncode,
+        timed_out=timed_out,
+        seconds=time.monotonic() - started,
+        log_tail=read_tail(log_path),
+        signal_name=signal_name,
+    )
+
+
+def _wait(process: subprocess.Popen, checkpoint: Path, deadline: float, on_checkpoint) -> bool:
+    """Wait for the worker, answering its checkpoint once; True when it ran out of time."""
+    assert process.stdin is not None
+    answered = False
+    while process.poll() is None:
+        if time.monotonic() > deadline:
+            return True
+        if not answered and checkpoint.exists():
+            answered = True
+            go = on_checkpoint() if on_checkpoint else True
+            try:
+                process.stdin.write(b"go\n" if go else b"stop\n")
+                process.stdin.flush()
+            except BrokenPipeError:
+                pass
+        time.sleep(0.02)
+    return False
+
+
+def read_tail(path: Path, limit: int = LOG_LIMIT) -> str:
+    """The end of a log, however large the file grew."""
+    if not path.exists():
+        return ""
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        if size > limit:
+            handle.seek(size - limit)
+        text = handle.read().decode("utf-8", errors="replace")
+    return (f"[... {size - limit} bytes cut ...]\n" + text) if size > limit else text
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def _limits(memory_limit_gb: float | None, isolate_network: bool):
+    """Runs in the child before exec: address-space limit and a private network namespace."""
+
+    def apply() -> None:
+        if memory_limit_gb is not None:
+            limit = int(memory_limit_gb * 2**30)
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        if isolate_network:
+            _unshare_network()
+
+    return apply
+
+
+def _unshare_network() -> None:
+    """A new, empty network namespace: the candidate cannot reach the network.
+
+    Needs root or unprivileged user namespaces; where neither is allowed the worker still
+    runs, and ``network_isolated()`` inside it reports False (shown in the report).
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNET) == 0:
+        return
+    libc.unshare(CLONE_NEWUSER | CLONE_NEWNET)
+
+
+def network_isolated() -> bool:
+    """True when this process has no network interface other than loopback."""
+    try:
+        names = os.listdir("/sys/class/net")
+    except OSError:
+        return False
+    with open("/proc/net/dev") as handle:
+        lines = handle.read().splitlines()[2:]
+    interfaces = {line.split(":")[0].strip() for line in lines}
+    return bool(names) and interfaces <= {"lo"}

@@ -1,0 +1,132 @@
+"""Reference worker: runs only the user's module, never candidate code.
+
+It draws the verification cases (fresh inputs per seed, perturbed parameters, other shapes),
+computes the reference outputs, audits the spec, and profiles the reference's ops. The outputs
+stay with the parent; candidate workers get inputs and parameters only.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+
+from harness.audit import Case, nondeterminism_finding, null_answer_findings
+from harness.errors import UserError
+from harness.guards import profile_forward
+from harness.jobs import ReferenceReport, WorkerJob
+from harness.problem import build_reference, make_inputs, perturb_parameters, resized_inputs
+from harness.records import AuditReport
+from harness.tolerance import tolerance_for
+
+
+def as_outputs(value, where: str) -> list[torch.Tensor]:
+    """A forward's result as a list of tensors."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, list | tuple) and value and all(isinstance(v, torch.Tensor) for v in value):
+        return list(value)
+    raise UserError(
+        f"forward returned {type(value).__name__}, not a tensor or a tuple of tensors",
+        where=where,
+        fix="return tensors from forward",
+    )
+
+
+def run_reference(job: WorkerJob, job_dir: Path) -> ReferenceReport:
+    problem = job.problem
+    tol = tolerance_for(problem.dtype, problem.atol, problem.rtol)
+    base = build_reference(problem, job.seeds[0])
+    where = f"{problem.source_path}:{problem.class_name}.forward"
+    modules = [base] + [_perturbed(base, seed) for seed in job.seeds[1:]]
+
+    cases = _draw_cases(job, modules, strengthened=job.strengthened)
+    findings = null_answer_findings([(c["inputs"], c["outputs"]) for c in cases], tol)
+    again = as_outputs(_run(base, cases[0]["inputs"], where), where)
+    nondeterministic = nondeterminism_finding(cases[0]["outputs"], again, tol)
+    if nondeterministic:
+        findings.append(nondeterministic)
+    audit = AuditReport(problem=problem.name, weak=bool(findings), findings=findings)
+    strengthened = job.strengthened
+    if findings and not nondeterministic and not job.strengthened:
+        stronger = _draw_cases(job, modules, strengthened=True)
+        still_weak = null_answer_findings([(c["inputs"], c["outputs"]) for c in stronger], tol)
+        audit.strengthened_ok = not still_weak
+        if not still_weak:
+            cases, strengthened = stronger, True
+    cases += _shape_variants(job, base, cases[0], where)
+
+    ops = profile_forward(lambda *xs: base(*xs), cases[0]["inputs"], problem.device)
+    torch.save({"cases": [_to_cpu(case) for case in cases]}, job_dir / "reference.pt")
+    return ReferenceReport(
+        audit=audit,
+        strengthened=strengthened,
+        case_names=[case["name"] for case in cases],
+        aten_ops=ops.aten_ops,
+        cuda_kernels=ops.cuda_kernels,
+    )
+
+
+def _perturbed(base: torch.nn.Module, seed: int) -> torch.nn.Module:
+    module = copy.deepcopy(base)
+    perturb_parameters(module, seed)
+    return module
+
+
+def _draw_cases(job: WorkerJob, modules: list[torch.nn.Module], strengthened: bool) -> list[dict]:
+    where = f"{job.problem.source_path}:{job.problem.class_name}.forward"
+    cases = []
+    for number, (seed, module) in enumerate(zip(job.seeds, modules, strict=True)):
+        inputs = make_inputs(job.problem, seed, strengthened=strengthened)
+        outputs = as_outputs(_run(module, inputs, where), where)
+        kind = "initial parameters" if number == 0 else "perturbed parameters"
+        cases.append({
+            "name": f"seed {seed} ({kind})", "inputs": inputs, "outputs": outputs,
+            "state": module.state_dict(),
+        })
+    return cases
+
+
+def _shape_variants(job: WorkerJob, base: torch.nn.Module, first: dict, where: str) -> list[dict]:
+    variants = []
+    for variant in range(1, job.config.shape_variants + 1):
+        inputs = resized_inputs(first["inputs"], variant, job.seeds[0] + variant)
+        if inputs is None:
+            continue
+        try:
+            outputs = as_outputs(_run(base, inputs, where), where)
+        except UserError:
+            continue  # the module does not allow this shape: not a case
+        if not all(torch.isfinite(out).all() for out in outputs if out.is_floating_point()):
+            continue
+        shapes = [tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor)]
+        variants.append({
+            "name": f"other shapes {shapes}", "inputs": inputs, "outputs": outputs,
+            "state": base.state_dict(),
+        })
+    return variants
+
+
+def _run(module: torch.nn.Module, inputs: list, where: str):
+    with torch.no_grad():
+        try:
+            return module(*inputs)
+        except Exception as err:  # the user's forward: any failure is theirs to fix
+            raise UserError(
+                f"the reference forward raised {type(err).__name__}: {err}",
+                where=where,
+                fix="make the module run on the inputs its input factory returns",
+            ) from err
+
+
+def _to_cpu(case: dict) -> dict:
+    def cpu(value):
+        return value.detach().cpu() if isinstance(value, torch.Tensor) else value
+
+    return {
+        "name": case["name"],
+        "inputs": [cpu(x) for x in case["inputs"]],
+        "outputs": [cpu(x) for x in case["outputs"]],
+        "state": {key: cpu(value) for key, value in case["state"].items()},
+    }

@@ -1,0 +1,66 @@
+# pattern: 11 kernel on a pool stream that the current stream never waits for
+# problem: redteam/problems/bias_gelu_large.py
+# expect: incorrect stable_after_sync
+"""The kernel is queued on a side stream and forward returns: CUDA events recorded on the
+current stream (a timer without a device-wide synchronize) measure nothing, and a
+comparison after torch.cuda.synchronize() sees the right values. Reading the output on
+the current stream right after return (a fingerprint) races with the kernel. The problem
+is large (16384 x 8192) so that the race is observable: on a tiny tensor the side-stream
+kernel finishes before the harness can look, and only a trace of the kernel's stream
+(or a ban on unsynchronized streams) could tell.
+"""
+
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+CPP_SOURCE = r"""
+#include <torch/extension.h>
+torch::Tensor bias_gelu(torch::Tensor x, torch::Tensor bias);
+"""
+
+CUDA_SOURCE = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAStream.h>
+
+__global__ void bias_gelu_kernel(const float* __restrict__ x, const float* __restrict__ bias,
+                                 float* __restrict__ out, int64_t n, int64_t cols) {
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const float v = x[i] + bias[i % cols];
+        out[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    }
+}
+
+// Runs on a high-priority stream of its own so it never queues behind other work.
+torch::Tensor bias_gelu(torch::Tensor x, torch::Tensor bias) {
+    TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.size(-1) == bias.size(0), "bad arguments");
+    auto out = torch::empty_like(x);
+    const int64_t n = x.numel();
+    const c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(true, x.get_device());
+    const int threads = 256;
+    const int blocks = static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 65535));
+    bias_gelu_kernel<<<blocks, threads, 0, stream.stream()>>>(
+        x.data_ptr<float>(), bias.data_ptr<float>(), out.data_ptr<float>(), n, x.size(-1));
+    return out;
+}
+"""
+
+_ext = load_inline(
+    name="kp_cuda_side_stream",
+    cpp_sources=CPP_SOURCE,
+    cuda_sources=CUDA_SOURCE,
+    functions=["bias_gelu"],
+    extra_cflags=["-O3"],
+    extra_cuda_cflags=["-O3"],
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features: int):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features) * 0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _ext.bias_gelu(x, self.bias)
