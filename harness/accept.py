@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from harness.records import TimingStats, Verdict
 
 # Work this short is dominated by launch and timer jitter, so it must clear a higher bar.
@@ -18,16 +20,25 @@ def accept(
     """Speedup of ``candidate`` over ``baseline`` and whether it clears the noise floor.
 
     The floor is the largest of: the configured floor, the higher floor for sub-10-microsecond
-    work, and the measured relative spread (IQR / median) of the two timings combined.
+    work, and two standard errors of the ratio of the two medians, estimated from the measured
+    spreads (IQR) and sample counts: a speedup inside that band could be noise.
     """
     speedup = baseline.median_ms / candidate.median_ms if candidate.median_ms > 0 else float("inf")
     floor = noise_floor
     if min(candidate.median_ms, baseline.median_ms) < SHORT_WORK_MS:
         floor = max(floor, SHORT_WORK_FLOOR)
-    floor = max(floor, candidate.relative_spread + baseline.relative_spread)
+    floor = max(floor, 2.0 * math.hypot(_median_error(candidate), _median_error(baseline)))
     return Verdict(
         speedup=speedup,
         noise_floor=floor,
         faster=speedup > 1.0 + floor,
         needs_review=speedup > review_speedup,
     )
+
+
+def _median_error(stats: TimingStats) -> float:
+    """Relative standard error of a median: 1.2533 * sigma / sqrt(n), sigma ~ IQR / 1.349."""
+    if stats.samples < 2 or stats.median_ms <= 0:
+        return float("inf")
+    sigma = stats.iqr_ms / 1.349
+    return 1.2533 * sigma / math.sqrt(stats.samples) / stats.median_ms

@@ -8,7 +8,6 @@ rebuilt, and the returned module counts calls into each compiled function (launc
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -16,7 +15,6 @@ import platform
 import re
 import sys
 from collections import Counter
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -24,11 +22,14 @@ from torch.utils import cpp_extension
 
 from harness.gate import GateRejection, check_native
 
-CPU_CFLAGS = ["-O3", "-fopenmp", "-march=native"]
+# Fixed on cpu, whatever the candidate asks (it may only ask for allowed flags): the same
+# candidate then always hashes to the same build.
+CPU_CFLAGS = ["-O3", "-fopenmp", "-march=native", "-fno-math-errno", "-fno-trapping-math"]
 CPU_LDFLAGS = ["-fopenmp"]
 CUDA_BASE_FLAGS = ["-O3"]
 ALLOWED_FLAG = re.compile(
     r"^(-O[0-3s]|-std=[\w+]+|-D\w+(=[\w.]+)?|-U\w+|-ffast-math|-funroll-loops|-fopenmp|"
+    r"-fno-math-errno|-fno-trapping-math|-ftree-vectorize|-ffp-contract=\w+|-m[\w=.-]+|"
     r"-march=native|-lineinfo|--use_fast_math|-use_fast_math|--expt-relaxed-constexpr|"
     r"--extended-lambda|-Xptxas=-v|-Xptxas=-O3|-lgomp|-lcublas|-lcublasLt|-g)$"
 )
@@ -91,24 +92,23 @@ class CachedLoader:
         directory = self.cache_dir / key
         directory.mkdir(parents=True, exist_ok=True)
         self.builds.append(key)
-        use_pch = self.device == "cpu" and _pch_possible()
-        with _pch_lock(self.cache_dir, use_pch):
-            try:
-                return _load_inline(
-                    name=f"kp_{key}",
-                    cpp_sources=[cpp],
-                    cuda_sources=[cuda] if cuda else None,
-                    functions=functions,
-                    extra_cflags=cflags,
-                    extra_cuda_cflags=cuda_flags or None,
-                    extra_ldflags=ldflags,
-                    build_directory=str(directory),
-                    with_cuda=bool(cuda),
-                    use_pch=use_pch,
-                    verbose=False,
-                )
-            except (RuntimeError, OSError, ImportError) as err:
-                raise BuildFailed(str(err)) from err
+        # No use_pch: torch keeps one precompiled header in site-packages and deletes it
+        # whenever any load_inline call runs without use_pch, so builds would race on it.
+        try:
+            return _load_inline(
+                name=f"kp_{key}",
+                cpp_sources=[cpp],
+                cuda_sources=[cuda] if cuda else None,
+                functions=functions,
+                extra_cflags=cflags,
+                extra_cuda_cflags=cuda_flags or None,
+                extra_ldflags=ldflags,
+                build_directory=str(directory),
+                with_cuda=bool(cuda),
+                verbose=False,
+            )
+        except (RuntimeError, OSError, ImportError) as err:
+            raise BuildFailed(str(err)) from err
 
 
 class CountingModule:
@@ -149,31 +149,6 @@ def _joined(sources) -> str:
     if isinstance(sources, str):
         return sources
     return "\n".join(sources)
-
-
-def _torch_include() -> Path:
-    return Path(cpp_extension.__file__).parent.parent / "include" / "torch"
-
-
-def _pch_possible() -> bool:
-    """torch keeps its precompiled header beside its own headers: only when we may write there."""
-    return platform.system() == "Linux" and os.access(_torch_include(), os.W_OK)
-
-
-@contextmanager
-def _pch_lock(cache_dir: Path, use_pch: bool):
-    """Serialize cpu builds while torch's shared precompiled header is being (re)built."""
-    if not use_pch:
-        yield
-        return
-    header = _torch_include() / "extension.h.gch"
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with (cache_dir / "pch.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_SH if header.exists() else fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def default_cache_dir() -> Path:

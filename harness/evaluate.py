@@ -51,6 +51,7 @@ class Evaluator:
         self.cache_dir = self.config.cache_dir or default_cache_dir()
         self.progress = progress or (lambda message: None)
         self._references: dict[str, ReferenceData] = {}
+        self._built: set[str] = set()  # candidate sources whose kernels are in the build cache
 
     def reference(self, problem: Problem) -> ReferenceData:
         """Reference cases and audit; raises WeakSpecError on a spec a null answer passes."""
@@ -70,7 +71,8 @@ class Evaluator:
         sources = [c for c in candidates if not check_python(c.source, problem.class_name, problem.dtype)]
         self.progress(f"{problem.name}: building {len(sources)} candidate(s), {jobs} at a time")
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            list(pool.map(lambda c: self._run_candidate(problem, c, "build", None), sources))
+            reports = list(pool.map(lambda c: self._run_candidate(problem, c, "build", None), sources))
+        self._built.update(c.source for c, r in zip(sources, reports, strict=True) if r.status is None)
 
     def evaluate(self, problem: Problem, candidate: Candidate) -> EvalResult:
         reasons = check_python(candidate.source, problem.class_name, problem.dtype)
@@ -107,7 +109,12 @@ class Evaluator:
             return comparison["failed"] is None
 
         memory = config.memory_limit_gb if problem.device == "cpu" else None
-        timeout = config.build_timeout_s + (config.run_timeout_s if mode == "evaluate" else 0)
+        if mode == "build":
+            timeout = config.build_timeout_s
+        elif candidate.source in self._built:
+            timeout = config.run_timeout_s
+        else:
+            timeout = config.build_timeout_s + config.run_timeout_s
         outcome = run_worker(job_dir, timeout, memory, checkpoint if data else None)
         report_file = job_dir / "report.json"
         if report_file.exists():

@@ -129,7 +129,25 @@ def snapshot() -> dict[str, int]:
                 continue
             if value is not None and (callable(value) or isinstance(value, bool)):
                 marks[f"{owner_name}.{name}"] = id(value) if callable(value) else int(value)
+    marks.update(_settings())
     return marks
+
+
+def _settings() -> dict[str, int]:
+    """Global settings that change how fast the baselines run or how precise they are."""
+    settings = {
+        "torch.get_num_threads()": torch.get_num_threads(),
+        "torch.get_num_interop_threads()": torch.get_num_interop_threads(),
+        "torch.get_float32_matmul_precision()": hash(torch.get_float32_matmul_precision()),
+        "torch.backends.cuda.matmul.allow_tf32": int(torch.backends.cuda.matmul.allow_tf32),
+        "torch.backends.cudnn.allow_tf32": int(torch.backends.cudnn.allow_tf32),
+        "torch.backends.cudnn.benchmark": int(torch.backends.cudnn.benchmark),
+        "torch.backends.mkldnn.enabled": int(torch.backends.mkldnn.enabled),
+        "torch.are_deterministic_algorithms_enabled()": int(torch.are_deterministic_algorithms_enabled()),
+        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction":
+            int(torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction),
+    }
+    return settings
 
 
 def changed(before: dict[str, int], after: dict[str, int]) -> list[str]:

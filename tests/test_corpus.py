@@ -42,6 +42,10 @@ CHECKS = {
     "timed_outputs_correct": "incorrect",
 }
 WEAK_KINDS = {"null_answer", "nondeterministic"}
+# Unwritten or out-of-bounds output elements hold whatever the memory held: NaN where the
+# harness's poison or guard regions reached, stale finite values elsewhere. Which of the two
+# checks names the failure depends on the first bad element, so either one counts.
+SAME_SYMPTOM = {"correct_outputs": {"finite_outputs"}, "finite_outputs": {"correct_outputs"}}
 # Pattern 15 (a weak problem where a null answer passes) is covered by problem files, not
 # candidates: see tests/redteam/weak_problems.
 WEAK_PATTERN = 15
@@ -218,7 +222,8 @@ def test_candidate_verdict(entry: Entry):
     )
     if entry.check is not None:
         failed = {check.name for check in result.checks if not check.passed}
-        assert entry.check in failed, (
+        accepted = {entry.check} | SAME_SYMPTOM.get(entry.check, set())
+        assert failed & accepted, (
             f"{entry.id}: expected check {entry.check!r} to fail, failed: {sorted(failed)}\n"
             f"{_describe(result)}"
         )

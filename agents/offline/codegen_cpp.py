@@ -3,7 +3,9 @@
 The fast path splits the ``rows x cols`` iteration space into tiles of up to ``kp::kTile``
 columns, shares the tiles among OpenMP threads, and runs a ``#pragma omp simd`` loop over each
 tile's columns in a function cloned per instruction set (AVX-512, AVX2+FMA, baseline; GCC's
-``target_clones``); values read once per row are passed in as floats. The general path walks
+``target_clones``). Inputs read once per row, and the values computed from them alone (the
+``rsqrt(var + eps)`` of a hand-written norm), are computed once per row, outside that loop.
+The general path walks
 rows of the broadcast output and indexes every input with its broadcast strides.
 """
 
@@ -20,9 +22,9 @@ from agents.offline.cxx_common import (
     pointer_params,
     wrapper,
 )
-from agents.offline.kernel import FusedKernel
+from agents.offline.kernel import FusedKernel, row_invariant
 
-CPU_FLAGS = ["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math"]
+CPU_FLAGS = ["-O3", "-fopenmp"]
 
 _PRELUDE = r"""
 #include <ATen/ATen.h>
@@ -37,6 +39,11 @@ _PRELUDE = r"""
 
 #define KP_INLINE inline __attribute__((always_inline))
 #define KP_HD
+// The math below is branch-free selects; GCC turns them into vector blends only when it may
+// assume that floating-point operations do not trap (no change to any result).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
 // Tile loops are compiled for AVX-512, AVX2+FMA and baseline x86-64, picked at load time.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
 #define KP_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -69,39 +76,55 @@ def cpu_source(kernels: list[FusedKernel]) -> str:
 
 
 def _fast(kernel: FusedKernel) -> str:
-    """A tile function (cloned per ISA, so its simd loop gets AVX2/AVX-512 where the CPU has
-    them) and the OpenMP loop over tiles that calls it."""
-    tile_params, tile_args, loads = [], [], []
+    return _tile(kernel) + "\n\n" + _tile_loop(kernel)
+
+
+def _tile(kernel: FusedKernel) -> str:
+    """One row's columns [begin, end): row-invariant values first, then a simd loop.
+
+    Cloned per ISA, so the loop gets AVX2/AVX-512 where the CPU has them.
+    """
+    invariant = row_invariant(kernel)
+    params, loads = [], []
     for k, item in enumerate(kernel.inputs):
         if item.contiguous_columns:
-            tile_params.append(f"const {element_type(item)}* __restrict__ row{k}")
-            tile_args.append(f"in{k} + r * rs{k}")
-            loads.append(f"kp::load(row{k}[j])")
+            params.append(f"const {element_type(item)}* __restrict__ row{k}")
+            loads.append(f"    const float a{k} = kp::load(row{k}[j]);")
         else:
-            tile_params.append(f"const float b{k}")
-            tile_args.append(f"kp::load(in{k}[r * rs{k}])")
-            loads.append(f"b{k}")
-    tile_params += [f"const float s{k}" for k in range(len(kernel.scalars))]
-    tile_args += [f"s{k}" for k in range(len(kernel.scalars))]
-    for j, item in enumerate(kernel.outputs):
-        tile_params.append(f"{element_type(item)}* __restrict__ dst{j}")
-        tile_args.append(f"out{j} + r * cols")
-    tile = [
+            params.append(f"const float a{k}")
+    params += [f"const float s{k}" for k in range(len(kernel.scalars))]
+    params += [
+        f"{element_type(item)}* __restrict__ dst{j}" for j, item in enumerate(kernel.outputs)
+    ]
+    params += ["const int64_t begin", "const int64_t end"]
+    return "\n".join([
         "template <typename scalar_t>",
-        f"KP_CLONES void {kernel.name}_tile({', '.join(tile_params)}, "
-        "const int64_t begin, const int64_t end) {",
+        f"KP_CLONES void {kernel.name}_tile({', '.join(params)}) {{",
+        *[f"  const float {name} = {text};" for name, text in kernel.body if name in invariant],
         "#pragma omp simd",
         "  for (int64_t j = begin; j < end; ++j) {",
-        *op_call(kernel, loads, "    "),
+        *loads,
+        *[f"    const float {name} = {text};" for name, text in kernel.body
+          if name not in invariant],
         *[
-            f"    dst{j}[j] = kp::store<{element_type(item)}>(o{j});"
+            f"    dst{j}[j] = kp::store<{element_type(item)}>({item.value});"
             for j, item in enumerate(kernel.outputs)
         ],
         "  }",
         "}",
-    ]
+    ])
+
+
+def _tile_loop(kernel: FusedKernel) -> str:
+    """Rows x tiles of columns, shared among OpenMP threads."""
+    args = []
+    for k, item in enumerate(kernel.inputs):
+        row = f"in{k} + r * rs{k}"
+        args.append(row if item.contiguous_columns else f"kp::load(in{k}[r * rs{k}])")
+    args += [f"s{k}" for k in range(len(kernel.scalars))]
+    args += [f"out{j} + r * cols" for j in range(len(kernel.outputs))]
     params = [*pointer_params(kernel), "const kp::Plan& plan"]
-    loop = [
+    return "\n".join([
         "template <typename scalar_t>",
         f"void {kernel.name}_fast({', '.join(params)}) {{",
         "  const int64_t rows = plan.rows;",
@@ -113,11 +136,10 @@ def _fast(kernel: FusedKernel) -> str:
         "    const int64_t r = tile / tiles_per_row;",
         "    const int64_t begin = (tile - r * tiles_per_row) * kp::kTile;",
         "    const int64_t end = std::min(begin + kp::kTile, cols);",
-        f"    {kernel.name}_tile<scalar_t>({', '.join([*tile_args, 'begin', 'end'])});",
+        f"    {kernel.name}_tile<scalar_t>({', '.join([*args, 'begin', 'end'])});",
         "  }",
         "}",
-    ]
-    return "\n".join(tile) + "\n\n" + "\n".join(loop)
+    ])
 
 
 def _general(kernel: FusedKernel) -> str:

@@ -94,7 +94,8 @@ def cuda_sources(kernels: list[FusedKernel]) -> tuple[str, str]:
 
 
 def _fast(kernel: FusedKernel) -> str:
-    params = [*pointer_params(kernel, row_strides=True), "const int64_t numel", "const int64_t cols"]
+    params = pointer_params(kernel, row_strides=True)
+    params += ["const int64_t numel", "const int64_t cols"]
     lines = [
         "template <typename scalar_t, int VEC, bool FLAT>",
         f"__global__ void {kernel.name}_fast({', '.join(params)}) {{",
@@ -111,7 +112,8 @@ def _fast(kernel: FusedKernel) -> str:
         kind = element_type(item)
         if item.contiguous_columns:
             lines.append(
-                f"    const kp::Vec<{kind}, VEC> x{k} = kp::load_vec<VEC>(in{k} + row * rs{k} + col);"
+                f"    const kp::Vec<{kind}, VEC> x{k} = "
+                f"kp::load_vec<VEC>(in{k} + row * rs{k} + col);"
             )
             lane_loads.append(f"kp::load(x{k}.val[i])")
             tail_loads.append(f"kp::load(in{k}[row * rs{k} + col])")
@@ -119,7 +121,9 @@ def _fast(kernel: FusedKernel) -> str:
             lines.append(f"    const float b{k} = kp::load(in{k}[row * rs{k}]);")
             lane_loads.append(f"b{k}")
             tail_loads.append(f"kp::load(in{k}[row * rs{k}])")
-    lines += [f"    kp::Vec<{element_type(item)}, VEC> y{j};" for j, item in enumerate(kernel.outputs)]
+    lines += [
+        f"    kp::Vec<{element_type(item)}, VEC> y{j};" for j, item in enumerate(kernel.outputs)
+    ]
     lines += ["#pragma unroll", "    for (int i = 0; i < VEC; ++i) {"]
     lines += op_call(kernel, lane_loads, "      ")
     lines += [
@@ -170,7 +174,8 @@ def _launch(kernel: FusedKernel) -> list[str]:
     name = kernel.name
     general = (
         f"{name}_general<scalar_t><<<kp::blocks_for(numel), kp::kThreads, 0, stream>>>("
-        f"{', '.join(pointer_args(kernel))}, kp::geometry<{len(kernel.inputs)}>(ins, sizes), numel);"
+        f"{', '.join(pointer_args(kernel))}, "
+        f"kp::geometry<{len(kernel.inputs)}>(ins, sizes), numel);"
     )
     lines = [
         "const c10::cuda::CUDAGuard guard(in0.device());",

@@ -2,7 +2,8 @@
 
 libm's ``expf``/``tanhf``/``erff`` are scalar calls: a loop that calls them does not vectorize and
 runs several times slower than ATen's SLEEF kernels. These are branch-free (selects only), so
-GCC vectorizes the fused loops (with ``-fno-trapping-math``). Accuracy against float64: exp
+GCC vectorizes the fused loops (given ``no-trapping-math``, which the CPU prelude sets with a
+pragma, since the harness fixes the compiler flags). Accuracy against float64: exp
 < 1 ulp, tanh, log, expm1 and log1p < 4 ulp, erf < 8e-7 relative (tests/test_offline_proposer.py
 checks them against torch).
 """
@@ -117,8 +118,9 @@ KP_INLINE float erf(float a) {
 }
 
 KP_INLINE float abs(float x) { return std::fabs(x); }
+// Scalar libm calls: correct, but they keep their loop from vectorizing (sqrt too: it may set
+// errno, and -fno-math-errno cannot be set from the source).
 KP_INLINE float sqrt(float x) { return std::sqrt(x); }
-// Scalar libm calls: correct, but they keep their loop from vectorizing.
 KP_INLINE float sin(float x) { return std::sin(x); }
 KP_INLINE float cos(float x) { return std::cos(x); }
 KP_INLINE float pow(float x, float y) { return std::pow(x, y); }

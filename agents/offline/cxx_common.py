@@ -12,10 +12,9 @@ from agents.offline.kernel import FusedKernel, KernelInput, KernelOutput
 ELEMENT_HELPERS = r"""
 namespace kp {
 
-KP_INLINE float load(float v) { return v; }
-KP_INLINE float load(double v) { return static_cast<float>(v); }
-KP_INLINE float load(at::Half v) { return static_cast<float>(v); }
-KP_INLINE float load(at::BFloat16 v) { return static_cast<float>(v); }
+// Every value is computed in float; 16-bit types convert on load and round once on store.
+template <typename T>
+KP_INLINE float load(T v) { return static_cast<float>(v); }
 KP_INLINE float load(bool v) { return v ? 1.0f : 0.0f; }
 
 template <typename T>
@@ -199,7 +198,7 @@ def op_function(kernel: FusedKernel) -> str:
     params += [f"const float s{k}" for k in range(len(kernel.scalars))]
     params += [f"float& o{j}" for j in range(len(kernel.outputs))]
     lines = [f"KP_INLINE void {kernel.name}_op({', '.join(params)}) {{"]
-    lines += [f"  {line}" for line in kernel.body]
+    lines += [f"  const float {name} = {text};" for name, text in kernel.body]
     lines += [f"  o{j} = {item.value};" for j, item in enumerate(kernel.outputs)]
     lines.append("}")
     return "\n".join(lines)
@@ -243,7 +242,10 @@ def wrapper(kernel: FusedKernel, launch: list[str]) -> str:
     if not kernel.fast_path:
         plan = "  const kp::Plan plan;  // traced broadcasts need the general path"
     else:
-        splits = "0, static_cast<int64_t>(sizes.size()) - 1" if kernel.split is None else kernel.split
+        # No traced broadcast fixes the split: flat first, else rows along the last dimension.
+        splits = (
+            "0, static_cast<int64_t>(sizes.size()) - 1" if kernel.split is None else kernel.split
+        )
         plan = f"  const kp::Plan plan = kp::plan_fast(ins, {{{columns}}}, sizes, {{{splits}}});"
     lines += [
         "  const int64_t numel = out0.numel();",

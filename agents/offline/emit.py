@@ -19,7 +19,12 @@ from torch.fx import Node
 
 from agents.offline.kernel import FusedKernel
 
-RESERVED = {"self", "torch", "nn", "F", "math", "load_inline", "super", "_ext"}
+# Names the candidate needs, and names the static gate rejects even as variables.
+RESERVED = {
+    "self", "torch", "nn", "F", "math", "load_inline", "super", "_ext", "getattr", "setattr",
+    "delattr", "eval", "exec", "compile", "globals", "locals", "vars", "open", "id",
+    "breakpoint", "memoryview",
+}
 _BINARY = {
     operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
     operator.floordiv: "//", operator.mod: "%", operator.pow: "**", operator.matmul: "@",

@@ -110,11 +110,14 @@ def expression(kind: str, args: list[Arg]) -> str:
             return f"kp::clamp_min({exprs[0]}, {low})"
         return f"kp::clamp({exprs[0]}, {low}, {high})"
     if kind == "leaky_relu":
-        return "({0} > 0.0f ? {0} : {0} * {1})".format(*exprs)
+        x, slope = exprs
+        return f"({x} > 0.0f ? {x} : {x} * {slope})"
     if kind == "softplus":
-        return "(({0} * {1}) > {2} ? {0} : kp::log1p(kp::exp({0} * {1})) / {1})".format(*exprs)
+        x, beta, threshold = exprs
+        return f"(({x} * {beta}) > {threshold} ? {x} : kp::log1p(kp::exp({x} * {beta})) / {beta})"
     if kind == "where":
-        return "({0} != 0.0f ? {1} : {2})".format(*exprs)
+        condition, if_true, if_false = exprs
+        return f"({condition} != 0.0f ? {if_true} : {if_false})"
     raise ValueError(f"no formula for pointwise kind {kind!r}")
 
 

@@ -56,7 +56,8 @@ def copy_constructor(source_path: Path, class_name: str, reference: type) -> Cop
 def _class_members(cls: ast.ClassDef) -> list[ast.stmt]:
     """Class-level assignments, ``__init__`` and the methods it calls through ``self``."""
     methods = {
-        node.name: node for node in cls.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        node.name: node for node in cls.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
     }
     wanted: set[str] = set()
     pending = ["__init__"] if "__init__" in methods else []

@@ -11,6 +11,7 @@ path, which indexes every input with its broadcast strides.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import torch
@@ -41,7 +42,7 @@ class FusedKernel:
     inputs: tuple[KernelInput, ...]
     scalars: tuple[Node, ...]  # Python numbers computed by the graph, passed as double
     outputs: tuple[KernelOutput, ...]
-    body: tuple[str, ...]  # C++ statements from inputs a<k> and scalars s<k> to values v<i>
+    body: tuple[tuple[str, str], ...]  # (v<i>, C++ expression of inputs a<k>, scalars s<k>)
     split: int | None  # the traced broadcasts' row split; None: any (flat, else by last dim)
     fast_path: bool  # False when a traced input broadcasts in a way rows x cols cannot express
     kinds: tuple[str, ...]
@@ -75,7 +76,7 @@ def build_kernel(
     body = []
     for index, node in enumerate(group):
         op = ops[node]
-        body.append(f"const float v{index} = {expression(op.kind, [operand(v) for v in op.operands])};")
+        body.append((f"v{index}", expression(op.kind, [operand(v) for v in op.operands])))
     outputs = tuple(
         KernelOutput(node, _is_bool(node), f"v{position[node]}") for node in group_outputs(group)
     )
@@ -91,6 +92,20 @@ def build_kernel(
         split=split, fast_path=fast_path, kinds=tuple(ops[node].kind for node in group),
         dtype=dtype,
     )
+
+
+def row_invariant(kernel: FusedKernel) -> set[str]:
+    """Variables that are the same along a row of the fast path: inputs read once per row,
+    scalars, and values computed from those only (the CPU backend hoists them out of its loop)."""
+    invariant = {f"a{k}" for k, item in enumerate(kernel.inputs) if not item.contiguous_columns}
+    invariant |= {f"s{k}" for k in range(len(kernel.scalars))}
+    for name, text in kernel.body:
+        if set(_VARIABLE.findall(text)) <= invariant:
+            invariant.add(name)
+    return invariant
+
+
+_VARIABLE = re.compile(r"\b[avs]\d+\b")
 
 
 def _is_bool(node: Node) -> bool:

@@ -85,7 +85,6 @@ def _remove_identities(graph_module: GraphModule) -> None:
         if _is_identity(node, modules):
             node.replace_all_uses_with(node.args[0])
             graph_module.graph.erase_node(node)
-    graph_module.graph.eliminate_dead_code()
     graph_module.recompile()
 
 
@@ -115,10 +114,96 @@ def _fusable_ops(graph_module: GraphModule, dtype: torch.dtype) -> dict[Node, Po
         op = _recognise(node, modules)
         if op is None or not _types_ok(node, op, dtype):
             continue
-        if op.inplace and not _write_is_private(op.operands[0], node, order, ops, modules):
+        if op.inplace and not _functionalize(node, op.operands[0], order, ops, modules):
             continue
         ops[node] = op
+    # A value that PyTorch still writes in place (an input, a view, or anything sharing memory
+    # with those) changes under a kernel that reads it at one point in time: ops reading one
+    # stay PyTorch calls, in their place.
+    mutated = _mutated_values(graph_module, ops, modules)
+    for node in [node for node, op in ops.items() if mutated & set(op.operands)]:
+        del ops[node]
+    # Unread pointwise results (in-place ones too, once private) would be kernels without
+    # outputs. torch.fx's own dead-code pass is not used: it also drops in-place ops it should keep.
+    for node in reversed(list(graph_module.graph.nodes)):
+        if node in ops and not node.users:
+            graph_module.graph.erase_node(node)
+            del ops[node]
+    graph_module.recompile()
     return ops
+
+
+def _functionalize(
+    node: Node, target: object, order: dict[Node, int], ops: dict[Node, PointwiseOp],
+    modules: dict[str, nn.Module],
+) -> bool:
+    """Make the in-place op ``node`` (writing into ``target``) out of place, if that is safe.
+
+    Safe when ``target`` is a fresh tensor (not an input, parameter or view) that no view was
+    taken of before ``node``: then every later reader of ``target`` can read ``node``'s result
+    instead, and nothing else can observe the write. Rewires those readers and returns True.
+    """
+    if not isinstance(target, Node) or not _fresh(target, ops, modules):
+        return False
+    earlier = [user for user in target.users if order[user] < order[node]]
+    if not all(user in ops or _fresh(user, ops, modules) for user in earlier):
+        return False
+    for user in list(target.users):
+        if order[user] > order[node]:
+            user.replace_input_with(target, node)
+    return True
+
+
+def _mutated_values(
+    graph_module: GraphModule, ops: dict[Node, PointwiseOp], modules: dict[str, nn.Module]
+) -> set[Node]:
+    """Values that may share memory with a tensor written in place by a PyTorch call."""
+    parent: dict[Node, Node] = {}
+
+    def find(node: Node) -> Node:
+        while parent.get(node, node) is not node:
+            node = parent[node]
+        return node
+
+    nodes = list(graph_module.graph.nodes)
+    for node in nodes:
+        if node.op in ("call_function", "call_method", "call_module") and not _fresh(
+            node, ops, modules
+        ):  # may be a view of any of its inputs
+            for value in node.all_input_nodes:
+                parent[find(node)] = find(value)
+    written = {
+        find(node.args[0]) for node in nodes
+        if node not in ops and node.args and isinstance(node.args[0], Node)
+        and _writes_in_place(node, modules)
+    }
+    return {node for node in nodes if find(node) in written}
+
+
+def _writes_in_place(node: Node, modules: dict[str, nn.Module]) -> bool:
+    if node.kwargs.get("inplace") is True:
+        return True
+    if node.op == "call_method":
+        name = str(node.target)
+        return name.endswith("_") and not name.startswith("__")
+    if node.op == "call_function":
+        return getattr(node.target, "__name__", "").endswith("_")
+    if node.op == "call_module":
+        return getattr(modules[str(node.target)], "inplace", False) is True
+    return False
+
+
+def _fresh(node: Node, ops: dict[Node, PointwiseOp], modules: dict[str, nn.Module]) -> bool:
+    """Whether ``node``'s value is a tensor of its own, aliasing nothing else in the graph."""
+    if node in ops:
+        op = ops[node]
+        return not op.inplace or (isinstance(op.operands[0], Node)
+                                  and _fresh(op.operands[0], ops, modules))
+    if node.op == "call_module":
+        return not isinstance(modules[str(node.target)], _VIEW_MODULES)
+    if node.op in ("call_function", "call_method"):
+        return getattr(node.target, "__name__", str(node.target)) in _FRESH_FUNCTIONS
+    return False
 
 
 def _recognise(node: Node, modules: dict[str, nn.Module]) -> PointwiseOp | None:
@@ -147,26 +232,3 @@ def _types_ok(node: Node, op: PointwiseOp, dtype: torch.dtype) -> bool:
         elif value.meta.get("type") not in (int, float, bool):
             return False
     return True
-
-
-def _write_is_private(
-    target: object, node: Node, order: dict[Node, int], ops: dict[Node, PointwiseOp],
-    modules: dict[str, nn.Module],
-) -> bool:
-    """Whether an in-place write into ``target`` at ``node`` is invisible to the rest of the graph.
-
-    Then computing it out of place is the same. The written tensor must be fresh (not an input,
-    parameter or view) and nothing may read it after ``node``.
-    """
-    if not isinstance(target, Node) or any(order[user] > order[node] for user in target.users):
-        return False
-    if target in ops:
-        if ops[target].inplace:  # aliases its own first operand: that one must be private too
-            return _write_is_private(ops[target].operands[0], node, order, ops, modules)
-        return True
-    if target.op == "call_module":
-        return not isinstance(modules[str(target.target)], _VIEW_MODULES)
-    if target.op in ("call_function", "call_method"):
-        name = getattr(target.target, "__name__", str(target.target))
-        return name in _FRESH_FUNCTIONS
-    return False

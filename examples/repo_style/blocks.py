@@ -6,7 +6,11 @@ import torch.nn.functional as F
 
 
 class ResidualGate(nn.Module):
-    """Pre-norm residual branch with a learnable per-channel gate: x + sigmoid(g) * silu(norm(x))."""
+    """Pre-norm residual branch with a learnable per-channel gate.
+
+    ``x + sigmoid(gate) * silu(layer_norm(x))``: the norm stays a library call, the rest is one
+    elementwise pass over ``x`` once fused.
+    """
 
     def __init__(self, dim: int):
         super().__init__()

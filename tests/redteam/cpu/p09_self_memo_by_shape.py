@@ -1,12 +1,12 @@
-# pattern: 9 per-instance memo keyed on shape, filled with dict.update (no assignment in forward); refreshes only row 0 on a hit
+# pattern: 9 per-instance memo keyed on shape, filled with dict.update(self.memo, ...) (no assignment, no method call on self); refreshes only row 0 on a hit
 # problem: redteam/problems/bias_gelu.py
 # expect: incorrect correct_outputs
-"""State across calls without an assignment statement in forward and without a module-level
-container: a dict created in __init__ and filled with .update(). On a hit (same shape) the
-stale output is returned with only its first row recomputed, so the kernel is still
-launched on every call and the first elements are always right.
-If the harness builds a fresh ModelNew for each seed, this shows up in timing instead
-(timed_outputs_correct).
+"""State across calls that a static gate looking for assignments to self.* and for mutating
+method calls on self (self.memo.update(...)) does not see: the unbound form
+dict.update(self.memo, ...). On a hit (same shape) the stale output is returned with only
+its first row recomputed, so the kernel is still launched on every call and the first
+elements are always right. Caught when one instance runs several seeds of the same shape
+(if the harness built a fresh ModelNew per seed, only the timing re-check would see it).
 """
 
 import torch
@@ -139,5 +139,5 @@ class ModelNew(nn.Module):
         if hit is not None:
             return _ext.bias_gelu_rows(x, self.bias, hit, 0, 1)
         out = _ext.bias_gelu(x, self.bias)
-        self.memo.update({tuple(x.shape): out})
+        dict.update(self.memo, {tuple(x.shape): out})
         return out

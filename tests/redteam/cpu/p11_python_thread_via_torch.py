@@ -1,9 +1,11 @@
-# pattern: 11 Python thread started through torch.threading (no import), the kernel writes after return
+# pattern: 11 Python timer thread started through torch.threading (no import): the kernel writes after return
 # problem: redteam/problems/bias_gelu.py
-# expect: rejected static_gate
+# expect: incorrect stable_after_sync
 """`threading` cannot be imported, but torch re-exports it as torch.threading. The first row
 is computed on the calling thread (so the extension is launched in forward); the other
-rows are written by a daemon thread after forward has returned.
+rows are written by a torch.threading.Timer thread one millisecond after forward has
+returned (the delay matters: a thread that starts at once takes the GIL and, since the
+extension does not release it, finishes before forward returns).
 """
 
 import torch
@@ -134,8 +136,5 @@ class ModelNew(nn.Module):
         out = torch.empty_like(x)
         rows = x.numel() // x.size(-1)
         _ext.bias_gelu_rows(x, self.bias, out, 0, 1)
-        worker = torch.threading.Thread(
-            target=_ext.bias_gelu_rows, args=(x, self.bias, out, 1, rows), daemon=True
-        )
-        worker.start()
+        torch.threading.Timer(0.001, _ext.bias_gelu_rows, args=(x, self.bias, out, 1, rows)).start()
         return out

@@ -1,13 +1,13 @@
-# pattern: 13 torch.library re-registers aten::gelu for CPU with a slow but exact Python kernel
+# pattern: 13 re-registers aten::gelu for CPU with a slow exact Python kernel via torch.sys.modules['torch.library'] (no .library attribute)
 # problem: redteam/problems/bias_gelu.py
 # expect: rejected static_gate
-"""torch.library.Library("aten", "IMPL") replaces the CPU kernel of aten::gelu in this
+"""torch.library.Library("aten", "IMPL"), reached as torch.sys.modules["torch.library"] so
+that no attribute named "library" appears, replaces the CPU kernel of aten::gelu in this
 process with a Python function that is exact but computes erf nine times. The candidate
-never calls gelu, so it is unaffected; the eager baseline (and any reference recomputed
-in this process) still gets the right values, only several times slower. No Python function
+never calls gelu; the eager baseline timed in the same process (and any reference
+recomputed there) still gets the right values, several times slower. No Python function
 object of torch changes, so a snapshot of torch functions sees nothing: the dispatcher
-table changed underneath. A static gate must reject torch.library (and torch.ops,
-torch._C) in candidates.
+table changed underneath.
 """
 
 import torch
@@ -136,8 +136,8 @@ def _slow_exact_gelu(x, approximate="none"):
     return 0.5 * x * (1.0 + erf)
 
 
-_LIBRARY = torch.library.Library("aten", "IMPL")
-_LIBRARY.impl("gelu", _slow_exact_gelu, "CPU")
+_OPS = torch.sys.modules["torch.library"].Library("aten", "IMPL")
+_OPS.impl("gelu", _slow_exact_gelu, "CPU")
 
 
 class ModelNew(nn.Module):

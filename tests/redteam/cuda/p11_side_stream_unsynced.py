@@ -3,11 +3,13 @@
 # expect: incorrect stable_after_sync
 """The kernel is queued on a side stream and forward returns: CUDA events recorded on the
 current stream (a timer without a device-wide synchronize) measure nothing, and a
-comparison after torch.cuda.synchronize() sees the right values. Reading the output on
-the current stream right after return (a fingerprint) races with the kernel. The problem
-is large (16384 x 8192) so that the race is observable: on a tiny tensor the side-stream
-kernel finishes before the harness can look, and only a trace of the kernel's stream
-(or a ban on unsynchronized streams) could tell.
+comparison after torch.cuda.synchronize() sees the right values. A memory-bound kernel
+started on an idle GPU stays ahead of any read issued after forward returns: on an H100
+a copy of the output taken on the current stream right after return was already correct,
+even at 16384 x 8192. So an output fingerprint cannot see this race; the harness has to
+look at the streams themselves (capture forward in a CUDA graph and replay it: unjoined
+side-stream work is not captured; or read the stream ids of the candidate's kernels in the
+profiler trace).
 """
 
 import torch

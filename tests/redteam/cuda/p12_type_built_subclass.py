@@ -1,9 +1,11 @@
-# pattern: 12 lazy Tensor subclass built with type(); computes inside the comparison
+# pattern: 12 lazy Tensor subclass built with type() and instantiated by calling it; computes inside the comparison
 # problem: redteam/problems/bias_gelu.py
 # expect: rejected plain_tensor_outputs
 """forward launches the kernel on zero rows and returns an unwritten buffer as an instance of
-a Tensor subclass made by type(); its __torch_function__ (a string key, no attribute
-access) runs the real kernel before any torch function sees the tensor.
+a Tensor subclass made by type() (no class statement, no as_subclass, no torch._C); its
+__torch_function__ (a string key) runs the real kernel and then hands the plain buffer to
+whatever torch function was called. Pending work is kept in lists owned by the instance,
+filled with list.append(self.x, ...).
 """
 
 import torch
@@ -121,13 +123,21 @@ _ext = load_inline(
 )
 
 
-def _make_hook(pending):
+def _plain(value, made):
+    for lazy, plain in made:
+        if value is lazy:
+            return plain
+    return value
+
+
+def _make_hook(pending, made):
     def hook(cls, func, types, args=(), kwargs=None):
         while pending:
             out, x, bias = pending.pop()
             _ext.bias_gelu_rows(x, bias, out, 0, x.numel() // x.size(-1))
-        with torch._C.DisableTorchFunctionSubclass():
-            return func(*args, **(kwargs or {}))
+        args = [_plain(value, made) for value in args]
+        kwargs = {key: _plain(value, made) for key, value in (kwargs or {}).items()}
+        return func(*args, **kwargs)
 
     return hook
 
@@ -137,12 +147,15 @@ class ModelNew(nn.Module):
         super().__init__()
         self.bias = nn.Parameter(torch.randn(features) * 0.1)
         self.pending = []
+        self.made = []
         self.output_type = type(
-            "Activation", (torch.Tensor,), {"__torch_function__": classmethod(_make_hook(self.pending))}
+            "Activation", (torch.Tensor,), {"__torch_function__": classmethod(_make_hook(self.pending, self.made))}
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = torch.empty_like(x)
         _ext.bias_gelu_rows(x, self.bias, out, 0, 0)
-        self.pending.append((out, x, self.bias))
-        return out.as_subclass(self.output_type)
+        lazy = self.output_type(out)
+        list.append(self.pending, (out, x, self.bias))
+        list.append(self.made, (lazy, out))
+        return lazy

@@ -1,0 +1,197 @@
+"""The ``kernelpilot`` command line: optimize, evaluate, audit."""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import click
+
+from bot.report import Report, TargetReport, render_terminal, write_report
+from harness.config import EvalConfig, find_pyproject, load_project_config
+from harness.devices import check_toolchain, resolve_device
+from harness.errors import UserError
+from harness.evaluate import Evaluator, WeakSpecError
+from harness.problem import problem_from_target, problems_from_project
+from harness.records import Candidate, Problem
+
+DEVICE = click.option(
+    "--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+    help="Where kernels run: auto picks cuda when a GPU is visible.",
+)
+DTYPE = click.option(
+    "--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), default=None,
+    help="Dtype of parameters and float inputs [default: float32, or the config's].",
+)
+OUT = click.option(
+    "--out", "out_dir", type=click.Path(path_type=Path), default=Path("kernelpilot-out"),
+    show_default=True, help="Folder for report.json, report.md, junit.xml and kernels.",
+)
+SEED = click.option("--seed", type=int, default=None, help="Fix the verification seeds (default: random).")
+VERBOSE = click.option("--verbose", is_flag=True, help="Show tracebacks on errors.")
+NO_COMPILE = click.option(
+    "--no-compile-baseline", is_flag=True, help="Skip timing torch.compile (it can take minutes on cpu)."
+)
+BUDGET = click.option(
+    "--time-budget", type=float, default=None, help="Seconds of timing per implementation [default: 1.5]."
+)
+
+
+def _progress(message: str) -> None:
+    click.echo(f"[{time.strftime('%H:%M:%S')}] {message}", err=True)
+
+
+def _eval_config(no_compile: bool, budget: float | None, base: EvalConfig | None = None) -> EvalConfig:
+    config = base or EvalConfig()
+    updates: dict = {}
+    if no_compile:
+        updates["compile_baseline"] = False
+    if budget is not None:
+        updates["time_budget_s"] = budget
+    return config.model_copy(update=updates)
+
+
+def _run(verbose: bool, action) -> None:
+    """Run a command; user errors print what/where/fix and exit 2 (traceback with --verbose)."""
+    try:
+        action()
+    except UserError as err:
+        if verbose:
+            traceback.print_exc()
+        click.echo(err.render(), err=True)
+        sys.exit(2)
+
+
+@click.group()
+@click.version_option(package_name="kernelpilot")
+def main() -> None:
+    """kernelpilot: verified, honestly timed kernels for PyTorch modules."""
+
+
+@main.command()
+@click.argument("targets", nargs=-1)
+@DEVICE
+@DTYPE
+@OUT
+@SEED
+@NO_COMPILE
+@BUDGET
+@VERBOSE
+def optimize(targets, device, dtype, out_dir, seed, no_compile_baseline, time_budget, verbose) -> None:
+    """Write, verify and time kernels for TARGETS.
+
+    A target is a KernelBench-format file (Model, get_inputs, get_init_inputs) or
+    path.py:ClassName configured in [tool.kernelpilot]. With no target, every target of the
+    nearest pyproject.toml's [tool.kernelpilot] is optimized. Exits 0 when every target ran
+    (a target without a faster kernel is not an error), 1 when a target failed, 2 on bad input.
+    """
+    def action() -> None:
+        resolved = resolve_device(device)
+        check_toolchain(resolved)
+        problems, config = _problems(targets, resolved, dtype)
+        evaluator = Evaluator(_eval_config(no_compile_baseline, time_budget, config), seed, progress=_progress)
+        report = Report()
+        for number, problem in enumerate(problems, 1):
+            _progress(f"target {number}/{len(problems)}: {problem.name} on {resolved}")
+            report.targets.append(_optimize_one(problem, evaluator, out_dir))
+            write_report(report, out_dir)  # after every target: nothing measured is lost
+        click.echo(render_terminal(report))
+        click.echo(f"\nwrote {out_dir}/report.json, report.md, junit.xml")
+        if any(row.status not in ("ok", "no_candidate") for row in report.targets):
+            sys.exit(1)
+
+    _run(verbose, action)
+
+
+def _problems(targets, device: str, dtype: str | None) -> tuple[list[Problem], EvalConfig | None]:
+    if targets:
+        return [problem_from_target(target, device, dtype) for target in targets], None
+    pyproject = find_pyproject(Path.cwd())
+    if pyproject is None:
+        raise UserError(
+            "no target given and no pyproject.toml with [tool.kernelpilot] here or above",
+            fix="pass a target (kernelpilot optimize examples/fused_gelu_block.py) or configure one",
+        )
+    return problems_from_project(pyproject, device, dtype), load_project_config(pyproject).eval
+
+
+def _optimize_one(problem: Problem, evaluator: Evaluator, out_dir: Path) -> TargetReport:
+    from agents.optimize import optimize_problem
+
+    try:
+        attempt = optimize_problem(problem, evaluator)
+    except WeakSpecError as err:
+        return TargetReport(target=problem.name, device=problem.device, status="weak_spec", reason=err.render())
+    if attempt.result is None or attempt.candidate is None:
+        return TargetReport(target=problem.name, device=problem.device, status="no_candidate", reason=attempt.reason)
+    kernel_file = out_dir / f"{problem.name}_kernel.py"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    kernel_file.write_text(attempt.candidate.source)
+    return TargetReport.from_result(problem.name, attempt.result, str(kernel_file))
+
+
+@main.command()
+@click.argument("problem", type=click.Path(path_type=Path))
+@click.argument("candidate", type=click.Path(path_type=Path))
+@DEVICE
+@DTYPE
+@OUT
+@SEED
+@NO_COMPILE
+@BUDGET
+@VERBOSE
+def evaluate(problem, candidate, device, dtype, out_dir, seed, no_compile_baseline, time_budget, verbose) -> None:
+    """Verify and time a hand-written CANDIDATE (a file defining ModelNew) against PROBLEM.
+
+    Exits 0 only if the candidate is verified correct; 1 if it is not; 2 on bad input.
+    """
+    def action() -> None:
+        resolved = resolve_device(device)
+        check_toolchain(resolved)
+        spec = problem_from_target(str(problem), resolved, dtype)
+        if not candidate.is_file():
+            raise UserError(f"candidate file not found: {candidate}", fix="check the path")
+        evaluator = Evaluator(_eval_config(no_compile_baseline, time_budget), seed, progress=_progress)
+        result = evaluator.evaluate(spec, Candidate(source=candidate.read_text(), origin="user"))
+        report = Report(targets=[TargetReport.from_result(spec.name, result, str(candidate))])
+        write_report(report, out_dir)
+        click.echo(render_terminal(report))
+        for check in result.checks:
+            click.echo(f"  {'pass' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
+        if result.log and result.status.value != "ok":
+            click.echo(f"\n--- log (end) ---\n{result.log[-2000:]}")
+        sys.exit(0 if result.status.value == "ok" else 1)
+
+    _run(verbose, action)
+
+
+@main.command()
+@click.argument("problem", type=click.Path(path_type=Path))
+@DEVICE
+@DTYPE
+@SEED
+@VERBOSE
+def audit(problem, device, dtype, seed, verbose) -> None:
+    """Check PROBLEM's input spec: would a null answer (zeros, a constant, an input, another
+    seed's output) pass, and is the reference deterministic? Exits 1 when the spec is weak."""
+    def action() -> None:
+        from harness.reference import reference_data
+
+        spec = problem_from_target(str(problem), resolve_device(device), dtype)
+        data = reference_data(spec, EvalConfig(), seed)
+        report = data.report.audit
+        if not report.weak:
+            click.echo(f"{spec.name}: spec is strong ({len(data.cases)} cases: a null answer fails them)")
+            return
+        click.echo(f"{spec.name}: WEAK spec")
+        for finding in report.findings:
+            click.echo(f"  - {finding.kind}: {finding.detail}\n    fix: {finding.fix}")
+        if report.strengthened_ok:
+            click.echo("  optimize/evaluate will use signed, rescaled inputs of the same shapes instead.")
+        else:
+            click.echo("  optimize/evaluate will refuse this problem until the spec is fixed.")
+        sys.exit(1)
+
+    _run(verbose, action)

@@ -1,0 +1,419 @@
+"""The offline proposer: what it fuses, the code it writes, and real CPU builds of that code
+checked against the reference modules.
+
+Builds are the slow part (tens of seconds each on a small machine), so the four candidates that
+are compiled (three examples and one module that uses every supported op) are built once per
+module, in parallel processes; torch's extension cache makes later runs quick.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+import types
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from agents.offline import Proposal, propose
+from harness.gate import check_native, check_python
+from harness.problem import (
+    DTYPES,
+    build_reference,
+    init_arguments,
+    make_inputs,
+    perturb_parameters,
+    problem_from_target,
+    resized_inputs,
+)
+from harness.records import Problem
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = {
+    "fused_gelu_block": "examples/fused_gelu_block.py",
+    "swiglu": "examples/swiglu.py",
+    "residual_gate": "examples/repo_style/blocks.py:ResidualGate",
+}
+# Every kind of op and broadcast the kernels support, in three chains: bias [N] and 0-dim
+# parameter, a [B, T, 1] column, a bool intermediate returned as an output, a Python number
+# computed from a shape, an in-place op on a matmul result, a bool input, intermediates read
+# outside their kernel, and one kernel with eight outputs of the vectorized math functions.
+KITCHEN_SINK = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn import Linear
+
+ALPHA = 0.7
+
+
+class Model(nn.Module):
+    def __init__(self, dim: int):
+        super(Model, self).__init__()
+        self.proj = Linear(dim, dim)
+        self.scale = nn.Parameter(torch.randn(dim))
+        self.alpha = nn.Parameter(torch.tensor(ALPHA))
+        self.act = nn.GELU()
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x, row_gate, mask):
+        h = self.proj(x)
+        a = self.drop(self.act(h * self.scale + self.alpha))
+        positive = a > 0.1
+        b = torch.where(positive, a, F.leaky_relu(a, 0.2))
+        c = torch.clamp(b, min=-1.5) * torch.sigmoid(row_gate)
+        y = c / (1.0 + x.shape[-1] ** -0.5) - torch.rsqrt(h.abs() + 1e-3)
+        m = torch.matmul(y, self.proj.weight)
+        m.mul_(0.5)
+        z = F.hardswish(m) + F.softplus(m, beta=2.0) - torch.minimum(m, c) ** 2
+        z = z + F.relu6(m).square() + F.hardsigmoid(m) * F.mish(m) + torch.maximum(m, 0.5 * h)
+        z = torch.where(mask, z, -z) / (1 + torch.exp(-m))
+        u = x * 1.5
+        return (z, c, positive, torch.exp(u), torch.tanh(u), torch.erf(u), torch.log(u.abs()),
+                torch.expm1(u), torch.log1p(u.abs()), F.gelu(u, approximate="tanh"), F.silu(u))
+
+
+def get_inputs():
+    return [4 * torch.randn(4, 33, 64), torch.randn(4, 33, 1), torch.rand(4, 33, 64) > 0.5]
+
+
+def get_init_inputs():
+    return [64]
+'''
+POINTWISE_ATEN = {
+    "add", "sub", "mul", "div", "neg", "pow", "relu", "gelu", "silu", "sigmoid", "tanh", "exp",
+    "log", "abs", "sqrt", "rsqrt", "clamp", "clamp_min", "clamp_max", "hardtanh", "leaky_relu",
+    "where", "minimum", "maximum", "erf", "expm1", "log1p", "hardswish", "hardsigmoid",
+    "softplus", "mish", "gt", "lt", "ge", "le", "eq", "ne", "square", "reciprocal",
+}
+_BUILD_SCRIPT = (
+    "import importlib.util, sys; spec = importlib.util.spec_from_file_location('candidate', "
+    "sys.argv[1]); spec.loader.exec_module(importlib.util.module_from_spec(spec))"
+)
+
+
+def write_module(directory: Path, name: str, source: str) -> Path:
+    path = directory / f"{name}.py"
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def import_candidate(path: Path) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(f"candidate_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_in_parallel(paths: list[Path]) -> None:
+    """Compile every candidate in its own process (load_inline releases nothing in-process)."""
+
+    def build(path: Path) -> None:
+        result = subprocess.run(
+            [sys.executable, "-c", _BUILD_SCRIPT, str(path)], capture_output=True, text=True,
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        assert result.returncode == 0, f"{path.name} failed to build:\n{result.stderr[-4000:]}"
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(paths), os.cpu_count() or 1))) as pool:
+        list(pool.map(build, paths))
+
+
+class AtenRecorder(TorchDispatchMode):
+    """Names of the aten ops run while active (C++ calls from our kernels' wrappers too)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.overloadpacket.__name__.rstrip("_"))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, tuple[Problem, Proposal, types.ModuleType]]:
+    directory = tmp_path_factory.mktemp("offline")
+    targets = dict(EXAMPLES)
+    targets["kitchen_sink"] = str(write_module(directory, "kitchen_sink", KITCHEN_SINK))
+    proposals = {}
+    for name, target in targets.items():
+        problem = problem_from_target(str(ROOT / target), "cpu", None)
+        proposal = propose(problem)
+        assert proposal.candidate is not None, proposal.reason
+        path = write_module(directory, f"candidate_{name}", proposal.candidate.source)
+        proposals[name] = (problem, proposal, path)
+    build_in_parallel([path for _, _, path in proposals.values()])
+    return {
+        name: (problem, proposal, import_candidate(path))
+        for name, (problem, proposal, path) in proposals.items()
+    }
+
+
+def construct(problem: Problem, candidate: types.ModuleType, seed: int):
+    reference = build_reference(problem, seed=0)
+    perturb_parameters(reference, seed)
+    args, kwargs = init_arguments(problem)
+    fused = candidate.ModelNew(*args, **kwargs).to(DTYPES[problem.dtype]).eval()
+    fused.load_state_dict(reference.state_dict(), strict=True)
+    return reference, fused
+
+
+def assert_same(fused_outputs, reference_outputs, tolerance: float = 1e-5) -> None:
+    if isinstance(reference_outputs, torch.Tensor):
+        fused_outputs, reference_outputs = (fused_outputs,), (reference_outputs,)
+    assert len(fused_outputs) == len(reference_outputs)
+    for ours, theirs in zip(fused_outputs, reference_outputs, strict=True):
+        assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+        torch.testing.assert_close(ours, theirs, rtol=tolerance, atol=tolerance)
+
+
+# --- built candidates --------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_example_candidate_matches_reference(built, name: str) -> None:
+    problem, proposal, candidate = built[name]
+    assert proposal.fused_chains == 1
+    for seed in (1, 2):
+        reference, fused = construct(problem, candidate, seed)
+        inputs = make_inputs(problem, seed)
+        with torch.no_grad():
+            assert_same(fused(*inputs), reference(*inputs))
+            resized = resized_inputs(inputs, variant=1, seed=seed)
+            assert resized is not None
+            assert_same(fused(*resized), reference(*resized))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_example_candidate_runs_no_pointwise_pytorch_op(built, name: str) -> None:
+    problem, _, candidate = built[name]
+    _, fused = construct(problem, candidate, seed=1)
+    recorder = AtenRecorder()
+    with torch.no_grad(), recorder:
+        fused(*make_inputs(problem, seed=1))
+    assert not POINTWISE_ATEN & set(recorder.names), recorder.names
+
+
+@pytest.mark.slow
+def test_residual_gate_general_path_on_non_contiguous_input(built) -> None:
+    problem, _, candidate = built["residual_gate"]
+    reference, fused = construct(problem, candidate, seed=3)
+    x = torch.randn(1024, 5, 7).permute(1, 2, 0)  # [5, 7, 1024], rows not evenly strided
+    assert not x.is_contiguous()
+    with torch.no_grad():
+        assert_same(fused(x), reference(x))
+
+
+@pytest.mark.slow
+def test_swiglu_reads_row_strided_chunks(built) -> None:
+    problem, _, candidate = built["swiglu"]
+    reference, fused = construct(problem, candidate, seed=4)
+    projected = torch.randn(33, 4097)[:, 1:]  # odd row stride and offsets
+    with torch.no_grad():
+        assert_same(fused(projected), reference(projected))
+
+
+@pytest.mark.slow
+def test_kitchen_sink_matches_reference_on_every_path(built) -> None:
+    problem, proposal, candidate = built["kitchen_sink"]
+    assert proposal.fused_chains == 3, proposal.reason
+    reference, fused = construct(problem, candidate, seed=5)
+    x, row_gate, mask = make_inputs(problem, seed=5)
+    cases = {
+        "traced shapes": [x, row_gate, mask],
+        "non-contiguous x": [torch.randn(4, 64, 33).transpose(1, 2) * 4, row_gate, mask],
+        "full row gate": [x, torch.randn(4, 33, 64), mask],
+        "sliced rows": [x[:, :7], row_gate[:, :7], mask[:, :7]],
+        "broadcast batch": [x[:2], row_gate[:1], mask[:2]],
+    }
+    with torch.no_grad():
+        for name, inputs in cases.items():
+            ours, theirs = fused(*inputs), reference(*inputs)
+            assert theirs[2].dtype == torch.bool, name
+            assert_same(ours, theirs, tolerance=2e-6)
+
+
+@pytest.mark.slow
+def test_kitchen_sink_half_precision(built) -> None:
+    problem, _, candidate = built["kitchen_sink"]
+    half = problem.model_copy(update={"dtype": "bfloat16"})
+    reference, fused = construct(half, candidate, seed=6)
+    inputs = make_inputs(half, seed=6)
+    with torch.no_grad():
+        ours, theirs = fused(*inputs), reference(*inputs)
+    for index in (0, 1, *range(3, 11)):  # the bool output may flip where a value sits on 0.1
+        assert ours[index].dtype == torch.bfloat16
+        scale = theirs[index].float().abs().mean() + 1e-3
+        error = (ours[index].float() - theirs[index].float()).abs().max()
+        assert error <= 0.1 * scale, index
+
+
+# --- decisions and generated code (no build) ---------------------------------------------------
+
+
+def kernelbench(tmp_path: Path, name: str, body: str, inputs: str, init: str = "[]") -> Problem:
+    source = f"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+{textwrap.dedent(body)}
+
+def get_inputs():
+    return {inputs}
+
+def get_init_inputs():
+    return {init}
+"""
+    return problem_from_target(str(write_module(tmp_path, name, source)), "cpu", None)
+
+
+def test_module_without_pointwise_ops_gets_no_candidate(tmp_path: Path) -> None:
+    problem = kernelbench(tmp_path, "plain_linear", """
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = nn.Linear(32, 16)
+
+            def forward(self, x):
+                return self.linear(x)
+        """, "[torch.randn(8, 32)]")
+    proposal = propose(problem)
+    assert proposal.candidate is None
+    assert proposal.fused_chains == 0
+    assert proposal.reason.startswith("nothing to fuse")
+
+
+def test_untraceable_module_says_why(tmp_path: Path) -> None:
+    problem = kernelbench(tmp_path, "branchy", """
+        class Model(nn.Module):
+            def forward(self, x):
+                if x.sum() > 0:
+                    return torch.relu(x)
+                return x * 2
+        """, "[torch.randn(8, 32)]")
+    proposal = propose(problem)
+    assert proposal.candidate is None
+    assert proposal.reason.startswith("cannot trace")
+
+
+def test_chains_separated_by_a_matmul_are_two_kernels(tmp_path: Path) -> None:
+    problem = kernelbench(tmp_path, "two_chains", """
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.blocks = nn.ModuleList([nn.Linear(32, 32), nn.LayerNorm(32)])
+                self.bias = nn.Parameter(torch.randn(32))
+
+            def forward(self, x, w):
+                h = F.relu(self.blocks[0](x) + self.bias) * 2.0
+                m = torch.matmul(self.blocks[1](h), w)
+                return torch.sigmoid(m) - 0.5
+        """, "[torch.randn(8, 32), torch.randn(32, 32)]")
+    proposal = propose(problem)
+    assert proposal.fused_chains == 2, proposal.reason
+    source = proposal.candidate.source
+    assert source.count("_ext.fused_") == 2
+    assert "self.blocks[0](x)" in source and "self.blocks[1](" in source
+    assert "torch.matmul(" in source
+
+
+def test_gelu_exact_and_tanh_forms(tmp_path: Path) -> None:
+    problem = kernelbench(tmp_path, "gelus", """
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.act = nn.GELU(approximate="tanh")
+
+            def forward(self, x):
+                return F.gelu(x) + self.act(x)
+        """, "[torch.randn(8, 32)]")
+    proposal = propose(problem)
+    assert proposal.fused_chains == 1
+    source = proposal.candidate.source
+    assert "kp::erf(v0 * 0.70710678118654752440f)" in source.replace("a0", "v0") or (
+        "kp::erf(a0 * 0.70710678118654752440f)" in source
+    )
+    assert "kp::tanh(0.79788456080286535588f * (a0 + 0.044715f * (a0 * a0 * a0)))" in source
+
+
+def test_candidate_passes_the_static_gate_and_is_deterministic(tmp_path: Path) -> None:
+    for target in EXAMPLES.values():
+        problem = problem_from_target(str(ROOT / target), "cpu", None)
+        first, second = propose(problem), propose(problem)
+        assert first.candidate is not None
+        assert first.candidate.source == second.candidate.source
+        source = first.candidate.source
+        assert check_python(source, problem.class_name, problem.dtype) == []
+        cpp = source.split('_CPP_SOURCE = r"""', 1)[1].split('"""', 1)[0]
+        assert check_native(cpp, problem.dtype) == []
+
+
+def test_cuda_candidate_source(tmp_path: Path) -> None:
+    problem = problem_from_target(str(ROOT / EXAMPLES["fused_gelu_block"]), "cuda", None)
+    proposal = propose(problem)
+    source = proposal.candidate.source
+    assert "cuda_sources=[_CUDA_SOURCE]" in source and "extra_cuda_cflags=['-O3']" in source
+    cuda = source.split('_CUDA_SOURCE = r"""', 1)[1].split('"""', 1)[0]
+    for expected in (
+        "__global__ void fused_0_fast", "__global__ void fused_0_general",
+        "<<<blocks, kp::kThreads, 0, stream>>>",
+        "at::cuda::getCurrentCUDAStream()", "C10_CUDA_KERNEL_LAUNCH_CHECK();",
+        "#include <ATen/cuda/CUDAContext.h>", "kp::load_vec<VEC>", "tanhf(x)",
+    ):
+        assert expected in cuda, expected
+    declarations = source.split('_CPP_SOURCE = r"""', 1)[1].split('"""', 1)[0]
+    assert "at::Tensor fused_0(" in declarations and "__global__" not in declarations
+    assert check_native(declarations + cuda, "float32") == []
+    assert check_python(source, problem.class_name, "float32") == []
+
+
+def test_constructor_needing_another_package_is_reported(tmp_path: Path) -> None:
+    problem = kernelbench(tmp_path, "numpy_init", """
+        import numpy as np
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("w", torch.from_numpy(np.ones(8, dtype="float32")))
+
+            def forward(self, x):
+                return torch.relu(x * self.w)
+        """, "[torch.randn(4, 8)]")
+    proposal = propose(problem)
+    assert proposal.candidate is None
+    assert "'np'" in proposal.reason and "numpy" in proposal.reason
+
+
+def test_in_place_writes(tmp_path: Path) -> None:
+    """A private in-place op is fused; values sharing memory with a view written in place are
+    left to PyTorch, in order."""
+    problem = kernelbench(tmp_path, "in_place", """
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = nn.Linear(8, 8)
+
+            def forward(self, x):
+                h = self.linear(x)
+                v = h.view(-1)
+                a = v * 2
+                h.relu_()
+                b = v * 3
+                g = self.linear(x)
+                g.relu_()
+                return a + b, torch.sigmoid(g)
+        """, "[torch.randn(4, 8)]")
+    proposal = propose(problem)
+    assert proposal.reason.endswith("[relu, sigmoid]; [add]")  # a + b: fresh tensors again
+    forward = proposal.candidate.source.split("def forward", 1)[1]
+    assert forward.index("view * 2") < forward.index("linear.relu_()") < forward.index("view * 3")
