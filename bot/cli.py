@@ -124,6 +124,9 @@ def _optimize_one(problem: Problem, evaluator: Evaluator, out_dir: Path) -> Targ
         attempt = optimize_problem(problem, evaluator)
     except WeakSpecError as err:
         return TargetReport(target=problem.name, device=problem.device, status="weak_spec", reason=err.render())
+    except UserError as err:  # this target's fault: report it, go on with the others
+        click.echo(err.render(), err=True)
+        return TargetReport(target=problem.name, device=problem.device, status="error", reason=err.render())
     if attempt.result is None or attempt.candidate is None:
         return TargetReport(target=problem.name, device=problem.device, status="no_candidate", reason=attempt.reason)
     kernel_file = out_dir / f"{problem.name}_kernel.py"
@@ -195,3 +198,7 @@ def audit(problem, device, dtype, seed, verbose) -> None:
         sys.exit(1)
 
     _run(verbose, action)
+
+
+if __name__ == "__main__":
+    main()

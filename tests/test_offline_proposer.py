@@ -244,18 +244,23 @@ def test_kitchen_sink_matches_reference_on_every_path(built) -> None:
 
 
 @pytest.mark.slow
-def test_kitchen_sink_half_precision(built) -> None:
+def test_kitchen_sink_in_bfloat16_rounds_like_eager(built) -> None:
+    """Every intermediate is rounded to bfloat16 as eager PyTorch does, so even exp(1.5 x) of
+    large x stays within bfloat16's tolerance (1.6e-2 relative norm in the harness)."""
     problem, _, candidate = built["kitchen_sink"]
     half = problem.model_copy(update={"dtype": "bfloat16"})
-    reference, fused = construct(half, candidate, seed=6)
-    inputs = make_inputs(half, seed=6)
-    with torch.no_grad():
-        ours, theirs = fused(*inputs), reference(*inputs)
-    for index in (0, 1, *range(3, 11)):  # the bool output may flip where a value sits on 0.1
-        assert ours[index].dtype == torch.bfloat16
-        scale = theirs[index].float().abs().mean() + 1e-3
-        error = (ours[index].float() - theirs[index].float()).abs().max()
-        assert error <= 0.1 * scale, index
+    for seed in (6, 7):
+        reference, fused = construct(half, candidate, seed)
+        inputs = make_inputs(half, seed)
+        with torch.no_grad():
+            ours, theirs = fused(*inputs), reference(*inputs)
+        for index, (mine, eager) in enumerate(zip(ours, theirs, strict=True)):
+            assert mine.dtype == eager.dtype
+            if eager.dtype == torch.bool:  # a > 0.1 may flip where float and bfloat16 disagree
+                assert (mine != eager).float().mean() < 0.01
+                continue
+            error = (mine.float() - eager.float()).norm() / eager.float().norm()
+            assert error < 4e-3, (index, float(error))
 
 
 # --- decisions and generated code (no build) ---------------------------------------------------
@@ -340,9 +345,7 @@ def test_gelu_exact_and_tanh_forms(tmp_path: Path) -> None:
     proposal = propose(problem)
     assert proposal.fused_chains == 1
     source = proposal.candidate.source
-    assert "kp::erf(v0 * 0.70710678118654752440f)" in source.replace("a0", "v0") or (
-        "kp::erf(a0 * 0.70710678118654752440f)" in source
-    )
+    assert "kp::erf(a0 * 0.70710678118654752440f)" in source
     assert "kp::tanh(0.79788456080286535588f * (a0 + 0.044715f * (a0 * a0 * a0)))" in source
 
 

@@ -22,6 +22,12 @@ KP_INLINE T store(float v) { return static_cast<T>(v); }
 template <>
 KP_INLINE bool store<bool>(float v) { return v != 0.0f; }
 
+// A value as the tensor dtype T would hold it: eager PyTorch rounds every op's result.
+template <typename T>
+KP_INLINE float rounded(float v) { return static_cast<float>(static_cast<T>(v)); }
+template <>
+KP_INLINE float rounded<float>(float v) { return v; }
+
 // NaN-propagating, like ATen's clamp, minimum and maximum.
 KP_INLINE float clamp_min(float v, float lo) { return v < lo ? lo : v; }
 KP_INLINE float clamp_max(float v, float hi) { return v > hi ? hi : v; }
@@ -197,7 +203,10 @@ def op_function(kernel: FusedKernel) -> str:
     params = [f"const float a{k}" for k in range(len(kernel.inputs))]
     params += [f"const float s{k}" for k in range(len(kernel.scalars))]
     params += [f"float& o{j}" for j in range(len(kernel.outputs))]
-    lines = [f"KP_INLINE void {kernel.name}_op({', '.join(params)}) {{"]
+    lines = [
+        "template <typename scalar_t>",
+        f"KP_INLINE void {kernel.name}_op({', '.join(params)}) {{",
+    ]
     lines += [f"  const float {name} = {text};" for name, text in kernel.body]
     lines += [f"  o{j} = {item.value};" for j, item in enumerate(kernel.outputs)]
     lines.append("}")
@@ -209,7 +218,7 @@ def op_call(kernel: FusedKernel, inputs: list[str], indent: str) -> list[str]:
     scalars = [f"s{k}" for k in range(len(kernel.scalars))]
     return [
         f"{indent}float {', '.join(outputs)};",
-        f"{indent}{kernel.name}_op({', '.join([*inputs, *scalars, *outputs])});",
+        f"{indent}{kernel.name}_op<scalar_t>({', '.join([*inputs, *scalars, *outputs])});",
     ]
 
 

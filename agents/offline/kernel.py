@@ -42,7 +42,8 @@ class FusedKernel:
     inputs: tuple[KernelInput, ...]
     scalars: tuple[Node, ...]  # Python numbers computed by the graph, passed as double
     outputs: tuple[KernelOutput, ...]
-    body: tuple[tuple[str, str], ...]  # (v<i>, C++ expression of inputs a<k>, scalars s<k>)
+    # (v<i>, C++ expression of inputs a<k> and scalars s<k>; it may use the dtype scalar_t)
+    body: tuple[tuple[str, str], ...]
     split: int | None  # the traced broadcasts' row split; None: any (flat, else by last dim)
     fast_path: bool  # False when a traced input broadcasts in a way rows x cols cannot express
     kinds: tuple[str, ...]
@@ -76,7 +77,10 @@ def build_kernel(
     body = []
     for index, node in enumerate(group):
         op = ops[node]
-        body.append((f"v{index}", expression(op.kind, [operand(v) for v in op.operands])))
+        text = expression(op.kind, [operand(value) for value in op.operands])
+        # Like PyTorch, round every result to the tensor dtype (free for float32): without it a
+        # bfloat16 exp(x * 1.5) differs from eager by far more than bfloat16's own error.
+        body.append((f"v{index}", text if _is_bool(node) else f"kp::rounded<scalar_t>({text})"))
     outputs = tuple(
         KernelOutput(node, _is_bool(node), f"v{position[node]}") for node in group_outputs(group)
     )

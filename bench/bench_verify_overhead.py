@@ -1,0 +1,74 @@
+"""What verification costs: kernelpilot's full check of an honest candidate vs a plain allclose.
+
+Plain: import the (already built) candidate in this process, run it once, torch.allclose
+against the reference. Full: Evaluator.evaluate with the smallest timing phase (3 timed
+calls, no torch.compile), i.e. the static gate, the reference worker (cases, audit, profile),
+the candidate worker (guards, poison, fingerprints, snapshots, profile, every-call re-check)
+and the comparison. Both start from a warm build cache.
+
+    python bench/bench_verify_overhead.py [--device cpu|cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from harness.config import EvalConfig  # noqa: E402
+from harness.evaluate import Evaluator  # noqa: E402
+from harness.problem import build_reference, init_arguments, make_inputs, problem_from_target  # noqa: E402
+from harness.records import Candidate  # noqa: E402
+
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def plain_allclose(problem, path: Path) -> float:
+    start = time.perf_counter()
+    spec = importlib.util.spec_from_file_location("plain_candidate", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args, kwargs = init_arguments(problem)
+    reference = build_reference(problem, 0)
+    candidate = module.ModelNew(*args, **kwargs).to(problem.device)
+    candidate.load_state_dict(reference.state_dict())
+    inputs = make_inputs(problem, 0)
+    with torch.no_grad():
+        ok = torch.allclose(candidate(*inputs), reference(*inputs), atol=1e-5, rtol=1e-5)
+    if problem.device == "cuda":
+        torch.cuda.synchronize()
+    assert ok
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    args = parser.parse_args()
+    problem = problem_from_target(str(FIXTURES / "scale_problem.py"), args.device, "float32")
+    path = FIXTURES / ("gpu_honest.py" if args.device == "cuda" else "isolation_honest.py")
+    config = EvalConfig(compile_baseline=False, min_reps=3, max_reps=3, warmup=1, time_budget_s=0.01)
+    evaluator = Evaluator(config, seed=5)
+    evaluator.prebuild(problem, [Candidate(source=path.read_text())])  # warm cache, not timed
+    plain_allclose(problem, path)  # warm this process's imports, not timed
+    plain = plain_allclose(problem, path)
+    start = time.perf_counter()
+    result = evaluator.evaluate(problem, Candidate(source=path.read_text()))
+    full = time.perf_counter() - start
+    assert result.status.value == "ok", result.reason
+    print(f"device {args.device}, torch {torch.__version__}")
+    print("| check | wall s |\n|---|---|")
+    print(f"| plain allclose (1 input, in process) | {plain:.2f} |")
+    print(f"| kernelpilot full verification ({len(result.checks)} checks, 2 worker processes) | {full:.2f} |")
+    print(f"\noverhead: {full / plain:.1f}x the plain check, {full - plain:.1f} s more per candidate")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""Bad input: each says what is wrong, where and what to do, exits non-zero, no traceback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from bot.cli import main
+from tests.conftest import FIXTURES, ROOT
+
+BAD = FIXTURES / "bad"
+PROBLEM = str(FIXTURES / "scale_problem.py")
+FAST = ["--no-compile-baseline", "--time-budget", "0.1", "--device", "cpu"]
+
+
+def run(*args: str, env: dict | None = None):
+    result = CliRunner().invoke(main, list(args), env=env)
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["optimize", "no/such/file.py"], "file not found"),
+        (["optimize", str(BAD / "syntax_error.py")], "syntax error"),
+        (["optimize", str(BAD / "no_module.py")], "class 'Model' not found"),
+        (["optimize", f"{PROBLEM}:Missing"], "class 'Missing' not found"),
+        (["evaluate", PROBLEM, "no/such/candidate.py", *FAST], "candidate file not found"),
+        (["audit", str(BAD / "non_tensor_inputs.py"), "--device", "cpu"], "not a tensor or number"),
+        (["audit", str(BAD / "raising_inputs.py"), "--device", "cpu"], "dataset missing"),
+    ],
+)
+def test_user_errors(args, expected):
+    code, output = run(*args)
+    assert code == 2, output
+    assert expected in output
+    assert "fix:" in output or "where:" in output
+    assert "Traceback" not in output
+
+
+def test_verbose_shows_the_traceback():
+    code, output = run("audit", str(BAD / "raising_inputs.py"), "--device", "cpu", "--verbose")
+    assert code == 2 and "Traceback" in output
+
+
+def test_cuda_without_gpu_is_a_clear_error():
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    code, output = run("evaluate", PROBLEM, str(FIXTURES / "isolation_honest.py"), "--device", "cuda")
+    assert code == 2 and "no CUDA GPU" in output and "--device cpu" in output
+
+
+def test_missing_compiler_is_a_clear_error():
+    code, output = run("evaluate", PROBLEM, str(FIXTURES / "isolation_honest.py"), "--device", "cpu",
+                       env={"CXX": "no-such-compiler"})
+    assert code == 2 and "no C++ compiler" in output
+
+
+@pytest.mark.parametrize(
+    ("candidate", "status", "check", "text"),
+    [
+        ("no_modelnew.py", "rejected", "static_gate", "defines no top-level class ModelNew"),
+        ("wrong_constructor.py", "runtime_error", "constructs", "width"),
+        ("wrong_state_dict.py", "runtime_error", "state_dict_strict", "extra"),
+    ],
+)
+def test_bad_candidates_are_verdicts(candidate, status, check, text, tmp_path):
+    code, output = run("evaluate", PROBLEM, str(BAD / candidate), *FAST, "--out", str(tmp_path))
+    assert code == 1, output
+    row = json.loads((tmp_path / "report.json").read_text())["targets"][0]
+    assert row["status"] == status
+    failed = [c for c in row["checks"] if not c["passed"]]
+    assert any(c["name"] == check for c in failed), failed
+    assert text in row["reason"]
+
+
+def test_optimize_keeps_measured_results_when_a_later_target_fails(tmp_path):
+    """The first target is reported even though the second one's inputs raise."""
+    code, output = run("optimize", str(ROOT / "examples" / "swiglu.py"), str(BAD / "raising_inputs.py"),
+                       *FAST, "--out", str(tmp_path))
+    assert code == 1
+    rows = json.loads((tmp_path / "report.json").read_text())["targets"]
+    assert [row["status"] for row in rows][1] == "error"
+    assert rows[0]["status"] in ("ok", "no_candidate")
+    assert "dataset missing" in rows[1]["reason"]

@@ -1,0 +1,91 @@
+"""The static gate: what it rejects, with the rule named, and what it lets through."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.gate import check_native, check_python
+
+HEAD = "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"
+CLASS = "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+
+
+def forward(body: str) -> str:
+    lines = "\n".join("        " + line for line in body.splitlines())
+    return HEAD + CLASS + "    def forward(self, x):\n" + lines + "\n"
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        (HEAD + "x = 1\n", "no top-level class ModelNew"),
+        (forward("try:\n    return _ext.f(x)\nexcept Exception:\n    return x"), "try/except"),
+        (HEAD + "class ModelNew(Model):\n    pass\n", "reference class Model"),
+        (forward("return Model()(x)"), "reference class Model"),
+        ("import os\n" + forward("return x"), "imports os"),
+        ("import threading\n" + forward("return x"), "imports threading"),
+        ("from torch.utils.cpp_extension import load\n" + forward("return x"), "load"),
+        (forward("torch.nn.functional.gelu = lambda t: t\nreturn x"), "monkeypatching"),
+        (forward("torch.backends.cuda.matmul.allow_tf32 = True\nreturn x"), "allow_tf32"),
+        (forward("return x.half().float()"), "reduced precision"),
+        (forward("return x.to(torch.bfloat16)"), "reduced precision"),
+        (forward("self.calls = 1\nreturn x"), "state across calls"),
+        (HEAD + "CACHE = {}\n" + CLASS + "    def forward(self, x):\n        CACHE[1] = x\n        return x\n",
+         "shared state"),
+        (HEAD + "CACHE = []\n" + CLASS + "    def forward(self, x):\n        CACHE.append(x)\n        return x\n",
+         "state across calls"),
+        (forward("return x.data_ptr()"), "raw pointer"),
+        (forward("return getattr(x, 'y')"), "getattr"),
+        (forward("return x.__class__"), "__class__"),
+        (HEAD + "class Lazy(torch.Tensor):\n    pass\n" + CLASS, "derives from torch.Tensor"),
+        (forward("return torch.compile(self)(x)"), "torch.compile"),
+        (forward("return torch._C._nn.gelu(x)"), "private PyTorch"),
+        (forward("global G\nreturn x"), "global"),
+    ],
+)
+def test_rejects(source, expected):
+    reasons = check_python(source, "Model", "float32")
+    assert any(expected in reason for reason in reasons), reasons
+
+
+def test_accepts_an_honest_candidate():
+    source = HEAD + 'SRC = "torch::Tensor f(torch::Tensor x);"\n' + \
+        '_ext = load_inline(name="f", cpp_sources=SRC, functions=["f"])\n' + \
+        "class ModelNew(nn.Module):\n    def __init__(self, dim):\n        super().__init__()\n" + \
+        "        self.weight = nn.Parameter(torch.ones(dim))\n" + \
+        "    def forward(self, input):\n        shape = list(input.shape)\n        shape[-1] = 3\n" + \
+        "        return _ext.f(input.contiguous()) * 1 if False else _ext.f(input.contiguous())\n"
+    assert check_python(source, "Model", "float32") == []
+
+
+def test_half_is_fine_in_a_half_problem():
+    assert check_python(forward("return x.half()"), "Model", "float16") == []
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("void f() { std::thread t([]{}); t.detach(); }", "threads"),
+        ("void f() { pthread_create(0, 0, 0, 0); }", "threads"),
+        ("torch::Tensor f(torch::Tensor x) { static torch::Tensor cache; return cache; }", "static"),
+        ("int f() { static int calls = 0; return ++calls; }", "static counter"),
+        ("void f() { system(\"ls\"); }", "runs or loads programs"),
+        ("float f(float v) { return __half2float(__float2half(v)); }", "reduced precision"),
+        ("void f() { cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH); }", "reduced precision"),
+    ],
+)
+def test_native_rejects(source, expected):
+    assert any(expected in reason for reason in check_native(source, "float32"))
+
+
+def test_native_accepts_dispatch_and_comments():
+    source = """
+    // a std::thread mention in a comment is fine
+    static inline float gelu(float v) { return v; }
+    static torch::Tensor helper(torch::Tensor x) { return x; }
+    torch::Tensor f(torch::Tensor x) {
+      int half = 3;
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::ScalarType::Half, at::ScalarType::BFloat16, x.scalar_type(), "f", [&] {});
+      return helper(x);
+    }"""
+    assert check_native(source, "float32") == []
