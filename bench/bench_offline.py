@@ -36,7 +36,7 @@ CHAINS = {
     "sigmoid_gate_clamp": ("torch.clamp(torch.sigmoid(x) * y + b, -1.0, 1.0)", 2),
     "exp_log_chain": ("torch.log(torch.exp(x * 0.1) + 1.0) - torch.tanh(y) * 0.5", 2),
 }
-TEMPLATE = '''import torch
+TEMPLATE = """import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -55,7 +55,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
 def copy_bandwidth_gbs(device: str) -> float:
@@ -99,7 +99,9 @@ def main() -> None:
     args = parser.parse_args()
     device = resolve_device(args.device)
     bandwidth = copy_bandwidth_gbs(device)
-    config = EvalConfig(time_budget_s=args.time_budget, compile_baseline=not args.no_compile_baseline)
+    config = EvalConfig(
+        time_budget_s=args.time_budget, compile_baseline=not args.no_compile_baseline
+    )
     evaluator = Evaluator(config, seed=1, progress=lambda m: print(f"  .. {m}", file=sys.stderr))
     folder = Path(tempfile.mkdtemp(prefix="kp-bench-"))
     targets = [(p.stem, p, None) for p in sorted((ROOT / "examples").glob("*.py"))]
@@ -113,7 +115,9 @@ def main() -> None:
     header = {
         "device": device,
         "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-        "torch": torch.__version__, "cuda": torch.version.cuda, "copy_bandwidth_gbs": bandwidth,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "copy_bandwidth_gbs": bandwidth,
     }
     print(render(header, rows))
     if args.out:
@@ -123,13 +127,18 @@ def main() -> None:
 
 def _row(name: str, attempt, min_bytes: int | None, bandwidth: float) -> dict:
     result = attempt.result
-    row = {"target": name, "status": result.status.value if result else "no_candidate",
-           "reason": (result.reason if result else attempt.reason)[:200]}
+    row = {
+        "target": name,
+        "status": result.status.value if result else "no_candidate",
+        "reason": (result.reason if result else attempt.reason)[:200],
+    }
     if result and result.candidate and result.eager:
         row.update(
-            eager_ms=result.eager.median_ms, kernel_ms=result.candidate.median_ms,
+            eager_ms=result.eager.median_ms,
+            kernel_ms=result.candidate.median_ms,
             compile_ms=result.compiled.median_ms if result.compiled else None,
-            speedup_vs_eager=result.speedup_vs_eager, speedup_vs_compile=result.speedup_vs_compile,
+            speedup_vs_eager=result.speedup_vs_eager,
+            speedup_vs_compile=result.speedup_vs_compile,
             faster_than_eager=bool(result.vs_eager and result.vs_eager.faster),
         )
         if min_bytes:

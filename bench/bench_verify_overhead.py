@@ -54,7 +54,9 @@ def main() -> None:
     args = parser.parse_args()
     problem = problem_from_target(str(FIXTURES / "scale_problem.py"), args.device, "float32")
     path = FIXTURES / ("gpu_honest.py" if args.device == "cuda" else "isolation_honest.py")
-    config = EvalConfig(compile_baseline=False, min_reps=3, max_reps=3, warmup=1, time_budget_s=0.01)
+    config = EvalConfig(
+        compile_baseline=False, min_reps=3, max_reps=3, warmup=1, time_budget_s=0.01
+    )
     evaluator = Evaluator(config, seed=5)
     evaluator.prebuild(problem, [Candidate(source=path.read_text())])  # warm cache, not timed
     plain_allclose(problem, path)  # warm this process's imports, not timed
@@ -66,8 +68,12 @@ def main() -> None:
     print(f"device {args.device}, torch {torch.__version__}")
     print("| check | wall s |\n|---|---|")
     print(f"| plain allclose (1 input, in process) | {plain:.2f} |")
-    print(f"| kernelpilot full verification ({len(result.checks)} checks, 2 worker processes) | {full:.2f} |")
-    print(f"\noverhead: {full / plain:.1f}x the plain check, {full - plain:.1f} s more per candidate")
+    print(
+        f"| kernelpilot full verification ({len(result.checks)} checks, 2 worker processes) | {full:.2f} |"
+    )
+    print(
+        f"\noverhead: {full / plain:.1f}x the plain check, {full - plain:.1f} s more per candidate"
+    )
 
 
 if __name__ == "__main__":

@@ -24,12 +24,17 @@ def corpus_candidates() -> dict[Path, list[Candidate]]:
     for folder in ("tests/redteam/cuda", "tests/honest/cuda"):
         for path in sorted((ROOT / folder).glob("*.py")):
             text = path.read_text()
-            problem = next(line.split(":", 1)[1].strip() for line in text.splitlines()
-                           if line.startswith("# problem:"))
+            problem = next(
+                line.split(":", 1)[1].strip()
+                for line in text.splitlines()
+                if line.startswith("# problem:")
+            )
             by_problem[ROOT / "tests" / problem].append(Candidate(source=text))
     fixtures = ROOT / "tests" / "fixtures"
     for name in ("gpu_illegal_address.py", "gpu_honest.py"):
-        by_problem[fixtures / "scale_problem.py"].append(Candidate(source=(fixtures / name).read_text()))
+        by_problem[fixtures / "scale_problem.py"].append(
+            Candidate(source=(fixtures / name).read_text())
+        )
     return by_problem
 
 

@@ -18,24 +18,40 @@ from harness.problem import problem_from_target, problems_from_project
 from harness.records import Candidate, Problem
 
 DEVICE = click.option(
-    "--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+    "--device",
+    type=click.Choice(["auto", "cpu", "cuda"]),
+    default="auto",
+    show_default=True,
     help="Where kernels run: auto picks cuda when a GPU is visible.",
 )
 DTYPE = click.option(
-    "--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), default=None,
+    "--dtype",
+    type=click.Choice(["float32", "float16", "bfloat16"]),
+    default=None,
     help="Dtype of parameters and float inputs [default: float32, or the config's].",
 )
 OUT = click.option(
-    "--out", "out_dir", type=click.Path(path_type=Path), default=Path("kernelpilot-out"),
-    show_default=True, help="Folder for report.json, report.md, junit.xml and kernels.",
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    default=Path("kernelpilot-out"),
+    show_default=True,
+    help="Folder for report.json, report.md, junit.xml and kernels.",
 )
-SEED = click.option("--seed", type=int, default=None, help="Fix the verification seeds (default: random).")
+SEED = click.option(
+    "--seed", type=int, default=None, help="Fix the verification seeds (default: random)."
+)
 VERBOSE = click.option("--verbose", is_flag=True, help="Show tracebacks on errors.")
 NO_COMPILE = click.option(
-    "--no-compile-baseline", is_flag=True, help="Skip timing torch.compile (it can take minutes on cpu)."
+    "--no-compile-baseline",
+    is_flag=True,
+    help="Skip timing torch.compile (it can take minutes on cpu).",
 )
 BUDGET = click.option(
-    "--time-budget", type=float, default=None, help="Seconds of timing per implementation [default: 1.5]."
+    "--time-budget",
+    type=float,
+    default=None,
+    help="Seconds of timing per implementation [default: 1.5].",
 )
 
 
@@ -43,7 +59,9 @@ def _progress(message: str) -> None:
     click.echo(f"[{time.strftime('%H:%M:%S')}] {message}", err=True)
 
 
-def _eval_config(no_compile: bool, budget: float | None, base: EvalConfig | None = None) -> EvalConfig:
+def _eval_config(
+    no_compile: bool, budget: float | None, base: EvalConfig | None = None
+) -> EvalConfig:
     config = base or EvalConfig()
     updates: dict = {}
     if no_compile:
@@ -79,7 +97,9 @@ def main() -> None:
 @NO_COMPILE
 @BUDGET
 @VERBOSE
-def optimize(targets, device, dtype, out_dir, seed, no_compile_baseline, time_budget, verbose) -> None:
+def optimize(
+    targets, device, dtype, out_dir, seed, no_compile_baseline, time_budget, verbose
+) -> None:
     """Write, verify and time kernels for TARGETS.
 
     A target is a KernelBench-format file (Model, get_inputs, get_init_inputs) or
@@ -87,11 +107,14 @@ def optimize(targets, device, dtype, out_dir, seed, no_compile_baseline, time_bu
     nearest pyproject.toml's [tool.kernelpilot] is optimized. Exits 0 when every target ran
     (a target without a faster kernel is not an error), 1 when a target failed, 2 on bad input.
     """
+
     def action() -> None:
         resolved = resolve_device(device)
         check_toolchain(resolved)
         problems, config = _problems(targets, resolved, dtype)
-        evaluator = Evaluator(_eval_config(no_compile_baseline, time_budget, config), seed, progress=_progress)
+        evaluator = Evaluator(
+            _eval_config(no_compile_baseline, time_budget, config), seed, progress=_progress
+        )
         report = Report()
         for number, problem in enumerate(problems, 1):
             _progress(f"target {number}/{len(problems)}: {problem.name} on {resolved}")
@@ -123,12 +146,18 @@ def _optimize_one(problem: Problem, evaluator: Evaluator, out_dir: Path) -> Targ
     try:
         attempt = optimize_problem(problem, evaluator)
     except WeakSpecError as err:
-        return TargetReport(target=problem.name, device=problem.device, status="weak_spec", reason=err.render())
+        return TargetReport(
+            target=problem.name, device=problem.device, status="weak_spec", reason=err.render()
+        )
     except UserError as err:  # this target's fault: report it, go on with the others
         click.echo(err.render(), err=True)
-        return TargetReport(target=problem.name, device=problem.device, status="error", reason=err.render())
+        return TargetReport(
+            target=problem.name, device=problem.device, status="error", reason=err.render()
+        )
     if attempt.result is None or attempt.candidate is None:
-        return TargetReport(target=problem.name, device=problem.device, status="no_candidate", reason=attempt.reason)
+        return TargetReport(
+            target=problem.name, device=problem.device, status="no_candidate", reason=attempt.reason
+        )
     kernel_file = out_dir / f"{problem.name}_kernel.py"
     out_dir.mkdir(parents=True, exist_ok=True)
     kernel_file.write_text(attempt.candidate.source)
@@ -145,18 +174,23 @@ def _optimize_one(problem: Problem, evaluator: Evaluator, out_dir: Path) -> Targ
 @NO_COMPILE
 @BUDGET
 @VERBOSE
-def evaluate(problem, candidate, device, dtype, out_dir, seed, no_compile_baseline, time_budget, verbose) -> None:
+def evaluate(
+    problem, candidate, device, dtype, out_dir, seed, no_compile_baseline, time_budget, verbose
+) -> None:
     """Verify and time a hand-written CANDIDATE (a file defining ModelNew) against PROBLEM.
 
     Exits 0 only if the candidate is verified correct; 1 if it is not; 2 on bad input.
     """
+
     def action() -> None:
         resolved = resolve_device(device)
         check_toolchain(resolved)
         spec = problem_from_target(str(problem), resolved, dtype)
         if not candidate.is_file():
             raise UserError(f"candidate file not found: {candidate}", fix="check the path")
-        evaluator = Evaluator(_eval_config(no_compile_baseline, time_budget), seed, progress=_progress)
+        evaluator = Evaluator(
+            _eval_config(no_compile_baseline, time_budget), seed, progress=_progress
+        )
         result = evaluator.evaluate(spec, Candidate(source=candidate.read_text(), origin="user"))
         report = Report(targets=[TargetReport.from_result(spec.name, result, str(candidate))])
         write_report(report, out_dir)
@@ -179,6 +213,7 @@ def evaluate(problem, candidate, device, dtype, out_dir, seed, no_compile_baseli
 def audit(problem, device, dtype, seed, verbose) -> None:
     """Check PROBLEM's input spec: would a null answer (zeros, a constant, an input, another
     seed's output) pass, and is the reference deterministic? Exits 1 when the spec is weak."""
+
     def action() -> None:
         from harness.reference import reference_data
 
@@ -186,13 +221,17 @@ def audit(problem, device, dtype, seed, verbose) -> None:
         data = reference_data(spec, EvalConfig(), seed)
         report = data.report.audit
         if not report.weak:
-            click.echo(f"{spec.name}: spec is strong ({len(data.cases)} cases: a null answer fails them)")
+            click.echo(
+                f"{spec.name}: spec is strong ({len(data.cases)} cases: a null answer fails them)"
+            )
             return
         click.echo(f"{spec.name}: WEAK spec")
         for finding in report.findings:
             click.echo(f"  - {finding.kind}: {finding.detail}\n    fix: {finding.fix}")
         if report.strengthened_ok:
-            click.echo("  optimize/evaluate will use signed, rescaled inputs of the same shapes instead.")
+            click.echo(
+                "  optimize/evaluate will use signed, rescaled inputs of the same shapes instead."
+            )
         else:
             click.echo("  optimize/evaluate will refuse this problem until the spec is fixed.")
         sys.exit(1)

@@ -37,10 +37,16 @@ class TargetReport(BaseModel):
     log: str = ""
 
     @classmethod
-    def from_result(cls, target: str, result: EvalResult, candidate_file: str | None) -> TargetReport:
+    def from_result(
+        cls, target: str, result: EvalResult, candidate_file: str | None
+    ) -> TargetReport:
         return cls(
-            target=target, device=result.device, device_name=result.device_name,
-            torch_version=result.torch_version, status=result.status.value, reason=result.reason,
+            target=target,
+            device=result.device,
+            device_name=result.device_name,
+            torch_version=result.torch_version,
+            status=result.status.value,
+            reason=result.reason,
             eager_ms=result.eager.median_ms if result.eager else None,
             compile_ms=result.compiled.median_ms if result.compiled else None,
             candidate_ms=result.candidate.median_ms if result.candidate else None,
@@ -51,9 +57,13 @@ class TargetReport(BaseModel):
             noise_floor=result.vs_eager.noise_floor if result.vs_eager else None,
             needs_review=bool(result.vs_eager and result.vs_eager.needs_review)
             or bool(result.vs_compile and result.vs_compile.needs_review),
-            max_abs_error=result.max_abs_error, rel_error=result.rel_error,
-            input_mode=result.input_mode, compile_baseline_error=result.compile_baseline_error,
-            candidate_file=candidate_file, checks=result.checks, log=result.log[-4000:],
+            max_abs_error=result.max_abs_error,
+            rel_error=result.rel_error,
+            input_mode=result.input_mode,
+            compile_baseline_error=result.compile_baseline_error,
+            candidate_file=candidate_file,
+            checks=result.checks,
+            log=result.log[-4000:],
         )
 
 
@@ -61,7 +71,16 @@ class Report(BaseModel):
     targets: list[TargetReport] = Field(default_factory=list)
 
 
-COLUMNS = ["target", "status", "eager ms", "compile ms", "kernel ms", "vs eager", "vs compile", "max err"]
+COLUMNS = [
+    "target",
+    "status",
+    "eager ms",
+    "compile ms",
+    "kernel ms",
+    "vs eager",
+    "vs compile",
+    "max err",
+]
 
 
 def _ms(value: float | None) -> str:
@@ -78,7 +97,11 @@ def _speedup(value: float | None, faster: bool, review: bool) -> str:
 def table_rows(report: Report) -> list[list[str]]:
     return [
         [
-            row.target, row.status, _ms(row.eager_ms), _ms(row.compile_ms), _ms(row.candidate_ms),
+            row.target,
+            row.status,
+            _ms(row.eager_ms),
+            _ms(row.compile_ms),
+            _ms(row.candidate_ms),
             _speedup(row.speedup_vs_eager, row.faster_than_eager, row.needs_review),
             _speedup(row.speedup_vs_compile, row.faster_than_compile, row.needs_review),
             "-" if row.max_abs_error is None else f"{row.max_abs_error:.2e}",
@@ -90,13 +113,18 @@ def table_rows(report: Report) -> list[list[str]]:
 def render_terminal(report: Report) -> str:
     rows = [COLUMNS, *table_rows(report)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        for row in rows
+    ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     for row in report.targets:
         if row.reason:
             lines.append(f"{row.target}: {row.reason}")
         if row.compile_baseline_error:
-            lines.append(f"{row.target}: torch.compile baseline not measured: {row.compile_baseline_error}")
+            lines.append(
+                f"{row.target}: torch.compile baseline not measured: {row.compile_baseline_error}"
+            )
     return "\n".join(lines)
 
 
@@ -115,9 +143,13 @@ def render_markdown(report: Report) -> str:
         if row.reason:
             lines.append(f"{row.reason}")
         if row.needs_review:
-            lines.append("**Speedup above 10x: a human should review this kernel before trusting it.**")
+            lines.append(
+                "**Speedup above 10x: a human should review this kernel before trusting it.**"
+            )
         if row.input_mode == "strengthened":
-            lines.append("The problem's own inputs were too weak; signed, rescaled inputs were used.")
+            lines.append(
+                "The problem's own inputs were too weak; signed, rescaled inputs were used."
+            )
         if row.checks:
             lines.append("")
             lines += [f"- {'✅' if c.passed else '❌'} `{c.name}`: {c.detail}" for c in row.checks]
@@ -127,8 +159,12 @@ def render_markdown(report: Report) -> str:
 def render_junit(report: Report) -> str:
     cases = []
     for row in report.targets:
-        case = TestCase(row.target, classname=f"kernelpilot.{row.device}",
-                        elapsed_sec=(row.candidate_ms or 0) / 1e3, stdout=row.reason)
+        case = TestCase(
+            row.target,
+            classname=f"kernelpilot.{row.device}",
+            elapsed_sec=(row.candidate_ms or 0) / 1e3,
+            stdout=row.reason,
+        )
         if row.status == "no_candidate":
             case.add_skipped_info(row.reason)
         elif row.status in ("build_error", "runtime_error", "timeout", "error", "weak_spec"):

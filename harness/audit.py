@@ -19,9 +19,17 @@ def null_answers(inputs: list, outputs: list[torch.Tensor], others: list[list[to
     for index, out in enumerate(outputs):
         yield f"zeros for output {index}", index, torch.zeros_like(out)
         if out.is_floating_point() and out.numel():
-            yield f"a constant (its mean) for output {index}", index, torch.full_like(out, float(out.float().mean()))
+            yield (
+                f"a constant (its mean) for output {index}",
+                index,
+                torch.full_like(out, float(out.float().mean())),
+            )
         for position, value in enumerate(inputs):
-            if isinstance(value, torch.Tensor) and value.shape == out.shape and value.dtype == out.dtype:
+            if (
+                isinstance(value, torch.Tensor)
+                and value.shape == out.shape
+                and value.dtype == out.dtype
+            ):
                 yield f"input {position} passed through as output {index}", index, value
         for other in others:
             if len(other) > index and other[index].shape == out.shape:

@@ -73,7 +73,9 @@ class CachedLoader:
             raise GateRejection([f"builds CUDA sources but the problem runs on {self.device}"])
         reasons = check_native(cpp + "\n" + cuda, self.dtype)
         flags = [*(extra_cflags or []), *(extra_cuda_cflags or []), *(extra_ldflags or [])]
-        reasons += [f"build flag {flag!r} is not allowed" for flag in flags if not ALLOWED_FLAG.match(flag)]
+        reasons += [
+            f"build flag {flag!r} is not allowed" for flag in flags if not ALLOWED_FLAG.match(flag)
+        ]
         if reasons:
             raise GateRejection(reasons)
         if isinstance(functions, str):
@@ -115,7 +117,9 @@ class CountingModule:
     """Exposes a compiled module's functions, counting every call (launch evidence)."""
 
     def __init__(self, module, calls: Counter[str]) -> None:
-        functions = {name: getattr(module, name) for name in dir(module) if not name.startswith("_")}
+        functions = {
+            name: getattr(module, name) for name in dir(module) if not name.startswith("_")
+        }
 
         def counted(name, function):
             def call(*args, **kwargs):
@@ -133,9 +137,16 @@ def build_key(cpp, cuda, functions, cflags, cuda_flags, ldflags, device) -> str:
     arch = os.environ.get("TORCH_CUDA_ARCH_LIST", "") if device == "cuda" else ""
     payload = json.dumps(
         {
-            "cpp": cpp, "cuda": cuda, "functions": functions, "cflags": cflags,
-            "cuda_flags": cuda_flags, "ldflags": ldflags, "torch": torch.__version__,
-            "python": sys.version_info[:2], "device": device, "arch": arch,
+            "cpp": cpp,
+            "cuda": cuda,
+            "functions": functions,
+            "cflags": cflags,
+            "cuda_flags": cuda_flags,
+            "ldflags": ldflags,
+            "torch": torch.__version__,
+            "python": sys.version_info[:2],
+            "device": device,
+            "arch": arch,
             "machine": platform.machine(),
         },
         sort_keys=True,

@@ -22,23 +22,37 @@ class EvalConfig(BaseModel):
 
     seeds: int = Field(default=5, ge=5, description="Correctness seeds, fresh inputs each.")
     shape_variants: int = Field(
-        default=2, ge=0, description="Extra input shapes (other batch/last dims) where the module allows."
+        default=2,
+        ge=0,
+        description="Extra input shapes (other batch/last dims) where the module allows.",
     )
-    warmup: int = Field(default=3, ge=1, description="Untimed calls before timing each implementation.")
+    warmup: int = Field(
+        default=3, ge=1, description="Untimed calls before timing each implementation."
+    )
     min_reps: int = Field(default=10, ge=3, description="Fewest timed calls per implementation.")
     max_reps: int = Field(default=200, ge=3, description="Most timed calls per implementation.")
     time_budget_s: float = Field(
         default=1.5, gt=0, description="Timing stops after this many seconds per implementation."
     )
     compile_baseline: bool = Field(default=True, description="Also time torch.compile(reference).")
-    noise_floor: float = Field(default=0.05, ge=0, description="Smallest speedup margin that counts.")
-    review_speedup: float = Field(default=10.0, gt=1, description="Speedups above this need review.")
-    build_timeout_s: float = Field(default=600, gt=0, description="Limit for one candidate's build.")
-    run_timeout_s: float = Field(default=300, gt=0, description="Limit for verifying and timing one.")
+    noise_floor: float = Field(
+        default=0.05, ge=0, description="Smallest speedup margin that counts."
+    )
+    review_speedup: float = Field(
+        default=10.0, gt=1, description="Speedups above this need review."
+    )
+    build_timeout_s: float = Field(
+        default=600, gt=0, description="Limit for one candidate's build."
+    )
+    run_timeout_s: float = Field(
+        default=300, gt=0, description="Limit for verifying and timing one."
+    )
     memory_limit_gb: float = Field(
         default=16, gt=0, description="Address-space limit of a cpu worker (cuda: not applied)."
     )
-    build_jobs: int = Field(default=0, ge=0, description="Parallel builds; 0 means one per CPU core.")
+    build_jobs: int = Field(
+        default=0, ge=0, description="Parallel builds; 0 means one per CPU core."
+    )
     cache_dir: Path | None = Field(
         default=None, description="Build cache; default $KERNELPILOT_CACHE or ~/.cache/kernelpilot."
     )
@@ -57,7 +71,9 @@ class TargetConfig(BaseModel):
     )
     init_args: list = Field(default_factory=list, description="Positional constructor arguments.")
     init_kwargs: dict = Field(default_factory=dict, description="Keyword constructor arguments.")
-    dtype: str | None = Field(default=None, description="Overrides the run's dtype for this target.")
+    dtype: str | None = Field(
+        default=None, description="Overrides the run's dtype for this target."
+    )
     atol: float | None = Field(default=None, description="Absolute tolerance override.")
     rtol: float | None = Field(default=None, description="Relative tolerance override.")
 
@@ -101,4 +117,6 @@ def _read_toml(path: Path) -> dict:
         with path.open("rb") as handle:
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as err:
-        raise UserError(f"cannot parse TOML: {err}", where=str(path), fix="fix the syntax") from None
+        raise UserError(
+            f"cannot parse TOML: {err}", where=str(path), fix="fix the syntax"
+        ) from None

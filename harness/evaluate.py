@@ -41,8 +41,11 @@ class Evaluator:
     """Evaluates candidates for problems; keeps each problem's reference cases for reuse."""
 
     def __init__(
-        self, config: EvalConfig | None = None, seed: int | None = None,
-        work_dir: Path | None = None, progress: Callable[[str], None] | None = None,
+        self,
+        config: EvalConfig | None = None,
+        seed: int | None = None,
+        work_dir: Path | None = None,
+        progress: Callable[[str], None] | None = None,
     ) -> None:
         self.config = config or EvalConfig()
         self.seed = seed
@@ -68,17 +71,25 @@ class Evaluator:
     def prebuild(self, problem: Problem, candidates: list[Candidate]) -> None:
         """Build candidates' kernels in parallel worker processes, filling the build cache."""
         jobs = self.config.build_jobs or max(1, len(_cpus()))
-        sources = [c for c in candidates if not check_python(c.source, problem.class_name, problem.dtype)]
+        sources = [
+            c for c in candidates if not check_python(c.source, problem.class_name, problem.dtype)
+        ]
         self.progress(f"{problem.name}: building {len(sources)} candidate(s), {jobs} at a time")
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            reports = list(pool.map(lambda c: self._run_candidate(problem, c, "build", None), sources))
-        self._built.update(c.source for c, r in zip(sources, reports, strict=True) if r.status is None)
+            reports = list(
+                pool.map(lambda c: self._run_candidate(problem, c, "build", None), sources)
+            )
+        self._built.update(
+            c.source for c, r in zip(sources, reports, strict=True) if r.status is None
+        )
 
     def evaluate(self, problem: Problem, candidate: Candidate) -> EvalResult:
         reasons = check_python(candidate.source, problem.class_name, problem.dtype)
         if reasons:
             return EvalResult(
-                status=Status.rejected, reason="; ".join(reasons), device=problem.device,
+                status=Status.rejected,
+                reason="; ".join(reasons),
+                device=problem.device,
                 checks=[Check(name="static_gate", passed=False, detail="; ".join(reasons))],
             )
         data = self.reference(problem)
@@ -90,9 +101,13 @@ class Evaluator:
     def _run_candidate(self, problem, candidate, mode, data: ReferenceData | None, comparison=None):
         config = self.config
         job = WorkerJob(
-            mode=mode, problem=problem, config=config, cache_dir=self.cache_dir,
+            mode=mode,
+            problem=problem,
+            config=config,
+            cache_dir=self.cache_dir,
             candidate_source=candidate.source,
-            seeds=data.seeds if data else [0], timing_seed=data.timing_seed if data else 0,
+            seeds=data.seeds if data else [0],
+            timing_seed=data.timing_seed if data else 0,
             strengthened=data.report.strengthened if data else False,
             reference_ops=data.report.aten_ops if data else [],
             reference_kernels=data.report.cuda_kernels if data else [],
@@ -100,7 +115,9 @@ class Evaluator:
         job_dir = Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=self.work_dir))
         (job_dir / "job.json").write_text(job.model_dump_json())
         if data is not None:
-            torch.save({"cases": [_without_outputs(case) for case in data.cases]}, job_dir / "inputs.pt")
+            torch.save(
+                {"cases": [_without_outputs(case) for case in data.cases]}, job_dir / "inputs.pt"
+            )
 
         def checkpoint() -> bool:
             assert data is not None and comparison is not None
@@ -124,13 +141,19 @@ class Evaluator:
 
             raise_user_error(job_dir, outcome, problem)
         if outcome.timed_out:
-            return CandidateReport(status=Status.timeout, reason=f"no result after {timeout:.0f} s",
-                                   log=outcome.log_tail)
+            return CandidateReport(
+                status=Status.timeout,
+                reason=f"no result after {timeout:.0f} s",
+                log=outcome.log_tail,
+            )
         how = outcome.signal_name or f"exit code {outcome.returncode}"
-        return CandidateReport(status=Status.runtime_error, reason=f"the worker died ({how})",
-                               log=outcome.log_tail)
+        return CandidateReport(
+            status=Status.runtime_error, reason=f"the worker died ({how})", log=outcome.log_tail
+        )
 
-    def _result(self, problem: Problem, data: ReferenceData, report: CandidateReport, comparison) -> EvalResult:
+    def _result(
+        self, problem: Problem, data: ReferenceData, report: CandidateReport, comparison
+    ) -> EvalResult:
         checks = list(report.checks)
         status, reason = report.status, report.reason
         if comparison:
@@ -138,24 +161,41 @@ class Evaluator:
             if comparison["failed"] is not None and status is None:
                 status, reason = Status.incorrect, comparison["failed"]
         result = EvalResult(
-            status=status or Status.ok, reason=reason, log=report.log, checks=checks,
-            device=problem.device, device_name=report.device_name, torch_version=report.torch_version,
-            max_abs_error=comparison.get("max_abs_error"), rel_error=comparison.get("rel_error"),
-            eager=report.eager, compiled=report.compiled, candidate=report.candidate,
+            status=status or Status.ok,
+            reason=reason,
+            log=report.log,
+            checks=checks,
+            device=problem.device,
+            device_name=report.device_name,
+            torch_version=report.torch_version,
+            max_abs_error=comparison.get("max_abs_error"),
+            rel_error=comparison.get("rel_error"),
+            eager=report.eager,
+            compiled=report.compiled,
+            candidate=report.candidate,
             compile_baseline_error=report.compile_baseline_error,
             input_mode="strengthened" if data.report.strengthened else "as_given",
         )
         if result.status is Status.ok and report.candidate and report.eager:
-            result.vs_eager = accept(report.candidate, report.eager, self.config.noise_floor,
-                                     self.config.review_speedup)
+            result.vs_eager = accept(
+                report.candidate, report.eager, self.config.noise_floor, self.config.review_speedup
+            )
             if report.compiled:
-                result.vs_compile = accept(report.candidate, report.compiled,
-                                           self.config.noise_floor, self.config.review_speedup)
-        result.checks.append(Check(
-            name="network_isolated", passed=report.network_isolated,
-            detail="no network inside the worker" if report.network_isolated
-            else "the OS did not allow a private network namespace",
-        ))
+                result.vs_compile = accept(
+                    report.candidate,
+                    report.compiled,
+                    self.config.noise_floor,
+                    self.config.review_speedup,
+                )
+        result.checks.append(
+            Check(
+                name="network_isolated",
+                passed=report.network_isolated,
+                detail="no network inside the worker"
+                if report.network_isolated
+                else "the OS did not allow a private network namespace",
+            )
+        )
         return result
 
 
@@ -171,7 +211,10 @@ def compare_cases(problem: Problem, cases: list[dict], outputs: list[list]) -> d
         for index, (out, ref) in enumerate(zip(produced, expected, strict=True)):
             result = compare(out, ref, tol)
             if result.passed:
-                worst_abs, worst_rel = max(worst_abs, result.max_abs_error), max(worst_rel, result.rel_error)
+                worst_abs, worst_rel = (
+                    max(worst_abs, result.max_abs_error),
+                    max(worst_rel, result.rel_error),
+                )
                 continue
             check = "finite_outputs" if "NaN" in result.detail else "correct_outputs"
             failed = f"{case['name']}, output {index}: {result.detail}"
@@ -179,17 +222,27 @@ def compare_cases(problem: Problem, cases: list[dict], outputs: list[list]) -> d
         if failed:
             break
     names = ", ".join(case["name"].split(" (")[0] for case in cases)
-    checks = [Check(name=check, passed=failed is None, detail=failed or f"{len(cases)} cases: {names}")]
+    checks = [
+        Check(name=check, passed=failed is None, detail=failed or f"{len(cases)} cases: {names}")
+    ]
     if failed is None:
         checks.append(Check(name="finite_outputs", passed=True, detail="no NaN/Inf"))
-    return {"failed": failed, "checks": checks, "max_abs_error": worst_abs if failed is None else None,
-            "rel_error": worst_rel if failed is None else None}
+    return {
+        "failed": failed,
+        "checks": checks,
+        "max_abs_error": worst_abs if failed is None else None,
+        "rel_error": worst_rel if failed is None else None,
+    }
 
 
 def _without_outputs(case: dict) -> dict:
     return {
-        "name": case["name"], "inputs": case["inputs"], "state": case["state"],
-        "output_meta": [[list(out.shape), str(out.dtype).removeprefix("torch.")] for out in case["outputs"]],
+        "name": case["name"],
+        "inputs": case["inputs"],
+        "state": case["state"],
+        "output_meta": [
+            [list(out.shape), str(out.dtype).removeprefix("torch.")] for out in case["outputs"]
+        ],
     }
 
 
@@ -200,8 +253,12 @@ def _cpus() -> list[int]:
 
 
 def evaluate_paths(
-    problem_path: Path, candidate_path: Path, device: str, config: EvalConfig | None = None,
-    dtype: str = "float32", seed: int | None = None,
+    problem_path: Path,
+    candidate_path: Path,
+    device: str,
+    config: EvalConfig | None = None,
+    dtype: str = "float32",
+    seed: int | None = None,
 ) -> EvalResult:
     """Evaluate a hand-written candidate file against a problem file."""
     problem = problem_from_target(str(problem_path), device, dtype)

@@ -10,12 +10,29 @@ import ast
 import re
 
 ALLOWED_IMPORTS = {
-    "torch", "torch.nn", "torch.nn.functional", "torch.utils.cpp_extension", "math", "typing",
+    "torch",
+    "torch.nn",
+    "torch.nn.functional",
+    "torch.utils.cpp_extension",
+    "math",
+    "typing",
     "__future__",
 }
 FORBIDDEN_CALLS = {
-    "getattr", "setattr", "delattr", "eval", "exec", "compile", "globals", "locals", "vars",
-    "__import__", "open", "id", "breakpoint", "memoryview",
+    "getattr",
+    "setattr",
+    "delattr",
+    "eval",
+    "exec",
+    "compile",
+    "globals",
+    "locals",
+    "vars",
+    "__import__",
+    "open",
+    "id",
+    "breakpoint",
+    "memoryview",
 }
 # Attribute names whose use means reaching around the harness or under the hood of tensors.
 FORBIDDEN_ATTRIBUTES = {
@@ -50,8 +67,9 @@ FORBIDDEN_NATIVE = {
     r"\b(fopen|ifstream|ofstream|open)\s*\(": "touches files",
     r"\bcudaLaunchHostFunc\b|\bcudaStreamAddCallback\b": "runs host callbacks off the stream",
     r"\bstatic\b[^;(){}]*\b(at::Tensor|torch::Tensor|Tensor|std::\w*map|std::\w*set|"
-    r"std::vector|std::deque|std::list)\b[^;(){}]*\w+\s*(;|=|\{)":
-        "keeps tensors or caches in static storage (state across calls)",
+    r"std::vector|std::deque|std::list)\b[^;(){}]*\w+\s*(;|=|\{)": (
+        "keeps tensors or caches in static storage (state across calls)"
+    ),
     r"\bstatic\b\s+(thread_local\s+)?(std::atomic<\w+>|int|long|size_t|int64_t|unsigned|"
     r"bool|uint64_t|float|double)\s+\w+\s*(=|;)": "keeps a static counter or flag across calls",
     r"\bgetenv\b|\bclock_gettime\b|\bgettimeofday\b|\bstd::chrono\b": "looks at the environment or clock",
@@ -137,12 +155,17 @@ class _Gate(ast.NodeVisitor):
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             if alias.name not in ALLOWED_IMPORTS:
-                self.reject(node, f"imports {alias.name} (allowed: {', '.join(sorted(ALLOWED_IMPORTS))})")
+                self.reject(
+                    node, f"imports {alias.name} (allowed: {', '.join(sorted(ALLOWED_IMPORTS))})"
+                )
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = node.module or ""
         if node.level or module not in ALLOWED_IMPORTS:
-            self.reject(node, f"imports from {module or '.'} (allowed: {', '.join(sorted(ALLOWED_IMPORTS))})")
+            self.reject(
+                node,
+                f"imports from {module or '.'} (allowed: {', '.join(sorted(ALLOWED_IMPORTS))})",
+            )
         for alias in node.names:
             if f"{module}.{alias.name}" not in ALLOWED_IMPORTS and not _is_plain_name(alias.name):
                 self.reject(node, f"imports {alias.name} from {module}")
@@ -168,7 +191,9 @@ class _Gate(ast.NodeVisitor):
         for base in node.bases:
             text = ast.unparse(base)
             if text not in ("nn.Module", "torch.nn.Module", "Module"):
-                self.reject(node, f"class {node.name} derives from {text}; only nn.Module is allowed")
+                self.reject(
+                    node, f"class {node.name} derives from {text}; only nn.Module is allowed"
+                )
         for keyword in node.keywords:
             self.reject(node, f"class {node.name} sets {keyword.arg}= (metaclass tricks)")
         self.generic_visit(node)
@@ -255,14 +280,28 @@ class _Gate(ast.NodeVisitor):
         if isinstance(target, ast.Attribute | ast.Subscript):
             root = _root_name(target)
             if root == "self" and self.stateless:
-                self.reject(target, f"assigns {ast.unparse(target)} outside __init__ (state across calls)")
+                self.reject(
+                    target, f"assigns {ast.unparse(target)} outside __init__ (state across calls)"
+                )
             elif root != "self" and self._is_shared(root):
-                self.reject(target, f"assigns to {ast.unparse(target)} (monkeypatching or shared state)")
+                self.reject(
+                    target, f"assigns to {ast.unparse(target)} (monkeypatching or shared state)"
+                )
 
 
 _MUTATORS = {
-    "append", "extend", "insert", "update", "setdefault", "pop", "popitem", "clear",
-    "add", "__setitem__", "register_buffer", "register_parameter",
+    "append",
+    "extend",
+    "insert",
+    "update",
+    "setdefault",
+    "pop",
+    "popitem",
+    "clear",
+    "add",
+    "__setitem__",
+    "register_buffer",
+    "register_parameter",
 }
 
 

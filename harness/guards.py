@@ -16,35 +16,150 @@ GUARD_ELEMENTS = 1024
 
 # Top-level aten ops that move or allocate data but compute nothing.
 LAYOUT_OPS = {
-    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
-    "zeros_like", "zero_", "fill_", "new_zeros", "full", "full_like", "view", "reshape",
-    "_reshape_alias", "_unsafe_view", "contiguous", "clone", "copy_", "_to_copy", "to", "as_strided",
-    "t", "transpose", "permute", "expand", "expand_as", "squeeze", "unsqueeze", "flatten",
-    "unflatten", "select", "slice", "narrow", "detach", "alias", "resolve_conj", "resolve_neg",
-    "lift_fresh", "chunk", "split", "split_with_sizes", "unbind", "view_as", "movedim", "cat",
-    "stack", "item", "_local_scalar_dense", "record_stream", "is_nonzero", "size", "stride",
-    "numel", "dim", "is_contiguous", "result_type", "empty_permuted", "pad", "constant_pad_nd",
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_empty",
+    "new_empty_strided",
+    "zeros",
+    "zeros_like",
+    "zero_",
+    "fill_",
+    "new_zeros",
+    "full",
+    "full_like",
+    "view",
+    "reshape",
+    "_reshape_alias",
+    "_unsafe_view",
+    "contiguous",
+    "clone",
+    "copy_",
+    "_to_copy",
+    "to",
+    "as_strided",
+    "t",
+    "transpose",
+    "permute",
+    "expand",
+    "expand_as",
+    "squeeze",
+    "unsqueeze",
+    "flatten",
+    "unflatten",
+    "select",
+    "slice",
+    "narrow",
+    "detach",
+    "alias",
+    "resolve_conj",
+    "resolve_neg",
+    "lift_fresh",
+    "chunk",
+    "split",
+    "split_with_sizes",
+    "unbind",
+    "view_as",
+    "movedim",
+    "cat",
+    "stack",
+    "item",
+    "_local_scalar_dense",
+    "record_stream",
+    "is_nonzero",
+    "size",
+    "stride",
+    "numel",
+    "dim",
+    "is_contiguous",
+    "result_type",
+    "empty_permuted",
+    "pad",
+    "constant_pad_nd",
 }
 # Library ops a candidate may keep as PyTorch calls, grouped so that equivalent spellings count
 # as one (F.linear becomes aten::linear, torch.mm becomes aten::mm: both are a matmul).
 LIBRARY_FAMILIES = {
-    "matmul": {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addmv", "mv", "dot",
-               "_addmm_activation", "addbmm", "einsum"},
-    "conv": {"convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
-             "conv_transpose2d", "conv_transpose3d", "cudnn_convolution", "mkldnn_convolution"},
-    "norm": {"layer_norm", "native_layer_norm", "batch_norm", "native_batch_norm",
-             "_native_batch_norm_legit_no_training", "_batch_norm_impl_index", "group_norm",
-             "native_group_norm", "instance_norm", "rms_norm", "_fused_rms_norm"},
+    "matmul": {
+        "mm",
+        "addmm",
+        "bmm",
+        "baddbmm",
+        "matmul",
+        "linear",
+        "addmv",
+        "mv",
+        "dot",
+        "_addmm_activation",
+        "addbmm",
+        "einsum",
+    },
+    "conv": {
+        "convolution",
+        "_convolution",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "conv_transpose1d",
+        "conv_transpose2d",
+        "conv_transpose3d",
+        "cudnn_convolution",
+        "mkldnn_convolution",
+    },
+    "norm": {
+        "layer_norm",
+        "native_layer_norm",
+        "batch_norm",
+        "native_batch_norm",
+        "_native_batch_norm_legit_no_training",
+        "_batch_norm_impl_index",
+        "group_norm",
+        "native_group_norm",
+        "instance_norm",
+        "rms_norm",
+        "_fused_rms_norm",
+    },
     "softmax": {"softmax", "_softmax", "log_softmax", "_log_softmax"},
-    "attention": {"scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
-                  "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention"},
-    "pool": {"max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
-             "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_max_pool2d",
-             "max_pool2d_with_indices", "_adaptive_avg_pool2d"},
+    "attention": {
+        "scaled_dot_product_attention",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+    },
+    "pool": {
+        "max_pool1d",
+        "max_pool2d",
+        "max_pool3d",
+        "avg_pool1d",
+        "avg_pool2d",
+        "avg_pool3d",
+        "adaptive_avg_pool1d",
+        "adaptive_avg_pool2d",
+        "adaptive_max_pool2d",
+        "max_pool2d_with_indices",
+        "_adaptive_avg_pool2d",
+    },
     "embedding": {"embedding", "index_select", "gather"},
-    "reduce": {"sum", "mean", "amax", "amin", "max", "min", "var", "std", "var_mean", "norm",
-               "linalg_vector_norm", "cumsum", "prod", "logsumexp", "argmax", "argmin", "topk",
-               "sort"},
+    "reduce": {
+        "sum",
+        "mean",
+        "amax",
+        "amin",
+        "max",
+        "min",
+        "var",
+        "std",
+        "var_mean",
+        "norm",
+        "linalg_vector_norm",
+        "cumsum",
+        "prod",
+        "logsumexp",
+        "argmax",
+        "argmin",
+        "topk",
+        "sort",
+    },
 }
 FAMILY_OF = {op: family for family, ops in LIBRARY_FAMILIES.items() for op in ops}
 
@@ -56,7 +171,9 @@ def guarded(tensor: torch.Tensor) -> torch.Tensor:
     """
     fill = guard_fill(tensor)
     numel = tensor.numel()
-    storage = torch.full((numel + 2 * GUARD_ELEMENTS,), fill, dtype=tensor.dtype, device=tensor.device)
+    storage = torch.full(
+        (numel + 2 * GUARD_ELEMENTS,), fill, dtype=tensor.dtype, device=tensor.device
+    )
     storage[GUARD_ELEMENTS : GUARD_ELEMENTS + numel] = tensor.reshape(-1)
     return storage[GUARD_ELEMENTS : GUARD_ELEMENTS + numel].view(tensor.shape)
 
@@ -112,9 +229,14 @@ def snapshot() -> dict[str, int]:
     import torch.nn.functional as functional
 
     owners: dict[str, object] = {
-        "torch": torch, "torch.nn.functional": functional, "torch.Tensor": torch.Tensor,
-        "torch.nn.Module": torch.nn.Module, "time": time, "builtins": builtins,
-        "torch.profiler": torch.profiler, "torch.testing": torch.testing,
+        "torch": torch,
+        "torch.nn.functional": functional,
+        "torch.Tensor": torch.Tensor,
+        "torch.nn.Module": torch.nn.Module,
+        "time": time,
+        "builtins": builtins,
+        "torch.profiler": torch.profiler,
+        "torch.testing": torch.testing,
     }
     if torch.cuda.is_available():
         owners.update({"torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event})
@@ -124,7 +246,9 @@ def snapshot() -> dict[str, int]:
             if name.startswith("__") and name not in ("__call__", "__eq__", "__init__"):
                 continue
             try:
-                value = vars(owner).get(name) if isinstance(owner, type) else owner.__dict__.get(name)
+                value = (
+                    vars(owner).get(name) if isinstance(owner, type) else owner.__dict__.get(name)
+                )
             except TypeError:
                 continue
             if value is not None and (callable(value) or isinstance(value, bool)):
@@ -143,9 +267,12 @@ def _settings() -> dict[str, int]:
         "torch.backends.cudnn.allow_tf32": int(torch.backends.cudnn.allow_tf32),
         "torch.backends.cudnn.benchmark": int(torch.backends.cudnn.benchmark),
         "torch.backends.mkldnn.enabled": int(torch.backends.mkldnn.enabled),
-        "torch.are_deterministic_algorithms_enabled()": int(torch.are_deterministic_algorithms_enabled()),
-        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction":
-            int(torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction),
+        "torch.are_deterministic_algorithms_enabled()": int(
+            torch.are_deterministic_algorithms_enabled()
+        ),
+        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": int(
+            torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction
+        ),
     }
     return settings
 
@@ -209,5 +336,7 @@ def pytorch_compute_problems(candidate_ops: list[str], reference_ops: list[str])
         if count > reference_families.get(family, 0):
             return f"runs {count} PyTorch {family} op(s) where the reference runs {reference_families.get(family, 0)}"
     if reference_compute and sum(candidate_families.values()) >= len(reference_compute):
-        return "does all of the reference's work with PyTorch ops; no work moved into its own kernel"
+        return (
+            "does all of the reference's work with PyTorch ops; no work moved into its own kernel"
+        )
     return ""

@@ -51,7 +51,9 @@ def problem_from_config(entry: TargetConfig, root: Path, device: str, dtype: str
     path_text, _, class_name = entry.module.partition(":")
     where = f"{root / 'pyproject.toml'}: tool.kernelpilot.targets module = {entry.module!r}"
     if not class_name:
-        raise UserError("target has no class name", where=where, fix="write it as 'file.py:ClassName'")
+        raise UserError(
+            "target has no class name", where=where, fix="write it as 'file.py:ClassName'"
+        )
     path = (root / path_text).resolve()
     _check_source(path, class_name)
     inputs_path, inputs_fn, shapes = None, None, None
@@ -70,10 +72,13 @@ def problem_from_config(entry: TargetConfig, root: Path, device: str, dtype: str
         inputs_fn = "get_inputs"
     else:
         raise UserError(
-            f"no way to build inputs for {class_name}", where=where,
+            f"no way to build inputs for {class_name}",
+            where=where,
             fix=_missing_inputs_fix(path, class_name),
         )
-    has_init_fn = not entry.init_args and not entry.init_kwargs and _defines(path, "get_init_inputs")
+    has_init_fn = (
+        not entry.init_args and not entry.init_kwargs and _defines(path, "get_init_inputs")
+    )
     return Problem(
         name=class_name,
         source_path=path,
@@ -96,7 +101,8 @@ def problems_from_project(pyproject: Path, device: str, dtype: str | None) -> li
     project: ProjectConfig = load_project_config(pyproject)
     if not project.targets:
         raise UserError(
-            "no targets configured", where=f"{pyproject}: [tool.kernelpilot]",
+            "no targets configured",
+            where=f"{pyproject}: [tool.kernelpilot]",
             fix="add a [[tool.kernelpilot.targets]] entry, or pass a target on the command line",
         )
     return [
@@ -302,7 +308,9 @@ def resized_inputs(inputs: list, variant: int, seed: int) -> list | None:
             shape = list(value.shape)
             shape[axis] = new
             flat = value.flatten()
-            picks = torch.randint(flat.numel(), (int(torch.Size(shape).numel()),), generator=generator)
+            picks = torch.randint(
+                flat.numel(), (int(torch.Size(shape).numel()),), generator=generator
+            )
             value = flat[picks.to(flat.device)].reshape(shape).contiguous()
         resized.append(value)
     return resized
@@ -335,6 +343,7 @@ def _check_inputs(raw, path: Path, fn_name: str) -> None:
             )
     if not any(isinstance(value, torch.Tensor) for value in raw):
         raise UserError(
-            f"{fn_name}() returned no tensor", where=str(path),
+            f"{fn_name}() returned no tensor",
+            where=str(path),
             fix=f"return the forward's tensor inputs from {fn_name}()",
         )

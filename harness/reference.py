@@ -35,14 +35,20 @@ def draw_seeds(config: EvalConfig, seed: int | None) -> tuple[list[int], int]:
 
 
 def reference_data(
-    problem: Problem, config: EvalConfig | None = None, seed: int | None = None,
+    problem: Problem,
+    config: EvalConfig | None = None,
+    seed: int | None = None,
     work_dir: Path | None = None,
 ) -> ReferenceData:
     config = config or EvalConfig()
     seeds, timing_seed = draw_seeds(config, seed)
     job = WorkerJob(
-        mode="reference", problem=problem, config=config,
-        cache_dir=config.cache_dir or default_cache_dir(), seeds=seeds, timing_seed=timing_seed,
+        mode="reference",
+        problem=problem,
+        config=config,
+        cache_dir=config.cache_dir or default_cache_dir(),
+        seeds=seeds,
+        timing_seed=timing_seed,
     )
     job_dir = Path(tempfile.mkdtemp(prefix="reference-", dir=work_dir))
     (job_dir / "job.json").write_text(job.model_dump_json())

@@ -23,7 +23,9 @@ class Timer:
         self.flush_buffer = None
         if device == "cuda":
             l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
-            self.flush_buffer = torch.empty(max(2 * l2_bytes, 2**24), dtype=torch.uint8, device="cuda")
+            self.flush_buffer = torch.empty(
+                max(2 * l2_bytes, 2**24), dtype=torch.uint8, device="cuda"
+            )
 
     def __call__(self, fn: Callable, inputs: list):
         if self.device == "cuda":

@@ -40,12 +40,16 @@ def compare(output: torch.Tensor, reference: torch.Tensor, tol: Tolerance) -> Co
     """Relative-norm error plus elementwise allclose, computed in float64 on the CPU."""
     if output.shape != reference.shape:
         return Comparison(
-            passed=False, max_abs_error=float("inf"), rel_error=float("inf"),
+            passed=False,
+            max_abs_error=float("inf"),
+            rel_error=float("inf"),
             detail=f"shape {tuple(output.shape)} != reference {tuple(reference.shape)}",
         )
     if output.dtype != reference.dtype:
         return Comparison(
-            passed=False, max_abs_error=float("inf"), rel_error=float("inf"),
+            passed=False,
+            max_abs_error=float("inf"),
+            rel_error=float("inf"),
             detail=f"dtype {output.dtype} != reference {reference.dtype}",
         )
     out = output.detach().to("cpu", torch.float64)
@@ -53,7 +57,9 @@ def compare(output: torch.Tensor, reference: torch.Tensor, tol: Tolerance) -> Co
     if not torch.isfinite(out).all():
         bad = int((~torch.isfinite(out)).sum())
         return Comparison(
-            passed=False, max_abs_error=float("inf"), rel_error=float("inf"),
+            passed=False,
+            max_abs_error=float("inf"),
+            rel_error=float("inf"),
             detail=f"{bad} of {out.numel()} elements are NaN/Inf (unwritten or out-of-bounds?)",
         )
     if out.numel() == 0:
@@ -66,14 +72,18 @@ def compare(output: torch.Tensor, reference: torch.Tensor, tol: Tolerance) -> Co
     max_abs = float(diff.max())
     if rel_error > tol.rel_norm:
         return Comparison(
-            passed=False, max_abs_error=max_abs, rel_error=rel_error,
+            passed=False,
+            max_abs_error=max_abs,
+            rel_error=rel_error,
             detail=f"relative error {rel_error:.3g} > {tol.rel_norm:.3g}",
         )
     if not bool(within.all()):
         wrong = int((~within).sum())
         first = tuple(int(i) for i in (~within).nonzero()[0].tolist())
         return Comparison(
-            passed=False, max_abs_error=max_abs, rel_error=rel_error,
+            passed=False,
+            max_abs_error=max_abs,
+            rel_error=rel_error,
             detail=f"{wrong} of {out.numel()} elements outside tolerance, first at index {first}",
         )
     return Comparison(passed=True, max_abs_error=max_abs, rel_error=rel_error)

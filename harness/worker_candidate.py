@@ -56,7 +56,10 @@ def load_candidate(job: WorkerJob, job_dir: Path) -> tuple[torch.nn.Module, Cach
         raise Verdict(Status.build_error, "builds", "the kernel did not compile", str(err)) from err
     except Exception as err:
         raise Verdict(
-            Status.runtime_error, "constructs", f"{type(err).__name__}: {err}", traceback.format_exc()
+            Status.runtime_error,
+            "constructs",
+            f"{type(err).__name__}: {err}",
+            traceback.format_exc(),
         ) from err
     return model, loader
 
@@ -66,7 +69,9 @@ def run_build(job: WorkerJob, job_dir: Path) -> CandidateReport:
         _, loader = load_candidate(job, job_dir)
     except Verdict as verdict:
         return _failed(verdict, [])
-    return CandidateReport(checks=[Check(name="builds", passed=True, detail=f"{len(loader.builds)} extension(s)")])
+    return CandidateReport(
+        checks=[Check(name="builds", passed=True, detail=f"{len(loader.builds)} extension(s)")]
+    )
 
 
 def run_evaluate(job: WorkerJob, job_dir: Path, proceed) -> CandidateReport:
@@ -91,7 +96,9 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed) -> CandidateReport:
 
 def _failed(verdict: Verdict, checks: list[Check]) -> CandidateReport:
     checks.append(Check(name=verdict.check, passed=False, detail=verdict.reason))
-    return CandidateReport(status=verdict.status, reason=verdict.reason, log=verdict.log, checks=checks)
+    return CandidateReport(
+        status=verdict.status, reason=verdict.reason, log=verdict.log, checks=checks
+    )
 
 
 def _pass_once(checks: list[Check], name: str, detail: str) -> None:
@@ -104,9 +111,13 @@ def _run_case(job: WorkerJob, model, loader: CachedLoader, case: dict, checks: l
     try:
         model.load_state_dict(case["state"], strict=True)
     except Exception as err:
-        raise Verdict(Status.runtime_error, "state_dict_strict", f"load_state_dict(strict=True): {err}") from err
+        raise Verdict(
+            Status.runtime_error, "state_dict_strict", f"load_state_dict(strict=True): {err}"
+        ) from err
     _pass_once(checks, "state_dict_strict", "loads the reference's parameters")
-    inputs = [guards.guarded(x.to(device)) if isinstance(x, torch.Tensor) else x for x in case["inputs"]]
+    inputs = [
+        guards.guarded(x.to(device)) if isinstance(x, torch.Tensor) else x for x in case["inputs"]
+    ]
     originals = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
     guards.poison_memory(case["output_meta"], device)
     loader.calls.clear()
@@ -114,22 +125,35 @@ def _run_case(job: WorkerJob, model, loader: CachedLoader, case: dict, checks: l
         try:
             result = model(*inputs)
         except Exception as err:
-            raise Verdict(Status.runtime_error, "runs", f"{case['name']}: {type(err).__name__}: {err}",
-                          traceback.format_exc()) from err
+            raise Verdict(
+                Status.runtime_error,
+                "runs",
+                f"{case['name']}: {type(err).__name__}: {err}",
+                traceback.format_exc(),
+            ) from err
     outputs = result if isinstance(result, list | tuple) else [result]
     if not all(type(out) is torch.Tensor for out in outputs):
         kinds = ", ".join(type(out).__name__ for out in outputs)
-        raise Verdict(Status.rejected, "plain_tensor_outputs", f"outputs are {kinds}, not plain tensors")
+        raise Verdict(
+            Status.rejected, "plain_tensor_outputs", f"outputs are {kinds}, not plain tensors"
+        )
     at_return = guards.fingerprint(outputs)
     guards.settle(device)
     if guards.fingerprint(outputs) != at_return:
-        raise Verdict(Status.incorrect, "stable_after_sync",
-                      f"{case['name']}: outputs changed after return (work deferred past the return)")
+        raise Verdict(
+            Status.incorrect,
+            "stable_after_sync",
+            f"{case['name']}: outputs changed after return (work deferred past the return)",
+        )
     if not sum(loader.calls.values()):
-        raise Verdict(Status.rejected, "launches_own_kernel", "forward never called its compiled kernel")
+        raise Verdict(
+            Status.rejected, "launches_own_kernel", "forward never called its compiled kernel"
+        )
     for out in outputs:
         if any(isinstance(x, torch.Tensor) and guards.overlaps(out, x) for x in inputs):
-            raise Verdict(Status.incorrect, "no_input_alias", "an output shares memory with an input")
+            raise Verdict(
+                Status.incorrect, "no_input_alias", "an output shares memory with an input"
+            )
     for position, (now, then) in enumerate(zip(inputs, originals, strict=True)):
         if isinstance(now, torch.Tensor) and not _same(now, then, guarded_storage=True):
             raise Verdict(Status.incorrect, "inputs_unchanged", f"input {position} was modified")
@@ -145,11 +169,13 @@ def _run_case(job: WorkerJob, model, loader: CachedLoader, case: dict, checks: l
 
 
 def _same(now: torch.Tensor, then: torch.Tensor, guarded_storage: bool) -> bool:
-    if not torch.equal(now, then) and not bool(((now == then) | (now.isnan() & then.isnan())).all()):
+    if not torch.equal(now, then) and not bool(
+        ((now == then) | (now.isnan() & then.isnan())).all()
+    ):
         return False
     if guarded_storage:  # out-of-bounds writes land in the guard regions around the input
         raw = torch.tensor([], dtype=now.dtype, device=now.device).set_(now.untyped_storage())
-        head, tail = raw[: guards.GUARD_ELEMENTS], raw[guards.GUARD_ELEMENTS + now.numel():]
+        head, tail = raw[: guards.GUARD_ELEMENTS], raw[guards.GUARD_ELEMENTS + now.numel() :]
         for region in (head, tail):
             intact = region.isnan() if now.is_floating_point() else region == guards.guard_fill(now)
             if not bool(intact.all()):
@@ -158,7 +184,9 @@ def _same(now: torch.Tensor, then: torch.Tensor, guarded_storage: bool) -> bool:
 
 
 def _check_profile(job: WorkerJob, model, case: dict, checks: list[Check]) -> None:
-    inputs = [x.to(job.problem.device) if isinstance(x, torch.Tensor) else x for x in case["inputs"]]
+    inputs = [
+        x.to(job.problem.device) if isinstance(x, torch.Tensor) else x for x in case["inputs"]
+    ]
     with torch.no_grad():
         profile = guards.profile_forward(model, inputs, job.problem.device)
     problem = guards.pytorch_compute_problems(profile.aten_ops, job.reference_ops)
@@ -168,8 +196,11 @@ def _check_profile(job: WorkerJob, model, case: dict, checks: list[Check]) -> No
     if job.problem.device == "cuda":
         own = sorted(set(profile.cuda_kernels) - set(job.reference_kernels))
         if profile.cuda_kernels and not own:
-            raise Verdict(Status.rejected, "launches_own_kernel",
-                          "the profiler saw only kernels the reference also launches")
+            raise Verdict(
+                Status.rejected,
+                "launches_own_kernel",
+                "the profiler saw only kernels the reference also launches",
+            )
         detail += f"; own CUDA kernels: {', '.join(own)[:200] or 'profiler saw none'}"
     checks.append(Check(name="no_pytorch_compute", passed=True, detail=detail))
 
@@ -177,9 +208,13 @@ def _check_profile(job: WorkerJob, model, case: dict, checks: list[Check]) -> No
 def _check_snapshot(before: dict[str, int], checks: list[Check], when: str) -> None:
     patched = guards.changed(before, guards.snapshot())
     if patched:
-        raise Verdict(Status.rejected, "no_monkeypatching", f"changed during {when}: {', '.join(patched[:8])}")
+        raise Verdict(
+            Status.rejected, "no_monkeypatching", f"changed during {when}: {', '.join(patched[:8])}"
+        )
     checks[:] = [check for check in checks if check.name != "no_monkeypatching"]
-    checks.append(Check(name="no_monkeypatching", passed=True, detail="torch, timer and builtins intact"))
+    checks.append(
+        Check(name="no_monkeypatching", passed=True, detail="torch, timer and builtins intact")
+    )
 
 
 def _time(job: WorkerJob, model, case: dict, checks: list[Check]) -> CandidateReport:
@@ -193,14 +228,23 @@ def _time(job: WorkerJob, model, case: dict, checks: list[Check]) -> CandidateRe
         if config.compile_baseline:
             # Compiling rewraps torch functions; it runs before any timed candidate call, and
             # the snapshot that timing is checked against is taken after it.
-            _warm_compiled(reference, make_inputs(problem, job.timing_seed, job.strengthened),
-                           implementations, report)
+            _warm_compiled(
+                reference,
+                make_inputs(problem, job.timing_seed, job.strengthened),
+                implementations,
+                report,
+            )
         before_timing = guards.snapshot()
         samples: dict[str, list[float]] = {name: [] for name in implementations}
         _time_loop(job, implementations, samples)
     _check_snapshot(before_timing, checks, "timing")
-    checks.append(Check(name="timed_outputs_correct", passed=True,
-                        detail=f"{len(samples['candidate'])} timed calls, fresh inputs each, all re-checked"))
+    checks.append(
+        Check(
+            name="timed_outputs_correct",
+            passed=True,
+            detail=f"{len(samples['candidate'])} timed calls, fresh inputs each, all re-checked",
+        )
+    )
     report.checks = checks
     report.candidate = summarize(samples["candidate"])
     report.eager = summarize(samples["eager"])
@@ -244,7 +288,13 @@ def _check_timed(candidate_out, eager_out, tol, rep: int) -> None:
     eager_list = eager_out if isinstance(eager_out, list | tuple) else [eager_out]
     for out, ref in zip(candidate_list, eager_list, strict=True):
         if type(out) is not torch.Tensor:
-            raise Verdict(Status.rejected, "plain_tensor_outputs", f"timed call {rep}: output is {type(out).__name__}")
+            raise Verdict(
+                Status.rejected,
+                "plain_tensor_outputs",
+                f"timed call {rep}: output is {type(out).__name__}",
+            )
         result = compare(out, ref, tol)
         if not result.passed:
-            raise Verdict(Status.incorrect, "timed_outputs_correct", f"timed call {rep}: {result.detail}")
+            raise Verdict(
+                Status.incorrect, "timed_outputs_correct", f"timed call {rep}: {result.detail}"
+            )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from harness.audit import Case, nondeterminism_finding, null_answer_findings
+from harness.audit import nondeterminism_finding, null_answer_findings
 from harness.errors import UserError
 from harness.guards import profile_forward
 from harness.jobs import ReferenceReport, WorkerJob
@@ -25,7 +25,11 @@ def as_outputs(value, where: str) -> list[torch.Tensor]:
     """A forward's result as a list of tensors."""
     if isinstance(value, torch.Tensor):
         return [value]
-    if isinstance(value, list | tuple) and value and all(isinstance(v, torch.Tensor) for v in value):
+    if (
+        isinstance(value, list | tuple)
+        and value
+        and all(isinstance(v, torch.Tensor) for v in value)
+    ):
         return list(value)
     raise UserError(
         f"forward returned {type(value).__name__}, not a tensor or a tuple of tensors",
@@ -81,10 +85,14 @@ def _draw_cases(job: WorkerJob, modules: list[torch.nn.Module], strengthened: bo
         inputs = make_inputs(job.problem, seed, strengthened=strengthened)
         outputs = as_outputs(_run(module, inputs, where), where)
         kind = "initial parameters" if number == 0 else "perturbed parameters"
-        cases.append({
-            "name": f"seed {seed} ({kind})", "inputs": inputs, "outputs": outputs,
-            "state": module.state_dict(),
-        })
+        cases.append(
+            {
+                "name": f"seed {seed} ({kind})",
+                "inputs": inputs,
+                "outputs": outputs,
+                "state": module.state_dict(),
+            }
+        )
     return cases
 
 
@@ -101,10 +109,14 @@ def _shape_variants(job: WorkerJob, base: torch.nn.Module, first: dict, where: s
         if not all(torch.isfinite(out).all() for out in outputs if out.is_floating_point()):
             continue
         shapes = [tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor)]
-        variants.append({
-            "name": f"other shapes {shapes}", "inputs": inputs, "outputs": outputs,
-            "state": base.state_dict(),
-        })
+        variants.append(
+            {
+                "name": f"other shapes {shapes}",
+                "inputs": inputs,
+                "outputs": outputs,
+                "state": base.state_dict(),
+            }
+        )
     return variants
 
 

@@ -51,13 +51,21 @@ def test_cuda_without_gpu_is_a_clear_error():
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    code, output = run("evaluate", PROBLEM, str(FIXTURES / "isolation_honest.py"), "--device", "cuda")
+    code, output = run(
+        "evaluate", PROBLEM, str(FIXTURES / "isolation_honest.py"), "--device", "cuda"
+    )
     assert code == 2 and "no CUDA GPU" in output and "--device cpu" in output
 
 
 def test_missing_compiler_is_a_clear_error():
-    code, output = run("evaluate", PROBLEM, str(FIXTURES / "isolation_honest.py"), "--device", "cpu",
-                       env={"CXX": "no-such-compiler"})
+    code, output = run(
+        "evaluate",
+        PROBLEM,
+        str(FIXTURES / "isolation_honest.py"),
+        "--device",
+        "cpu",
+        env={"CXX": "no-such-compiler"},
+    )
     assert code == 2 and "no C++ compiler" in output
 
 
@@ -81,8 +89,14 @@ def test_bad_candidates_are_verdicts(candidate, status, check, text, tmp_path):
 
 def test_optimize_keeps_measured_results_when_a_later_target_fails(tmp_path):
     """The first target is reported even though the second one's inputs raise."""
-    code, output = run("optimize", str(ROOT / "examples" / "swiglu.py"), str(BAD / "raising_inputs.py"),
-                       *FAST, "--out", str(tmp_path))
+    code, output = run(
+        "optimize",
+        str(ROOT / "examples" / "swiglu.py"),
+        str(BAD / "raising_inputs.py"),
+        *FAST,
+        "--out",
+        str(tmp_path),
+    )
     assert code == 1
     rows = json.loads((tmp_path / "report.json").read_text())["targets"]
     assert [row["status"] for row in rows][1] == "error"

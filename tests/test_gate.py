@@ -30,10 +30,20 @@ def forward(body: str) -> str:
         (forward("return x.half().float()"), "reduced precision"),
         (forward("return x.to(torch.bfloat16)"), "reduced precision"),
         (forward("self.calls = 1\nreturn x"), "state across calls"),
-        (HEAD + "CACHE = {}\n" + CLASS + "    def forward(self, x):\n        CACHE[1] = x\n        return x\n",
-         "shared state"),
-        (HEAD + "CACHE = []\n" + CLASS + "    def forward(self, x):\n        CACHE.append(x)\n        return x\n",
-         "state across calls"),
+        (
+            HEAD
+            + "CACHE = {}\n"
+            + CLASS
+            + "    def forward(self, x):\n        CACHE[1] = x\n        return x\n",
+            "shared state",
+        ),
+        (
+            HEAD
+            + "CACHE = []\n"
+            + CLASS
+            + "    def forward(self, x):\n        CACHE.append(x)\n        return x\n",
+            "state across calls",
+        ),
         (forward("return x.data_ptr()"), "raw pointer"),
         (forward("return getattr(x, 'y')"), "getattr"),
         (forward("return x.__class__"), "__class__"),
@@ -49,12 +59,15 @@ def test_rejects(source, expected):
 
 
 def test_accepts_an_honest_candidate():
-    source = HEAD + 'SRC = "torch::Tensor f(torch::Tensor x);"\n' + \
-        '_ext = load_inline(name="f", cpp_sources=SRC, functions=["f"])\n' + \
-        "class ModelNew(nn.Module):\n    def __init__(self, dim):\n        super().__init__()\n" + \
-        "        self.weight = nn.Parameter(torch.ones(dim))\n" + \
-        "    def forward(self, input):\n        shape = list(input.shape)\n        shape[-1] = 3\n" + \
-        "        return _ext.f(input.contiguous()) * 1 if False else _ext.f(input.contiguous())\n"
+    source = (
+        HEAD
+        + 'SRC = "torch::Tensor f(torch::Tensor x);"\n'
+        + '_ext = load_inline(name="f", cpp_sources=SRC, functions=["f"])\n'
+        + "class ModelNew(nn.Module):\n    def __init__(self, dim):\n        super().__init__()\n"
+        + "        self.weight = nn.Parameter(torch.ones(dim))\n"
+        + "    def forward(self, input):\n        shape = list(input.shape)\n        shape[-1] = 3\n"
+        + "        return _ext.f(input.contiguous()) * 1 if False else _ext.f(input.contiguous())\n"
+    )
     assert check_python(source, "Model", "float32") == []
 
 
@@ -67,9 +80,12 @@ def test_half_is_fine_in_a_half_problem():
     [
         ("void f() { std::thread t([]{}); t.detach(); }", "threads"),
         ("void f() { pthread_create(0, 0, 0, 0); }", "threads"),
-        ("torch::Tensor f(torch::Tensor x) { static torch::Tensor cache; return cache; }", "static"),
+        (
+            "torch::Tensor f(torch::Tensor x) { static torch::Tensor cache; return cache; }",
+            "static",
+        ),
         ("int f() { static int calls = 0; return ++calls; }", "static counter"),
-        ("void f() { system(\"ls\"); }", "runs or loads programs"),
+        ('void f() { system("ls"); }', "runs or loads programs"),
         ("float f(float v) { return __half2float(__float2half(v)); }", "reduced precision"),
         ("void f() { cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH); }", "reduced precision"),
     ],

@@ -32,9 +32,22 @@ def test_illegal_address_is_contained_and_the_next_evaluation_works():
 def test_examples_optimize_on_cuda(example, tmp_path):
     out = tmp_path / "out"
     completed = subprocess.run(
-        [sys.executable, "-m", "bot.cli", "optimize", str(ROOT / "examples" / example),
-         "--device", "cuda", "--out", str(out), "--time-budget", "0.5"],
-        capture_output=True, text=True, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "bot.cli",
+            "optimize",
+            str(ROOT / "examples" / example),
+            "--device",
+            "cuda",
+            "--out",
+            str(out),
+            "--time-budget",
+            "0.5",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     row = json.loads((out / "report.json").read_text())["targets"][0]
