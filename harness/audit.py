@@ -75,4 +75,4 @@ def audit_problem(problem: Problem, config=None) -> AuditReport:
     """Run the reference worker on ``problem`` and return its audit (used by ``kernelpilot audit``)."""
     from harness.reference import reference_data
 
-    return reference_data(problem, config).audit
+    return reference_data(problem, config).report.audit

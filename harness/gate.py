@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 
 ALLOWED_IMPORTS = {
     "torch",
@@ -18,6 +19,10 @@ ALLOWED_IMPORTS = {
     "typing",
     "__future__",
 }
+# torch re-exports modules it imported (torch.sys, torch.os, torch.builtins, ...): an attribute
+# named like a standard-library module reaches around the import allow-list. Tensor methods
+# that share a name with one stay allowed.
+STDLIB_MODULES = set(sys.stdlib_module_names) - {"chunk", "select", "trace", "math"}
 FORBIDDEN_CALLS = {
     "getattr",
     "setattr",
@@ -59,6 +64,13 @@ LOW_PRECISION_NATIVE = (
     r"__floats2bfloat16\w*|wmma|mma\.sync|tf32\w*|TF32\w*|cublasSetMathMode|"
     r"CUBLAS_TF32_TENSOR_OP_MATH|CUBLAS_COMPUTE_32F_FAST_\w+|allow_tf32)\b"
 )
+# at::cuda:: helpers that honest kernels use: streams, guards, device properties, cuBLAS handles.
+CUDA_UTILITIES = [
+    "getCurrentCUDAStream", "getStreamFromPool", "getDefaultCUDAStream", "CUDAStream",
+    "CUDAStreamGuard", "OptionalCUDAGuard", "CUDAGuard", "OptionalCUDAStreamGuard",
+    "getCurrentDeviceProperties", "getDeviceProperties", "getCurrentCUDABlasHandle",
+    "getCurrentCUDABlasLtHandle", "CUDAEvent", "blas", "warp_size", "stream_synchronize",
+]
 FORBIDDEN_NATIVE = {
     r"\bstd::thread\b|\bstd::jthread\b|<thread>": "starts threads (work the timer cannot see)",
     r"\bpthread_create\b|<pthread\.h>": "starts threads (work the timer cannot see)",
@@ -72,6 +84,12 @@ FORBIDDEN_NATIVE = {
     ),
     r"\bstatic\b\s+(thread_local\s+)?(std::atomic<\w+>|int|long|size_t|int64_t|unsigned|"
     r"bool|uint64_t|float|double)\s+\w+\s*(=|;)": "keeps a static counter or flag across calls",
+    r"\bat::(cpu|native|_ops|meta|compositeexplicitautograd\w*|compositeimplicitautograd\w*)::\w+":
+        "calls ATen kernels directly, around the dispatcher and the profiler",
+    r"\bat::cuda::(?!(" + "|".join(CUDA_UTILITIES) + r")\b)\w+\s*\(":
+        "calls ATen CUDA kernels directly, around the dispatcher and the profiler",
+    r"RecordFunction|DispatchKeyGuard|AutoDispatchBelow\w*|AutoNonVariableTypeMode|"
+    r"enableRecordFunction|ThreadLocalStateGuard": "switches off dispatch or profiling hooks",
     r"\bgetenv\b|\bclock_gettime\b|\bgettimeofday\b|\bstd::chrono\b": "looks at the environment or clock",
 }
 
@@ -231,6 +249,8 @@ class _Gate(ast.NodeVisitor):
             self.reject(node, f"accesses {name}")
         elif name in FORBIDDEN_ATTRIBUTES and FORBIDDEN_ATTRIBUTES[name]:
             self.reject(node, f".{name}: {FORBIDDEN_ATTRIBUTES[name]}")
+        elif name in STDLIB_MODULES:
+            self.reject(node, f".{name}: reaches the {name} module through an attribute")
         elif name.startswith("_") and _root_name(node) in ("torch", "nn", "F"):
             self.reject(node, f".{name}: private PyTorch internals")
         elif "tf32" in name.lower() or "reduced_precision" in name.lower():

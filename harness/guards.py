@@ -292,30 +292,35 @@ class OpProfile:
         self.cuda_kernels = cuda_kernels
 
 
+FORWARD_RANGE = "kernelpilot::forward"
+
+
 def profile_forward(fn, inputs: list, device: str) -> OpProfile:
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as prof:
-        fn(*inputs)
+        with torch.profiler.record_function(FORWARD_RANGE):
+            fn(*inputs)
         if device == "cuda":
             torch.cuda.synchronize()
-    ops, kernels = [], []
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return OpProfile(forward_ops(prof), kernels)
+
+
+def forward_ops(prof) -> list[str]:
+    """Top-level aten ops run inside the FORWARD_RANGE of a profile (from Python or C++)."""
+    ops = []
     for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
-            kernels.append(event.name)
-        elif event.name.startswith("aten::") and not _has_aten_parent(event):
+        if not event.name.startswith("aten::"):
+            continue
+        parents, parent = [], event.cpu_parent
+        while parent is not None:
+            parents.append(parent.name)
+            parent = parent.cpu_parent
+        if FORWARD_RANGE in parents and not any(name.startswith("aten::") for name in parents):
             ops.append(event.name.removeprefix("aten::"))
-    return OpProfile(ops, kernels)
-
-
-def _has_aten_parent(event) -> bool:
-    parent = event.cpu_parent
-    while parent is not None:
-        if parent.name.startswith("aten::"):
-            return True
-        parent = parent.cpu_parent
-    return False
+    return ops
 
 
 def pytorch_compute_problems(candidate_ops: list[str], reference_ops: list[str]) -> str:

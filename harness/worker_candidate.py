@@ -14,6 +14,7 @@ import traceback
 from pathlib import Path
 
 import torch
+from torch.profiler import ProfilerActivity
 from torch.utils import cpp_extension
 
 from harness import guards
@@ -121,9 +122,12 @@ def _run_case(job: WorkerJob, model, loader: CachedLoader, case: dict, checks: l
     originals = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
     guards.poison_memory(case["output_meta"], device)
     loader.calls.clear()
-    with torch.no_grad():
+    # Every checked call is profiled (CPU ops only: that adds no synchronization), so a
+    # PyTorch fallback taken on some shapes or seeds only is seen too.
+    with torch.no_grad(), torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof:
         try:
-            result = model(*inputs)
+            with torch.profiler.record_function(guards.FORWARD_RANGE):
+                result = model(*inputs)
         except Exception as err:
             raise Verdict(
                 Status.runtime_error,
@@ -131,13 +135,16 @@ def _run_case(job: WorkerJob, model, loader: CachedLoader, case: dict, checks: l
                 f"{case['name']}: {type(err).__name__}: {err}",
                 traceback.format_exc(),
             ) from err
-    outputs = result if isinstance(result, list | tuple) else [result]
-    if not all(type(out) is torch.Tensor for out in outputs):
-        kinds = ", ".join(type(out).__name__ for out in outputs)
-        raise Verdict(
-            Status.rejected, "plain_tensor_outputs", f"outputs are {kinds}, not plain tensors"
-        )
-    at_return = guards.fingerprint(outputs)
+        outputs = result if isinstance(result, list | tuple) else [result]
+        if not all(type(out) is torch.Tensor for out in outputs):
+            kinds = ", ".join(type(out).__name__ for out in outputs)
+            raise Verdict(
+                Status.rejected, "plain_tensor_outputs", f"outputs are {kinds}, not plain tensors"
+            )
+        at_return = guards.fingerprint(outputs)
+    computes = guards.pytorch_compute_problems(guards.forward_ops(prof), job.reference_ops)
+    if computes:
+        raise Verdict(Status.rejected, "no_pytorch_compute", f"{case['name']}: {computes}")
     guards.settle(device)
     if guards.fingerprint(outputs) != at_return:
         raise Verdict(

@@ -50,14 +50,14 @@ def propose(problem: Problem) -> Proposal:
         return Proposal(reason=str(err))
     nodes = list(traced.graph_module.graph.nodes)
     groups = fusion_groups(nodes, traced.ops)
+    left = _left_note(traced.left_in_pytorch)
     if not groups:
-        return Proposal(reason="nothing to fuse: the module has no pointwise operations "
-                               "the offline proposer can compute")
+        return Proposal(reason="nothing to fuse: the module has no pointwise operations" + left)
     kernels = {
         tuple(group): build_kernel(f"fused_{index}", group, traced.ops, dtype)
         for index, group in enumerate(groups)
     }
-    summary = _summary(list(kernels.values()))
+    summary = _summary(list(kernels.values())) + left
     try:
         constructor = copy_constructor(
             problem.source_path, problem.class_name, reference_class(problem)
@@ -68,6 +68,13 @@ def propose(problem: Problem) -> Proposal:
     source = module_source(summary, list(kernels.values()), problem.device, constructor, forward)
     candidate = Candidate(source=source, origin="offline", note=summary)
     return Proposal(candidate=candidate, reason=summary, fused_chains=len(kernels))
+
+
+def _left_note(names: list[str]) -> str:
+    if not names:
+        return ""
+    shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+    return f"; left to PyTorch (other dtypes, or memory written in place): {shown}"
 
 
 def _summary(kernels: list[FusedKernel]) -> str:

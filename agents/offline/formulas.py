@@ -42,6 +42,7 @@ _UNARY = {
     "hardswish": "({0} * kp::clamp({0} + 3.0f, 0.0f, 6.0f) / 6.0f)",
     "mish": "({0} * kp::tanh(kp::log1p(kp::exp({0}))))",
 }
+COMPARISONS = ("gt", "lt", "ge", "le", "eq", "ne")
 _BINARY = {
     "mul": "({0} * {1})",
     "div": "({0} / {1})",
@@ -72,11 +73,12 @@ KINDS = frozenset(
 
 @dataclass(frozen=True)
 class Arg:
-    """One operand: its C++ expression (None for an absent clamp bound) and, for Python
-    constants, its value, which some kinds special-case."""
+    """One operand: its C++ expression (None for an absent clamp bound), for Python constants
+    their value (some kinds special-case it), and whether it is a Python number at all."""
 
     expr: str | None
     constant: float | None = None
+    number: bool = False
 
 
 def float_literal(value: float | int | bool) -> str:
@@ -93,6 +95,9 @@ def expression(kind: str, args: list[Arg]) -> str:
     exprs = [arg.expr for arg in args]
     if kind in _UNARY:
         return _UNARY[kind].format(*exprs)
+    if kind in COMPARISONS:
+        # ATen compares in the tensor's dtype: a Python number is first rounded to it.
+        exprs = [f"kp::rounded<scalar_t>({arg.expr})" if arg.number else arg.expr for arg in args]
     if kind in _BINARY:
         return _BINARY[kind].format(*exprs)
     if kind in ("add", "sub", "rsub"):

@@ -183,7 +183,8 @@ def _module_expression(module: str) -> str | None:
 
 def _free_names(node: ast.AST) -> set[str]:
     """Names read in ``node`` and bound nowhere in it (an over-approximation of locals)."""
-    loaded, bound = set(), set()
+    loaded: set[str] = set()
+    bound: set[str] = set()
     for sub in ast.walk(node):
         if isinstance(sub, ast.Name):
             (loaded if isinstance(sub.ctx, ast.Load) else bound).add(sub.id)

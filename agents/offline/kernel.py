@@ -51,7 +51,9 @@ class FusedKernel:
 
     @property
     def has_bool(self) -> bool:
-        return any(item.is_bool for item in (*self.inputs, *self.outputs))
+        return any(item.is_bool for item in self.inputs) or any(
+            item.is_bool for item in self.outputs
+        )
 
 
 def build_kernel(
@@ -68,11 +70,12 @@ def build_kernel(
             known = tensors if "tensor_meta" in value.meta else scalars
             if value not in known:
                 known.append(value)
-            prefix = "a" if known is tensors else "s"
-            return Arg(f"{prefix}{known.index(value)}")
+            if known is tensors:
+                return Arg(f"a{known.index(value)}")
+            return Arg(f"s{known.index(value)}", number=True)
         if value is None:
             return Arg(None)
-        return Arg(float_literal(value), constant=float(value))  # type: ignore[arg-type]
+        return Arg(float_literal(value), constant=float(value), number=True)  # type: ignore[arg-type]
 
     body = []
     for index, node in enumerate(group):

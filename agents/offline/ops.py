@@ -8,7 +8,9 @@ become ``clamp``. What is not recognised here stays a PyTorch call in the candid
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 import torch.nn as nn
@@ -44,7 +46,7 @@ class _Form:
 
     kind: str
     params: tuple[str, ...]
-    defaults: dict[str, object] = field(default_factory=dict)
+    defaults: Mapping[str, object] = field(default_factory=dict)
     inplace: bool = False
 
 
@@ -114,7 +116,7 @@ def _tables() -> tuple[dict[object, _Form], dict[str, _Form]]:
 
 def _functional_forms() -> dict[object, _Form]:
     inplace = {"inplace": False}
-    forms = {
+    forms: dict[object, _Form] = {
         F.relu: _Form("relu", ("input", "inplace"), inplace),
         F.gelu: _Form("gelu", ("input", "approximate"), {"approximate": "none"}),
         F.leaky_relu: _Form(
@@ -196,7 +198,7 @@ def _bind(form: _Form, args: tuple, kwargs: dict) -> PointwiseOp | None:
     operands = tuple(values[name] for name in names)
     if not _valid_operands(form.kind, operands):
         return None
-    return PointwiseOp(form.kind, operands, inplace)
+    return PointwiseOp(form.kind, cast(tuple[Operand, ...], operands), inplace)
 
 
 def _gelu(x: object, approximate: object, inplace: bool = False) -> PointwiseOp | None:

@@ -54,6 +54,7 @@ class TracedModule:
     graph_module: GraphModule
     ops: dict[Node, PointwiseOp]
     dtype: torch.dtype
+    left_in_pytorch: list[str]  # pointwise ops recognised but not fusable (dtype, in-place)
 
 
 def trace(reference: nn.Module, inputs: list, dtype: torch.dtype) -> TracedModule:
@@ -71,7 +72,8 @@ def trace(reference: nn.Module, inputs: list, dtype: torch.dtype) -> TracedModul
         raise NotTraceable(
             f"cannot trace: shape propagation failed: {type(err).__name__}: {_first_line(err)}"
         ) from err
-    return TracedModule(graph_module, _fusable_ops(graph_module, dtype), dtype)
+    ops, left = _fusable_ops(graph_module, dtype)
+    return TracedModule(graph_module, ops, dtype, left)
 
 
 def _first_line(err: BaseException) -> str:
@@ -102,16 +104,22 @@ def _is_identity(node: Node, modules: dict[str, nn.Module]) -> bool:
         values.update(node.kwargs)
         # F.alpha_dropout and F.feature_alpha_dropout default to training=False, the rest to True.
         default = node.target not in (F.alpha_dropout, F.feature_alpha_dropout)
-        return values.get(flag, default) is False or values.get("p", 0.5) == 0
+        return values.get(flag, default) is False or bool(values.get("p", 0.5) == 0)
     return False
 
 
-def _fusable_ops(graph_module: GraphModule, dtype: torch.dtype) -> dict[Node, PointwiseOp]:
+def _fusable_ops(
+    graph_module: GraphModule, dtype: torch.dtype
+) -> tuple[dict[Node, PointwiseOp], list[str]]:
+    """The pointwise nodes a kernel may compute, and the names of those it may not."""
     modules = dict(graph_module.named_modules())
     order = {node: index for index, node in enumerate(graph_module.graph.nodes)}
     ops: dict[Node, PointwiseOp] = {}
+    recognised: list[Node] = []
     for node in graph_module.graph.nodes:
         op = _recognise(node, modules)
+        if op is not None:
+            recognised.append(node)
         if op is None or not _types_ok(node, op, dtype):
             continue
         if op.inplace and not _functionalize(node, op.operands[0], order, ops, modules):
@@ -130,7 +138,8 @@ def _fusable_ops(graph_module: GraphModule, dtype: torch.dtype) -> dict[Node, Po
             graph_module.graph.erase_node(node)
             del ops[node]
     graph_module.recompile()
-    return ops
+    remaining = set(graph_module.graph.nodes)
+    return ops, [node.name for node in recognised if node not in ops and node in remaining]
 
 
 def _functionalize(

@@ -1,6 +1,6 @@
 # pattern: 1 the extension calls ATen's CPU kernels directly (at::cpu::add, at::cpu::gelu), bypassing the dispatcher
 # problem: redteam/problems/bias_gelu.py
-# expect: rejected no_pytorch_compute
+# expect: rejected static_gate
 """Like calling torch::gelu from C++, but through the at::cpu:: entry points of the structured
 kernels, which skip the dispatcher, and with it the RecordFunction hooks that
 torch.profiler reads: the profile of the forward shows no aten op at all (no add, no gelu,
