@@ -84,8 +84,12 @@ FORBIDDEN_NATIVE = {
     ),
     r"\bstatic\b\s+(thread_local\s+)?(std::atomic<\w+>|int|long|size_t|int64_t|unsigned|"
     r"bool|uint64_t|float|double)\s+\w+\s*(=|;)": "keeps a static counter or flag across calls",
-    r"\bat::(cpu|native|_ops|meta|compositeexplicitautograd\w*|compositeimplicitautograd\w*)::\w+":
-        "calls ATen kernels directly, around the dispatcher and the profiler",
+    r"\bat::(cpu|native|_ops|meta|redispatch|compositeexplicitautograd\w*|"
+    r"compositeimplicitautograd\w*)\b|\bnamespace\s+(cpu|native|_ops|redispatch)\b|"
+    r"c10::Dispatcher|\bredispatch\b|ATen/(CPUFunctions|CUDAFunctions|RedispatchFunctions|"
+    r"native/|ops/\w+_(native|cpu_dispatch|cuda_dispatch))": (
+        "calls ATen kernels directly, around the dispatcher and the profiler"
+    ),
     r"\bat::cuda::(?!(" + "|".join(CUDA_UTILITIES) + r")\b)\w+\s*\(":
         "calls ATen CUDA kernels directly, around the dispatcher and the profiler",
     r"RecordFunction|DispatchKeyGuard|AutoDispatchBelow\w*|AutoNonVariableTypeMode|"
@@ -118,7 +122,7 @@ def check_python(source: str, reference_class: str, dtype: str) -> list[str]:
 
 def check_native(source: str, dtype: str) -> list[str]:
     """Reasons to reject C++/CUDA source given to load_inline; empty when it passes."""
-    code = _strip_comments_and_strings(source)
+    code = re.sub(r"\s*::\s*", "::", _strip_comments_and_strings(source))
     reasons = []
     for pattern, why in FORBIDDEN_NATIVE.items():
         match = re.search(pattern, code)

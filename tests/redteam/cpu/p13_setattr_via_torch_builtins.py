@@ -1,6 +1,6 @@
 # pattern: 13 patches torch.allclose and time.perf_counter with torch.builtins.setattr (no assignment, no import)
 # problem: redteam/problems/bias_gelu.py
-# expect: rejected no_monkeypatching
+# expect: rejected static_gate
 """No assignment statement and no import: torch.builtins is the builtins module and
 torch.sys.modules["time"] the time module. time.perf_counter is replaced by a clock that
 runs at half speed (every interval measured after import is halved: a 2x "speedup" against
