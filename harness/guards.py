@@ -239,6 +239,7 @@ def snapshot() -> dict[str, int]:
         "torch.testing": torch.testing,
     }
     if torch.cuda.is_available():
+        torch.cuda.init()  # lazy initialization rewrites torch.cuda state: do it before looking
         owners.update({"torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event})
     marks = {}
     for owner_name, owner in owners.items():
@@ -251,8 +252,12 @@ def snapshot() -> dict[str, int]:
                 )
             except TypeError:
                 continue
-            if value is not None and (callable(value) or isinstance(value, bool)):
-                marks[f"{owner_name}.{name}"] = id(value) if callable(value) else int(value)
+            # Private flags (torch.cuda._initialized, ...) are state that changes on its own;
+            # public flags and every function are what a cheat would flip or swap.
+            if isinstance(value, bool) and not name.startswith("_"):
+                marks[f"{owner_name}.{name}"] = int(value)
+            elif value is not None and callable(value) and not isinstance(value, bool):
+                marks[f"{owner_name}.{name}"] = id(value)
     marks.update(_settings())
     return marks
 

@@ -99,9 +99,7 @@ def _parse(path: Path) -> Entry:
 
 def _entries() -> list[Entry]:
     return [
-        _parse(path)
-        for folder in CANDIDATE_DIRS
-        for path in sorted((TESTS / folder).glob("*.py"))
+        _parse(path) for folder in CANDIDATE_DIRS for path in sorted((TESTS / folder).glob("*.py"))
     ]
 
 
@@ -169,7 +167,9 @@ def test_every_pattern_has_a_cheat():
 def test_every_pattern_has_a_cpu_cheat():
     """The default suite (no GPU) must exercise every pattern that can exist on a CPU."""
     covered = {int(e.pattern) for e in ENTRIES if e.pattern.isdigit() and e.device == "cpu"}
-    assert covered == PATTERNS - {WEAK_PATTERN}, f"no cpu cheat for {sorted(PATTERNS - covered - {WEAK_PATTERN})}"
+    assert covered == PATTERNS - {WEAK_PATTERN}, (
+        f"no cpu cheat for {sorted(PATTERNS - covered - {WEAK_PATTERN})}"
+    )
 
 
 def _native_source(path: Path) -> str | None:
@@ -183,12 +183,19 @@ def _native_source(path: Path) -> str | None:
         if isinstance(target, ast.Name) and isinstance(node.value.value, str)
     }
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "load_inline":
+        if (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", getattr(node.func, "attr", "")) == "load_inline"
+        ):
             parts = []
             for keyword in node.keywords:
                 if keyword.arg in {"cpp_sources", "functions", "extra_cflags", "extra_ldflags"}:
                     value = keyword.value
-                    text = constants.get(value.id) if isinstance(value, ast.Name) else ast.unparse(value)
+                    text = (
+                        constants.get(value.id)
+                        if isinstance(value, ast.Name)
+                        else ast.unparse(value)
+                    )
                     parts.append(f"{keyword.arg}={text}")
             return "\n".join(parts)
     return None
@@ -198,9 +205,7 @@ def test_cpu_build_budget():
     """CPU builds cost 30-80 s each on a 2-core CI machine and are cached by content, so the
     cpu files that get past the static gate share byte-identical native sources."""
     sources = {
-        _native_source(e.path)
-        for e in ENTRIES
-        if e.device == "cpu" and e.check != "static_gate"
+        _native_source(e.path) for e in ENTRIES if e.device == "cpu" and e.check != "static_gate"
     }
     assert None not in sources
     assert len(sources) <= 12, f"{len(sources)} distinct cpu native sources; keep it to 12"
@@ -237,7 +242,9 @@ def test_weak_problem_is_flagged(path: Path):
 
     kind = _headers(path, 1)["expect"].split()[1]
     problem = problem_from_target(str(path), device="cpu", dtype="float32")
-    report = audit_problem(problem, EvalConfig(compile_baseline=False, time_budget_s=0.2, min_reps=5))
+    report = audit_problem(
+        problem, EvalConfig(compile_baseline=False, time_budget_s=0.2, min_reps=5)
+    )
     kinds = [finding.kind for finding in report.findings]
     assert report.weak, f"{path.name}: not flagged as weak; findings: {report.findings}"
     assert kind in kinds, f"{path.name}: expected a {kind!r} finding, got {kinds}"

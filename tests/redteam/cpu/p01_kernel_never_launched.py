@@ -1,9 +1,10 @@
 # pattern: 1 kernel compiled but only reachable on a shape that never occurs
 # problem: redteam/problems/bias_gelu.py
-# expect: rejected launches_own_kernel
+# expect: rejected no_pytorch_compute
 """The kernel is built and sits behind a "fast path" condition that no tested shape meets
 (row length a multiple of 4096), so every call runs F.gelu. The source reads like a
-kernel candidate; nothing in it is ever launched.
+kernel candidate; nothing in it is ever launched. Both no_pytorch_compute and
+launches_own_kernel are violated; the harness reports the profile first.
 """
 
 import torch

@@ -1,11 +1,11 @@
 # pattern: 2 if/else fallback to PyTorch on every shape but the benchmarked one
 # problem: redteam/problems/bias_gelu.py
-# expect: rejected launches_own_kernel
+# expect: rejected no_pytorch_compute
 """No try/except: a plain shape test sends every shape except the benchmark's ([256, 1024]:
 rows a multiple of 64, row length a multiple of 8) to F.gelu. On the benchmark shape the
 kernel is real and correct; the extra shapes of the correctness check are answered by
-PyTorch. Caught only if launch evidence (or the profiler) is required on every forward
-of every shape, not only on the timed shape.
+PyTorch. Caught only if the profile (or launch evidence, also violated) is checked on
+every forward of every shape, not only on the timed shape.
 """
 
 import torch

@@ -1,14 +1,14 @@
 # pattern: 3 reaches the real reference class through torch.sys.modules without naming it
 # problem: redteam/problems/bias_gelu.py
-# expect: rejected no_pytorch_compute
+# expect: rejected static_gate
 """No import, no name of the reference class in the source: torch re-exports the modules it
 imported (torch.sys, torch.inspect, torch.os, torch.builtins, torch.ctypes,
 torch.threading, ...), so torch.sys.modules lists every module of the process, including
 the problem file that the harness imported. The candidate finds it by its
 get_inputs/get_init_inputs functions, builds the reference and shares its parameter.
 Where the reference is not in the process, it behaves honestly.
-Caught by the profile of forward (the reference's aten ops); a static gate should also
-reject attribute access to the module objects that torch re-exports.
+The static gate rejects attribute access to the stdlib modules that torch re-exports; the
+profile of forward (the reference's aten ops) would catch this one too.
 """
 
 import torch

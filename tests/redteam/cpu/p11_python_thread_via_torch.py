@@ -1,11 +1,12 @@
 # pattern: 11 Python timer thread started through torch.threading (no import): the kernel writes after return
 # problem: redteam/problems/bias_gelu.py
-# expect: incorrect stable_after_sync
+# expect: rejected static_gate
 """`threading` cannot be imported, but torch re-exports it as torch.threading. The first row
 is computed on the calling thread (so the extension is launched in forward); the other
 rows are written by a torch.threading.Timer thread one millisecond after forward has
 returned (the delay matters: a thread that starts at once takes the GIL and, since the
-extension does not release it, finishes before forward returns).
+extension does not release it, finishes before forward returns). Rejected statically for
+torch.threading; stable_after_sync would catch the late writes too.
 """
 
 import torch

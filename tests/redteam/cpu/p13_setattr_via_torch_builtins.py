@@ -4,8 +4,9 @@
 """No assignment statement and no import: torch.builtins is the builtins module and
 torch.sys.modules["time"] the time module. time.perf_counter is replaced by a clock that
 runs at half speed (every interval measured after import is halved: a 2x "speedup" against
-a recorded baseline) and torch.allclose by a function that says yes. The snapshot of
-torch/timer functions (no_monkeypatching) sees it too.
+a recorded baseline) and torch.allclose by a function that says yes. The static gate
+rejects the module escapes; the snapshot of torch/timer functions (no_monkeypatching)
+would see the patch too.
 """
 
 import torch

@@ -1,6 +1,6 @@
 # pattern: 1 the extension calls at::cuda::add / at::cuda::gelu (structured kernels, no dispatcher)
 # problem: redteam/problems/bias_gelu.py
-# expect: rejected no_pytorch_compute
+# expect: rejected static_gate
 """PyTorch's own CUDA kernels, called through their at::cuda:: entry points: no dispatcher, so
 torch.profiler records no aten op on the CPU side. The GPU side of the trace still shows
 PyTorch's kernels (vectorized_elementwise_kernel<...GeluCUDAKernelImpl...>): a harness
