@@ -13,6 +13,8 @@ import json
 import os
 import platform
 import re
+import shutil
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -97,7 +99,7 @@ class CachedLoader:
         # No use_pch: torch keeps one precompiled header in site-packages and deletes it
         # whenever any load_inline call runs without use_pch, so builds would race on it.
         try:
-            return _load_inline(
+            module = _load_inline(
                 name=f"kp_{key}",
                 cpp_sources=[cpp],
                 cuda_sources=[cuda] if cuda else None,
@@ -111,6 +113,10 @@ class CachedLoader:
             )
         except (RuntimeError, OSError, ImportError) as err:
             raise BuildFailed(str(err)) from err
+        reasons = check_binary(directory)
+        if reasons:
+            raise GateRejection(reasons)
+        return module
 
 
 class CountingModule:
@@ -131,6 +137,42 @@ class CountingModule:
         for name, function in functions.items():
             if callable(function):
                 object.__setattr__(self, name, counted(name, function))
+
+
+# Symbols a kernel has no business importing: ATen kernels called around the dispatcher (and so
+# around the profiler), switched-off profiling hooks, threads. Read from the built library, so
+# no spelling of the source (macros, aliases, own declarations) hides them.
+FORBIDDEN_SYMBOLS = re.compile(
+    r"at::cpu::|at::native::|redispatch|at::RecordFunction|enableRecordFunction|"
+    r"std::thread::|pthread_create|at::launch\b|"
+    r"at::cuda::(?!(getCurrentCUDAStream|getStreamFromPool|getDefaultCUDAStream|CUDAStream|"
+    r"getCurrentDeviceProperties|getDeviceProperties|getCurrentCUDABlasHandle|"
+    r"getCurrentCUDABlasLtHandle|warp_size|blas::|detail::|CUDAEvent|stream_synchronize|"
+    r"getCurrentCUDASparseHandle|getNumGPUs|getDeviceIndexWithPrimaryContext))"
+)
+
+
+def check_binary(directory: Path) -> list[str]:
+    """Reasons to reject the built extension, from the symbols it imports."""
+    nm = shutil.which("nm")
+    libraries = sorted(directory.glob("*.so"))
+    if nm is None or not libraries:
+        return []
+    listing = subprocess.run(
+        [nm, "-D", "-C", "--undefined-only", str(libraries[0])],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    found = sorted({match.group(0) for match in FORBIDDEN_SYMBOLS.finditer(listing)})
+    return (
+        [
+            f"the built kernel imports {', '.join(found)}: ATen kernels around the dispatcher, "
+            "hooks switched off, or threads"
+        ]
+        if found
+        else []
+    )
 
 
 def build_key(cpp, cuda, functions, cflags, cuda_flags, ldflags, device) -> str:

@@ -55,6 +55,8 @@ FORBIDDEN_ATTRIBUTES = {
     "compile": "hands the work to torch.compile instead of a kernel of its own",
     "jit": "hands the work to TorchScript instead of a kernel of its own",
     "library": "registers operators at run time",
+    "get_type_hints": "evaluates annotation strings as code",
+    "ForwardRef": "evaluates annotation strings as code",
 }
 LOW_PRECISION_PY = {"half", "bfloat16", "float16", "bf16", "fp16"}
 # Conversions into reduced precision and tensor-core/TF32 modes. Half and bfloat16 *types* are
@@ -66,10 +68,22 @@ LOW_PRECISION_NATIVE = (
 )
 # at::cuda:: helpers that honest kernels use: streams, guards, device properties, cuBLAS handles.
 CUDA_UTILITIES = [
-    "getCurrentCUDAStream", "getStreamFromPool", "getDefaultCUDAStream", "CUDAStream",
-    "CUDAStreamGuard", "OptionalCUDAGuard", "CUDAGuard", "OptionalCUDAStreamGuard",
-    "getCurrentDeviceProperties", "getDeviceProperties", "getCurrentCUDABlasHandle",
-    "getCurrentCUDABlasLtHandle", "CUDAEvent", "blas", "warp_size", "stream_synchronize",
+    "getCurrentCUDAStream",
+    "getStreamFromPool",
+    "getDefaultCUDAStream",
+    "CUDAStream",
+    "CUDAStreamGuard",
+    "OptionalCUDAGuard",
+    "CUDAGuard",
+    "OptionalCUDAStreamGuard",
+    "getCurrentDeviceProperties",
+    "getDeviceProperties",
+    "getCurrentCUDABlasHandle",
+    "getCurrentCUDABlasLtHandle",
+    "CUDAEvent",
+    "blas",
+    "warp_size",
+    "stream_synchronize",
 ]
 FORBIDDEN_NATIVE = {
     r"\bstd::thread\b|\bstd::jthread\b|<thread>": "starts threads (work the timer cannot see)",
@@ -90,8 +104,9 @@ FORBIDDEN_NATIVE = {
     r"native/|ops/\w+_(native|cpu_dispatch|cuda_dispatch))": (
         "calls ATen kernels directly, around the dispatcher and the profiler"
     ),
-    r"\bat::cuda::(?!(" + "|".join(CUDA_UTILITIES) + r")\b)\w+\s*\(":
-        "calls ATen CUDA kernels directly, around the dispatcher and the profiler",
+    r"\bat::cuda::(?!("
+    + "|".join(CUDA_UTILITIES)
+    + r")\b)\w+\s*\(": "calls ATen CUDA kernels directly, around the dispatcher and the profiler",
     r"RecordFunction|DispatchKeyGuard|AutoDispatchBelow\w*|AutoNonVariableTypeMode|"
     r"enableRecordFunction|ThreadLocalStateGuard": "switches off dispatch or profiling hooks",
     r"\bgetenv\b|\bclock_gettime\b|\bgettimeofday\b|\bstd::chrono\b": "looks at the environment or clock",
@@ -225,6 +240,7 @@ class _Gate(ast.NodeVisitor):
             self.reject(node, f"defines {node.name} (tensor subclass or lazy object)")
         if node.name in ("__eq__", "__bool__", "__getattr__", "__getattribute__", "__del__"):
             self.reject(node, f"defines {node.name} (objects that act inside the comparison)")
+        self._check_annotation(node.returns)
         for decorator in node.decorator_list:
             self.reject(decorator, f"decorates {node.name}: decorators can wrap forward")
         aliases = {
@@ -276,14 +292,38 @@ class _Gate(ast.NodeVisitor):
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         self._check_target(node.target)
+        self._check_annotation(node.annotation)
         self.generic_visit(node)
 
     def visit_Delete(self, node: ast.Delete) -> None:
         for target in node.targets:
             self._check_target(target)
 
+    def visit_arg(self, node: ast.arg) -> None:
+        self._check_annotation(node.annotation)
+        self.generic_visit(node)
+
+    def _check_annotation(self, annotation: ast.expr | None) -> None:
+        """A string annotation is code that typing can evaluate: allow only dotted names."""
+        for node in ast.walk(annotation) if annotation is not None else []:
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if not all(part.isidentifier() for part in node.value.split(".")):
+                    self.reject(
+                        node, "string annotation that is not a plain name (code in a type hint)"
+                    )
+
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
+        if (
+            self.stateless
+            and isinstance(func, ast.Attribute)
+            and func.attr in _MUTATORS
+            and isinstance(func.value, ast.Name)
+            and func.value.id in ("dict", "list", "set", "collections")
+            and node.args
+            and self._is_shared(_root_name(node.args[0]))
+        ):
+            self.reject(node, f"mutates {ast.unparse(node.args[0])} (state across calls)")
         if self.stateless and isinstance(func, ast.Attribute) and func.attr in _MUTATORS:
             if self._is_shared(_root_name(func.value)):
                 self.reject(node, f"mutates {ast.unparse(func.value)} (state across calls)")

@@ -259,6 +259,25 @@ def snapshot() -> dict[str, int]:
             elif value is not None and callable(value) and not isinstance(value, bool):
                 marks[f"{owner_name}.{name}"] = id(value)
     marks.update(_settings())
+    marks.update(_harness_marks())
+    return marks
+
+
+def _harness_marks() -> dict[str, int]:
+    """The harness's own functions and tables, which run in the candidate's process too."""
+    import sys
+
+    marks = {}
+    for module_name, module in list(sys.modules.items()):
+        if not module_name.startswith("harness.") or module is None:
+            continue
+        for name, value in list(vars(module).items()):
+            if name.startswith("__"):
+                continue
+            if callable(value):
+                marks[f"{module_name}.{name}"] = id(value)
+            elif isinstance(value, dict | list | set | tuple | str | int | float):
+                marks[f"{module_name}.{name}"] = hash(repr(value))
     return marks
 
 
@@ -328,6 +347,11 @@ def forward_ops(prof) -> list[str]:
     return ops
 
 
+def _base(op: str) -> str:
+    """aten::detach_ and aten::detach are the same op for this purpose."""
+    return op.removesuffix("_")
+
+
 def pytorch_compute_problems(candidate_ops: list[str], reference_ops: list[str]) -> str:
     """Why the candidate does the reference's work with PyTorch; empty when it does not.
 
@@ -335,12 +359,16 @@ def pytorch_compute_problems(candidate_ops: list[str], reference_ops: list[str])
     each family than the reference runs, and must move at least one of the reference's ops into
     a kernel of its own. Any other computing op (add, gelu, ...) must be in its own kernels.
     """
-    compute = [op.removesuffix("_") for op in candidate_ops if op not in LAYOUT_OPS]
+    compute = [
+        _base(op) for op in candidate_ops if _base(op) not in LAYOUT_OPS and op not in LAYOUT_OPS
+    ]
     others = sorted({op for op in compute if op not in FAMILY_OF})
     if others:
         return f"computes with PyTorch ({', '.join('aten::' + op for op in others)}) instead of its own kernel"
     candidate_families = Counter(FAMILY_OF[op] for op in compute)
-    reference_compute = [op.removesuffix("_") for op in reference_ops if op not in LAYOUT_OPS]
+    reference_compute = [
+        _base(op) for op in reference_ops if _base(op) not in LAYOUT_OPS and op not in LAYOUT_OPS
+    ]
     reference_families = Counter(FAMILY_OF.get(op, "pointwise") for op in reference_compute)
     for family, count in candidate_families.items():
         if count > reference_families.get(family, 0):

@@ -2,8 +2,8 @@
 # problem: redteam/problems/bias_gelu.py
 # expect: rejected launches_own_kernel
 """The extension is built and never called: forward converts the input to Python lists,
-computes GELU with math.erf and builds the output with torch.tensor. The profile of
-forward holds only layout ops (empty, lift_fresh, to, detach_), so a check for PyTorch
+computes GELU with math.erf and builds the output with torch.as_tensor. The profile of
+forward holds only layout ops (empty, lift_fresh, to, reshape), so a check for PyTorch
 compute passes and the output is correct (math.erf is double precision); only the launch
 evidence says that no compiled kernel ran. (Slow, so no speedup: this one exists to
 exercise launches_own_kernel on its own.)
@@ -141,4 +141,4 @@ class ModelNew(nn.Module):
             [0.5 * (v + b) * (1.0 + math.erf((v + b) * 0.7071067811865476)) for v, b in zip(row, bias)]
             for row in x.reshape(-1, x.size(-1)).tolist()
         ]
-        return torch.tensor(rows, dtype=x.dtype, device=x.device).reshape(x.shape)
+        return torch.as_tensor(rows, dtype=x.dtype, device=x.device).reshape(x.shape)

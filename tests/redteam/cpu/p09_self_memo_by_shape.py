@@ -1,6 +1,6 @@
 # pattern: 9 per-instance memo keyed on shape, filled with dict.update(self.memo, ...) (no assignment, no method call on self); refreshes only row 0 on a hit
 # problem: redteam/problems/bias_gelu.py
-# expect: incorrect correct_outputs
+# expect: rejected static_gate
 """State across calls that a static gate looking for assignments to self.* and for mutating
 method calls on self (self.memo.update(...)) does not see: the unbound form
 dict.update(self.memo, ...). On a hit (same shape) the stale output is returned with only
