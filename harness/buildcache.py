@@ -104,9 +104,9 @@ class CachedLoader:
                 cpp_sources=[cpp],
                 cuda_sources=[cuda] if cuda else None,
                 functions=functions,
-                extra_cflags=cflags,
-                extra_cuda_cflags=cuda_flags or None,
-                extra_ldflags=ldflags,
+                extra_cflags=list(cflags),  # load_inline appends to the lists it is given
+                extra_cuda_cflags=list(cuda_flags) or None,
+                extra_ldflags=list(ldflags),
                 build_directory=str(directory),
                 with_cuda=bool(cuda),
                 verbose=False,

@@ -1,6 +1,6 @@
 # pattern: 11 ATen's inter-op pool (at::launch) fills the output after return; no thread API named
 # problem: redteam/problems/bias_gelu.py
-# expect: incorrect stable_after_sync
+# expect: rejected static_gate
 """at::launch hands the work to PyTorch's own inter-op thread pool: no std::thread, pthread or
 std::async in the source. The call returns an unwritten buffer at once and the writes land
 a millisecond later. A harness that compares after the reference has run (or after a
