@@ -79,9 +79,10 @@ class Evaluator:
             reports = list(
                 pool.map(lambda c: self._run_candidate(problem, c, "build", None), sources)
             )
-        self._built.update(
-            c.source for c, r in zip(sources, reports, strict=True) if r.status is None
-        )
+        built = [c.source for c, r in zip(sources, reports, strict=True) if r.status is None]
+        self._built.update(built)
+        failed = [r.status.value for r in reports if r.status is not None]
+        self.progress(f"{problem.name}: {len(built)} built, {len(failed)} failed {failed or ''}")
 
     def evaluate(self, problem: Problem, candidate: Candidate) -> EvalResult:
         reasons = check_python(candidate.source, problem.class_name, problem.dtype)
