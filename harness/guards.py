@@ -195,7 +195,7 @@ def poison_memory(shapes: list[tuple[list[int], str]], device: str) -> None:
             del block
 
 
-def fingerprint(outputs: list[torch.Tensor]) -> list[tuple[float, float]]:
+def fingerprint(outputs: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> list[tuple[float, float]]:
     """Cheap summary of outputs; taken at return and again after synchronization."""
     prints = []
     for out in outputs:
@@ -290,7 +290,7 @@ def _settings() -> dict[str, int]:
         "torch.backends.cuda.matmul.allow_tf32": int(torch.backends.cuda.matmul.allow_tf32),
         "torch.backends.cudnn.allow_tf32": int(torch.backends.cudnn.allow_tf32),
         "torch.backends.cudnn.benchmark": int(torch.backends.cudnn.benchmark),
-        "torch.backends.mkldnn.enabled": int(torch.backends.mkldnn.enabled),
+        "torch.backends.mkldnn.enabled": int(bool(torch.backends.mkldnn.enabled)),
         "torch.are_deterministic_algorithms_enabled()": int(
             torch.are_deterministic_algorithms_enabled()
         ),

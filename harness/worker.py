@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from harness.errors import UserError
-from harness.jobs import UserErrorReport, WorkerJob
+from harness.jobs import CandidateReport, ReferenceReport, UserErrorReport, WorkerJob
 from harness.sandbox import network_isolated
 
 
@@ -37,6 +37,7 @@ def _ask_parent(job_dir: Path) -> bool:
 
 def main(job_dir: Path) -> int:
     job = WorkerJob.model_validate_json((job_dir / "job.json").read_text())
+    report: ReferenceReport | CandidateReport
     try:
         if job.mode == "reference":
             from harness.worker_reference import run_reference
