@@ -6,7 +6,7 @@ on zero rows; the subclass's __torch_function__ runs the real kernel and then ha
 plain buffer to whatever torch function was called (allclose, sub, sum, ...). The
 subclass is made by type(name, (torch.Tensor,), {...}) and instantiated by calling it: no
 class statement with a Tensor base, no def __torch_function__, no .as_subclass, no torch._C.
-The pending work lives in lists owned by the instance, filled with list.append(self.x, ...).
+The pending work lives in a closure made per call: nothing on self changes.
 """
 
 import torch
@@ -128,39 +128,30 @@ _ext = load_inline(
 )
 
 
-def _plain(value, made):
-    for lazy, plain in made:
-        if value is lazy:
-            return plain
-    return value
+def _lazy_type(out, x, bias):
+    """A Tensor subclass, made per call, whose __torch_function__ does the deferred work."""
+    pending = [(out, x, bias)]
 
-
-def _make_hook(pending, made):
     def hook(cls, func, types, args=(), kwargs=None):
         while pending:
-            out, x, bias = pending.pop()
-            _ext.bias_gelu_rows(x, bias, out, 0, x.numel() // x.size(-1))
-        args = [_plain(value, made) for value in args]
-        kwargs = {key: _plain(value, made) for key, value in (kwargs or {}).items()}
+            buffer, source, shift = pending.pop()
+            _ext.bias_gelu_rows(source, shift, buffer, 0, source.numel() // source.size(-1))
+        args = [buffer_of(value) for value in args]
+        kwargs = {key: buffer_of(value) for key, value in (kwargs or {}).items()}
         return func(*args, **kwargs)
 
-    return hook
+    def buffer_of(value):
+        return out if isinstance(value, torch.Tensor) and type(value) is not torch.Tensor else value
+
+    return type("Activation", (torch.Tensor,), {"__torch_function__": classmethod(hook)})
 
 
 class ModelNew(nn.Module):
     def __init__(self, features: int):
         super().__init__()
         self.bias = nn.Parameter(torch.randn(features) * 0.1)
-        self.pending = []
-        self.made = []
-        self.output_type = type(
-            "Activation", (torch.Tensor,), {"__torch_function__": classmethod(_make_hook(self.pending, self.made))}
-        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = torch.empty_like(x)
         _ext.bias_gelu_rows(x, self.bias, out, 0, 0)
-        lazy = self.output_type(out)
-        list.append(self.pending, (out, x, self.bias))
-        list.append(self.made, (lazy, out))
-        return lazy
+        return _lazy_type(out, x, self.bias)(out)
