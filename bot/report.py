@@ -20,6 +20,9 @@ class TargetReport(BaseModel):
     status: str = Field(description="ok, a failure status, no_candidate, weak_spec or error.")
     reason: str = ""
     eager_ms: float | None = None
+    eager_alone_ms: float | None = Field(
+        default=None, description="Eager timed before the candidate was loaded (same worker)."
+    )
     compile_ms: float | None = None
     candidate_ms: float | None = None
     speedup_vs_eager: float | None = None
@@ -48,6 +51,7 @@ class TargetReport(BaseModel):
             status=result.status.value,
             reason=result.reason,
             eager_ms=result.eager.median_ms if result.eager else None,
+            eager_alone_ms=result.eager_alone.median_ms if result.eager_alone else None,
             compile_ms=result.compiled.median_ms if result.compiled else None,
             candidate_ms=result.candidate.median_ms if result.candidate else None,
             speedup_vs_eager=result.speedup_vs_eager,

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 
-from harness.records import TimingStats, Verdict
+from harness.records import Disturbance, TimingStats, Verdict
 
 # Work this short is dominated by launch and timer jitter, so it must clear a higher bar.
 SHORT_WORK_MS = 0.010
 SHORT_WORK_FLOOR = 0.15
+# Eager timed beside a candidate may run this much slower than eager timed alone, beyond the
+# measured noise, before the candidate is held to have slowed the baseline down.
+DISTURBANCE_LIMIT = 0.5
 
 
 def accept(
@@ -42,3 +45,24 @@ def _median_error(stats: TimingStats) -> float:
         return float("inf")
     sigma = stats.iqr_ms / 1.349
     return 1.2533 * sigma / math.sqrt(stats.samples) / stats.median_ms
+
+
+def baseline_disturbance(
+    beside: TimingStats, alone: TimingStats, limit: float = DISTURBANCE_LIMIT
+) -> Disturbance:
+    """Did the baseline run slower beside the candidate than alone, beyond the noise?
+
+    ``alone`` is eager timed in the same worker before any candidate code was loaded;
+    ``beside`` is eager timed interleaved with the candidate. Whatever a candidate does to
+    slow the baseline (pin threads, flip flags, trash caches), it shows up as this ratio.
+    """
+    ratio = beside.median_ms / alone.median_ms if alone.median_ms > 0 else 1.0
+    allowed = 1.0 + max(limit, 3.0 * math.hypot(_median_error(beside), _median_error(alone)))
+    return Disturbance(ratio=ratio, allowed=allowed, disturbed=ratio > allowed)
+
+
+def honest_baseline(beside: TimingStats, alone: TimingStats | None) -> TimingStats:
+    """The faster of the two eager measurements: a slowed-down baseline never inflates a speedup."""
+    if alone is None or beside.median_ms <= alone.median_ms:
+        return beside
+    return alone

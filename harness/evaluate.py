@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from harness.accept import accept
+from harness.accept import accept, baseline_disturbance, honest_baseline
 from harness.buildcache import default_cache_dir
 from harness.config import EvalConfig
 from harness.errors import UserError
@@ -172,22 +172,14 @@ class Evaluator:
             max_abs_error=comparison.get("max_abs_error"),
             rel_error=comparison.get("rel_error"),
             eager=report.eager,
+            eager_alone=report.eager_alone,
             compiled=report.compiled,
             candidate=report.candidate,
             compile_baseline_error=report.compile_baseline_error,
             input_mode="strengthened" if data.report.strengthened else "as_given",
         )
-        if result.status is Status.ok and report.candidate and report.eager:
-            result.vs_eager = accept(
-                report.candidate, report.eager, self.config.noise_floor, self.config.review_speedup
-            )
-            if report.compiled:
-                result.vs_compile = accept(
-                    report.candidate,
-                    report.compiled,
-                    self.config.noise_floor,
-                    self.config.review_speedup,
-                )
+        if result.status is Status.ok:
+            self._judge_timing(result)
         result.checks.append(
             Check(
                 name="network_isolated",
@@ -198,6 +190,31 @@ class Evaluator:
             )
         )
         return result
+
+    def _judge_timing(self, result: EvalResult) -> None:
+        """The baseline-disturbance check, then speedups against the honest baselines."""
+        candidate, eager = result.candidate, result.eager
+        if candidate is None or eager is None:
+            return
+        if result.eager_alone is not None:
+            disturbance = baseline_disturbance(eager, result.eager_alone)
+            detail = (
+                f"eager beside the candidate took {disturbance.ratio:.2f}x its time alone "
+                f"(allowed: {disturbance.allowed:.2f}x)"
+            )
+            result.checks.append(
+                Check(name="baseline_undisturbed", passed=not disturbance.disturbed, detail=detail)
+            )
+            if disturbance.disturbed:
+                result.status = Status.rejected
+                result.reason = f"the candidate slows the baseline down: {detail}"
+                return
+        floor, review = self.config.noise_floor, self.config.review_speedup
+        result.vs_eager = accept(
+            candidate, honest_baseline(eager, result.eager_alone), floor, review
+        )
+        if result.compiled:
+            result.vs_compile = accept(candidate, result.compiled, floor, review)
 
 
 def compare_cases(problem: Problem, cases: list[dict], outputs: list[list]) -> dict:

@@ -195,7 +195,9 @@ def poison_memory(shapes: list[tuple[list[int], str]], device: str) -> None:
             del block
 
 
-def fingerprint(outputs: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> list[tuple[float, float]]:
+def fingerprint(
+    outputs: list[torch.Tensor] | tuple[torch.Tensor, ...],
+) -> list[tuple[float, float]]:
     """Cheap summary of outputs; taken at return and again after synchronization."""
     prints = []
     for out in outputs:

@@ -47,10 +47,22 @@ class CandidateReport(BaseModel):
     eager: TimingStats | None = None
     compiled: TimingStats | None = None
     candidate: TimingStats | None = None
+    eager_alone: TimingStats | None = Field(
+        default=None,
+        description="Eager timed in the same worker before any candidate code was loaded.",
+    )
     compile_baseline_error: str | None = None
     network_isolated: bool = False
     device_name: str = ""
     torch_version: str = ""
+
+
+class CheckFailed(Exception):
+    """Raised inside a worker by a failed check: ends the candidate's evaluation with a status."""
+
+    def __init__(self, status: Status, check: str, reason: str, log: str = "") -> None:
+        super().__init__(reason)
+        self.status, self.check, self.reason, self.log = status, check, reason, log
 
 
 class UserErrorReport(BaseModel):

@@ -94,6 +94,14 @@ class Verdict(BaseModel):
     needs_review: bool
 
 
+class Disturbance(BaseModel):
+    """Eager timed beside the candidate vs eager timed alone (see ``harness.accept``)."""
+
+    ratio: float = Field(description="Median beside the candidate over median alone.")
+    allowed: float = Field(description="The largest ratio that counts as noise.")
+    disturbed: bool
+
+
 class EvalResult(BaseModel):
     """Everything measured about one candidate on one problem."""
 
@@ -109,6 +117,9 @@ class EvalResult(BaseModel):
     eager: TimingStats | None = None
     compiled: TimingStats | None = None
     candidate: TimingStats | None = None
+    eager_alone: TimingStats | None = Field(
+        default=None, description="Eager timed in the worker before the candidate was loaded."
+    )
     compile_baseline_error: str | None = Field(
         default=None, description="Why torch.compile could not be measured, if it could not."
     )

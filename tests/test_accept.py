@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.accept import accept
+from harness.accept import accept, baseline_disturbance, honest_baseline
 from harness.records import TimingStats
 
 
@@ -37,3 +37,29 @@ def test_floor_grows_with_spread_and_shrinks_with_samples():
     few = accept(stats(1.0, iqr=0.5, samples=10), stats(1.5, iqr=0.5, samples=10)).noise_floor
     many = accept(stats(1.0, iqr=0.5, samples=1000), stats(1.5, iqr=0.5, samples=1000)).noise_floor
     assert few > many >= 0.05
+
+
+@pytest.mark.parametrize(
+    ("beside", "alone", "disturbed"),
+    [
+        (stats(1.0), stats(1.0), False),  # undisturbed
+        (stats(1.3), stats(1.0), False),  # 30% slower beside: within what load does to a cpu
+        (stats(2.0), stats(1.0), True),  # half speed beside the candidate: it slowed eager down
+        (stats(0.8), stats(1.0), False),  # faster beside: never a disturbance
+        (stats(2.0, iqr=4.0, samples=5), stats(1.0, iqr=2.0, samples=5), False),  # all noise
+        (stats(16.0, iqr=4.0, samples=5), stats(1.0, iqr=0.1, samples=50), True),  # 16x: no noise
+    ],
+)
+def test_baseline_disturbance_table(beside, alone, disturbed):
+    result = baseline_disturbance(beside, alone)
+    assert result.disturbed is disturbed
+    assert result.ratio == pytest.approx(beside.median_ms / alone.median_ms)
+    assert result.allowed >= 1.5
+
+
+@pytest.mark.parametrize(
+    ("beside", "alone", "expected"),
+    [(stats(2.0), stats(1.0), 1.0), (stats(1.0), stats(1.2), 1.0), (stats(1.0), None, 1.0)],
+)
+def test_speedups_use_the_faster_eager_measurement(beside, alone, expected):
+    assert honest_baseline(beside, alone).median_ms == expected

@@ -33,6 +33,7 @@ CHECKS = {
     "no_pytorch_compute": "rejected",
     "plain_tensor_outputs": "rejected",
     "no_monkeypatching": "rejected",
+    "baseline_undisturbed": "rejected",
     "state_dict_strict": "runtime_error",
     "correct_outputs": "incorrect",
     "finite_outputs": "incorrect",
@@ -40,6 +41,7 @@ CHECKS = {
     "inputs_unchanged": "incorrect",
     "stable_after_sync": "incorrect",
     "timed_outputs_correct": "incorrect",
+    "fresh_outputs": "incorrect",
 }
 WEAK_KINDS = {"null_answer", "nondeterministic"}
 # Unwritten or out-of-bounds output elements hold whatever the memory held: NaN where the
