@@ -30,4 +30,6 @@ def optimize_problem(problem: Problem, evaluator: Evaluator) -> Attempt:
         return Attempt(problem=problem, reason=proposal.reason)
     evaluator.prebuild(problem, [proposal.candidate])
     result = evaluator.evaluate(problem, proposal.candidate)
-    return Attempt(problem=problem, candidate=proposal.candidate, result=result, reason=proposal.reason)
+    return Attempt(
+        problem=problem, candidate=proposal.candidate, result=result, reason=proposal.reason
+    )

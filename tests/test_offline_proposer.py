@@ -44,7 +44,7 @@ EXAMPLES = {
 # parameter, a [B, T, 1] column, a bool intermediate returned as an output, a Python number
 # computed from a shape, an in-place op on a matmul result, a bool input, intermediates read
 # outside their kernel, and one kernel with eight outputs of the vectorized math functions.
-KITCHEN_SINK = '''
+KITCHEN_SINK = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -85,12 +85,47 @@ def get_inputs():
 
 def get_init_inputs():
     return [64]
-'''
+"""
 POINTWISE_ATEN = {
-    "add", "sub", "mul", "div", "neg", "pow", "relu", "gelu", "silu", "sigmoid", "tanh", "exp",
-    "log", "abs", "sqrt", "rsqrt", "clamp", "clamp_min", "clamp_max", "hardtanh", "leaky_relu",
-    "where", "minimum", "maximum", "erf", "expm1", "log1p", "hardswish", "hardsigmoid",
-    "softplus", "mish", "gt", "lt", "ge", "le", "eq", "ne", "square", "reciprocal",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "neg",
+    "pow",
+    "relu",
+    "gelu",
+    "silu",
+    "sigmoid",
+    "tanh",
+    "exp",
+    "log",
+    "abs",
+    "sqrt",
+    "rsqrt",
+    "clamp",
+    "clamp_min",
+    "clamp_max",
+    "hardtanh",
+    "leaky_relu",
+    "where",
+    "minimum",
+    "maximum",
+    "erf",
+    "expm1",
+    "log1p",
+    "hardswish",
+    "hardsigmoid",
+    "softplus",
+    "mish",
+    "gt",
+    "lt",
+    "ge",
+    "le",
+    "eq",
+    "ne",
+    "square",
+    "reciprocal",
 }
 _BUILD_SCRIPT = (
     "import importlib.util, sys; spec = importlib.util.spec_from_file_location('candidate', "
@@ -117,8 +152,11 @@ def build_in_parallel(paths: list[Path]) -> None:
 
     def build(path: Path) -> None:
         result = subprocess.run(
-            [sys.executable, "-c", _BUILD_SCRIPT, str(path)], capture_output=True, text=True,
-            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+            [sys.executable, "-c", _BUILD_SCRIPT, str(path)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
         assert result.returncode == 0, f"{path.name} failed to build:\n{result.stderr[-4000:]}"
 
@@ -283,7 +321,10 @@ def get_init_inputs():
 
 
 def test_module_without_pointwise_ops_gets_no_candidate(tmp_path: Path) -> None:
-    problem = kernelbench(tmp_path, "plain_linear", """
+    problem = kernelbench(
+        tmp_path,
+        "plain_linear",
+        """
         class Model(nn.Module):
             def __init__(self):
                 super().__init__()
@@ -291,7 +332,9 @@ def test_module_without_pointwise_ops_gets_no_candidate(tmp_path: Path) -> None:
 
             def forward(self, x):
                 return self.linear(x)
-        """, "[torch.randn(8, 32)]")
+        """,
+        "[torch.randn(8, 32)]",
+    )
     proposal = propose(problem)
     assert proposal.candidate is None
     assert proposal.fused_chains == 0
@@ -299,20 +342,28 @@ def test_module_without_pointwise_ops_gets_no_candidate(tmp_path: Path) -> None:
 
 
 def test_untraceable_module_says_why(tmp_path: Path) -> None:
-    problem = kernelbench(tmp_path, "branchy", """
+    problem = kernelbench(
+        tmp_path,
+        "branchy",
+        """
         class Model(nn.Module):
             def forward(self, x):
                 if x.sum() > 0:
                     return torch.relu(x)
                 return x * 2
-        """, "[torch.randn(8, 32)]")
+        """,
+        "[torch.randn(8, 32)]",
+    )
     proposal = propose(problem)
     assert proposal.candidate is None
     assert proposal.reason.startswith("cannot trace")
 
 
 def test_chains_separated_by_a_matmul_are_two_kernels(tmp_path: Path) -> None:
-    problem = kernelbench(tmp_path, "two_chains", """
+    problem = kernelbench(
+        tmp_path,
+        "two_chains",
+        """
         class Model(nn.Module):
             def __init__(self):
                 super().__init__()
@@ -323,7 +374,9 @@ def test_chains_separated_by_a_matmul_are_two_kernels(tmp_path: Path) -> None:
                 h = F.relu(self.blocks[0](x) + self.bias) * 2.0
                 m = torch.matmul(self.blocks[1](h), w)
                 return torch.sigmoid(m) - 0.5
-        """, "[torch.randn(8, 32), torch.randn(32, 32)]")
+        """,
+        "[torch.randn(8, 32), torch.randn(32, 32)]",
+    )
     proposal = propose(problem)
     assert proposal.fused_chains == 2, proposal.reason
     source = proposal.candidate.source
@@ -333,7 +386,10 @@ def test_chains_separated_by_a_matmul_are_two_kernels(tmp_path: Path) -> None:
 
 
 def test_gelu_exact_and_tanh_forms(tmp_path: Path) -> None:
-    problem = kernelbench(tmp_path, "gelus", """
+    problem = kernelbench(
+        tmp_path,
+        "gelus",
+        """
         class Model(nn.Module):
             def __init__(self):
                 super().__init__()
@@ -341,7 +397,9 @@ def test_gelu_exact_and_tanh_forms(tmp_path: Path) -> None:
 
             def forward(self, x):
                 return F.gelu(x) + self.act(x)
-        """, "[torch.randn(8, 32)]")
+        """,
+        "[torch.randn(8, 32)]",
+    )
     proposal = propose(problem)
     assert proposal.fused_chains == 1
     source = proposal.candidate.source
@@ -368,10 +426,14 @@ def test_cuda_candidate_source(tmp_path: Path) -> None:
     assert "cuda_sources=[_CUDA_SOURCE]" in source and "extra_cuda_cflags=['-O3']" in source
     cuda = source.split('_CUDA_SOURCE = r"""', 1)[1].split('"""', 1)[0]
     for expected in (
-        "__global__ void fused_0_fast", "__global__ void fused_0_general",
+        "__global__ void fused_0_fast",
+        "__global__ void fused_0_general",
         "<<<blocks, kp::kThreads, 0, stream>>>",
-        "at::cuda::getCurrentCUDAStream()", "C10_CUDA_KERNEL_LAUNCH_CHECK();",
-        "#include <ATen/cuda/CUDAContext.h>", "kp::load_vec<VEC>", "tanhf(x)",
+        "at::cuda::getCurrentCUDAStream()",
+        "C10_CUDA_KERNEL_LAUNCH_CHECK();",
+        "#include <ATen/cuda/CUDAContext.h>",
+        "kp::load_vec<VEC>",
+        "tanhf(x)",
     ):
         assert expected in cuda, expected
     declarations = source.split('_CPP_SOURCE = r"""', 1)[1].split('"""', 1)[0]
@@ -381,7 +443,10 @@ def test_cuda_candidate_source(tmp_path: Path) -> None:
 
 
 def test_constructor_needing_another_package_is_reported(tmp_path: Path) -> None:
-    problem = kernelbench(tmp_path, "statistics_init", """
+    problem = kernelbench(
+        tmp_path,
+        "statistics_init",
+        """
         import statistics as st
 
         class Model(nn.Module):
@@ -391,7 +456,9 @@ def test_constructor_needing_another_package_is_reported(tmp_path: Path) -> None
 
             def forward(self, x):
                 return torch.relu(x * self.w)
-        """, "[torch.randn(4, 8)]")
+        """,
+        "[torch.randn(4, 8)]",
+    )
     proposal = propose(problem)
     assert proposal.candidate is None
     assert "'st'" in proposal.reason and "statistics" in proposal.reason
@@ -400,7 +467,10 @@ def test_constructor_needing_another_package_is_reported(tmp_path: Path) -> None
 def test_in_place_writes(tmp_path: Path) -> None:
     """A private in-place op is fused; values sharing memory with a view written in place are
     left to PyTorch, in order."""
-    problem = kernelbench(tmp_path, "in_place", """
+    problem = kernelbench(
+        tmp_path,
+        "in_place",
+        """
         class Model(nn.Module):
             def __init__(self):
                 super().__init__()
@@ -415,7 +485,9 @@ def test_in_place_writes(tmp_path: Path) -> None:
                 g = self.linear(x)
                 g.relu_()
                 return a + b, torch.sigmoid(g)
-        """, "[torch.randn(4, 8)]")
+        """,
+        "[torch.randn(4, 8)]",
+    )
     proposal = propose(problem)
     assert "[relu, sigmoid]; [add]; left to PyTorch" in proposal.reason  # a + b: fresh again
     assert proposal.reason.endswith("mul, relu_, mul_1")

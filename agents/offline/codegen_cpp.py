@@ -97,22 +97,27 @@ def _tile(kernel: FusedKernel) -> str:
         f"{element_type(item)}* __restrict__ dst{j}" for j, item in enumerate(kernel.outputs)
     ]
     params += ["const int64_t begin", "const int64_t end"]
-    return "\n".join([
-        "template <typename scalar_t>",
-        f"KP_CLONES void {kernel.name}_tile({', '.join(params)}) {{",
-        *[f"  const float {name} = {text};" for name, text in kernel.body if name in invariant],
-        "#pragma omp simd",
-        "  for (int64_t j = begin; j < end; ++j) {",
-        *loads,
-        *[f"    const float {name} = {text};" for name, text in kernel.body
-          if name not in invariant],
-        *[
-            f"    dst{j}[j] = kp::store<{element_type(item)}>({item.value});"
-            for j, item in enumerate(kernel.outputs)
-        ],
-        "  }",
-        "}",
-    ])
+    return "\n".join(
+        [
+            "template <typename scalar_t>",
+            f"KP_CLONES void {kernel.name}_tile({', '.join(params)}) {{",
+            *[f"  const float {name} = {text};" for name, text in kernel.body if name in invariant],
+            "#pragma omp simd",
+            "  for (int64_t j = begin; j < end; ++j) {",
+            *loads,
+            *[
+                f"    const float {name} = {text};"
+                for name, text in kernel.body
+                if name not in invariant
+            ],
+            *[
+                f"    dst{j}[j] = kp::store<{element_type(item)}>({item.value});"
+                for j, item in enumerate(kernel.outputs)
+            ],
+            "  }",
+            "}",
+        ]
+    )
 
 
 def _tile_loop(kernel: FusedKernel) -> str:
@@ -124,22 +129,24 @@ def _tile_loop(kernel: FusedKernel) -> str:
     args += [f"s{k}" for k in range(len(kernel.scalars))]
     args += [f"out{j} + r * cols" for j in range(len(kernel.outputs))]
     params = [*pointer_params(kernel), "const kp::Plan& plan"]
-    return "\n".join([
-        "template <typename scalar_t>",
-        f"void {kernel.name}_fast({', '.join(params)}) {{",
-        "  const int64_t rows = plan.rows;",
-        "  const int64_t cols = plan.cols;",
-        "  const int64_t tiles_per_row = (cols + kp::kTile - 1) / kp::kTile;",
-        *[f"  const int64_t rs{k} = plan.row_strides[{k}];" for k in range(len(kernel.inputs))],
-        "#pragma omp parallel for schedule(static) num_threads(kp::threads_for(rows * cols))",
-        "  for (int64_t tile = 0; tile < rows * tiles_per_row; ++tile) {",
-        "    const int64_t r = tile / tiles_per_row;",
-        "    const int64_t begin = (tile - r * tiles_per_row) * kp::kTile;",
-        "    const int64_t end = std::min(begin + kp::kTile, cols);",
-        f"    {kernel.name}_tile<scalar_t>({', '.join([*args, 'begin', 'end'])});",
-        "  }",
-        "}",
-    ])
+    return "\n".join(
+        [
+            "template <typename scalar_t>",
+            f"void {kernel.name}_fast({', '.join(params)}) {{",
+            "  const int64_t rows = plan.rows;",
+            "  const int64_t cols = plan.cols;",
+            "  const int64_t tiles_per_row = (cols + kp::kTile - 1) / kp::kTile;",
+            *[f"  const int64_t rs{k} = plan.row_strides[{k}];" for k in range(len(kernel.inputs))],
+            "#pragma omp parallel for schedule(static) num_threads(kp::threads_for(rows * cols))",
+            "  for (int64_t tile = 0; tile < rows * tiles_per_row; ++tile) {",
+            "    const int64_t r = tile / tiles_per_row;",
+            "    const int64_t begin = (tile - r * tiles_per_row) * kp::kTile;",
+            "    const int64_t end = std::min(begin + kp::kTile, cols);",
+            f"    {kernel.name}_tile<scalar_t>({', '.join([*args, 'begin', 'end'])});",
+            "  }",
+            "}",
+        ]
+    )
 
 
 def _general(kernel: FusedKernel) -> str:

@@ -21,21 +21,57 @@ from agents.offline.kernel import FusedKernel
 
 # Names the candidate needs, and names the static gate rejects even as variables.
 RESERVED = {
-    "self", "torch", "nn", "F", "math", "load_inline", "super", "_ext", "getattr", "setattr",
-    "delattr", "eval", "exec", "compile", "globals", "locals", "vars", "open", "id",
-    "breakpoint", "memoryview",
+    "self",
+    "torch",
+    "nn",
+    "F",
+    "math",
+    "load_inline",
+    "super",
+    "_ext",
+    "getattr",
+    "setattr",
+    "delattr",
+    "eval",
+    "exec",
+    "compile",
+    "globals",
+    "locals",
+    "vars",
+    "open",
+    "id",
+    "breakpoint",
+    "memoryview",
 }
 _BINARY = {
-    operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
-    operator.floordiv: "//", operator.mod: "%", operator.pow: "**", operator.matmul: "@",
-    operator.and_: "&", operator.or_: "|", operator.xor: "^", operator.lshift: "<<",
-    operator.rshift: ">>", operator.eq: "==", operator.ne: "!=", operator.lt: "<",
-    operator.le: "<=", operator.gt: ">", operator.ge: ">=",
+    operator.add: "+",
+    operator.sub: "-",
+    operator.mul: "*",
+    operator.truediv: "/",
+    operator.floordiv: "//",
+    operator.mod: "%",
+    operator.pow: "**",
+    operator.matmul: "@",
+    operator.and_: "&",
+    operator.or_: "|",
+    operator.xor: "^",
+    operator.lshift: "<<",
+    operator.rshift: ">>",
+    operator.eq: "==",
+    operator.ne: "!=",
+    operator.lt: "<",
+    operator.le: "<=",
+    operator.gt: ">",
+    operator.ge: ">=",
 }
 _UNARY = {operator.neg: "-", operator.pos: "+", operator.invert: "~", operator.not_: "not "}
 _NAMESPACES = (
-    ("F", F), ("torch", torch), ("torch.special", torch.special), ("torch.linalg", torch.linalg),
-    ("torch.fft", torch.fft), ("math", math),
+    ("F", F),
+    ("torch", torch),
+    ("torch.special", torch.special),
+    ("torch.linalg", torch.linalg),
+    ("torch.fft", torch.fft),
+    ("math", math),
 )
 _SAFE_BUILTINS = {"len", "int", "float", "bool", "max", "min", "abs", "range", "tuple", "list"}
 
@@ -45,7 +81,8 @@ class CannotEmit(Exception):
 
 
 def forward_source(
-    steps: list[Node | tuple[Node, ...]], kernels: dict[tuple[Node, ...], FusedKernel],
+    steps: list[Node | tuple[Node, ...]],
+    kernels: dict[tuple[Node, ...], FusedKernel],
     reference: nn.Module,
 ) -> str:
     """``def forward(...)`` of ModelNew, indented for the class body."""

@@ -23,10 +23,13 @@ def fusion_groups(nodes: list[Node], ops: dict[Node, PointwiseOp]) -> list[list[
     for node in nodes:
         if node not in ops:
             continue
-        producers = sorted({
-            group_of[value] for value in ops[node].operands
-            if isinstance(value, Node) and value in group_of
-        })
+        producers = sorted(
+            {
+                group_of[value]
+                for value in ops[node].operands
+                if isinstance(value, Node) and value in group_of
+            }
+        )
         target = _join(node, producers, members, order)
         for member in members[target]:
             group_of[member] = target
@@ -83,7 +86,9 @@ def schedule(nodes: list[Node], groups: list[list[Node]]) -> list[Node | tuple[N
 def _unit_inputs(unit: Node | tuple[Node, ...], unit_of: dict) -> set:
     members = unit if isinstance(unit, tuple) else (unit,)
     return {
-        unit_of[value] for node in members for value in node.all_input_nodes
+        unit_of[value]
+        for node in members
+        for value in node.all_input_nodes
         if unit_of[value] != unit
     }
 
@@ -115,5 +120,6 @@ def _outputs_full_size(candidate: set[Node]) -> bool:
         return False
     return all(
         node.meta["tensor_meta"].shape == shape
-        for node in candidate if any(user not in candidate for user in node.users)
+        for node in candidate
+        if any(user not in candidate for user in node.users)
     )

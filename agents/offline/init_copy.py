@@ -36,8 +36,10 @@ class CopiedConstructor:
 def copy_constructor(source_path: Path, class_name: str, reference: type) -> CopiedConstructor:
     if reference.__bases__ != (nn.Module,):
         bases = ", ".join(base.__name__ for base in reference.__bases__)
-        raise CannotCopy(f"{class_name} derives from {bases}; only direct nn.Module subclasses "
-                         "can be rebuilt without importing the reference")
+        raise CannotCopy(
+            f"{class_name} derives from {bases}; only direct nn.Module subclasses "
+            "can be rebuilt without importing the reference"
+        )
     tree = ast.parse(source_path.read_text(), filename=str(source_path))
     found = [
         node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == class_name
@@ -56,7 +58,8 @@ def copy_constructor(source_path: Path, class_name: str, reference: type) -> Cop
 def _class_members(cls: ast.ClassDef) -> list[ast.stmt]:
     """Class-level assignments, ``__init__`` and the methods it calls through ``self``."""
     methods = {
-        node.name: node for node in cls.body
+        node.name: node
+        for node in cls.body
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
     }
     wanted: set[str] = set()
@@ -68,12 +71,16 @@ def _class_members(cls: ast.ClassDef) -> list[ast.stmt]:
         wanted.add(name)
         for sub in ast.walk(methods[name]):
             if (
-                isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name)
-                and sub.value.id == "self" and sub.attr in methods and sub.attr != "forward"
+                isinstance(sub, ast.Attribute)
+                and isinstance(sub.value, ast.Name)
+                and sub.value.id == "self"
+                and sub.attr in methods
+                and sub.attr != "forward"
             ):
                 pending.append(sub.attr)
     return [
-        node for node in cls.body
+        node
+        for node in cls.body
         if isinstance(node, ast.Assign | ast.AnnAssign)
         or (isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in wanted)
     ]
@@ -125,8 +132,10 @@ def _module_dependencies(tree: ast.Module, kept: list[ast.stmt], class_name: str
         if name in PROVIDED or (name not in definitions and hasattr(builtins, name)):
             continue
         if name not in definitions:
-            raise CannotCopy(f"the constructor needs {name!r}, which is not defined at the top "
-                             "level of the reference file")
+            raise CannotCopy(
+                f"the constructor needs {name!r}, which is not defined at the top "
+                "level of the reference file"
+            )
         index, statement = definitions[name]
         if isinstance(statement, ast.Import | ast.ImportFrom):
             chosen.append((index, _import_assignment(name, statement)))
@@ -169,8 +178,10 @@ def _import_assignment(name: str, statement: ast.Import | ast.ImportFrom) -> str
             source = None
         if source is None:
             module = getattr(statement, "module", None) or alias.name
-            raise CannotCopy(f"the constructor needs {name!r} from {module!r}; a candidate may "
-                             "import only torch and math")
+            raise CannotCopy(
+                f"the constructor needs {name!r} from {module!r}; a candidate may "
+                "import only torch and math"
+            )
         return f"{name} = {source}"
     raise CannotCopy(f"{name!r} is not bound by its import statement")
 

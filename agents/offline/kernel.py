@@ -95,8 +95,14 @@ def build_kernel(
         for node, (contiguous, _) in zip(tensors, layouts, strict=True)
     )
     return FusedKernel(
-        name=name, inputs=inputs, scalars=tuple(scalars), outputs=outputs, body=tuple(body),
-        split=split, fast_path=fast_path, kinds=tuple(ops[node].kind for node in group),
+        name=name,
+        inputs=inputs,
+        scalars=tuple(scalars),
+        outputs=outputs,
+        body=tuple(body),
+        split=split,
+        fast_path=fast_path,
+        kinds=tuple(ops[node].kind for node in group),
         dtype=dtype,
     )
 

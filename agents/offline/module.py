@@ -23,7 +23,10 @@ from torch.utils.cpp_extension import load_inline
 
 
 def module_source(
-    summary: str, kernels: list[FusedKernel], device: str, constructor: CopiedConstructor,
+    summary: str,
+    kernels: list[FusedKernel],
+    device: str,
+    constructor: CopiedConstructor,
     forward: str,
 ) -> str:
     functions = [kernel.name for kernel in kernels]

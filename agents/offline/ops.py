@@ -20,8 +20,22 @@ from torch.fx import Node
 Operand = Node | float | int | bool | None
 
 UNARY_KINDS = (
-    "neg", "relu", "sigmoid", "tanh", "exp", "log", "abs", "sqrt", "rsqrt", "square",
-    "reciprocal", "erf", "sin", "cos", "log1p", "expm1",
+    "neg",
+    "relu",
+    "sigmoid",
+    "tanh",
+    "exp",
+    "log",
+    "abs",
+    "sqrt",
+    "rsqrt",
+    "square",
+    "reciprocal",
+    "erf",
+    "sin",
+    "cos",
+    "log1p",
+    "expm1",
 )
 COMPARISON_KINDS = ("gt", "lt", "ge", "le", "eq", "ne")
 BINARY_KINDS = ("mul", "div", "pow", "minimum", "maximum", *COMPARISON_KINDS)
@@ -103,9 +117,16 @@ def _tables() -> tuple[dict[object, _Form], dict[str, _Form]]:
         methods[name] = _Form(kind, ("input", "other"))
     functions.update(_functional_forms())
     for symbol, kind in (
-        (operator.add, "add"), (operator.sub, "sub"), (operator.mul, "mul"),
-        (operator.truediv, "div"), (operator.pow, "pow"), (operator.gt, "gt"),
-        (operator.lt, "lt"), (operator.ge, "ge"), (operator.le, "le"), (operator.eq, "eq"),
+        (operator.add, "add"),
+        (operator.sub, "sub"),
+        (operator.mul, "mul"),
+        (operator.truediv, "div"),
+        (operator.pow, "pow"),
+        (operator.gt, "gt"),
+        (operator.lt, "lt"),
+        (operator.ge, "ge"),
+        (operator.le, "le"),
+        (operator.eq, "eq"),
         (operator.ne, "ne"),
     ):
         alpha = {"alpha": 1} if kind in ("add", "sub") else {}
@@ -120,11 +141,13 @@ def _functional_forms() -> dict[object, _Form]:
         F.relu: _Form("relu", ("input", "inplace"), inplace),
         F.gelu: _Form("gelu", ("input", "approximate"), {"approximate": "none"}),
         F.leaky_relu: _Form(
-            "leaky_relu", ("input", "negative_slope", "inplace"),
+            "leaky_relu",
+            ("input", "negative_slope", "inplace"),
             {"negative_slope": 0.01, **inplace},
         ),
         F.hardtanh: _Form(
-            "clamp", ("input", "min:min_val", "max:max_val", "inplace"),
+            "clamp",
+            ("input", "min:min_val", "max:max_val", "inplace"),
             {"min": -1.0, "max": 1.0, **inplace},
         ),
         F.relu6: _Form("clamp", ("input", "inplace"), {"min": 0.0, "max": 6.0, **inplace}),
@@ -157,8 +180,13 @@ def module_op(module: nn.Module, args: tuple, kwargs: dict) -> PointwiseOp | Non
     x = args[0]
     inplace = bool(getattr(module, "inplace", False))
     simple = {
-        nn.ReLU: "relu", nn.SiLU: "silu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh",
-        nn.Hardsigmoid: "hardsigmoid", nn.Hardswish: "hardswish", nn.Mish: "mish",
+        nn.ReLU: "relu",
+        nn.SiLU: "silu",
+        nn.Sigmoid: "sigmoid",
+        nn.Tanh: "tanh",
+        nn.Hardsigmoid: "hardsigmoid",
+        nn.Hardswish: "hardswish",
+        nn.Mish: "mish",
     }
     if type(module) in simple:
         return PointwiseOp(simple[type(module)], (x,), inplace)
@@ -228,4 +256,3 @@ def _valid_operands(kind: str, operands: tuple) -> bool:
 
 def _is_tensor(value: object) -> bool:
     return isinstance(value, Node) and "tensor_meta" in value.meta
-

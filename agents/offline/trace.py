@@ -21,24 +21,74 @@ from agents.offline.ops import PointwiseOp, function_op, method_op, module_op
 
 # What tracing or fake execution of user code raises when a module is beyond torch.fx.
 _USER_CODE_ERRORS = (
-    TraceError, TypeError, AttributeError, RuntimeError, ValueError, NotImplementedError,
-    AssertionError, IndexError, KeyError,
+    TraceError,
+    TypeError,
+    AttributeError,
+    RuntimeError,
+    ValueError,
+    NotImplementedError,
+    AssertionError,
+    IndexError,
+    KeyError,
 )
 _DROPOUT_MODULES = (
-    nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout,
+    nn.Dropout,
+    nn.Dropout1d,
+    nn.Dropout2d,
+    nn.Dropout3d,
+    nn.AlphaDropout,
+    nn.FeatureAlphaDropout,
 )
 _DROPOUT_FUNCTIONS = (
-    F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout,
+    F.dropout,
+    F.dropout1d,
+    F.dropout2d,
+    F.dropout3d,
+    F.alpha_dropout,
+    F.feature_alpha_dropout,
     torch.dropout,
 )
 # Library calls known to return a fresh tensor: an in-place op on their result is private.
 _FRESH_FUNCTIONS = {
-    "linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "einsum", "conv1d", "conv2d", "conv3d",
-    "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "softmax", "log_softmax",
-    "layer_norm", "group_norm", "batch_norm", "instance_norm", "rms_norm", "cat", "stack", "sum",
-    "mean", "clone", "embedding", "interpolate", "max_pool1d", "max_pool2d", "max_pool3d",
-    "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d",
-    "adaptive_avg_pool3d", "pad", "cumsum", "scaled_dot_product_attention",
+    "linear",
+    "matmul",
+    "mm",
+    "bmm",
+    "addmm",
+    "baddbmm",
+    "einsum",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "softmax",
+    "log_softmax",
+    "layer_norm",
+    "group_norm",
+    "batch_norm",
+    "instance_norm",
+    "rms_norm",
+    "cat",
+    "stack",
+    "sum",
+    "mean",
+    "clone",
+    "embedding",
+    "interpolate",
+    "max_pool1d",
+    "max_pool2d",
+    "max_pool3d",
+    "avg_pool1d",
+    "avg_pool2d",
+    "avg_pool3d",
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d",
+    "adaptive_avg_pool3d",
+    "pad",
+    "cumsum",
+    "scaled_dot_product_attention",
 }
 _VIEW_MODULES = (nn.Flatten, nn.Unflatten, nn.Identity, *_DROPOUT_MODULES)
 
@@ -143,7 +193,10 @@ def _fusable_ops(
 
 
 def _functionalize(
-    node: Node, target: object, order: dict[Node, int], ops: dict[Node, PointwiseOp],
+    node: Node,
+    target: object,
+    order: dict[Node, int],
+    ops: dict[Node, PointwiseOp],
     modules: dict[str, nn.Module],
 ) -> bool:
     """Make the in-place op ``node`` (writing into ``target``) out of place, if that is safe.
@@ -182,8 +235,11 @@ def _mutated_values(
             for value in node.all_input_nodes:
                 parent[find(node)] = find(value)
     written = {
-        find(node.args[0]) for node in nodes
-        if node not in ops and node.args and isinstance(node.args[0], Node)
+        find(node.args[0])
+        for node in nodes
+        if node not in ops
+        and node.args
+        and isinstance(node.args[0], Node)
         and _writes_in_place(node, modules)
     }
     return {node for node in nodes if find(node) in written}
@@ -206,8 +262,9 @@ def _fresh(node: Node, ops: dict[Node, PointwiseOp], modules: dict[str, nn.Modul
     """Whether ``node``'s value is a tensor of its own, aliasing nothing else in the graph."""
     if node in ops:
         op = ops[node]
-        return not op.inplace or (isinstance(op.operands[0], Node)
-                                  and _fresh(op.operands[0], ops, modules))
+        return not op.inplace or (
+            isinstance(op.operands[0], Node) and _fresh(op.operands[0], ops, modules)
+        )
     if node.op == "call_module":
         return not isinstance(modules[str(node.target)], _VIEW_MODULES)
     if node.op in ("call_function", "call_method"):
