@@ -80,7 +80,8 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed) -> CandidateReport:
     try:
         model, loader = load_candidate(job, job_dir)
         checks.append(Check(name="static_gate", passed=True, detail="Python and kernel sources"))
-        outputs, previous = [], []
+        outputs: list[list[torch.Tensor]] = []
+        previous: list[torch.Tensor] = []
         for case in data["cases"]:
             # The previous case's outputs stay alive: a buffer reused across calls shows.
             produced = _run_case(job, model, loader, case, checks)
