@@ -1,54 +1,51 @@
-"""Fill the build cache for every CUDA candidate the GPU tests use, many builds at a time.
+"""Fill the build cache for every CUDA candidate the GPU tests use, all builds in one pool.
 
 On a GPU machine the tests then find their kernels built; run before `pytest -m gpu`.
+One pool across problems: builds of different problems run side by side (one pool per
+problem left most cores idle and took most of a 10-minute device call).
 """
 
 from __future__ import annotations
 
+import os
 import sys
-from collections import defaultdict
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from agents.offline import propose  # noqa: E402
+from cuda_candidates import cuda_candidates  # noqa: E402
+
 from harness.config import EvalConfig  # noqa: E402
 from harness.evaluate import Evaluator  # noqa: E402
 from harness.problem import problem_from_target  # noqa: E402
-from harness.records import Candidate  # noqa: E402
 
 
-def corpus_candidates() -> dict[Path, list[Candidate]]:
-    by_problem: dict[Path, list[Candidate]] = defaultdict(list)
-    for folder in ("tests/redteam/cuda", "tests/honest/cuda"):
-        for path in sorted((ROOT / folder).glob("*.py")):
-            text = path.read_text()
-            problem = next(
-                line.split(":", 1)[1].strip()
-                for line in text.splitlines()
-                if line.startswith("# problem:")
-            )
-            by_problem[ROOT / "tests" / problem].append(Candidate(source=text))
-    fixtures = ROOT / "tests" / "fixtures"
-    for name in ("gpu_illegal_address.py", "gpu_honest.py"):
-        by_problem[fixtures / "scale_problem.py"].append(
-            Candidate(source=(fixtures / name).read_text())
-        )
-    return by_problem
+def main() -> int:
+    started = time.monotonic()
+    evaluator = Evaluator(EvalConfig(build_jobs=1), progress=lambda m: print(m, flush=True))
+    jobs = [
+        (problem_from_target(target, "cuda", "float32"), label, candidate)
+        for target, entries in cuda_candidates().items()
+        for label, candidate in entries
+    ]
+    workers = max(1, len(os.sched_getaffinity(0)))
+    print(f"building {len(jobs)} CUDA candidates, {workers} at a time", flush=True)
 
+    def build(job):
+        problem, label, candidate = job
+        return label, evaluator.build(problem, candidate)
 
-def main() -> None:
-    evaluator = Evaluator(EvalConfig(build_jobs=12), progress=lambda m: print(m, flush=True))
-    work = corpus_candidates()
-    for example in sorted((ROOT / "examples").glob("*.py")):
-        problem = problem_from_target(str(example), "cuda", "float32")
-        proposal = propose(problem)
-        if proposal.candidate:
-            work[example].append(proposal.candidate)
-    for problem_path, candidates in work.items():
-        evaluator.prebuild(problem_from_target(str(problem_path), "cuda", "float32"), candidates)
+    failed = 0
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for label, report in pool.map(build, jobs):
+            status = "built" if report.status is None else report.status.value
+            failed += report.status is not None
+            print(f"{status:13s} {label} {report.reason[:200]}", flush=True)
+    print(f"{len(jobs) - failed} built, {failed} not, in {time.monotonic() - started:.0f} s")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

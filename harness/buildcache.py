@@ -13,8 +13,6 @@ import json
 import os
 import platform
 import re
-import shutil
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -23,6 +21,7 @@ import torch
 from torch.utils import cpp_extension
 
 from harness.gate import GateRejection, check_native
+from harness.symbols import imported_symbols, symbol_problems
 
 # Fixed on cpu, whatever the candidate asks (it may only ask for allowed flags): the same
 # candidate then always hashes to the same build.
@@ -48,15 +47,18 @@ class BuildFailed(Exception):
 class CachedLoader:
     """A drop-in ``load_inline`` for candidates; one per worker process."""
 
-    def __init__(self, cache_dir: Path, device: str, dtype: str) -> None:
+    def __init__(self, cache_dir: Path, device: str, dtype: str, arch: str | None = None) -> None:
+        """``arch`` (e.g. "9.0") defaults to the visible GPU's compute capability on cuda."""
         self.cache_dir = cache_dir
         self.device = device
         self.dtype = dtype
         self.calls: Counter[str] = Counter()
         self.builds: list[str] = []
         if device == "cuda":
-            major, minor = torch.cuda.get_device_capability()
-            os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+            if arch is None:
+                major, minor = torch.cuda.get_device_capability()
+                arch = f"{major}.{minor}"
+            os.environ["TORCH_CUDA_ARCH_LIST"] = arch
 
     def __call__(
         self,
@@ -139,40 +141,10 @@ class CountingModule:
                 object.__setattr__(self, name, counted(name, function))
 
 
-# Symbols a kernel has no business importing: ATen kernels called around the dispatcher (and so
-# around the profiler), switched-off profiling hooks, threads. Read from the built library, so
-# no spelling of the source (macros, aliases, own declarations) hides them.
-FORBIDDEN_SYMBOLS = re.compile(
-    r"at::cpu::|at::native::|redispatch|at::RecordFunction|enableRecordFunction|"
-    r"std::thread::|pthread_create|at::launch\b|"
-    r"at::cuda::(?!(getCurrentCUDAStream|getStreamFromPool|getDefaultCUDAStream|CUDAStream|"
-    r"getCurrentDeviceProperties|getDeviceProperties|getCurrentCUDABlasHandle|"
-    r"getCurrentCUDABlasLtHandle|warp_size|blas::|detail::|CUDAEvent|stream_synchronize|"
-    r"getCurrentCUDASparseHandle|getNumGPUs|getDeviceIndexWithPrimaryContext))"
-)
-
-
 def check_binary(directory: Path) -> list[str]:
     """Reasons to reject the built extension, from the symbols it imports."""
-    nm = shutil.which("nm")
     libraries = sorted(directory.glob("*.so"))
-    if nm is None or not libraries:
-        return []
-    listing = subprocess.run(
-        [nm, "-D", "-C", "--undefined-only", str(libraries[0])],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout
-    found = sorted({match.group(0) for match in FORBIDDEN_SYMBOLS.finditer(listing)})
-    return (
-        [
-            f"the built kernel imports {', '.join(found)}: ATen kernels around the dispatcher, "
-            "hooks switched off, or threads"
-        ]
-        if found
-        else []
-    )
+    return symbol_problems(imported_symbols(libraries[0])) if libraries else []
 
 
 def build_key(cpp, cuda, functions, cflags, cuda_flags, ldflags, device) -> str:

@@ -71,18 +71,22 @@ class Evaluator:
     def prebuild(self, problem: Problem, candidates: list[Candidate]) -> None:
         """Build candidates' kernels in parallel worker processes, filling the build cache."""
         jobs = self.config.build_jobs or max(1, len(_cpus()))
-        sources = [
-            c for c in candidates if not check_python(c.source, problem.class_name, problem.dtype)
-        ]
-        self.progress(f"{problem.name}: building {len(sources)} candidate(s), {jobs} at a time")
+        self.progress(f"{problem.name}: building {len(candidates)} candidate(s), {jobs} at a time")
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            reports = list(
-                pool.map(lambda c: self._run_candidate(problem, c, "build", None), sources)
-            )
-        built = [c.source for c, r in zip(sources, reports, strict=True) if r.status is None]
-        self._built.update(built)
+            reports = list(pool.map(lambda c: self.build(problem, c), candidates))
         failed = [r.status.value for r in reports if r.status is not None]
-        self.progress(f"{problem.name}: {len(built)} built, {len(failed)} failed {failed or ''}")
+        built = len(reports) - len(failed)
+        self.progress(f"{problem.name}: {built} built, {len(failed)} failed {failed or ''}")
+
+    def build(self, problem: Problem, candidate: Candidate) -> CandidateReport:
+        """Build one candidate's kernels in a worker (status None when they built)."""
+        reasons = check_python(candidate.source, problem.class_name, problem.dtype)
+        if reasons:
+            return CandidateReport(status=Status.rejected, reason="; ".join(reasons))
+        report = self._run_candidate(problem, candidate, "build", None)
+        if report.status is None:
+            self._built.add(candidate.source)
+        return report
 
     def evaluate(self, problem: Problem, candidate: Candidate) -> EvalResult:
         reasons = check_python(candidate.source, problem.class_name, problem.dtype)

@@ -58,6 +58,16 @@ FORBIDDEN_ATTRIBUTES = {
     "get_type_hints": "evaluates annotation strings as code",
     "ForwardRef": "evaluates annotation strings as code",
 }
+# Process-wide state that the baselines, timed in the same process, run under too.
+GLOBAL_STATE_ATTRIBUTES = {
+    "backends": "changes PyTorch's backend flags",
+    "compiler": "touches torch.compile's state (the compiled baseline)",
+    "use_deterministic_algorithms": "changes PyTorch's algorithm selection",
+    "empty_cache": "empties the allocator's cache",
+    "manual_seed": "reseeds the global random generator",
+    "seed": "reseeds the global random generator",
+    "profiler": "touches the profiler that the checks use",
+}
 LOW_PRECISION_PY = {"half", "bfloat16", "float16", "bf16", "fp16"}
 # Conversions into reduced precision and tensor-core/TF32 modes. Half and bfloat16 *types* are
 # fine (dtype dispatch needs them); the tolerance check catches values that went through them.
@@ -110,7 +120,19 @@ FORBIDDEN_NATIVE = {
     r"RecordFunction|DispatchKeyGuard|AutoDispatchBelow\w*|AutoNonVariableTypeMode|"
     r"enableRecordFunction|ThreadLocalStateGuard": "switches off dispatch or profiling hooks",
     r"\bgetenv\b|\bclock_gettime\b|\bgettimeofday\b|\bstd::chrono\b": "looks at the environment or clock",
+    # The Python interpreter is reachable from C++: through it a kernel could patch anything
+    # in the process (timers, torch, the harness). pybind11's argument helpers stay allowed.
+    r"\b_?Py[A-Z]\w*|\bTHP\w+|\btorch::(python|jit)\b|"
+    r"\b(py|pybind11)::(?!(arg|call_guard|gil_scoped_release|gil_scoped_acquire|"
+    r"return_value_policy|module_|kw_only|pos_only)\b)\w+|::import\b|\.attr\s*\(": (
+        "reaches into the Python interpreter (it could patch anything in the process)"
+    ),
+    r"##": "pastes tokens together (names no check can read)",
 }
+# Inline assembly: what no compiler-visible call shows. PTX in CUDA sources is fine; host
+# instructions that enter the kernel, jump to other code or read the clock are not.
+ASM_STATEMENT = re.compile(r"\b(asm|__asm__|__asm)\b\s*(volatile|__volatile__|goto)?\s*\(")
+FORBIDDEN_ASM = re.compile(r"\b(syscall|sysenter|int|call|jmp|rdtscp?|rdpmc|rdmsr|wrmsr)\b")
 
 
 class GateRejection(Exception):
@@ -138,7 +160,7 @@ def check_python(source: str, reference_class: str, dtype: str) -> list[str]:
 def check_native(source: str, dtype: str) -> list[str]:
     """Reasons to reject C++/CUDA source given to load_inline; empty when it passes."""
     code = re.sub(r"\s*::\s*", "::", _strip_comments_and_strings(source))
-    reasons = []
+    reasons = _asm_reasons(_strip_comments(source))
     for pattern, why in FORBIDDEN_NATIVE.items():
         match = re.search(pattern, code)
         if match:
@@ -152,10 +174,23 @@ def check_native(source: str, dtype: str) -> list[str]:
     return reasons
 
 
-def _strip_comments_and_strings(source: str) -> str:
+def _asm_reasons(code: str) -> list[str]:
+    """Inline assembly may not make system calls, call or jump elsewhere, or read clocks."""
+    for statement in ASM_STATEMENT.finditer(code):
+        body = code[statement.end() : code.find(";", statement.end())]
+        found = FORBIDDEN_ASM.search(body)
+        if found:
+            return [f"kernel source has inline assembly with {found.group(0)!r}"]
+    return []
+
+
+def _strip_comments(source: str) -> str:
     source = re.sub(r"/\*.*?\*/", " ", source, flags=re.S)
-    source = re.sub(r"//[^\n]*", " ", source)
-    return re.sub(r'"(\\.|[^"\\])*"', '""', source)
+    return re.sub(r"//[^\n]*", " ", source)
+
+
+def _strip_comments_and_strings(source: str) -> str:
+    return re.sub(r'"(\\.|[^"\\])*"', '""', _strip_comments(source))
 
 
 class _Gate(ast.NodeVisitor):
@@ -271,8 +306,13 @@ class _Gate(ast.NodeVisitor):
             self.reject(node, f".{name}: {FORBIDDEN_ATTRIBUTES[name]}")
         elif name in STDLIB_MODULES:
             self.reject(node, f".{name}: reaches the {name} module through an attribute")
-        elif name.startswith("_") and _root_name(node) in ("torch", "nn", "F"):
-            self.reject(node, f".{name}: private PyTorch internals")
+        elif name.startswith("_") and not name.endswith("__") and _root_name(node) != "self":
+            self.reject(node, f".{name}: private internals (only self's own may be used)")
+        elif _root_name(node) != "self" and (
+            name.startswith("set_") or name in GLOBAL_STATE_ATTRIBUTES
+        ):
+            why = GLOBAL_STATE_ATTRIBUTES.get(name, "changes a global setting")
+            self.reject(node, f".{name}: {why}, which the baselines in this process run under")
         elif "tf32" in name.lower() or "reduced_precision" in name.lower():
             self.reject(node, f".{name}: lowers precision")
         elif not self.low_precision_allowed and name in LOW_PRECISION_PY:

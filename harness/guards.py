@@ -7,6 +7,7 @@ cheat would patch, and the profile of which PyTorch ops a forward runs.
 from __future__ import annotations
 
 import builtins
+import inspect
 import time
 from collections import Counter
 
@@ -225,6 +226,9 @@ def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
 # --- snapshots of what a cheat would patch ------------------------------------------------------
 
 
+_DESCRIPTORS = (staticmethod, classmethod, property)
+
+
 def snapshot() -> dict[str, int]:
     """Identity of every function a timing or comparison could be fooled through."""
     import torch._dynamo  # noqa: F401  (importing it rewraps torch.manual_seed: do it first)
@@ -246,19 +250,17 @@ def snapshot() -> dict[str, int]:
     marks = {}
     for owner_name, owner in owners.items():
         for name in dir(owner):
-            if name.startswith("__") and name not in ("__call__", "__eq__", "__init__"):
+            if name in ("__dict__", "__doc__", "__weakref__", "__module__", "__annotations__"):
                 continue
-            try:
-                value = (
-                    vars(owner).get(name) if isinstance(owner, type) else owner.__dict__.get(name)
-                )
-            except TypeError:
-                continue
+            # Static lookup: inherited entries count (Tensor.__eq__ lives on TensorBase, and a
+            # cheat would shadow it on Tensor), no descriptor or lazy module import runs.
+            value = inspect.getattr_static(owner, name, None)
             # Private flags (torch.cuda._initialized, ...) are state that changes on its own;
             # public flags and every function are what a cheat would flip or swap.
-            if isinstance(value, bool) and not name.startswith("_"):
-                marks[f"{owner_name}.{name}"] = int(value)
-            elif value is not None and callable(value) and not isinstance(value, bool):
+            if isinstance(value, bool):
+                if not name.startswith("_"):
+                    marks[f"{owner_name}.{name}"] = int(value)
+            elif value is not None and (callable(value) or isinstance(value, _DESCRIPTORS)):
                 marks[f"{owner_name}.{name}"] = id(value)
     marks.update(_settings())
     marks.update(_harness_marks())
@@ -304,7 +306,10 @@ def _settings() -> dict[str, int]:
 
 
 def changed(before: dict[str, int], after: dict[str, int]) -> list[str]:
-    return sorted(name for name, mark in before.items() if after.get(name) != mark)
+    """Names whose function or setting differs, and names that appeared or disappeared."""
+    return sorted(
+        name for name in before.keys() | after.keys() if before.get(name) != after.get(name)
+    )
 
 
 # --- which PyTorch ops a forward runs ------------------------------------------------------------

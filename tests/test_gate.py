@@ -49,7 +49,16 @@ def forward(body: str) -> str:
         (forward("return x.__class__"), "__class__"),
         (HEAD + "class Lazy(torch.Tensor):\n    pass\n" + CLASS, "derives from torch.Tensor"),
         (forward("return torch.compile(self)(x)"), "torch.compile"),
-        (forward("return torch._C._nn.gelu(x)"), "private PyTorch"),
+        (forward("return torch._C._nn.gelu(x)"), "private internals"),
+        ("import torch as T\n" + forward("return T._C._nn.gelu(x)"), "private internals"),
+        (forward("t = torch\nreturn t._C._nn.gelu(x)"), "private internals"),
+        (forward("torch.set_num_threads(1)\nreturn x"), "global setting"),
+        (forward("torch.set_flush_denormal(True)\nreturn x"), "global setting"),
+        (forward("torch.compiler.reset()\nreturn x"), "torch.compile's state"),
+        (forward("torch.cuda.empty_cache()\nreturn x"), "allocator's cache"),
+        (forward("torch.manual_seed(0)\nreturn x"), "random generator"),
+        (forward("torch.use_deterministic_algorithms(True)\nreturn x"), "algorithm selection"),
+        (forward("return torch.backends.mkldnn.is_available()"), "backend flags"),
         (forward("global G\nreturn x"), "global"),
     ],
 )
@@ -88,10 +97,34 @@ def test_half_is_fine_in_a_half_problem():
         ('void f() { system("ls"); }', "runs or loads programs"),
         ("float f(float v) { return __half2float(__float2half(v)); }", "reduced precision"),
         ("void f() { cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH); }", "reduced precision"),
+        ('void f() { py::module_::import("time").attr("perf_counter") = 0; }', "Python"),
+        ('void f() { PyObject_SetAttrString(m, "x", v); }', "Python"),
+        ("void f() { pybind11::globals(); }", "Python"),
+        ("void f() { THPVariable_Wrap(t); }", "Python"),
+        ("#define P(n) Py##n\nvoid f() { P(Run_SimpleString)(0); }", "pastes tokens"),
+        ('void f() { asm volatile("syscall" ::: "memory"); }', "inline assembly"),
+        ('void f() { __asm__("call some_function"); }', "inline assembly"),
+        ('void f() { unsigned lo, hi; asm volatile("rdtsc" : "=a"(lo), "=d"(hi)); }', "inline assembly"),
     ],
 )
 def test_native_rejects(source, expected):
     assert any(expected in reason for reason in check_native(source, "float32"))
+
+
+def test_native_accepts_pybind_argument_helpers_and_ptx():
+    source = """
+    torch::Tensor f(torch::Tensor x, double scale);
+    PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+      m.def("f", &f, py::arg("x"), py::arg("scale") = 1.0,
+            py::call_guard<py::gil_scoped_release>());
+    }
+    __device__ float4 load(const float4* p) {
+      float4 v;
+      asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];"
+                   : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+      return v;
+    }"""
+    assert check_native(source, "float32") == []
 
 
 def test_native_accepts_dispatch_and_comments():

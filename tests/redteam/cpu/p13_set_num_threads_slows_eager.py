@@ -1,13 +1,15 @@
 # pattern: 13 torch.set_num_threads(1) for everyone else, all threads for itself: the eager baseline slows down
 # problem: redteam/problems/bias_gelu.py
-# expect: rejected no_monkeypatching
+# expect: rejected static_gate
 """A global-state attack, no assignment: forward raises the thread count for its own kernel
 and sets it to 1 before returning, so every PyTorch op that runs between its calls (the
 eager baseline timed in the same process, interleaved) is single-threaded. The kernel is
 correct; the speedup is the core count of the machine (2x here, 16x on a GPU box's CPU).
 A snapshot of torch/timer functions sees no change: it must also compare global settings
 (torch.get_num_threads(), get_num_interop_threads(), matmul precision, flush-denormal,
-deterministic mode, grad mode) before and after.
+deterministic mode, grad mode) before and after. The gate now rejects any torch.set_* call
+first; behind it, the snapshot of settings and the eager-alone timing would catch it too
+(tests/test_guards.py checks the snapshot on its own).
 """
 
 import torch

@@ -1,0 +1,47 @@
+"""Every CUDA candidate the GPU tests and benchmarks build: corpora, fixtures, offline proposals."""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from agents.offline import propose  # noqa: E402
+from harness.problem import problem_from_target  # noqa: E402
+from harness.records import Candidate  # noqa: E402
+
+EXAMPLES = [
+    "examples/fused_gelu_block.py",
+    "examples/swiglu.py",
+    "examples/repo_style/blocks.py:ResidualGate",
+]
+
+
+def cuda_candidates(dtype: str = "float32") -> dict[str, list[tuple[str, Candidate]]]:
+    """Problem target -> [(label, candidate)] for every CUDA candidate of the test suite."""
+    work: dict[str, list[tuple[str, Candidate]]] = defaultdict(list)
+    for folder in ("tests/redteam/cuda", "tests/honest/cuda"):
+        for path in sorted((ROOT / folder).glob("*.py")):
+            text = path.read_text()
+            problem = next(
+                line.split(":", 1)[1].strip()
+                for line in text.splitlines()
+                if line.startswith("# problem:")
+            )
+            label = str(path.relative_to(ROOT))
+            work[str(ROOT / "tests" / problem)].append((label, Candidate(source=text)))
+    fixtures = ROOT / "tests" / "fixtures"
+    for name in ("gpu_illegal_address.py", "gpu_honest.py"):
+        candidate = Candidate(source=(fixtures / name).read_text())
+        work[str(fixtures / "scale_problem.py")].append((f"tests/fixtures/{name}", candidate))
+    for target in EXAMPLES:
+        path, _, cls = target.partition(":")
+        full = str(ROOT / path) + (f":{cls}" if cls else "")
+        proposal = propose(problem_from_target(full, "cuda", dtype))
+        if proposal.candidate is not None:
+            work[full].append((f"offline proposal for {target}", proposal.candidate))
+    return work

@@ -1,0 +1,128 @@
+"""What a built kernel library may call outside itself, read from the symbols it imports.
+
+Read from the binary (``nm -D --undefined-only``), so no spelling of the source (macros,
+aliases, declarations of its own, token pasting) hides a call. Two rules:
+
+- C++ symbols (PyTorch, the C++ runtime) are allowed unless they reach ATen kernels around the
+  dispatcher (and so around the profiler), switch profiling hooks off, start threads, touch
+  files, or change PyTorch's global settings.
+- Plain C symbols (libc, libm, OpenMP, the CUDA runtime, cuBLAS) must be on an allow-list:
+  memory, strings, maths, printing, the C++ runtime's support functions, OpenMP's parallel
+  loops, kernel launches and copies. Everything else (scheduling and affinity, priorities,
+  signals, timers, clocks, system calls, files, sockets, processes, device-wide CUDA settings)
+  is how a kernel would slow the baselines down or act outside its call.
+
+The Python C API (``Py*``) is left to the source check (``harness.gate``): pybind11's own glue
+imports much of it.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+FORBIDDEN_CXX = re.compile(
+    r"at::cpu::|at::native::|redispatch|at::RecordFunction|enableRecordFunction|"
+    r"std::thread::|std::jthread|std::filesystem::|std::basic_[io]?fstream|std::basic_filebuf|"
+    r"at::launch\b|at::intraop_launch|at::Context::set\w+|at::set_num\w*threads|"
+    r"at::init_num_threads|c10::ThreadPool|at::PTThreadPool|c10::TaskThreadPool|"
+    r"at::get_thread_pool|profiler::|ThreadLocalState|ThreadLocalDebugInfo|"
+    r"c10::impl::(tls_|_force_tls)|"
+    r"c10::cuda::CUDACachingAllocator::(?!(raw_alloc|raw_delete|get)\b)\w+|"
+    r"at::cuda::(?!(getCurrentCUDAStream|getStreamFromPool|getDefaultCUDAStream|CUDAStream|"
+    r"getCurrentDeviceProperties|getDeviceProperties|getCurrentCUDABlasHandle|"
+    r"getCurrentCUDABlasLtHandle|warp_size|blas::|detail::|CUDAEvent|stream_synchronize|"
+    r"getCurrentCUDASparseHandle|getNumGPUs|getDeviceIndexWithPrimaryContext))"
+)
+
+_MATH = (
+    r"(a?sin|a?cos|a?tan|atan2|a?sinh|a?cosh|a?tanh|exp|exp2|exp10|expm1|log|log2|log10|log1p|"
+    r"pow|sqrt|rsqrt|cbrt|hypot|erfc?|erfinv|lgamma|tgamma|ceil|floor|l?l?round|l?l?rint|"
+    r"nearbyint|trunc|fmod|remainder|remquo|fmin|fmax|fdim|fma|copysign|nextafter|ldexp|frexp|"
+    r"modf|scalbl?n|ilogb|logb|sincos|fabs|nan|isnan|isinf|finite|signbit)[fl]?"
+)
+ALLOWED_C = re.compile(
+    "|".join(
+        [
+            _MATH,
+            r"__\w+_finite",  # glibc's -ffast-math entry points of the same functions
+            r"_ZGV\w+",  # libmvec: the vectorized math functions
+            r"__(isnan|isinf|finite|fpclassify|signbit)[fl]?",
+            r"mem(cpy|move|set|cmp|chr|rchr)|__mem\w*_chk|wmem\w+",
+            r"str(len|nlen|cmp|ncmp|chr|rchr|dup|ndup|cpy|ncpy|cat|ncat|str|spn|cspn|error)",
+            r"str(to[ld]|to[u]?ll?|tof|told)|ato[ifl]{1,2}|__\w+_chk",
+            r"(posix_)?memalign|aligned_alloc|malloc|calloc|realloc|free|malloc_usable_size",
+            r"(v?f|v?sn?)?printf|puts|fputs|fputc|putc|putchar|fwrite|fflush|stderr|stdout",
+            r"abort|atexit|__assert_fail|__stack_chk_fail|__cxa_\w+|__gxx_personality_v0|__dynamic_cast",
+            r"_Unwind_\w+|__tls_get_addr|__libc_single_threaded|_ITM_\w+|__gmon_start__",
+            r"__dso_handle|__errno_location|dl_iterate_phdr|qsort|bsearch|abs|labs|llabs",
+            r"__cpu_model|__cpu_features2|__cpu_indicator_init",  # target_clones dispatch
+            r"pthread_(mutex|once|key|getspecific|setspecific|self|equal|cond|rwlock|spin)\w*",
+            r"GOMP_(parallel\w*|loop\w*|barrier\w*|critical\w*|atomic\w*|single\w*|"
+            r"sections\w*|ordered\w*|task\w*|workshare\w*|doacross\w*|cancel\w*|"
+            r"reduction\w*|scope\w*|masked\w*|free|alloc)",
+            r"omp_(get|in|is|test)_\w+|omp_(init|destroy|set|unset|test)_(nest_)?lock",
+            # The CUDA runtime: launches, copies, streams and events of the candidate's own work.
+            r"__cuda\w+|cudaLaunch(Kernel|KernelExC|CooperativeKernel)(_ptsz|_v\d+)?",
+            r"cudaGetLastError|cudaPeekAtLastError|cudaGetError(String|Name)",
+            r"cudaFunc(SetAttribute|GetAttributes|SetCacheConfig)",
+            r"cudaMem(cpy|set)\w*|cuda(Malloc|Free)(Async)?|cudaGetSymbol\w+",
+            r"cudaStream(Synchronize|WaitEvent|Create\w*|Destroy|Query|GetPriority|"
+            r"BeginCapture\w*|EndCapture|IsCapturing|GetCaptureInfo\w*)",
+            r"cudaEvent(Create\w*|Record\w*|Destroy|Synchronize|Query|ElapsedTime)",
+            r"cudaGraph\w+|cuda(Get|Set)Device|cudaGetDeviceCount|cudaGetDeviceProperties\w*",
+            r"cudaDeviceGetAttribute|cudaDeviceSynchronize|cudaDeviceGetStreamPriorityRange",
+            r"cudaOccupancy\w+|cuda(Driver|Runtime)GetVersion|cudaPointerGetAttributes",
+            r"cublas(?!SetMathMode|SetAtomicsMode)\w+|cublasLt\w+",
+        ]
+    )
+)
+
+
+def imported_symbols(library: Path) -> list[str]:
+    """Demangled names of the symbols ``library`` takes from other libraries."""
+    nm = shutil.which("nm")
+    if nm is None:
+        raise RuntimeError("nm (binutils) is needed to check built kernels: install binutils")
+    listing = subprocess.run(
+        [nm, "-D", "-C", "--undefined-only", str(library)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    # Lines are "                 U name@VERSION"; demangled C++ names contain spaces.
+    return [line.split("U ", 1)[1].strip() for line in listing.splitlines() if " U " in line]
+
+
+def symbol_problems(symbols: list[str]) -> list[str]:
+    """Reasons to reject a kernel library that imports ``symbols``; empty when it may run."""
+    forbidden_cxx, outside_list = set(), set()
+    for symbol in symbols:
+        match = FORBIDDEN_CXX.search(symbol)
+        if match:
+            forbidden_cxx.add(match.group(0))
+        elif _is_c(symbol) and not ALLOWED_C.fullmatch(symbol.split("@")[0]):
+            outside_list.add(symbol.split("@")[0])
+    reasons = []
+    if forbidden_cxx:
+        reasons.append(
+            f"the built kernel imports {', '.join(sorted(forbidden_cxx))}: ATen kernels around "
+            "the dispatcher, hooks switched off, threads, files or PyTorch's global settings"
+        )
+    if outside_list:
+        reasons.append(
+            f"the built kernel calls {', '.join(sorted(outside_list))} from the system libraries: "
+            "a kernel may use memory, maths, OpenMP loops and CUDA launches and copies, not "
+            "scheduling, priorities, signals, clocks, files, processes or device-wide settings"
+        )
+    return reasons
+
+
+def _is_c(symbol: str) -> bool:
+    """A plain C symbol (not C++, not the Python C API that pybind11's glue needs)."""
+    name = symbol.split("@")[0]
+    if re.match(r"_?Py|_Py", name):
+        return False
+    return not re.search(r"::|\(|\s", name) and not name.startswith("_Z")

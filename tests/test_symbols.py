@@ -1,0 +1,96 @@
+"""The built library's imported symbols: the allow-list on tables of real symbol names."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.symbols import symbol_problems
+
+# What an honest C++ (OpenMP) extension built by load_inline imports (read with nm -D -C).
+HONEST_CPU = [
+    "GOMP_parallel@GOMP_4.0",
+    "omp_get_num_threads@OMP_1.0",
+    "omp_get_thread_num@OMP_1.0",
+    "PyObject_SetAttrString",  # pybind11's own glue: left to the source check
+    "PyEval_GetBuiltins",
+    "_Py_Dealloc",
+    "__cxa_guard_acquire@CXXABI_1.3",
+    "__dynamic_cast@CXXABI_1.3",
+    "memcpy@GLIBC_2.14",
+    "expf@GLIBC_2.27",
+    "erff@GLIBC_2.2.5",
+    "__expf_finite@GLIBC_2.15",
+    "_ZGVdN8v_expf@GLIBC_2.22",
+    "pthread_mutex_lock@GLIBC_2.2.5",
+    "fprintf@GLIBC_2.2.5",
+    "stderr@GLIBC_2.2.5",
+    "at::empty_like(at::Tensor const&, c10::TensorOptions, std::optional<c10::MemoryFormat>)",
+    "c10::detail::torchCheckFail(char const*, char const*, unsigned int, char const*)",
+    "c10::impl::ExcludeDispatchKeyGuard::~ExcludeDispatchKeyGuard()",
+    "typeinfo for std::runtime_error@GLIBCXX_3.4",
+]
+# ... and a CUDA one: kernel registration and launch, streams, cuBLAS.
+HONEST_CUDA = [
+    "__cudaRegisterFatBinary",
+    "__cudaRegisterFatBinaryEnd",
+    "__cudaRegisterFunction",
+    "__cudaPushCallConfiguration",
+    "__cudaPopCallConfiguration",
+    "__cudaUnregisterFatBinary",
+    "cudaLaunchKernel",
+    "cudaGetLastError",
+    "cudaFuncSetAttribute",
+    "cudaMemsetAsync",
+    "cudaStreamWaitEvent",
+    "cudaEventRecord",
+    "atexit",
+    "cublasSgemm_v2",
+    "cublasSetStream_v2",
+    "at::cuda::getCurrentCUDAStream(signed char)",
+    "at::cuda::getCurrentCUDABlasHandle()",
+    "c10::cuda::c10_cuda_check_implementation(int, char const*, char const*, unsigned int, bool)",
+]
+
+
+def test_honest_libraries_pass():
+    assert symbol_problems(HONEST_CPU) == []
+    assert symbol_problems(HONEST_CUDA) == []
+
+
+@pytest.mark.parametrize(
+    ("symbol", "says"),
+    [
+        ("sched_setaffinity@GLIBC_2.3.4", "sched_setaffinity"),
+        ("setpriority@GLIBC_2.2.5", "setpriority"),
+        ("syscall@GLIBC_2.2.5", "syscall"),
+        ("sigaction@GLIBC_2.2.5", "sigaction"),
+        ("setitimer@GLIBC_2.2.5", "setitimer"),
+        ("clock_gettime@GLIBC_2.17", "clock_gettime"),
+        ("nanosleep@GLIBC_2.2.5", "nanosleep"),
+        ("fork@GLIBC_2.2.5", "fork"),
+        ("openat@GLIBC_2.4", "openat"),
+        ("socket@GLIBC_2.2.5", "socket"),
+        ("dlsym@GLIBC_2.34", "dlsym"),
+        ("fesetround@GLIBC_2.2.5", "fesetround"),
+        ("mprotect@GLIBC_2.2.5", "mprotect"),
+        ("omp_set_num_threads@OMP_1.0", "omp_set_num_threads"),
+        ("pthread_create@GLIBC_2.34", "pthread_create"),
+        ("cudaDeviceSetLimit", "cudaDeviceSetLimit"),
+        ("cudaLaunchHostFunc", "cudaLaunchHostFunc"),
+        ("cudaStreamSetAttribute", "cudaStreamSetAttribute"),
+        ("cudaDeviceReset", "cudaDeviceReset"),
+        ("cublasSetMathMode", "cublasSetMathMode"),
+        ("at::set_num_threads(int)", "at::set_num_threads"),
+        ("at::Context::setAllowTF32CuBLAS(bool)", "at::Context::setAllowTF32CuBLAS"),
+        ("at::native::add(at::Tensor const&, at::Tensor const&, c10::Scalar const&)", "at::native::"),
+        ("at::cpu::gelu(at::Tensor const&, std::basic_string_view<char>)", "at::cpu::"),
+        ("at::launch(std::function<void ()>)", "at::launch"),
+        ("c10::ThreadPool::ThreadPool(int, int, std::function<void ()>)", "c10::ThreadPool"),
+        ("torch::profiler::impl::ProfilerStateBase::get(bool)", "profiler::"),
+        ("std::thread::_State::~_State()@GLIBCXX_3.4.22", "std::thread::"),
+        ("std::basic_ifstream<char, std::char_traits<char> >::basic_ifstream()", "std::basic_ifstream"),
+    ],
+)
+def test_rejected_symbols_are_named(symbol, says):
+    reasons = symbol_problems([*HONEST_CPU, symbol])
+    assert len(reasons) == 1 and says in reasons[0], reasons
