@@ -74,7 +74,9 @@ def main() -> int:
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(check_one(args.one, args.arch, args.cuda_include, args.link_dir, args.cache)))
+        print(
+            json.dumps(check_one(args.one, args.arch, args.cuda_include, args.link_dir, args.cache))
+        )
         return 0
 
     from cuda_candidates import cuda_candidates

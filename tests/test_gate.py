@@ -104,7 +104,10 @@ def test_half_is_fine_in_a_half_problem():
         ("#define P(n) Py##n\nvoid f() { P(Run_SimpleString)(0); }", "pastes tokens"),
         ('void f() { asm volatile("syscall" ::: "memory"); }', "inline assembly"),
         ('void f() { __asm__("call some_function"); }', "inline assembly"),
-        ('void f() { unsigned lo, hi; asm volatile("rdtsc" : "=a"(lo), "=d"(hi)); }', "inline assembly"),
+        (
+            'void f() { unsigned lo, hi; asm volatile("rdtsc" : "=a"(lo), "=d"(hi)); }',
+            "inline assembly",
+        ),
     ],
 )
 def test_native_rejects(source, expected):

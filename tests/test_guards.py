@@ -90,7 +90,11 @@ def test_an_output_reusing_the_previous_calls_memory_fails():
         (["empty_like"], ["add", "gelu"], ""),  # all work in its own kernel
         (["gelu"], ["add", "gelu"], "aten::gelu"),  # PyTorch does the pointwise work
         (["addmm"], ["linear", "relu"], ""),  # keeps the matmul, fuses the rest
-        (["addmm", "mm"], ["linear", "relu"], "2 PyTorch matmul"),  # more matmuls than the reference
+        (
+            ["addmm", "mm"],
+            ["linear", "relu"],
+            "2 PyTorch matmul",
+        ),  # more matmuls than the reference
         (["linear", "relu"], ["linear", "relu"], "aten::relu"),
         (["softmax"], ["softmax"], "no work moved"),  # the library op only: nothing of its own
     ],

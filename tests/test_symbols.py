@@ -82,13 +82,19 @@ def test_honest_libraries_pass():
         ("cublasSetMathMode", "cublasSetMathMode"),
         ("at::set_num_threads(int)", "at::set_num_threads"),
         ("at::Context::setAllowTF32CuBLAS(bool)", "at::Context::setAllowTF32CuBLAS"),
-        ("at::native::add(at::Tensor const&, at::Tensor const&, c10::Scalar const&)", "at::native::"),
+        (
+            "at::native::add(at::Tensor const&, at::Tensor const&, c10::Scalar const&)",
+            "at::native::",
+        ),
         ("at::cpu::gelu(at::Tensor const&, std::basic_string_view<char>)", "at::cpu::"),
         ("at::launch(std::function<void ()>)", "at::launch"),
         ("c10::ThreadPool::ThreadPool(int, int, std::function<void ()>)", "c10::ThreadPool"),
         ("torch::profiler::impl::ProfilerStateBase::get(bool)", "profiler::"),
         ("std::thread::_State::~_State()@GLIBCXX_3.4.22", "std::thread::"),
-        ("std::basic_ifstream<char, std::char_traits<char> >::basic_ifstream()", "std::basic_ifstream"),
+        (
+            "std::basic_ifstream<char, std::char_traits<char> >::basic_ifstream()",
+            "std::basic_ifstream",
+        ),
     ],
 )
 def test_rejected_symbols_are_named(symbol, says):
