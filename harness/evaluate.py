@@ -204,7 +204,8 @@ class Evaluator:
             disturbance = baseline_disturbance(eager, result.eager_alone)
             detail = (
                 f"eager beside the candidate took {disturbance.ratio:.2f}x its time alone "
-                f"(allowed: {disturbance.allowed:.2f}x)"
+                f"(fastest call: {disturbance.fastest_ratio:.2f}x; allowed: "
+                f"{disturbance.allowed:.2f}x)"
             )
             result.checks.append(
                 Check(name="baseline_undisturbed", passed=not disturbance.disturbed, detail=detail)

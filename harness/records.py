@@ -98,6 +98,7 @@ class Disturbance(BaseModel):
     """Eager timed beside the candidate vs eager timed alone (see ``harness.accept``)."""
 
     ratio: float = Field(description="Median beside the candidate over median alone.")
+    fastest_ratio: float = Field(description="Fastest call beside over fastest call alone.")
     allowed: float = Field(description="The largest ratio that counts as noise.")
     disturbed: bool
 

@@ -39,6 +39,10 @@ def test_floor_grows_with_spread_and_shrinks_with_samples():
     assert few > many >= 0.05
 
 
+def timed(median: float, fastest: float, iqr: float = 0.0, samples: int = 100) -> TimingStats:
+    return TimingStats(median_ms=median, iqr_ms=iqr, min_ms=fastest, samples=samples)
+
+
 @pytest.mark.parametrize(
     ("beside", "alone", "disturbed"),
     [
@@ -48,6 +52,8 @@ def test_floor_grows_with_spread_and_shrinks_with_samples():
         (stats(0.8), stats(1.0), False),  # faster beside: never a disturbance
         (stats(2.0, iqr=4.0, samples=5), stats(1.0, iqr=2.0, samples=5), False),  # all noise
         (stats(16.0, iqr=4.0, samples=5), stats(1.0, iqr=0.1, samples=50), True),  # 16x: no noise
+        (timed(16.0, 0.6), timed(1.0, 0.5), False),  # medians moved, fastest calls did not: load
+        (timed(16.0, 12.8), timed(0.9, 0.5), True),  # every call slower: pinned to one core
     ],
 )
 def test_baseline_disturbance_table(beside, alone, disturbed):
