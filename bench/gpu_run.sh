@@ -1,19 +1,54 @@
 #!/usr/bin/env bash
-# One device call: carried wheels, environment record, parallel prebuild, GPU tests, benchmark.
-# Usage on the GPU machine, from the repository root: bash bench/gpu_run.sh [tests|bench|all]
+# The GPU runs, in stages that each fit one device call (10 minutes at most).
+#
+#   here:  bash bench/fetch_gpu_wheels.sh          # once: .whl/ (git-ignored)
+#   there: run(carry=[".whl"], command="bash bench/gpu_run.sh build gpu")      # <= 560 s
+#          run(carry=[".whl"], command="bash bench/gpu_run.sh corpus")         # <= 560 s
+#          run(carry=[".whl"], command="bash bench/gpu_run.sh bench")          # <= 560 s
+#
+# Stages: build (parallel prebuild of every CUDA candidate), gpu (tests/test_gpu.py: the
+# examples end to end, a sticky CUDA error), corpus (the CUDA red-team and honest kernels),
+# bench (bench_offline and bench_verify_overhead on cuda). The build cache lives in .kp-cache/ in
+# the working tree (git-ignored), which stays on the machine between calls while it is warm.
+# Logs and results go to $OUT (or /tmp/kp-out), the environment record to $OUT/env.txt.
 set -uo pipefail
-what=${1:-all}
 OUT=${OUT:-/tmp/kp-out}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 KERNELPILOT_CACHE=/tmp/kp-cache
-{ nvidia-smi; python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"; nvcc --version | tail -2; } > "$OUT/env.txt" 2>&1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 KERNELPILOT_CACHE=$PWD/.kp-cache
+{
+  nvidia-smi
+  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
+  nvcc --version | tail -2
+  python3 --version
+  nproc
+} > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
-if [[ $what == tests || $what == all ]]; then
-  python3 bench/prebuild_gpu.py > "$OUT/prebuild.log" 2>&1; echo "prebuild exit $?"
-  python3 -m pytest -q -m gpu -p no:cacheprovider tests -rA 2>&1 | tee "$OUT/gpu_tests.log" | tail -60
-fi
-if [[ $what == bench || $what == all ]]; then
-  python3 bench/bench_offline.py --device cuda --out "$OUT/bench_offline.json" 2> "$OUT/bench_offline.err" | tee "$OUT/bench_offline.md"
-  python3 bench/bench_verify_overhead.py --device cuda 2>&1 | tee "$OUT/verify_overhead.md"
-fi
+
+stage() {  # stage NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAME.log
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name (limit ${limit}s)"
+  local started=$SECONDS
+  timeout --signal=INT --kill-after=20 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "=== $name: exit $rc after $((SECONDS - started))s"
+  tail -n 40 "$OUT/$name.log"
+}
+
+set -- "${@:-build}"
+for what in "$@"; do
+  case $what in
+    build) stage prebuild 280 python3 bench/prebuild_gpu.py ;;
+    gpu) stage gpu_tests 280 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py -rA \
+           --junitxml="$OUT/gpu_tests.xml" ;;
+    corpus) stage corpus_tests 560 python3 -m pytest -q -m gpu -p no:cacheprovider \
+              tests/test_corpus.py -rA --junitxml="$OUT/corpus_tests.xml" ;;
+    bench)
+      stage bench_offline 420 python3 bench/bench_offline.py --device cuda \
+        --out "$OUT/bench_offline.json"
+      stage verify_overhead 120 python3 bench/bench_verify_overhead.py --device cuda ;;
+    *) echo "unknown stage $what (build, gpu, corpus, bench)"; exit 2 ;;
+  esac
+done

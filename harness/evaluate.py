@@ -23,7 +23,7 @@ from harness.jobs import CandidateReport, WorkerJob
 from harness.problem import problem_from_target
 from harness.records import AuditReport, Candidate, Check, EvalResult, Problem, Status
 from harness.reference import ReferenceData, reference_data
-from harness.sandbox import run_worker
+from harness.sandbox import WorkerOutcome, run_worker
 from harness.tolerance import compare, tolerance_for
 
 
@@ -112,7 +112,6 @@ class Evaluator:
             cache_dir=self.cache_dir,
             candidate_source=candidate.source,
             seeds=data.seeds if data else [0],
-            timing_seed=data.timing_seed if data else 0,
             strengthened=data.report.strengthened if data else False,
             reference_ops=data.report.aten_ops if data else [],
             reference_kernels=data.report.cuda_kernels if data else [],
@@ -124,7 +123,7 @@ class Evaluator:
                 {"cases": [_without_outputs(case) for case in data.cases]}, job_dir / "inputs.pt"
             )
 
-        def checkpoint() -> bool:
+        def on_outputs() -> bool:
             assert data is not None and comparison is not None
             outputs = torch.load(job_dir / "outputs.pt", weights_only=True)["outputs"]
             comparison.update(compare_cases(problem, data.cases, outputs))
@@ -137,24 +136,8 @@ class Evaluator:
             timeout = config.run_timeout_s
         else:
             timeout = config.build_timeout_s + config.run_timeout_s
-        outcome = run_worker(job_dir, timeout, memory, checkpoint if data else None)
-        report_file = job_dir / "report.json"
-        if report_file.exists():
-            return CandidateReport.model_validate_json(report_file.read_text())
-        if (job_dir / "user_error.json").exists():
-            from harness.reference import raise_user_error
-
-            raise_user_error(job_dir, outcome, problem)
-        if outcome.timed_out:
-            return CandidateReport(
-                status=Status.timeout,
-                reason=f"no result after {timeout:.0f} s",
-                log=outcome.log_tail,
-            )
-        how = outcome.signal_name or f"exit code {outcome.returncode}"
-        return CandidateReport(
-            status=Status.runtime_error, reason=f"the worker died ({how})", log=outcome.log_tail
-        )
+        outcome = run_worker(job_dir, timeout, memory, on_outputs if data else None)
+        return _candidate_report(outcome, problem, timeout)
 
     def _result(
         self, problem: Problem, data: ReferenceData, report: CandidateReport, comparison
@@ -165,6 +148,9 @@ class Evaluator:
             checks[1:1] = comparison["checks"]
             if comparison["failed"] is not None and status is None:
                 status, reason = Status.incorrect, comparison["failed"]
+        elif status is None:  # only the parent's own comparison can make a candidate correct
+            status = Status.runtime_error
+            reason = "the worker reported success without handing its outputs over for comparison"
         result = EvalResult(
             status=status or Status.ok,
             reason=reason,
@@ -220,6 +206,29 @@ class Evaluator:
         )
         if result.compiled:
             result.vs_compile = accept(candidate, result.compiled, floor, review)
+
+
+def _candidate_report(outcome: WorkerOutcome, problem: Problem, timeout: float) -> CandidateReport:
+    """The worker's one result from its channel, or why there is none."""
+    results = outcome.results()
+    if len(results) > 1 or outcome.channel_error:
+        return CandidateReport(
+            status=Status.rejected,
+            reason=outcome.channel_error or "the worker's channel carried more than one result",
+            log=outcome.log_tail,
+        )
+    if results and results[0]["kind"] == "user_error":
+        raise UserError(**results[0]["body"])
+    if results:
+        return CandidateReport.model_validate(results[0]["body"])
+    if outcome.timed_out:
+        return CandidateReport(
+            status=Status.timeout, reason=f"no result after {timeout:.0f} s", log=outcome.log_tail
+        )
+    how = outcome.signal_name or f"exit code {outcome.returncode}"
+    return CandidateReport(
+        status=Status.runtime_error, reason=f"the worker died ({how})", log=outcome.log_tail
+    )
 
 
 def compare_cases(problem: Problem, cases: list[dict], outputs: list[list]) -> dict:

@@ -7,8 +7,12 @@ tokens with comments and string literals removed. Each rejection names the rule 
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 import re
 import sys
+
+import torch
 
 ALLOWED_IMPORTS = {
     "torch",
@@ -57,6 +61,11 @@ FORBIDDEN_ATTRIBUTES = {
     "library": "registers operators at run time",
     "get_type_hints": "evaluates annotation strings as code",
     "ForwardRef": "evaluates annotation strings as code",
+    "overrides": "intercepts torch functions (modes and handlers)",
+    "TorchFunctionMode": "intercepts every torch function",
+    "TorchDispatchMode": "intercepts every operator",
+    "DataLoader": "starts worker processes",
+    "distributed": "starts or joins other processes",
 }
 # Process-wide state that the baselines, timed in the same process, run under too.
 GLOBAL_STATE_ATTRIBUTES = {
@@ -68,6 +77,11 @@ GLOBAL_STATE_ATTRIBUTES = {
     "seed": "reseeds the global random generator",
     "profiler": "touches the profiler that the checks use",
 }
+# nn.Module methods the harness calls on ModelNew: redefining one changes what they do.
+MODULE_METHODS = {name for name in dir(torch.nn.Module) if not name.startswith("__")} - {
+    "forward",
+    "extra_repr",
+} | {"__call__", "__getattr__", "__setattr__", "__setstate__"}
 LOW_PRECISION_PY = {"half", "bfloat16", "float16", "bf16", "fp16"}
 # Conversions into reduced precision and tensor-core/TF32 modes. Half and bfloat16 *types* are
 # fine (dtype dispatch needs them); the tolerance check catches values that went through them.
@@ -118,7 +132,11 @@ FORBIDDEN_NATIVE = {
     + "|".join(CUDA_UTILITIES)
     + r")\b)\w+\s*\(": "calls ATen CUDA kernels directly, around the dispatcher and the profiler",
     r"RecordFunction|DispatchKeyGuard|AutoDispatchBelow\w*|AutoNonVariableTypeMode|"
-    r"enableRecordFunction|ThreadLocalStateGuard": "switches off dispatch or profiling hooks",
+    r"enableRecordFunction|ThreadLocalStateGuard|\b(disable|reenable|remove|clear)\w*Callbacks?\b|"
+    r"\badd(Global|ThreadLocal)Callback\b": "switches off dispatch or profiling hooks",
+    r"\bTORCH_LIBRARY\w*|\btorch::Library\b|\bRegisterOperators\b": (
+        "registers operators (it could replace PyTorch's own kernels)"
+    ),
     r"\bgetenv\b|\bclock_gettime\b|\bgettimeofday\b|\bstd::chrono\b": "looks at the environment or clock",
     # The Python interpreter is reachable from C++: through it a kernel could patch anything
     # in the process (timers, torch, the harness). pybind11's argument helpers stay allowed.
@@ -239,10 +257,16 @@ class _Gate(ast.NodeVisitor):
                 f"imports from {module or '.'} (allowed: {', '.join(sorted(ALLOWED_IMPORTS))})",
             )
         for alias in node.names:
-            if f"{module}.{alias.name}" not in ALLOWED_IMPORTS and not _is_plain_name(alias.name):
-                self.reject(node, f"imports {alias.name} from {module}")
-            if alias.name in ("load", "load_library") or alias.name.startswith("_"):
-                self.reject(node, f"imports {module}.{alias.name}")
+            name, full = alias.name, f"{module}.{alias.name}"
+            if full in ALLOWED_IMPORTS:
+                continue
+            if not _is_plain_name(name) or name in ("load", "load_library"):
+                self.reject(node, f"imports {full}")
+            elif name in STDLIB_MODULES or (module in ALLOWED_IMPORTS and _is_module(module, name)):
+                # torch re-exports modules it imported: `from torch import sys` is `import sys`.
+                self.reject(node, f"imports the module {full} (allowed: see imports)")
+            elif why := _forbidden_name(name):
+                self.reject(node, f"imports {full}: {why}")
         self.generic_visit(node)
 
     def visit_Try(self, node: ast.AST) -> None:
@@ -268,6 +292,14 @@ class _Gate(ast.NodeVisitor):
                 )
         for keyword in node.keywords:
             self.reject(node, f"class {node.name} sets {keyword.arg}= (metaclass tricks)")
+        for item in node.body:
+            name = getattr(item, "name", None) or "".join(
+                target.id for target in getattr(item, "targets", []) if isinstance(target, ast.Name)
+            )
+            if name in MODULE_METHODS:
+                self.reject(
+                    item, f"{node.name} redefines nn.Module.{name}, which the harness calls"
+                )
         self.generic_visit(node)
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
@@ -291,7 +323,18 @@ class _Gate(ast.NodeVisitor):
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
 
+    def visit_Call(self, node: ast.Call) -> None:
+        self._check_call(node)
+        # load_inline is the harness's loader in the worker: call it, nothing else.
+        if _is_load_inline(node.func):
+            for child in [*node.args, *(k.value for k in node.keywords)]:
+                self.visit(child)
+            return
+        self.generic_visit(node)
+
     def visit_Name(self, node: ast.Name) -> None:
+        if node.id == "load_inline":
+            self.reject(node, "uses load_inline other than by calling it")
         if node.id == self.reference_class:
             self.reject(node, f"uses the reference class {self.reference_class}")
         if node.id in FORBIDDEN_CALLS or node.id in ("__builtins__", "__loader__", "__spec__"):
@@ -300,6 +343,8 @@ class _Gate(ast.NodeVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         name = node.attr
+        if name == "load_inline":
+            self.reject(node, "uses load_inline other than by calling it")
         if name.startswith("__") and name.endswith("__") and name != "__init__":
             self.reject(node, f"accesses {name}")
         elif name in FORBIDDEN_ATTRIBUTES and FORBIDDEN_ATTRIBUTES[name]:
@@ -308,11 +353,8 @@ class _Gate(ast.NodeVisitor):
             self.reject(node, f".{name}: reaches the {name} module through an attribute")
         elif name.startswith("_") and not name.endswith("__") and _root_name(node) != "self":
             self.reject(node, f".{name}: private internals (only self's own may be used)")
-        elif _root_name(node) != "self" and (
-            name.startswith("set_") or name in GLOBAL_STATE_ATTRIBUTES
-        ):
-            why = GLOBAL_STATE_ATTRIBUTES.get(name, "changes a global setting")
-            self.reject(node, f".{name}: {why}, which the baselines in this process run under")
+        elif _root_name(node) != "self" and (why := _forbidden_name(name)):
+            self.reject(node, f".{name}: {why}")
         elif "tf32" in name.lower() or "reduced_precision" in name.lower():
             self.reject(node, f".{name}: lowers precision")
         elif not self.low_precision_allowed and name in LOW_PRECISION_PY:
@@ -352,7 +394,7 @@ class _Gate(ast.NodeVisitor):
                         node, "string annotation that is not a plain name (code in a type hint)"
                     )
 
-    def visit_Call(self, node: ast.Call) -> None:
+    def _check_call(self, node: ast.Call) -> None:
         func = node.func
         if (
             self.stateless
@@ -371,7 +413,6 @@ class _Gate(ast.NodeVisitor):
             for arg in [*node.args, *[k.value for k in node.keywords]]:
                 if isinstance(arg, ast.Attribute) and arg.attr in LOW_PRECISION_PY:
                     self.reject(node, "casts to reduced precision in a float32 problem")
-        self.generic_visit(node)
 
     def _check_target(self, target: ast.expr) -> None:
         if isinstance(target, ast.Tuple | ast.List):
@@ -442,3 +483,28 @@ def _is_reference_to(value: ast.expr, shared: set[str]) -> bool:
 
 def _is_plain_name(name: str) -> bool:
     return name.isidentifier() and not name.startswith("_")
+
+
+def _forbidden_name(name: str) -> str:
+    """Why an attribute or imported name is off limits to a candidate; empty when it is not."""
+    if name.startswith("set_"):
+        return "changes a global setting, which the baselines in this process run under"
+    if name.startswith("register_") and name not in ("register_buffer", "register_parameter"):
+        return "registers a hook or handler that runs outside the candidate's own forward"
+    if name in GLOBAL_STATE_ATTRIBUTES:
+        return f"{GLOBAL_STATE_ATTRIBUTES[name]}, which the baselines in this process run under"
+    return FORBIDDEN_ATTRIBUTES.get(name, "")
+
+
+def _is_module(package: str, name: str) -> bool:
+    """Is ``package.name`` a module (``from torch import sys`` imports the sys module)?
+
+    Only for packages on the import allow-list: the gate never imports candidate-named code.
+    """
+    return inspect.ismodule(getattr(importlib.import_module(package), name, None))
+
+
+def _is_load_inline(func: ast.expr) -> bool:
+    return (isinstance(func, ast.Name) and func.id == "load_inline") or (
+        isinstance(func, ast.Attribute) and func.attr == "load_inline"
+    )

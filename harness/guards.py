@@ -1,7 +1,7 @@
 """Dynamic defences used inside the candidate worker.
 
-Guard regions around inputs, poisoned memory, output fingerprints, snapshots of the functions a
-cheat would patch, and the profile of which PyTorch ops a forward runs.
+Guard regions around inputs, poisoned memory, output fingerprints, and snapshots of what a
+cheat would patch: functions, global hooks, dispatcher entries, settings, the harness itself.
 """
 
 from __future__ import annotations
@@ -9,160 +9,10 @@ from __future__ import annotations
 import builtins
 import inspect
 import time
-from collections import Counter
 
 import torch
 
 GUARD_ELEMENTS = 1024
-
-# Top-level aten ops that move or allocate data but compute nothing.
-LAYOUT_OPS = {
-    "empty",
-    "empty_like",
-    "empty_strided",
-    "new_empty",
-    "new_empty_strided",
-    "zeros",
-    "zeros_like",
-    "zero_",
-    "fill_",
-    "new_zeros",
-    "full",
-    "full_like",
-    "view",
-    "reshape",
-    "_reshape_alias",
-    "_unsafe_view",
-    "contiguous",
-    "clone",
-    "copy_",
-    "_to_copy",
-    "to",
-    "as_strided",
-    "t",
-    "transpose",
-    "permute",
-    "expand",
-    "expand_as",
-    "squeeze",
-    "unsqueeze",
-    "flatten",
-    "unflatten",
-    "select",
-    "slice",
-    "narrow",
-    "detach",
-    "alias",
-    "resolve_conj",
-    "resolve_neg",
-    "lift_fresh",
-    "chunk",
-    "split",
-    "split_with_sizes",
-    "unbind",
-    "view_as",
-    "movedim",
-    "cat",
-    "stack",
-    "item",
-    "_local_scalar_dense",
-    "record_stream",
-    "is_nonzero",
-    "size",
-    "stride",
-    "numel",
-    "dim",
-    "is_contiguous",
-    "result_type",
-    "empty_permuted",
-    "pad",
-    "constant_pad_nd",
-}
-# Library ops a candidate may keep as PyTorch calls, grouped so that equivalent spellings count
-# as one (F.linear becomes aten::linear, torch.mm becomes aten::mm: both are a matmul).
-LIBRARY_FAMILIES = {
-    "matmul": {
-        "mm",
-        "addmm",
-        "bmm",
-        "baddbmm",
-        "matmul",
-        "linear",
-        "addmv",
-        "mv",
-        "dot",
-        "_addmm_activation",
-        "addbmm",
-        "einsum",
-    },
-    "conv": {
-        "convolution",
-        "_convolution",
-        "conv1d",
-        "conv2d",
-        "conv3d",
-        "conv_transpose1d",
-        "conv_transpose2d",
-        "conv_transpose3d",
-        "cudnn_convolution",
-        "mkldnn_convolution",
-    },
-    "norm": {
-        "layer_norm",
-        "native_layer_norm",
-        "batch_norm",
-        "native_batch_norm",
-        "_native_batch_norm_legit_no_training",
-        "_batch_norm_impl_index",
-        "group_norm",
-        "native_group_norm",
-        "instance_norm",
-        "rms_norm",
-        "_fused_rms_norm",
-    },
-    "softmax": {"softmax", "_softmax", "log_softmax", "_log_softmax"},
-    "attention": {
-        "scaled_dot_product_attention",
-        "_scaled_dot_product_flash_attention",
-        "_scaled_dot_product_efficient_attention",
-        "_scaled_dot_product_cudnn_attention",
-    },
-    "pool": {
-        "max_pool1d",
-        "max_pool2d",
-        "max_pool3d",
-        "avg_pool1d",
-        "avg_pool2d",
-        "avg_pool3d",
-        "adaptive_avg_pool1d",
-        "adaptive_avg_pool2d",
-        "adaptive_max_pool2d",
-        "max_pool2d_with_indices",
-        "_adaptive_avg_pool2d",
-    },
-    "embedding": {"embedding", "index_select", "gather"},
-    "reduce": {
-        "sum",
-        "mean",
-        "amax",
-        "amin",
-        "max",
-        "min",
-        "var",
-        "std",
-        "var_mean",
-        "norm",
-        "linalg_vector_norm",
-        "cumsum",
-        "prod",
-        "logsumexp",
-        "argmax",
-        "argmin",
-        "topk",
-        "sort",
-    },
-}
-FAMILY_OF = {op: family for family, ops in LIBRARY_FAMILIES.items() for op in ops}
 
 
 def guarded(tensor: torch.Tensor) -> torch.Tensor:
@@ -214,6 +64,24 @@ def settle(device: str) -> None:
     time.sleep(0.02)
 
 
+def same_values(now: torch.Tensor, then: torch.Tensor) -> bool:
+    """``now`` holds what ``then`` holds (NaN matches NaN), and its guard regions are intact."""
+    if not torch.equal(now, then) and not bool(
+        ((now == then) | (now.isnan() & then.isnan())).all()
+    ):
+        return False
+    storage = now.untyped_storage()
+    if storage.nbytes() != (now.numel() + 2 * GUARD_ELEMENTS) * now.element_size():
+        return True  # not a guarded tensor
+    raw = torch.tensor([], dtype=now.dtype, device=now.device).set_(storage)
+    head, tail = raw[:GUARD_ELEMENTS], raw[GUARD_ELEMENTS + now.numel() :]
+    for region in (head, tail):  # out-of-bounds writes land in the guard regions
+        intact = region.isnan() if now.is_floating_point() else region == guard_fill(now)
+        if not bool(intact.all()):
+            return False
+    return True
+
+
 def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Do the two tensors share any storage bytes?"""
     if a.device != b.device or a.numel() == 0 or b.numel() == 0:
@@ -229,8 +97,9 @@ def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
 _DESCRIPTORS = (staticmethod, classmethod, property)
 
 
-def snapshot() -> dict[str, int]:
-    """Identity of every function a timing or comparison could be fooled through."""
+def snapshot(ops: list[str] | tuple[str, ...] = ()) -> dict[str, int]:
+    """Identity of every function, hook and setting a timing or comparison could be fooled
+    through; ``ops`` (the reference's aten ops) get their dispatcher entries recorded too."""
     import torch._dynamo  # noqa: F401  (importing it rewraps torch.manual_seed: do it first)
     import torch.nn.functional as functional
 
@@ -263,7 +132,34 @@ def snapshot() -> dict[str, int]:
             elif value is not None and (callable(value) or isinstance(value, _DESCRIPTORS)):
                 marks[f"{owner_name}.{name}"] = id(value)
     marks.update(_settings())
+    marks.update(_global_hooks())
+    marks.update(_dispatcher(ops))
     marks.update(_harness_marks())
+    return marks
+
+
+def _global_hooks() -> dict[str, int]:
+    """nn.Module's process-wide hooks: one runs inside every module's call, the baselines too."""
+    from torch.nn.modules import module
+
+    marks = {}
+    for name, value in vars(module).items():
+        if name.startswith("_global_") and isinstance(value, dict):
+            marks[f"torch.nn.modules.module.{name}"] = hash(tuple(map(id, value.values())))
+    return marks
+
+
+def _dispatcher(ops: list[str] | tuple[str, ...]) -> dict[str, int]:
+    """Every aten operator's dispatcher entries: an overridden kernel changes its entry.
+
+    Dumping them all takes about 0.1 s; the reference's own ops are also named one by one.
+    """
+    names = [name for name in torch._C._dispatch_get_all_op_names() if name.startswith("aten::")]
+    marks = {"torch dispatcher (aten)": hash(tuple(torch._C._dispatch_dump(n) for n in names))}
+    for op in ops:
+        name = f"aten::{op}"
+        if name in names:
+            marks[f"dispatcher {name}"] = hash(torch._C._dispatch_dump(name))
     return marks
 
 
@@ -278,7 +174,7 @@ def _harness_marks() -> dict[str, int]:
         for name, value in list(vars(module).items()):
             if name.startswith("__"):
                 continue
-            if callable(value):
+            if callable(value) or inspect.ismodule(value):
                 marks[f"{module_name}.{name}"] = id(value)
             elif isinstance(value, dict | list | set | tuple | str | int | float):
                 marks[f"{module_name}.{name}"] = hash(repr(value))
@@ -301,6 +197,9 @@ def _settings() -> dict[str, int]:
         "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": int(
             torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction
         ),
+        "torch.is_grad_enabled()": int(torch.is_grad_enabled()),
+        "torch function modes": torch._C._len_torch_function_stack(),
+        "torch dispatch modes": torch._C._len_torch_dispatch_stack(),
     }
     return settings
 
@@ -310,78 +209,3 @@ def changed(before: dict[str, int], after: dict[str, int]) -> list[str]:
     return sorted(
         name for name in before.keys() | after.keys() if before.get(name) != after.get(name)
     )
-
-
-# --- which PyTorch ops a forward runs ------------------------------------------------------------
-
-
-class OpProfile:
-    """Top-level aten ops (called from Python or from C++) and CUDA kernels of one forward."""
-
-    def __init__(self, aten_ops: list[str], cuda_kernels: list[str]) -> None:
-        self.aten_ops = aten_ops
-        self.cuda_kernels = cuda_kernels
-
-
-FORWARD_RANGE = "kernelpilot::forward"
-
-
-def profile_forward(fn, inputs: list, device: str) -> OpProfile:
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as prof:
-        with torch.profiler.record_function(FORWARD_RANGE):
-            fn(*inputs)
-        if device == "cuda":
-            torch.cuda.synchronize()
-    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return OpProfile(forward_ops(prof), kernels)
-
-
-def forward_ops(prof) -> list[str]:
-    """Top-level aten ops run inside the FORWARD_RANGE of a profile (from Python or C++)."""
-    ops = []
-    for event in prof.events():
-        if not event.name.startswith("aten::"):
-            continue
-        parents, parent = [], event.cpu_parent
-        while parent is not None:
-            parents.append(parent.name)
-            parent = parent.cpu_parent
-        if FORWARD_RANGE in parents and not any(name.startswith("aten::") for name in parents):
-            ops.append(event.name.removeprefix("aten::"))
-    return ops
-
-
-def _base(op: str) -> str:
-    """aten::detach_ and aten::detach are the same op for this purpose."""
-    return op.removesuffix("_")
-
-
-def pytorch_compute_problems(candidate_ops: list[str], reference_ops: list[str]) -> str:
-    """Why the candidate does the reference's work with PyTorch; empty when it does not.
-
-    A candidate may keep library ops (matmul, conv, norms, ...) as PyTorch calls, no more of
-    each family than the reference runs, and must move at least one of the reference's ops into
-    a kernel of its own. Any other computing op (add, gelu, ...) must be in its own kernels.
-    """
-    compute = [
-        _base(op) for op in candidate_ops if _base(op) not in LAYOUT_OPS and op not in LAYOUT_OPS
-    ]
-    others = sorted({op for op in compute if op not in FAMILY_OF})
-    if others:
-        return f"computes with PyTorch ({', '.join('aten::' + op for op in others)}) instead of its own kernel"
-    candidate_families = Counter(FAMILY_OF[op] for op in compute)
-    reference_compute = [
-        _base(op) for op in reference_ops if _base(op) not in LAYOUT_OPS and op not in LAYOUT_OPS
-    ]
-    reference_families = Counter(FAMILY_OF.get(op, "pointwise") for op in reference_compute)
-    for family, count in candidate_families.items():
-        if count > reference_families.get(family, 0):
-            return f"runs {count} PyTorch {family} op(s) where the reference runs {reference_families.get(family, 0)}"
-    if reference_compute and sum(candidate_families.values()) >= len(reference_compute):
-        return (
-            "does all of the reference's work with PyTorch ops; no work moved into its own kernel"
-        )
-    return ""

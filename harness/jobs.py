@@ -17,7 +17,6 @@ class WorkerJob(BaseModel):
     config: EvalConfig
     cache_dir: Path
     seeds: list[int] = Field(default_factory=list)
-    timing_seed: int = 0
     strengthened: bool = False
     candidate_source: str | None = None
     reference_ops: list[str] = Field(default_factory=list)

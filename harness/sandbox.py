@@ -2,14 +2,20 @@
 
 A candidate that segfaults, hangs, poisons its CUDA context, runs out of memory or prints
 megabytes costs one failed result; the caller goes on with a fresh process for the next one.
+
+The worker reports on a pipe of its own (newline-delimited JSON messages), never through files
+that code in its process could rewrite later; it ends with ``os._exit`` right after its last
+message, so no exit handler of a candidate runs after the result is sent.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import re
 import resource
+import select
 import signal
 import subprocess
 import sys
@@ -17,10 +23,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 SECRET_NAME = re.compile(r"(TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL|AUTH)", re.IGNORECASE)
 LOG_LIMIT = 8000  # characters of a worker's output kept for the report and the debugger
+CHANNEL_LIMIT = 16 * 2**20  # bytes a worker may send on its channel
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
 
@@ -33,6 +40,16 @@ class WorkerOutcome(BaseModel):
     seconds: float
     log_tail: str
     signal_name: str | None = None
+    messages: list[dict] = Field(
+        default_factory=list, description="What the worker sent on its channel, in order."
+    )
+    channel_error: str | None = Field(
+        default=None, description="Why the channel could not be read (not JSON, too large)."
+    )
+
+    def results(self) -> list[dict]:
+        """The final messages ("report" or "user_error"); an honest worker sends one."""
+        return [m for m in self.messages if m.get("kind") in ("report", "user_error")]
 
 
 def clean_environment() -> dict[str, str]:
@@ -50,29 +67,36 @@ def run_worker(
     job_dir: Path,
     timeout_s: float,
     memory_limit_gb: float | None,
-    on_checkpoint: Callable[[], bool] | None = None,
+    on_outputs: Callable[[], bool] | None = None,
     isolate_network: bool = True,
 ) -> WorkerOutcome:
-    """Run ``python -m harness.worker job_dir`` and wait for it, at most ``timeout_s``.
+    """Run ``python -m harness.worker job_dir FD`` and wait for it, at most ``timeout_s``.
 
-    When the worker drops a ``checkpoint`` file, ``on_checkpoint()`` decides whether it goes on
+    When the worker says its outputs are ready, ``on_outputs()`` decides whether it goes on
     ("go" on its stdin) or stops.
     """
     log_path = job_dir / "worker.log"
     started = time.monotonic()
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "harness.worker", str(job_dir)],
-            stdin=subprocess.PIPE,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=clean_environment(),
-            cwd=job_dir,
-            start_new_session=True,
-            preexec_fn=_limits(memory_limit_gb, isolate_network),
-        )
-        timed_out = _wait(process, job_dir / "checkpoint", started + timeout_s, on_checkpoint)
+    read_end, write_end = os.pipe()
+    with log_path.open("wb") as log, os.fdopen(read_end, "rb", buffering=0) as channel:
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "harness.worker", str(job_dir), str(write_end)],
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=clean_environment(),
+                cwd=job_dir,
+                start_new_session=True,
+                pass_fds=(write_end,),
+                preexec_fn=_limits(memory_limit_gb, isolate_network),
+            )
+        finally:
+            os.close(write_end)  # the worker holds the only write end: EOF when it is gone
+        reader = _ChannelReader(channel)
+        timed_out = _wait(process, reader, started + timeout_s, on_outputs)
         _kill_group(process)
+        reader.drain()
     returncode = process.returncode
     signal_name = None
     if returncode is not None and returncode < 0:
@@ -83,25 +107,69 @@ def run_worker(
         seconds=time.monotonic() - started,
         log_tail=read_tail(log_path),
         signal_name=signal_name,
+        messages=reader.messages,
+        channel_error=reader.error,
     )
 
 
-def _wait(process: subprocess.Popen, checkpoint: Path, deadline: float, on_checkpoint) -> bool:
-    """Wait for the worker, answering its checkpoint once; True when it ran out of time."""
+class _ChannelReader:
+    """Newline-delimited JSON messages from a worker's pipe, read as they arrive."""
+
+    def __init__(self, channel) -> None:
+        self.channel = channel
+        self.buffer = b""
+        self.received = 0
+        self.messages: list[dict] = []
+        self.error: str | None = None
+        self.closed = False
+
+    def poll(self, seconds: float) -> None:
+        if self.closed or not select.select([self.channel], [], [], seconds)[0]:
+            return
+        chunk = os.read(self.channel.fileno(), 1 << 16)
+        if not chunk:
+            self.closed = True
+            return
+        self.received += len(chunk)
+        if self.received > CHANNEL_LIMIT:
+            self.error, self.closed = f"the worker sent over {CHANNEL_LIMIT} bytes", True
+            return
+        self.buffer += chunk
+        while b"\n" in self.buffer:
+            line, self.buffer = self.buffer.split(b"\n", 1)
+            try:
+                message = json.loads(line)
+            except ValueError:
+                self.error = "the worker sent a message that is not JSON"
+                continue
+            if isinstance(message, dict):
+                self.messages.append(message)
+            else:
+                self.error = "the worker sent a message that is not a JSON object"
+
+    def drain(self) -> None:
+        while not self.closed:
+            self.poll(0.5)
+            if not select.select([self.channel], [], [], 0)[0]:
+                break
+
+
+def _wait(process: subprocess.Popen, reader: _ChannelReader, deadline: float, on_outputs) -> bool:
+    """Wait for the worker, answering its outputs message once; True when it ran out of time."""
     assert process.stdin is not None
     answered = False
     while process.poll() is None:
         if time.monotonic() > deadline:
             return True
-        if not answered and checkpoint.exists():
+        reader.poll(0.02)
+        if not answered and any(m.get("kind") == "outputs" for m in reader.messages):
             answered = True
-            go = on_checkpoint() if on_checkpoint else True
+            go = on_outputs() if on_outputs else True
             try:
                 process.stdin.write(b"go\n" if go else b"stop\n")
                 process.stdin.flush()
             except BrokenPipeError:
                 pass
-        time.sleep(0.02)
     return False
 
 

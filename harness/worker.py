@@ -1,15 +1,20 @@
-"""Worker process entry point: ``python -m harness.worker JOB_DIR``.
+"""Worker process entry point: ``python -m harness.worker JOB_DIR CHANNEL_FD``.
 
-Reads ``job.json``, runs one job, writes ``report.json`` (or ``user_error.json`` when the user's
-reference or inputs are at fault). Anything else that goes wrong ends the process with a
-traceback in its log, which the parent reports.
+Reads ``job.json`` (and deletes it: nothing the candidate could read back), runs one job and
+sends its result on the channel, a pipe the parent gave it: a ``report`` message, or a
+``user_error`` message when the user's reference or inputs are at fault. Then it ends with
+``os._exit``: no exit handler registered by candidate code runs after the result is sent.
+Anything else that goes wrong ends the process with a traceback in its log, and no result.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import platform
 import sys
 from pathlib import Path
+from typing import TextIO
 
 import torch
 
@@ -30,13 +35,18 @@ def device_name(device: str) -> str:
     return platform.processor() or platform.machine()
 
 
-def _ask_parent(job_dir: Path) -> bool:
-    (job_dir / "checkpoint").touch()
+def send(channel: TextIO, kind: str, body: dict) -> None:
+    channel.write(json.dumps({"kind": kind, "body": body}) + "\n")
+    channel.flush()
+
+
+def _outputs_ready(channel: TextIO) -> bool:
+    """Tell the parent that outputs.pt is written; it answers whether timing goes on."""
+    send(channel, "outputs", {})
     return sys.stdin.readline().strip() == "go"
 
 
-def main(job_dir: Path) -> int:
-    job = WorkerJob.model_validate_json((job_dir / "job.json").read_text())
+def run(job: WorkerJob, job_dir: Path, channel: TextIO) -> tuple[str, dict]:
     report: ReferenceReport | CandidateReport
     try:
         if job.mode == "reference":
@@ -49,18 +59,28 @@ def main(job_dir: Path) -> int:
             if job.mode == "build":
                 report = run_build(job, job_dir)
             else:
-                report = run_evaluate(job, job_dir, lambda: _ask_parent(job_dir))
+                report = run_evaluate(job, job_dir, lambda: _outputs_ready(channel))
     except UserError as err:
-        error = UserErrorReport(what=err.what, where=err.where, fix=err.fix)
-        (job_dir / "user_error.json").write_text(error.model_dump_json())
-        return 3
+        return "user_error", UserErrorReport(
+            what=err.what, where=err.where, fix=err.fix
+        ).model_dump()
     report.device_name = device_name(job.problem.device)
     report.torch_version = torch.__version__
-    if hasattr(report, "network_isolated"):
-        report.network_isolated = network_isolated()
-    (job_dir / "report.json").write_text(report.model_dump_json())
-    return 0
+    report.network_isolated = network_isolated()
+    return "report", report.model_dump(mode="json")
+
+
+def main(job_dir: Path, channel_fd: int) -> None:
+    channel = os.fdopen(channel_fd, "w")  # opened before any candidate code is imported
+    job_file = job_dir / "job.json"
+    job = WorkerJob.model_validate_json(job_file.read_text())
+    job_file.unlink()
+    kind, body = run(job, job_dir, channel)
+    send(channel, kind, body)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0 if kind == "report" else 3)
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    main(Path(sys.argv[1]), int(sys.argv[2]))

@@ -18,7 +18,7 @@ import torch
 from torch.profiler import ProfilerActivity
 from torch.utils import cpp_extension
 
-from harness import guards
+from harness import guards, profiling
 from harness.buildcache import BuildFailed, CachedLoader
 from harness.gate import GateRejection
 from harness.jobs import CandidateReport, CheckFailed, WorkerJob
@@ -75,7 +75,7 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed) -> CandidateReport:
     (job_dir / "inputs.pt").unlink()  # nothing the candidate could read back
     first = data["cases"][0]
     eager_alone = time_eager_alone(job, first["state"])
-    before = guards.snapshot()
+    before = guards.snapshot(job.reference_ops)
     checks: list[Check] = []
     try:
         model, loader = load_candidate(job, job_dir)
@@ -90,7 +90,7 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed) -> CandidateReport:
             previous = produced
         _pass_once(checks, "fresh_outputs", "each call returns newly allocated outputs")
         _check_profile(job, model, first, checks)
-        check_unpatched(before, checks, "import and correctness runs")
+        check_unpatched(job, before, checks, "import and correctness runs")
         torch.save({"outputs": outputs}, job_dir / "outputs.pt")
         if not proceed():
             return CandidateReport(checks=checks, eager_alone=eager_alone)
@@ -130,7 +130,7 @@ def _run_case(job: WorkerJob, model, loader: CachedLoader, case: dict, checks: l
     # PyTorch fallback taken on some shapes or seeds only is seen too.
     with torch.no_grad(), torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof:
         try:
-            with torch.profiler.record_function(guards.FORWARD_RANGE):
+            with torch.profiler.record_function(profiling.FORWARD_RANGE):
                 result = model(*inputs)
         except Exception as err:
             raise CheckFailed(
@@ -146,7 +146,7 @@ def _run_case(job: WorkerJob, model, loader: CachedLoader, case: dict, checks: l
                 Status.rejected, "plain_tensor_outputs", f"outputs are {kinds}, not plain tensors"
             )
         at_return = guards.fingerprint(outputs)
-    computes = guards.pytorch_compute_problems(guards.forward_ops(prof), job.reference_ops)
+    computes = profiling.pytorch_compute_problems(profiling.forward_ops(prof), job.reference_ops)
     if computes:
         raise CheckFailed(Status.rejected, "no_pytorch_compute", f"{case['name']}: {computes}")
     guards.settle(device)
@@ -166,7 +166,7 @@ def _run_case(job: WorkerJob, model, loader: CachedLoader, case: dict, checks: l
                 Status.incorrect, "no_input_alias", "an output shares memory with an input"
             )
     for position, (now, then) in enumerate(zip(inputs, originals, strict=True)):
-        if isinstance(now, torch.Tensor) and not _same(now, then, guarded_storage=True):
+        if isinstance(now, torch.Tensor) and not guards.same_values(now, then):
             raise CheckFailed(
                 Status.incorrect, "inputs_unchanged", f"input {position} was modified"
             )
@@ -181,28 +181,13 @@ def _run_case(job: WorkerJob, model, loader: CachedLoader, case: dict, checks: l
     return list(outputs)
 
 
-def _same(now: torch.Tensor, then: torch.Tensor, guarded_storage: bool) -> bool:
-    if not torch.equal(now, then) and not bool(
-        ((now == then) | (now.isnan() & then.isnan())).all()
-    ):
-        return False
-    if guarded_storage:  # out-of-bounds writes land in the guard regions around the input
-        raw = torch.tensor([], dtype=now.dtype, device=now.device).set_(now.untyped_storage())
-        head, tail = raw[: guards.GUARD_ELEMENTS], raw[guards.GUARD_ELEMENTS + now.numel() :]
-        for region in (head, tail):
-            intact = region.isnan() if now.is_floating_point() else region == guards.guard_fill(now)
-            if not bool(intact.all()):
-                return False
-    return True
-
-
 def _check_profile(job: WorkerJob, model, case: dict, checks: list[Check]) -> None:
     inputs = [
         x.to(job.problem.device) if isinstance(x, torch.Tensor) else x for x in case["inputs"]
     ]
     with torch.no_grad():
-        profile = guards.profile_forward(model, inputs, job.problem.device)
-    problem = guards.pytorch_compute_problems(profile.aten_ops, job.reference_ops)
+        profile = profiling.profile_forward(model, inputs, job.problem.device)
+    problem = profiling.pytorch_compute_problems(profile.aten_ops, job.reference_ops)
     if problem:
         raise CheckFailed(Status.rejected, "no_pytorch_compute", problem)
     detail = f"PyTorch ops kept: {', '.join(sorted(set(profile.aten_ops))) or 'none'}"

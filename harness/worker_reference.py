@@ -14,9 +14,9 @@ import torch
 
 from harness.audit import nondeterminism_finding, null_answer_findings
 from harness.errors import UserError
-from harness.guards import profile_forward
 from harness.jobs import ReferenceReport, WorkerJob
 from harness.problem import build_reference, make_inputs, perturb_parameters, resized_inputs
+from harness.profiling import profile_forward
 from harness.records import AuditReport
 from harness.tolerance import tolerance_for
 

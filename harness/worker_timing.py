@@ -1,13 +1,16 @@
 """Timing inside the candidate worker.
 
 Eager is first timed alone, before any candidate code is loaded into the process. After the
-correctness checks pass, the candidate, eager and ``torch.compile`` are timed interleaved on a
-fresh input for every call, and every timed output is re-checked. The parent compares the two
-eager measurements: a candidate that slows the baselines down shows up there, whatever it did.
+correctness checks pass, the candidate, eager and ``torch.compile`` are timed interleaved, each
+timed call on inputs drawn from a seed drawn at that moment, and every timed candidate call is
+checked again (plain tensor outputs, no alias of an input, inputs unchanged, fresh memory,
+right against eager). The parent compares the two eager measurements: a candidate that slows
+the baselines down shows up there, whatever it did.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 import torch
@@ -19,14 +22,14 @@ from harness.records import Check, Status, TimingStats
 from harness.timing import Timer, summarize
 from harness.tolerance import compare, tolerance_for
 
-RepCheck = Callable[[int, dict], None]
+_SEEDS = random.SystemRandom()
 
 
 def time_eager_alone(job: WorkerJob, state: dict) -> TimingStats:
     """Eager timed before the candidate is imported: the baseline as nothing disturbed it."""
     samples: dict[str, list[float]] = {"eager": []}
     with torch.no_grad():
-        _time_loop(job, {"eager": _reference(job, state)}, samples, check=None)
+        _time_loop(job, {"eager": _reference(job, state)}, samples, checks=None)
     return summarize(samples["eager"])
 
 
@@ -38,7 +41,7 @@ def time_interleaved(
     eager_alone: TimingStats,
 ) -> CandidateReport:
     """Candidate, eager and compiled reference interleaved; raises CheckFailed on a bad call."""
-    model.load_state_dict(state)
+    model.load_state_dict(state, strict=True)
     implementations: dict[str, Callable] = {"candidate": model, "eager": _reference(job, state)}
     report = CandidateReport(eager_alone=eager_alone)
     with torch.no_grad():
@@ -46,15 +49,16 @@ def time_interleaved(
             # Compiling rewraps torch functions; it runs before any timed candidate call, and
             # the snapshot that timing is checked against is taken after it.
             _warm_compiled(job, implementations, report)
-        before_timing = guards.snapshot()
+        before_timing = guards.snapshot(job.reference_ops)
         samples: dict[str, list[float]] = {name: [] for name in implementations}
-        _time_loop(job, implementations, samples, _timed_output_checks(job))
-    check_unpatched(before_timing, checks, "timing")
+        _time_loop(job, implementations, samples, TimedChecks(job))
+        check_unpatched(job, before_timing, checks, "timing")
     checks.append(
         Check(
             name="timed_outputs_correct",
             passed=True,
-            detail=f"{len(samples['candidate'])} timed calls, fresh inputs each, all re-checked",
+            detail=f"{len(samples['candidate'])} timed calls on unforeseeable inputs, all "
+            "re-checked",
         )
     )
     report.checks = checks
@@ -65,84 +69,21 @@ def time_interleaved(
     return report
 
 
-def check_unpatched(before: dict[str, int], checks: list[Check], when: str) -> None:
-    """Fail when a function or setting of torch, the timers or the harness changed."""
-    patched = guards.changed(before, guards.snapshot())
+def check_unpatched(job: WorkerJob, before: dict[str, int], checks: list[Check], when: str) -> None:
+    """Fail when a function, hook, dispatcher entry or setting of torch or the harness changed."""
+    patched = guards.changed(before, guards.snapshot(job.reference_ops))
     if patched:
         raise CheckFailed(
             Status.rejected, "no_monkeypatching", f"changed during {when}: {', '.join(patched[:8])}"
         )
     checks[:] = [check for check in checks if check.name != "no_monkeypatching"]
     checks.append(
-        Check(name="no_monkeypatching", passed=True, detail="torch, timer and builtins intact")
+        Check(
+            name="no_monkeypatching",
+            passed=True,
+            detail="torch, timers, hooks, dispatcher and harness intact",
+        )
     )
-
-
-def _reference(job: WorkerJob, state: dict) -> torch.nn.Module:
-    reference = build_reference(job.problem, job.seeds[0])
-    reference.load_state_dict(state)
-    return reference
-
-
-def _time_loop(
-    job: WorkerJob, implementations: dict, samples: dict[str, list[float]], check: RepCheck | None
-) -> None:
-    problem, config = job.problem, job.config
-    timer = Timer(problem.device)
-    names = list(implementations)
-    for number in range(config.warmup):
-        inputs = make_inputs(problem, job.timing_seed + 1 + number, job.strengthened)
-        for fn in implementations.values():
-            fn(*inputs)
-    for rep in range(config.max_reps):
-        inputs = make_inputs(problem, job.timing_seed + 1 + config.warmup + rep, job.strengthened)
-        # Who goes first rotates: on cpu, where no cache is flushed, the first call after the
-        # inputs were made finds them in cache.
-        shift = rep % len(names)
-        results = {}
-        for name in names[shift:] + names[:shift]:
-            elapsed, results[name] = timer(implementations[name], inputs)
-            samples[name].append(elapsed)
-        if check is not None:
-            check(rep, results)
-        spent = min(sum(values) for values in samples.values()) / 1e3
-        if rep + 1 >= config.min_reps and spent >= config.time_budget_s:
-            break
-
-
-def _warm_compiled(job: WorkerJob, implementations: dict, report: CandidateReport) -> None:
-    compiled = torch.compile(implementations["eager"])
-    try:
-        compiled(*make_inputs(job.problem, job.timing_seed, job.strengthened))
-    except Exception as err:  # the baseline, not the candidate: recorded and shown, never hidden
-        report.compile_baseline_error = f"{type(err).__name__}: {str(err)[:300]}"
-        return
-    implementations["compiled"] = compiled
-
-
-def _timed_output_checks(job: WorkerJob) -> RepCheck:
-    """Every timed candidate output: a plain tensor, right, and not the previous call's memory."""
-    tol = tolerance_for(job.problem.dtype, job.problem.atol, job.problem.rtol)
-    previous: list[torch.Tensor] = []  # kept alive, so its memory cannot be handed out again
-
-    def check(rep: int, results: dict) -> None:
-        outputs, expected = _as_list(results["candidate"]), _as_list(results["eager"])
-        for out, ref in zip(outputs, expected, strict=True):
-            if type(out) is not torch.Tensor:
-                raise CheckFailed(
-                    Status.rejected,
-                    "plain_tensor_outputs",
-                    f"timed call {rep}: output is {type(out).__name__}",
-                )
-            result = compare(out, ref, tol)
-            if not result.passed:
-                raise CheckFailed(
-                    Status.incorrect, "timed_outputs_correct", f"timed call {rep}: {result.detail}"
-                )
-        check_fresh(outputs, previous, f"timed call {rep}")
-        previous[:] = outputs
-
-    return check
 
 
 def check_fresh(outputs: list, previous: list, where: str) -> None:
@@ -158,6 +99,112 @@ def check_fresh(outputs: list, previous: list, where: str) -> None:
             f"{where}: an output shares memory with the previous call's output "
             "(one buffer reused across calls overwrites results the caller still holds)",
         )
+
+
+def _reference(job: WorkerJob, state: dict) -> torch.nn.Module:
+    reference = build_reference(job.problem, job.seeds[0])
+    reference.load_state_dict(state)
+    return reference
+
+
+class TimedChecks:
+    """The checks on every timed candidate call (outside the timer)."""
+
+    def __init__(self, job: WorkerJob) -> None:
+        self.tolerance = tolerance_for(job.problem.dtype, job.problem.atol, job.problem.rtol)
+        self.originals: list = []
+        self.previous: list[torch.Tensor] = []  # kept alive: its memory cannot be reused
+
+    def before(self, inputs: list) -> None:
+        self.originals = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+    def after_candidate(self, rep: int, inputs: list, result) -> None:
+        """Right after the candidate's call, before any baseline sees the inputs."""
+        outputs = _as_list(result)
+        for out in outputs:
+            if type(out) is not torch.Tensor:
+                raise CheckFailed(
+                    Status.rejected,
+                    "plain_tensor_outputs",
+                    f"timed call {rep}: output is {type(out).__name__}",
+                )
+            if any(isinstance(x, torch.Tensor) and guards.overlaps(out, x) for x in inputs):
+                raise CheckFailed(
+                    Status.incorrect,
+                    "no_input_alias",
+                    f"timed call {rep}: an output shares memory with an input",
+                )
+        for position, (now, then) in enumerate(zip(inputs, self.originals, strict=True)):
+            if isinstance(now, torch.Tensor) and not guards.same_values(now, then):
+                raise CheckFailed(
+                    Status.incorrect,
+                    "inputs_unchanged",
+                    f"timed call {rep}: input {position} was modified",
+                )
+        check_fresh(outputs, self.previous, f"timed call {rep}")
+        self.previous = outputs
+
+    def against_eager(self, rep: int, results: dict) -> None:
+        outputs, expected = _as_list(results["candidate"]), _as_list(results["eager"])
+        for out, ref in zip(outputs, expected, strict=True):
+            result = compare(out, ref, self.tolerance)
+            if not result.passed:
+                raise CheckFailed(
+                    Status.incorrect, "timed_outputs_correct", f"timed call {rep}: {result.detail}"
+                )
+
+
+def _time_loop(
+    job: WorkerJob,
+    implementations: dict,
+    samples: dict[str, list[float]],
+    checks: TimedChecks | None,
+) -> None:
+    problem, config = job.problem, job.config
+    timer = Timer(problem.device)
+    names = list(implementations)
+    for _ in range(config.warmup):
+        inputs = _timing_inputs(job)
+        for fn in implementations.values():
+            fn(*inputs)
+    for rep in range(config.max_reps):
+        inputs = _timing_inputs(job)
+        if checks is not None:
+            checks.before(inputs)
+        # Who goes first rotates: on cpu, where no cache is flushed, the first call after the
+        # inputs were made finds them in cache.
+        shift = rep % len(names)
+        results = {}
+        for name in names[shift:] + names[:shift]:
+            elapsed, results[name] = timer(implementations[name], inputs)
+            samples[name].append(elapsed)
+            if checks is not None and name == "candidate":
+                checks.after_candidate(rep, inputs, results[name])
+        if checks is not None:
+            checks.against_eager(rep, results)
+        spent = min(sum(values) for values in samples.values()) / 1e3
+        if rep + 1 >= config.min_reps and spent >= config.time_budget_s:
+            break
+
+
+def _timing_inputs(job: WorkerJob) -> list:
+    """Inputs for one timed call, from a seed drawn now: no timed input is known in advance.
+
+    They sit between guard regions as the checked inputs do, so a candidate cannot tell a
+    timed call from a checked one by the inputs' storage.
+    """
+    inputs = make_inputs(job.problem, _SEEDS.randrange(1, 2**31 - 1), job.strengthened)
+    return [guards.guarded(x) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def _warm_compiled(job: WorkerJob, implementations: dict, report: CandidateReport) -> None:
+    compiled = torch.compile(implementations["eager"])
+    try:
+        compiled(*_timing_inputs(job))
+    except Exception as err:  # the baseline, not the candidate: recorded and shown, never hidden
+        report.compile_baseline_error = f"{type(err).__name__}: {str(err)[:300]}"
+        return
+    implementations["compiled"] = compiled
 
 
 def _as_list(value) -> list:

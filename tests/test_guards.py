@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness import guards
+from harness import guards, profiling
 from harness.jobs import CheckFailed
 from harness.worker_timing import check_fresh
 
@@ -100,5 +100,5 @@ def test_an_output_reusing_the_previous_calls_memory_fails():
     ],
 )
 def test_pytorch_compute_table(candidate_ops, reference_ops, problem):
-    found = guards.pytorch_compute_problems(candidate_ops, reference_ops)
+    found = profiling.pytorch_compute_problems(candidate_ops, reference_ops)
     assert (problem in found) if problem else found == ""

@@ -1,0 +1,68 @@
+"""The worker's report channel: one result, over a pipe, and never ok without the parent's own
+comparison. A candidate's process cannot forge or rewrite a verdict after its checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.evaluate import Evaluator, _candidate_report
+from harness.jobs import CandidateReport, ReferenceReport
+from harness.problem import problem_from_target
+from harness.records import AuditReport, Status
+from harness.reference import ReferenceData, reference_data
+from harness.sandbox import WorkerOutcome
+from tests.conftest import FIXTURES, fast_config
+
+
+def outcome(*messages: dict, **fields) -> WorkerOutcome:
+    settings = {"returncode": 0, "timed_out": False, "seconds": 1.0, "log_tail": ""}
+    settings.update(fields)
+    return WorkerOutcome(messages=list(messages), **settings)
+
+
+def report_message(**fields) -> dict:
+    return {"kind": "report", "body": CandidateReport(**fields).model_dump(mode="json")}
+
+
+PROBLEM = problem_from_target(str(FIXTURES / "scale_problem.py"), "cpu", "float32")
+
+
+def test_one_result_is_the_report():
+    got = _candidate_report(outcome({"kind": "outputs"}, report_message(reason="x")), PROBLEM, 9)
+    assert got.status is None and got.reason == "x"
+
+
+def test_two_results_mean_a_tampered_channel():
+    forged = outcome(report_message(), report_message())
+    assert _candidate_report(forged, PROBLEM, 9).status is Status.rejected
+
+
+def test_an_unreadable_channel_is_rejected():
+    got = _candidate_report(outcome(channel_error="not JSON"), PROBLEM, 9)
+    assert got.status is Status.rejected and "not JSON" in got.reason
+
+
+def test_no_result_is_a_dead_worker_or_a_timeout():
+    died = _candidate_report(outcome(returncode=-11, signal_name="SIGSEGV"), PROBLEM, 9)
+    assert died.status is Status.runtime_error and "SIGSEGV" in died.reason
+    slow = _candidate_report(outcome(returncode=-9, timed_out=True), PROBLEM, 9)
+    assert slow.status is Status.timeout
+
+
+def test_success_without_the_parents_comparison_is_not_ok():
+    data = ReferenceData(
+        report=ReferenceReport(audit=AuditReport(problem="p", weak=False), strengthened=False),
+        cases=[],
+        seeds=[1],
+    )
+    claimed = CandidateReport(status=None)  # "all checks passed", but no outputs were handed over
+    result = Evaluator(fast_config())._result(PROBLEM, data, claimed, comparison={})
+    assert result.status is Status.runtime_error
+    assert "without handing its outputs over" in result.reason
+
+
+def test_reference_outputs_and_jobs_leave_no_file_behind(tmp_path: Path):
+    data = reference_data(PROBLEM, fast_config(), seed=1, work_dir=tmp_path)
+    assert data.cases and all("outputs" in case for case in data.cases)
+    left = sorted(path.name for path in tmp_path.rglob("*") if path.is_file())
+    assert left == ["worker.log"], left  # no reference.pt, no job.json
