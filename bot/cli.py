@@ -39,7 +39,10 @@ OUT = click.option(
     help="Folder for report.json, report.md, junit.xml and kernels.",
 )
 SEED = click.option(
-    "--seed", type=int, default=None, help="Fix the verification seeds (default: random)."
+    "--seed",
+    type=int,
+    default=None,
+    help="Fix the correctness seeds (default: random). Timing inputs are always drawn afresh.",
 )
 VERBOSE = click.option("--verbose", is_flag=True, help="Show tracebacks on errors.")
 NO_COMPILE = click.option(
