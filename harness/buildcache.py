@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 from torch.utils import cpp_extension
 
-from harness.gate import GateRejection, check_native
+from harness.gate import GateRejection
+from harness.native_gate import check_native
 from harness.symbols import imported_symbols, symbol_problems
 
 # Fixed on cpu, whatever the candidate asks (it may only ask for allowed flags): the same

@@ -1,7 +1,8 @@
-"""The static gate: reasons to reject a candidate before any of its code runs.
+"""The static gate: reasons to reject a candidate's Python before any of its code runs.
 
-Python is checked on its AST (never regexes over text); kernel sources (C++/CUDA) are scanned as
-tokens with comments and string literals removed. Each rejection names the rule and the line.
+Checked on the AST (never regexes over text); each rejection names the rule and the line.
+Kernel sources are checked by ``harness.native_gate`` when ``load_inline`` is called, and the
+built library by ``harness.symbols``.
 """
 
 from __future__ import annotations
@@ -9,148 +10,17 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
-import re
-import sys
 
-import torch
-
-ALLOWED_IMPORTS = {
-    "torch",
-    "torch.nn",
-    "torch.nn.functional",
-    "torch.utils.cpp_extension",
-    "math",
-    "typing",
-    "__future__",
-}
-# torch re-exports modules it imported (torch.sys, torch.os, torch.builtins, ...): an attribute
-# named like a standard-library module reaches around the import allow-list. Tensor methods
-# that share a name with one stay allowed.
-STDLIB_MODULES = set(sys.stdlib_module_names) - {"chunk", "select", "trace", "math"}
-FORBIDDEN_CALLS = {
-    "getattr",
-    "setattr",
-    "delattr",
-    "eval",
-    "exec",
-    "compile",
-    "globals",
-    "locals",
-    "vars",
-    "__import__",
-    "open",
-    "id",
-    "breakpoint",
-    "memoryview",
-}
-# Attribute names whose use means reaching around the harness or under the hood of tensors.
-FORBIDDEN_ATTRIBUTES = {
-    "data_ptr": "reads a raw pointer in Python (caching keyed on addresses)",
-    "untyped_storage": "reaches tensor storage directly",
-    "storage": "reaches tensor storage directly",
-    "set_": "swaps tensor storage",
-    "as_subclass": "makes a tensor subclass",
-    "_make_subclass": "makes a tensor subclass",
-    "load": "loads files or libraries at run time",
-    "load_library": "loads a native library",
-    "from_file": "reads a file",
-    "set_float32_matmul_precision": "lowers matmul precision",
-    "autocast": "lowers precision",
-    "compile": "hands the work to torch.compile instead of a kernel of its own",
-    "jit": "hands the work to TorchScript instead of a kernel of its own",
-    "library": "registers operators at run time",
-    "get_type_hints": "evaluates annotation strings as code",
-    "ForwardRef": "evaluates annotation strings as code",
-    "overrides": "intercepts torch functions (modes and handlers)",
-    "TorchFunctionMode": "intercepts every torch function",
-    "TorchDispatchMode": "intercepts every operator",
-    "DataLoader": "starts worker processes",
-    "distributed": "starts or joins other processes",
-}
-# Process-wide state that the baselines, timed in the same process, run under too.
-GLOBAL_STATE_ATTRIBUTES = {
-    "backends": "changes PyTorch's backend flags",
-    "compiler": "touches torch.compile's state (the compiled baseline)",
-    "use_deterministic_algorithms": "changes PyTorch's algorithm selection",
-    "empty_cache": "empties the allocator's cache",
-    "manual_seed": "reseeds the global random generator",
-    "seed": "reseeds the global random generator",
-    "profiler": "touches the profiler that the checks use",
-}
-# nn.Module methods the harness calls on ModelNew: redefining one changes what they do.
-MODULE_METHODS = {name for name in dir(torch.nn.Module) if not name.startswith("__")} - {
-    "forward",
-    "extra_repr",
-} | {"__call__", "__getattr__", "__setattr__", "__setstate__"}
-LOW_PRECISION_PY = {"half", "bfloat16", "float16", "bf16", "fp16"}
-# Conversions into reduced precision and tensor-core/TF32 modes. Half and bfloat16 *types* are
-# fine (dtype dispatch needs them); the tolerance check catches values that went through them.
-LOW_PRECISION_NATIVE = (
-    r"\b(kHalf|kBFloat16|__float2half\w*|__float22half\w*|__float2bfloat16\w*|__floats2half\w*|"
-    r"__floats2bfloat16\w*|wmma|mma\.sync|tf32\w*|TF32\w*|cublasSetMathMode|"
-    r"CUBLAS_TF32_TENSOR_OP_MATH|CUBLAS_COMPUTE_32F_FAST_\w+|allow_tf32)\b"
+from harness.gate_rules import (
+    ALLOWED_IMPORTS,
+    FORBIDDEN_ATTRIBUTES,
+    FORBIDDEN_CALLS,
+    LOW_PRECISION_PY,
+    MODULE_METHODS,
+    MUTATORS,
+    STDLIB_MODULES,
+    forbidden_name,
 )
-# at::cuda:: helpers that honest kernels use: streams, guards, device properties, cuBLAS handles.
-CUDA_UTILITIES = [
-    "getCurrentCUDAStream",
-    "getStreamFromPool",
-    "getDefaultCUDAStream",
-    "CUDAStream",
-    "CUDAStreamGuard",
-    "OptionalCUDAGuard",
-    "CUDAGuard",
-    "OptionalCUDAStreamGuard",
-    "getCurrentDeviceProperties",
-    "getDeviceProperties",
-    "getCurrentCUDABlasHandle",
-    "getCurrentCUDABlasLtHandle",
-    "CUDAEvent",
-    "blas",
-    "warp_size",
-    "stream_synchronize",
-]
-FORBIDDEN_NATIVE = {
-    r"\bstd::thread\b|\bstd::jthread\b|<thread>": "starts threads (work the timer cannot see)",
-    r"\bpthread_create\b|<pthread\.h>": "starts threads (work the timer cannot see)",
-    r"\bstd::async\b|<future>": "starts asynchronous work the timer cannot see",
-    r"\b(fork|vfork|system|popen|execv\w*|execl\w*|dlopen|dlsym)\s*\(": "runs or loads programs",
-    r"\b(fopen|ifstream|ofstream|open)\s*\(": "touches files",
-    r"\bcudaLaunchHostFunc\b|\bcudaStreamAddCallback\b": "runs host callbacks off the stream",
-    r"\bstatic\b[^;(){}]*\b(at::Tensor|torch::Tensor|Tensor|std::\w*map|std::\w*set|"
-    r"std::vector|std::deque|std::list)\b[^;(){}]*\w+\s*(;|=|\{)": (
-        "keeps tensors or caches in static storage (state across calls)"
-    ),
-    r"\bstatic\b\s+(thread_local\s+)?(std::atomic<\w+>|int|long|size_t|int64_t|unsigned|"
-    r"bool|uint64_t|float|double)\s+\w+\s*(=|;)": "keeps a static counter or flag across calls",
-    r"\bat::(cpu|native|_ops|meta|redispatch|compositeexplicitautograd\w*|"
-    r"compositeimplicitautograd\w*)\b|\bnamespace\s+(cpu|native|_ops|redispatch)\b|"
-    r"c10::Dispatcher|\bredispatch\b|ATen/(CPUFunctions|CUDAFunctions|RedispatchFunctions|"
-    r"native/|ops/\w+_(native|cpu_dispatch|cuda_dispatch))": (
-        "calls ATen kernels directly, around the dispatcher and the profiler"
-    ),
-    r"\bat::cuda::(?!("
-    + "|".join(CUDA_UTILITIES)
-    + r")\b)\w+\s*\(": "calls ATen CUDA kernels directly, around the dispatcher and the profiler",
-    r"RecordFunction|DispatchKeyGuard|AutoDispatchBelow\w*|AutoNonVariableTypeMode|"
-    r"enableRecordFunction|ThreadLocalStateGuard|\b(disable|reenable|remove|clear)\w*Callbacks?\b|"
-    r"\badd(Global|ThreadLocal)Callback\b": "switches off dispatch or profiling hooks",
-    r"\bTORCH_LIBRARY\w*|\btorch::Library\b|\bRegisterOperators\b": (
-        "registers operators (it could replace PyTorch's own kernels)"
-    ),
-    r"\bgetenv\b|\bclock_gettime\b|\bgettimeofday\b|\bstd::chrono\b": "looks at the environment or clock",
-    # The Python interpreter is reachable from C++: through it a kernel could patch anything
-    # in the process (timers, torch, the harness). pybind11's argument helpers stay allowed.
-    r"\b_?Py[A-Z]\w*|\bTHP\w+|\btorch::(python|jit)\b|"
-    r"\b(py|pybind11)::(?!(arg|call_guard|gil_scoped_release|gil_scoped_acquire|"
-    r"return_value_policy|module_|kw_only|pos_only)\b)\w+|::import\b|\.attr\s*\(": (
-        "reaches into the Python interpreter (it could patch anything in the process)"
-    ),
-    r"##": "pastes tokens together (names no check can read)",
-}
-# Inline assembly: what no compiler-visible call shows. PTX in CUDA sources is fine; host
-# instructions that enter the kernel, jump to other code or read the clock are not.
-ASM_STATEMENT = re.compile(r"\b(asm|__asm__|__asm)\b\s*(volatile|__volatile__|goto)?\s*\(")
-FORBIDDEN_ASM = re.compile(r"\b(syscall|sysenter|int|call|jmp|rdtscp?|rdpmc|rdmsr|wrmsr)\b")
 
 
 class GateRejection(Exception):
@@ -173,42 +43,6 @@ def check_python(source: str, reference_class: str, dtype: str) -> list[str]:
     if not classes:
         visitor.reasons.insert(0, "defines no top-level class ModelNew")
     return visitor.reasons
-
-
-def check_native(source: str, dtype: str) -> list[str]:
-    """Reasons to reject C++/CUDA source given to load_inline; empty when it passes."""
-    code = re.sub(r"\s*::\s*", "::", _strip_comments_and_strings(source))
-    reasons = _asm_reasons(_strip_comments(source))
-    for pattern, why in FORBIDDEN_NATIVE.items():
-        match = re.search(pattern, code)
-        if match:
-            reasons.append(f"kernel source {why}: {match.group(0).strip()!r}")
-    if dtype == "float32":
-        match = re.search(LOW_PRECISION_NATIVE, code)
-        if match:
-            reasons.append(
-                f"kernel source uses reduced precision ({match.group(0)!r}) in a float32 problem"
-            )
-    return reasons
-
-
-def _asm_reasons(code: str) -> list[str]:
-    """Inline assembly may not make system calls, call or jump elsewhere, or read clocks."""
-    for statement in ASM_STATEMENT.finditer(code):
-        body = code[statement.end() : code.find(";", statement.end())]
-        found = FORBIDDEN_ASM.search(body)
-        if found:
-            return [f"kernel source has inline assembly with {found.group(0)!r}"]
-    return []
-
-
-def _strip_comments(source: str) -> str:
-    source = re.sub(r"/\*.*?\*/", " ", source, flags=re.S)
-    return re.sub(r"//[^\n]*", " ", source)
-
-
-def _strip_comments_and_strings(source: str) -> str:
-    return re.sub(r'"(\\.|[^"\\])*"', '""', _strip_comments(source))
 
 
 class _Gate(ast.NodeVisitor):
@@ -265,7 +99,7 @@ class _Gate(ast.NodeVisitor):
             elif name in STDLIB_MODULES or (module in ALLOWED_IMPORTS and _is_module(module, name)):
                 # torch re-exports modules it imported: `from torch import sys` is `import sys`.
                 self.reject(node, f"imports the module {full} (allowed: see imports)")
-            elif why := _forbidden_name(name):
+            elif why := forbidden_name(name):
                 self.reject(node, f"imports {full}: {why}")
         self.generic_visit(node)
 
@@ -353,7 +187,7 @@ class _Gate(ast.NodeVisitor):
             self.reject(node, f".{name}: reaches the {name} module through an attribute")
         elif name.startswith("_") and not name.endswith("__") and _root_name(node) != "self":
             self.reject(node, f".{name}: private internals (only self's own may be used)")
-        elif _root_name(node) != "self" and (why := _forbidden_name(name)):
+        elif _root_name(node) != "self" and (why := forbidden_name(name)):
             self.reject(node, f".{name}: {why}")
         elif "tf32" in name.lower() or "reduced_precision" in name.lower():
             self.reject(node, f".{name}: lowers precision")
@@ -399,14 +233,14 @@ class _Gate(ast.NodeVisitor):
         if (
             self.stateless
             and isinstance(func, ast.Attribute)
-            and func.attr in _MUTATORS
+            and func.attr in MUTATORS
             and isinstance(func.value, ast.Name)
             and func.value.id in ("dict", "list", "set", "collections")
             and node.args
             and self._is_shared(_root_name(node.args[0]))
         ):
             self.reject(node, f"mutates {ast.unparse(node.args[0])} (state across calls)")
-        if self.stateless and isinstance(func, ast.Attribute) and func.attr in _MUTATORS:
+        if self.stateless and isinstance(func, ast.Attribute) and func.attr in MUTATORS:
             if self._is_shared(_root_name(func.value)):
                 self.reject(node, f"mutates {ast.unparse(func.value)} (state across calls)")
         if isinstance(func, ast.Attribute) and func.attr == "to" and not self.low_precision_allowed:
@@ -432,22 +266,6 @@ class _Gate(ast.NodeVisitor):
                 self.reject(
                     target, f"assigns to {ast.unparse(target)} (monkeypatching or shared state)"
                 )
-
-
-_MUTATORS = {
-    "append",
-    "extend",
-    "insert",
-    "update",
-    "setdefault",
-    "pop",
-    "popitem",
-    "clear",
-    "add",
-    "__setitem__",
-    "register_buffer",
-    "register_parameter",
-}
 
 
 def _root_name(node: ast.expr) -> str | None:
@@ -483,17 +301,6 @@ def _is_reference_to(value: ast.expr, shared: set[str]) -> bool:
 
 def _is_plain_name(name: str) -> bool:
     return name.isidentifier() and not name.startswith("_")
-
-
-def _forbidden_name(name: str) -> str:
-    """Why an attribute or imported name is off limits to a candidate; empty when it is not."""
-    if name.startswith("set_"):
-        return "changes a global setting, which the baselines in this process run under"
-    if name.startswith("register_") and name not in ("register_buffer", "register_parameter"):
-        return "registers a hook or handler that runs outside the candidate's own forward"
-    if name in GLOBAL_STATE_ATTRIBUTES:
-        return f"{GLOBAL_STATE_ATTRIBUTES[name]}, which the baselines in this process run under"
-    return FORBIDDEN_ATTRIBUTES.get(name, "")
 
 
 def _is_module(package: str, name: str) -> bool:

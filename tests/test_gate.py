@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.gate import check_native, check_python
+from harness.gate import check_python
+from harness.native_gate import check_native
 
 HEAD = "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"
 CLASS = "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"

@@ -19,10 +19,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.utils import cpp_extension
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from agents.offline import Proposal, propose
-from harness.gate import check_native, check_python
+from harness.buildcache import CachedLoader, default_cache_dir
+from harness.gate import check_python
+from harness.native_gate import check_native
 from harness.problem import (
     DTYPES,
     build_reference,
@@ -127,9 +130,14 @@ POINTWISE_ATEN = {
     "square",
     "reciprocal",
 }
+# Candidates are built through the harness's own loader, so the build cache (keyed by content)
+# is shared with the tests that evaluate the same proposals end to end.
 _BUILD_SCRIPT = (
-    "import importlib.util, sys; spec = importlib.util.spec_from_file_location('candidate', "
-    "sys.argv[1]); spec.loader.exec_module(importlib.util.module_from_spec(spec))"
+    "import importlib.util, sys; from torch.utils import cpp_extension; "
+    "from harness.buildcache import CachedLoader, default_cache_dir; "
+    "cpp_extension.load_inline = CachedLoader(default_cache_dir(), 'cpu', 'float32'); "
+    "spec = importlib.util.spec_from_file_location('candidate', sys.argv[1]); "
+    "spec.loader.exec_module(importlib.util.module_from_spec(spec))"
 )
 
 
@@ -140,10 +148,16 @@ def write_module(directory: Path, name: str, source: str) -> Path:
 
 
 def import_candidate(path: Path) -> types.ModuleType:
+    """Import a candidate whose kernels are already in the build cache."""
     spec = importlib.util.spec_from_file_location(f"candidate_{path.stem}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    original = cpp_extension.load_inline
+    cpp_extension.load_inline = CachedLoader(default_cache_dir(), "cpu", "float32")
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        cpp_extension.load_inline = original
     return module
 
 
