@@ -40,17 +40,14 @@ def check_one(candidate: Path, arch: str, include: str, link_dir: str, cache: Pa
     cpp_extension.CUDA_HOME = os.environ.get("CUDA_HOME", "/usr/local/cuda")
     real_load_inline = buildcache._load_inline
 
-    def build_only(**kwargs):
+    def build_with_headers(**kwargs):
         kwargs["extra_include_paths"] = [include]
         kwargs["extra_ldflags"] = [*kwargs["extra_ldflags"], f"-L{link_dir}"]
-        try:
-            return real_load_inline(**kwargs)
-        except ImportError:  # built, but a CPU torch cannot load a CUDA library
-            if not list(Path(kwargs["build_directory"]).glob("*.so")):
-                raise
-            return object()
+        return real_load_inline(**kwargs)
 
-    buildcache._load_inline = build_only
+    buildcache._load_inline = build_with_headers
+    # Built and checked, never loaded: a CPU torch cannot load a CUDA library.
+    buildcache._load_library = lambda module_name, library: object()
     loader = buildcache.CachedLoader(cache, "cuda", "float32", arch=arch)
     cpp_extension.load_inline = loader  # type: ignore[assignment]
     spec = importlib.util.spec_from_file_location("kp_candidate", candidate)

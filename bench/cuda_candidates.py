@@ -1,8 +1,10 @@
-"""Every CUDA candidate the GPU tests and benchmarks build: corpora, fixtures, offline proposals."""
+"""Every CUDA candidate the GPU tests and benchmarks build: corpora, fixtures, offline proposals
+for the examples and for bench_offline's pointwise chains."""
 
 from __future__ import annotations
 
 import sys
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -38,10 +40,17 @@ def cuda_candidates(dtype: str = "float32") -> dict[str, list[tuple[str, Candida
     for name in ("gpu_illegal_address.py", "gpu_honest.py"):
         candidate = Candidate(source=(fixtures / name).read_text())
         work[str(fixtures / "scale_problem.py")].append((f"tests/fixtures/{name}", candidate))
-    for target in EXAMPLES:
-        path, _, cls = target.partition(":")
+    targets = [(target, target) for target in EXAMPLES]
+    # bench_offline writes its chains to a temporary folder too: a build's key is its source
+    # and flags, not where the problem lives, so these builds serve the bench.
+    from bench_offline import chain_problems
+
+    chains = Path(tempfile.mkdtemp(prefix="kp-chains-"))
+    targets += [(f"{path}", f"chain {name}") for name, path, _ in chain_problems("cuda", chains)]
+    for target, name in targets:
+        path, _, cls = str(target).partition(":")
         full = str(ROOT / path) + (f":{cls}" if cls else "")
         proposal = propose(problem_from_target(full, "cuda", dtype))
         if proposal.candidate is not None:
-            work[full].append((f"offline proposal for {target}", proposal.candidate))
+            work[full].append((f"offline proposal for {name}", proposal.candidate))
     return work

@@ -2,14 +2,16 @@
 # The GPU runs, in stages that each fit one device call (10 minutes at most).
 #
 #   here:  bash bench/fetch_gpu_wheels.sh          # once: .whl/ (git-ignored)
-#   there: run(carry=[".whl"], command="bash bench/gpu_run.sh build gpu")      # <= 560 s
-#          run(carry=[".whl"], command="bash bench/gpu_run.sh corpus")         # <= 560 s
-#          run(carry=[".whl"], command="bash bench/gpu_run.sh bench")          # <= 560 s
+#   there: run(carry=[".whl"], command="bash bench/gpu_run.sh build gpu pack")  # <= 560 s
+#   here:  rm -rf .kp-cache && cat <files_at>/kp-cache.tgz.part-* | tar xzf -
+#   there: run(carry=[".whl", ".kp-cache"], command="bash bench/gpu_run.sh corpus bench")
 #
 # Stages: build (parallel prebuild of every CUDA candidate), gpu (tests/test_gpu.py: the
 # examples end to end, a sticky CUDA error), corpus (the CUDA red-team and honest kernels),
-# bench (bench_offline and bench_verify_overhead on cuda). The build cache lives in .kp-cache/ in
-# the working tree (git-ignored), which stays on the machine between calls while it is warm.
+# bench (bench_offline and bench_verify_overhead on cuda), pack (the build cache, .kp-cache/ in
+# the working tree (git-ignored), into $OUT in parts of 15 MB: a machine is bare at each start,
+# so the cache travels back here and out again with the next call's carry; ninja then finds
+# every build up to date).
 # Logs and results go to $OUT (or /tmp/kp-out), the environment record to $OUT/env.txt.
 set -uo pipefail
 OUT=${OUT:-/tmp/kp-out}
@@ -40,15 +42,17 @@ stage() {  # stage NAME SECONDS COMMAND...: run with a time limit, log to $OUT/N
 set -- "${@:-build}"
 for what in "$@"; do
   case $what in
-    build) stage prebuild 280 python3 bench/prebuild_gpu.py ;;
-    gpu) stage gpu_tests 280 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py -rA \
+    build) stage prebuild 300 python3 bench/prebuild_gpu.py ;;
+    gpu) stage gpu_tests 200 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py -rA \
            --junitxml="$OUT/gpu_tests.xml" ;;
-    corpus) stage corpus_tests 560 python3 -m pytest -q -m gpu -p no:cacheprovider \
+    corpus) stage corpus_tests 330 python3 -m pytest -q -m gpu -p no:cacheprovider \
               tests/test_corpus.py -rA --junitxml="$OUT/corpus_tests.xml" ;;
     bench)
-      stage bench_offline 420 python3 bench/bench_offline.py --device cuda \
+      stage bench_offline 180 python3 bench/bench_offline.py --device cuda \
         --out "$OUT/bench_offline.json"
-      stage verify_overhead 120 python3 bench/bench_verify_overhead.py --device cuda ;;
-    *) echo "unknown stage $what (build, gpu, corpus, bench)"; exit 2 ;;
+      stage verify_overhead 60 python3 bench/bench_verify_overhead.py --device cuda ;;
+    pack) tar -czf - .kp-cache | split -b 15m - "$OUT/kp-cache.tgz.part-"
+          ls -la "$OUT"/kp-cache.tgz.part-* ;;
+    *) echo "unknown stage $what (build, gpu, corpus, bench, pack)"; exit 2 ;;
   esac
 done

@@ -4,6 +4,8 @@ Inside a worker, ``torch.utils.cpp_extension.load_inline`` is replaced by ``Cach
 the build directory and module name come from a hash of everything that shapes the binary
 (sources, functions, flags, torch version, device and arch), so a repeated candidate is never
 rebuilt, and the returned module counts calls into each compiled function (launch evidence).
+The built library is checked (``harness.symbols``) before it is loaded: loading runs its static
+initializers, which are the candidate's code too.
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ import hashlib
 import json
 import os
 import platform
+import importlib.util
 import re
 import sys
+import threading
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -86,7 +91,8 @@ class CachedLoader:
         if isinstance(functions, str):
             functions = [functions]
         if self.device == "cpu":
-            cflags, cuda_flags, ldflags = CPU_CFLAGS, [], CPU_LDFLAGS
+            defines = [f for f in extra_cflags or [] if f.startswith(("-D", "-U", "-std"))]
+            cflags, cuda_flags, ldflags = [*CPU_CFLAGS, *defines], [], CPU_LDFLAGS
         else:
             cflags = ["-O3", *[f for f in extra_cflags or [] if f.startswith(("-D", "-std"))]]
             cuda_flags = [*CUDA_BASE_FLAGS, *(extra_cuda_cflags or [])]
@@ -102,24 +108,64 @@ class CachedLoader:
         # No use_pch: torch keeps one precompiled header in site-packages and deletes it
         # whenever any load_inline call runs without use_pch, so builds would race on it.
         try:
-            module = _load_inline(
-                name=f"kp_{key}",
-                cpp_sources=[cpp],
-                cuda_sources=[cuda] if cuda else None,
-                functions=functions,
-                extra_cflags=list(cflags),  # load_inline appends to the lists it is given
-                extra_cuda_cflags=list(cuda_flags) or None,
-                extra_ldflags=list(ldflags),
-                build_directory=str(directory),
-                with_cuda=bool(cuda),
-                verbose=False,
-            )
+            with _build_only():
+                library = _load_inline(
+                    name=f"kp_{key}",
+                    cpp_sources=[cpp],
+                    cuda_sources=[cuda] if cuda else None,
+                    functions=functions,
+                    extra_cflags=list(cflags),  # load_inline appends to the lists it is given
+                    extra_cuda_cflags=list(cuda_flags) or None,
+                    extra_ldflags=list(ldflags),
+                    build_directory=str(directory),
+                    with_cuda=bool(cuda),
+                    verbose=False,
+                )
         except (RuntimeError, OSError, ImportError) as err:
             raise BuildFailed(str(err)) from err
-        reasons = check_binary(directory)
+        reasons = check_binary(Path(library))
         if reasons:
             raise GateRejection(reasons)
-        return module
+        return _load_library(f"kp_{key}", Path(library))
+
+
+_original_import = cpp_extension._import_module_from_library
+_build_only_lock = threading.Lock()
+_build_only_depth = 0
+
+
+def _library_path(module_name: str, path: str, is_python_module: bool) -> str:
+    return os.path.join(path, f"{module_name}{cpp_extension.LIB_EXT}")
+
+
+@contextmanager
+def _build_only():
+    """While held, ``load_inline`` builds and returns the library's path without loading it.
+
+    Counted, not nested: builds run in parallel threads in the parent process.
+    """
+    global _build_only_depth
+    with _build_only_lock:
+        if _build_only_depth == 0:
+            cpp_extension._import_module_from_library = _library_path
+        _build_only_depth += 1
+    try:
+        yield
+    finally:
+        with _build_only_lock:
+            _build_only_depth -= 1
+            if _build_only_depth == 0:
+                cpp_extension._import_module_from_library = _original_import
+
+
+def _load_library(module_name: str, library: Path):
+    """Import a built (and checked) extension, as ``load_inline`` itself would have."""
+    spec = importlib.util.spec_from_file_location(module_name, library)
+    if spec is None or spec.loader is None:
+        raise BuildFailed(f"{library} is not a loadable extension")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 class CountingModule:
@@ -142,10 +188,9 @@ class CountingModule:
                 object.__setattr__(self, name, counted(name, function))
 
 
-def check_binary(directory: Path) -> list[str]:
+def check_binary(library: Path) -> list[str]:
     """Reasons to reject the built extension, from the symbols it imports."""
-    libraries = sorted(directory.glob("*.so"))
-    return symbol_problems(imported_symbols(libraries[0])) if libraries else []
+    return symbol_problems(imported_symbols(library))
 
 
 def build_key(cpp, cuda, functions, cflags, cuda_flags, ldflags, device) -> str:

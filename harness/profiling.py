@@ -86,7 +86,6 @@ LIBRARY_FAMILIES = {
         "addmv",
         "mv",
         "dot",
-        "_addmm_activation",
         "addbmm",
         "einsum",
     },

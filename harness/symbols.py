@@ -23,16 +23,18 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from harness.profiling import FAMILY_OF, LAYOUT_OPS
+
 FORBIDDEN_CXX = re.compile(
     r"at::cpu::|at::native::|redispatch|at::RecordFunction|enableRecordFunction|"
     r"std::thread::|std::jthread|std::filesystem::|std::basic_[io]?fstream|std::basic_filebuf|"
     r"at::launch\b|at::intraop_launch|at::Context::set\w+|at::set_num\w*threads|"
-    r"at::init_num_threads|c10::ThreadPool|at::PTThreadPool|c10::TaskThreadPool|"
+    r"c10::ThreadPool|at::PTThreadPool|c10::TaskThreadPool|"
     r"at::get_thread_pool|profiler::|ThreadLocalState|ThreadLocalDebugInfo|"
     r"c10::impl::(tls_|_force_tls)|at::(disable|reenable|remove|clear)\w*Callbacks?\b|"
     r"at::add(Global|ThreadLocal)Callback|torch::Library::|c10::RegisterOperators|"
-    r"c10::Dispatcher::register|"
-    r"c10::cuda::CUDACachingAllocator::(?!(raw_alloc|raw_delete|get)\b)\w+|"
+    r"c10::Dispatcher::register|at::composite\w*::|at::meta::|"
+    r"Set\w*Allocator|FLAGS_\w+|c10::cuda::CUDACachingAllocator::(?!(raw_alloc|raw_delete|get|allocator)\b)\w+|"
     r"at::cuda::(?!(getCurrentCUDAStream|getStreamFromPool|getDefaultCUDAStream|CUDAStream|"
     r"getCurrentDeviceProperties|getDeviceProperties|getCurrentCUDABlasHandle|"
     r"getCurrentCUDABlasLtHandle|warp_size|blas::|detail::|CUDAEvent|stream_synchronize|"
@@ -50,6 +52,7 @@ ALLOWED_C = re.compile(
         [
             _MATH,
             r"__\w+_finite",  # glibc's -ffast-math entry points of the same functions
+            r"Sleef_\w+",  # ATen's vectorized maths (at::vec), as its headers inline them
             r"_ZGV\w+",  # libmvec: the vectorized math functions
             r"__(isnan|isinf|finite|fpclassify|signbit)[fl]?",
             r"mem(cpy|move|set|cmp|chr|rchr)|__mem\w*_chk|wmem\w+",
@@ -98,6 +101,47 @@ def imported_symbols(library: Path) -> list[str]:
     return [line.split("U ", 1)[1].strip() for line in listing.splitlines() if " U " in line]
 
 
+# ATen operators called from C++ go through ``at::_ops::<op>[_<overload>]::call``.
+ATEN_OP = re.compile(r"at::_ops::(\w+)::call\b")
+# OpenMP entry points that start threads: ATen ops run on those threads escape the profiler,
+# whose hooks are thread-local.
+OPENMP_THREADS = re.compile(r"GOMP_(parallel|task|teams)\w*|__kmpc_fork\w*")
+
+
+def _op_named(struct: str, names: set[str] | dict[str, str]) -> bool:
+    """``empty_memory_format`` is the op ``empty``; ``add__Tensor`` is ``add_``."""
+    return any(struct == name or struct.startswith(name + "_") for name in names)
+
+
+def aten_op_problems(symbols: list[str]) -> list[str]:
+    """ATen operators a kernel library calls from C++ that the profiler could miss or rejects.
+
+    Allocation and layout ops are free. Other computing ops are refused outright (the profiler
+    would refuse them too, when it sees them). Library ops (matmul, conv, ...) are allowed from
+    C++ unless the library also starts OpenMP threads: an op run on such a thread is invisible
+    to the profiler's per-thread hooks, so its count could not be checked.
+    """
+    ops = {m.group(1) for symbol in symbols if (m := ATEN_OP.search(symbol))}
+    compute = {op for op in ops if not _op_named(op, LAYOUT_OPS)}
+    computing = sorted(op for op in compute if not _op_named(op, FAMILY_OF))
+    reasons = []
+    if computing:
+        reasons.append(
+            f"the built kernel calls PyTorch operators ({', '.join(computing)}) from C++: a "
+            "candidate's own kernels do its work; library ops (matmul, conv, norms, softmax) "
+            "and allocation may stay PyTorch calls"
+        )
+    threads = sorted({m.group(0) for symbol in symbols if (m := OPENMP_THREADS.match(symbol))})
+    library = sorted(compute - set(computing))
+    if library and threads:
+        reasons.append(
+            f"the built kernel starts OpenMP threads ({', '.join(threads)}) and calls PyTorch "
+            f"operators ({', '.join(library)}) from C++: ops run on those threads escape the "
+            "profiler. Call library ops from Python, around the kernel"
+        )
+    return reasons
+
+
 def symbol_problems(symbols: list[str]) -> list[str]:
     """Reasons to reject a kernel library that imports ``symbols``; empty when it may run."""
     forbidden_cxx, outside_list = set(), set()
@@ -119,7 +163,7 @@ def symbol_problems(symbols: list[str]) -> list[str]:
             "a kernel may use memory, maths, OpenMP loops and CUDA launches and copies, not "
             "scheduling, priorities, signals, clocks, files, processes or device-wide settings"
         )
-    return reasons
+    return reasons + aten_op_problems(symbols)
 
 
 def _is_c(symbol: str) -> bool:

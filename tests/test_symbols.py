@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
+
 import pytest
 
+from harness.buildcache import CPU_CFLAGS, CPU_LDFLAGS, CachedLoader, build_key
+from harness.gate import GateRejection
 from harness.symbols import symbol_problems
 
 # What an honest C++ (OpenMP) extension built by load_inline imports (read with nm -D -C).
@@ -28,6 +32,12 @@ HONEST_CPU = [
     "c10::detail::torchCheckFail(char const*, char const*, unsigned int, char const*)",
     "c10::impl::ExcludeDispatchKeyGuard::~ExcludeDispatchKeyGuard()",
     "typeinfo for std::runtime_error@GLIBCXX_3.4",
+    "at::init_num_threads()",  # at::parallel_for's own set-up, inlined from ATen's headers
+    "Sleef_expf8_u10",  # at::vec::Vectorized<float>::exp
+    "at::_ops::empty_memory_format::call(c10::ArrayRef<c10::SymInt>, std::optional<c10::ScalarType>, "
+    "std::optional<c10::Layout>, std::optional<c10::Device>, std::optional<bool>, "
+    "std::optional<c10::MemoryFormat>)",
+    "at::_ops::contiguous::call(at::Tensor const&, c10::MemoryFormat)",
 ]
 # ... and a CUDA one: kernel registration and launch, streams, cuBLAS.
 HONEST_CUDA = [
@@ -49,6 +59,8 @@ HONEST_CUDA = [
     "at::cuda::getCurrentCUDAStream(signed char)",
     "at::cuda::getCurrentCUDABlasHandle()",
     "c10::cuda::c10_cuda_check_implementation(int, char const*, char const*, unsigned int, bool)",
+    "c10::cuda::CUDACachingAllocator::allocator",  # read by the inline CUDACachingAllocator::get()
+    "at::_ops::matmul::call(at::Tensor const&, at::Tensor const&)",  # cuBLAS GEMM, then a kernel
 ]
 
 
@@ -95,8 +107,43 @@ def test_honest_libraries_pass():
             "std::basic_ifstream<char, std::char_traits<char> >::basic_ifstream()",
             "std::basic_ifstream",
         ),
+        ("c10::SetCPUAllocator(c10::Allocator*, unsigned char)", "SetCPUAllocator"),
+        ("c10::SetAllocator(c10::DeviceType, c10::Allocator*, unsigned char)", "SetAllocator"),
+        ("at::compositeexplicitautograd::clone(at::Tensor const&)", "at::compositeexplicitautograd"),
+        ("at::_ops::gelu::call(at::Tensor const&, c10::basic_string_view<char>)", "gelu"),
+        ("at::_ops::add__Tensor::call(at::Tensor&, at::Tensor const&, c10::Scalar const&)", "add__Tensor"),
+        # A library op is fine from C++, but not from a library that starts OpenMP threads:
+        # the profiler's hooks are per thread and would miss it (HONEST_CPU has GOMP_parallel).
+        ("at::_ops::_softmax::call(at::Tensor const&, long, bool)", "OpenMP threads"),
     ],
 )
 def test_rejected_symbols_are_named(symbol, says):
     reasons = symbol_problems([*HONEST_CPU, symbol])
     assert len(reasons) == 1 and says in reasons[0], reasons
+
+
+def test_cuda_library_ops_pass_without_openmp_threads():
+    assert symbol_problems([*HONEST_CUDA, "at::_ops::_softmax::call(at::Tensor const&, long, bool)"]) == []
+
+
+def _libc_getenv(name: bytes) -> bytes | None:
+    getenv = ctypes.CDLL(None).getenv
+    getenv.restype = ctypes.c_char_p
+    return getenv(name)
+
+
+def test_a_library_is_checked_before_it_is_loaded(tmp_path):
+    """Loading runs a library's static initializers: a rejected one must never be loaded."""
+    marker = b"KP_STATIC_INITIALIZER_RAN"
+    cpp = (
+        "#include <torch/extension.h>\n#include <cstdlib>\n"
+        f'static int ran = setenv("{marker.decode()}", "1", 1);\n'
+        "torch::Tensor same(torch::Tensor x) { return x; }\n"
+    )
+    loader = CachedLoader(tmp_path, "cpu", "float32")
+    key = build_key(cpp, "", ["same"], CPU_CFLAGS, [], CPU_LDFLAGS, "cpu")
+    # _build is below the source check (which would catch setenv by name): the binary's
+    # imported symbols alone must stop it.
+    with pytest.raises(GateRejection, match="setenv"):
+        loader._build(key, cpp, "", ["same"], CPU_CFLAGS, [], CPU_LDFLAGS)
+    assert _libc_getenv(marker) is None

@@ -1,8 +1,10 @@
 # pattern: honest library matmul + fused bias/ReLU epilogue
 # problem: redteam/problems/linear_relu.py
 # expect: ok
-"""The GEMM is at::matmul (the library op nn.Linear itself uses); the bias add and the ReLU
-run as one OpenMP pass of our own over the GEMM's result, in place on that fresh buffer.
+"""The GEMM is torch.matmul (the library op nn.Linear itself uses), called from Python; the bias
+add and the ReLU run as one OpenMP pass of our own over the GEMM's result, in place on that fresh
+buffer. (A kernel that starts OpenMP threads may not call PyTorch ops from C++: ops run on those
+threads would escape the profiler.)
 """
 
 import torch
@@ -12,13 +14,11 @@ from torch.utils.cpp_extension import load_inline
 CPP_SOURCE = r"""
 #include <torch/extension.h>
 
-// relu(x @ weight^T + bias): the GEMM is the library's (at::matmul, which the reference's
-// nn.Linear also uses); the bias add and ReLU run as one pass of our own over its result.
-torch::Tensor linear_relu(torch::Tensor x, torch::Tensor weight, torch::Tensor bias) {
-    TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == torch::kFloat32, "x must be float32 on cpu");
-    TORCH_CHECK(weight.dim() == 2 && weight.size(1) == x.size(-1), "weight must be [out, in]");
-    TORCH_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "bias must be [out]");
-    torch::Tensor y = at::matmul(x, weight.t()).contiguous();
+// y = relu(y + bias), in place over the fresh GEMM result y (contiguous, [rows, cols]).
+torch::Tensor bias_relu_(torch::Tensor y, torch::Tensor bias) {
+    TORCH_CHECK(y.device().is_cpu() && y.scalar_type() == torch::kFloat32, "y must be float32 on cpu");
+    TORCH_CHECK(y.is_contiguous(), "y must be contiguous");
+    TORCH_CHECK(bias.dim() == 1 && bias.size(0) == y.size(-1), "bias must be [out]");
     const torch::Tensor bc = bias.contiguous();
     const int64_t cols = y.size(-1);
     const int64_t rows = cols == 0 ? 0 : y.numel() / cols;
@@ -40,7 +40,7 @@ torch::Tensor linear_relu(torch::Tensor x, torch::Tensor weight, torch::Tensor b
 _ext = load_inline(
     name="kp_linear_kit",
     cpp_sources=CPP_SOURCE,
-    functions=["linear_relu"],
+    functions=["bias_relu_"],
     extra_cflags=["-O3", "-fopenmp"],
     extra_ldflags=["-fopenmp"],
 )
@@ -52,4 +52,5 @@ class ModelNew(nn.Module):
         self.linear = nn.Linear(in_features, out_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _ext.linear_relu(x, self.linear.weight, self.linear.bias)
+        y = torch.matmul(x, self.linear.weight.t()).contiguous()
+        return _ext.bias_relu_(y, self.linear.bias)

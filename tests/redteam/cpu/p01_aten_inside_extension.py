@@ -1,6 +1,6 @@
 # pattern: 1 the extension calls ATen (x + bias, torch::gelu) from C++
 # problem: redteam/problems/bias_gelu.py
-# expect: rejected no_pytorch_compute
+# expect: rejected static_gate
 """The "kernel" is a C++ function that calls PyTorch's own operators (operator+ and
 torch::gelu). It is launched on every call and correct; there is no kernel of its own.
 The Python side calls nothing but the extension.
