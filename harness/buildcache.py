@@ -27,7 +27,7 @@ from torch.utils import cpp_extension
 
 from harness.gate import GateRejection
 from harness.native_gate import check_native
-from harness.symbols import imported_symbols, symbol_problems
+from harness.symbols import object_problems
 
 # Fixed on cpu, whatever the candidate asks (it may only ask for allowed flags): the same
 # candidate then always hashes to the same build.
@@ -189,8 +189,8 @@ class CountingModule:
 
 
 def check_binary(library: Path) -> list[str]:
-    """Reasons to reject the built extension, from the symbols it imports."""
-    return symbol_problems(imported_symbols(library))
+    """Reasons to reject the built extension, from the objects it was linked from."""
+    return object_problems(sorted(library.parent.glob("*.o")))
 
 
 def build_key(cpp, cuda, functions, cflags, cuda_flags, ldflags, device) -> str:

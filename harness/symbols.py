@@ -1,7 +1,12 @@
 """What a built kernel library may call outside itself, read from the symbols it imports.
 
-Read from the binary (``nm -D --undefined-only``), so no spelling of the source (macros,
-aliases, declarations of its own, token pasting) hides a call. Two rules:
+Read from the compiled objects (``nm --undefined-only`` of each ``.o``: the candidate's code and
+what PyTorch's headers inline into it), so no spelling of the source (macros, aliases,
+declarations of its own, token pasting) hides a call. Not from the linked library: a toolchain
+that links the C++ runtime statically (the GPU machine's does) brings the runtime's own imports
+(locale, iconv, open, syscall) and defines std::thread inside the library. The objects'
+machine code is also scanned for instructions that reach the kernel or read clocks directly.
+Two rules for symbols:
 
 - C++ symbols (PyTorch, the C++ runtime) are allowed unless they reach ATen kernels around the
   dispatcher (and so around the profiler), switch profiling hooks off, start threads, touch
@@ -62,7 +67,7 @@ ALLOWED_C = re.compile(
             r"(v?f|v?sn?)?printf|puts|fputs|fputc|putc|putchar|fwrite|fflush|stderr|stdout",
             r"abort|atexit|__assert_fail|__stack_chk_fail|__cxa_\w+|__gxx_personality_v0|__dynamic_cast",
             r"_Unwind_\w+|__tls_get_addr|__libc_single_threaded|_ITM_\w+|__gmon_start__",
-            r"__dso_handle|__errno_location|dl_iterate_phdr|qsort|bsearch|abs|labs|llabs",
+            r"__dso_handle|_GLOBAL_OFFSET_TABLE_|__errno_location|dl_iterate_phdr|qsort|bsearch|abs|labs|llabs",
             r"__cpu_model|__cpu_features2|__cpu_indicator_init",  # target_clones dispatch
             r"pthread_(mutex|once|key|getspecific|setspecific|self|equal|cond|rwlock|spin)\w*",
             r"GOMP_(parallel\w*|loop\w*|barrier\w*|critical\w*|atomic\w*|single\w*|"
@@ -86,19 +91,51 @@ ALLOWED_C = re.compile(
 )
 
 
-def imported_symbols(library: Path) -> list[str]:
-    """Demangled names of the symbols ``library`` takes from other libraries."""
-    nm = shutil.which("nm")
-    if nm is None:
-        raise RuntimeError("nm (binutils) is needed to check built kernels: install binutils")
+# Instructions no kernel needs: system calls around libc, and clock/counter reads (timers).
+FORBIDDEN_INSTRUCTION = re.compile(r"\s(syscall|sysenter|rdtscp?|rdpmc)\b|\sint\s+\$0x80\b")
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise RuntimeError(f"{name} (binutils) is needed to check built kernels: install binutils")
+    return path
+
+
+def undefined_symbols(objects: list[Path]) -> list[str]:
+    """Demangled names of the symbols the compiled ``objects`` take from elsewhere."""
     listing = subprocess.run(
-        [nm, "-D", "-C", "--undefined-only", str(library)],
+        [_tool("nm"), "-C", "--undefined-only", *map(str, objects)],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    # Lines are "                 U name@VERSION"; demangled C++ names contain spaces.
+    # Lines are "                 U name"; demangled C++ names contain spaces.
     return [line.split("U ", 1)[1].strip() for line in listing.splitlines() if " U " in line]
+
+
+def instruction_problems(objects: list[Path]) -> list[str]:
+    """Reasons to reject objects whose machine code makes system calls or reads clocks."""
+    listing = subprocess.run(
+        [_tool("objdump"), "-d", "--no-show-raw-insn", *map(str, objects)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    found = sorted({m.group(0).strip() for m in FORBIDDEN_INSTRUCTION.finditer(listing)})
+    if not found:
+        return []
+    return [
+        f"the built kernel's machine code has {', '.join(found)}: system calls and clock reads "
+        "(around libc and the allowed functions) are not a kernel's work"
+    ]
+
+
+def object_problems(objects: list[Path]) -> list[str]:
+    """Reasons to reject a build from its compiled objects; empty when it may be loaded."""
+    if not objects:
+        return ["the build left no compiled objects to check"]
+    return symbol_problems(undefined_symbols(objects)) + instruction_problems(objects)
 
 
 # ATen operators called from C++ go through ``at::_ops::<op>[_<overload>]::call``.
