@@ -3,8 +3,8 @@
 #
 #   here:  bash bench/fetch_gpu_wheels.sh          # once: .whl/ (git-ignored)
 #   there: run(carry=[".whl"], command="bash bench/gpu_run.sh build gpu pack")  # <= 560 s
-#   here:  rm -rf .kp-cache && cat <files_at>/kp-cache.tgz.part-* | tar xzf -
-#   there: run(carry=[".whl", ".kp-cache"], command="bash bench/gpu_run.sh corpus bench")
+#   here:  rm -rf .kp-cache-parts && mkdir .kp-cache-parts && cp <files_at>/kp-cache.tgz.part-* .kp-cache-parts/
+#   there: run(carry=[".whl", ".kp-cache-parts"], command="bash bench/gpu_run.sh gpu corpus")
 #
 # Stages: build (parallel prebuild of every CUDA candidate), gpu (tests/test_gpu.py: the
 # examples end to end, a sticky CUDA error), corpus (the CUDA red-team and honest kernels),
@@ -27,6 +27,9 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 KERNELPILOT_CACHE=$PWD/.kp-c
   nproc
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
+if [ -d .kp-cache-parts ]; then  # the build cache of an earlier call, carried back out
+  rm -rf .kp-cache && cat .kp-cache-parts/kp-cache.tgz.part-* | tar xzf - && du -sh .kp-cache
+fi
 
 stage() {  # stage NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAME.log
   local name=$1 limit=$2
