@@ -9,16 +9,25 @@ from __future__ import annotations
 
 import ast
 import importlib
-import inspect
 
+from harness.gate_resolve import (
+    UNKNOWN,
+    import_bindings,
+    is_allowed_module,
+    module_reached,
+    static_attribute,
+)
 from harness.gate_rules import (
     ALLOWED_IMPORTS,
+    ESCAPE_ATTRIBUTES,
     FORBIDDEN_ATTRIBUTES,
     FORBIDDEN_CALLS,
+    FRAME_PREFIXES,
     LOW_PRECISION_PY,
     MODULE_METHODS,
     MUTATORS,
     STDLIB_MODULES,
+    TORCH_SUBMODULE_NAMES,
     forbidden_name,
 )
 
@@ -52,11 +61,14 @@ class _Gate(ast.NodeVisitor):
         self.reasons: list[str] = []
         self.shared: set[str] = set()  # module-level names: state shared across calls
         self.scopes: list[tuple[bool, set[str]]] = []  # (keeps no state, shared-alias locals)
+        self.imported: dict[str, object] = {}  # names bound only by allowed imports: their objects
+        self.rebound: set[str] = set()  # names bound other than by an allowed import
 
     def visit_Module(self, node: ast.Module) -> None:
         for statement in node.body:
             for target in _bound_names(statement):
                 self.shared.add(target)
+        self.imported, self.rebound = import_bindings(node)
         self.generic_visit(node)
 
     @property
@@ -193,6 +205,8 @@ class _Gate(ast.NodeVisitor):
             self.reject(node, f".{name}: lowers precision")
         elif not self.low_precision_allowed and name in LOW_PRECISION_PY:
             self.reject(node, f".{name}: reduced precision in a float32 problem")
+        elif why := self._escape(node):
+            self.reject(node, why)
         if name == self.reference_class:
             self.reject(node, f"uses the reference class {self.reference_class}")
         self.generic_visit(node)
@@ -218,6 +232,43 @@ class _Gate(ast.NodeVisitor):
     def visit_arg(self, node: ast.arg) -> None:
         self._check_annotation(node.annotation)
         self.generic_visit(node)
+
+    def _escape(self, node: ast.Attribute) -> str:
+        """Why ``node`` reaches around the import allow-list; empty when it does not."""
+        name = node.attr
+        if isinstance(node.value, ast.Name) and node.value.id == "self":
+            return ""  # self's own attribute, named as the candidate likes
+        if name in ESCAPE_ATTRIBUTES:
+            return f".{name}: {ESCAPE_ATTRIBUTES[name]}"
+        if name.startswith(FRAME_PREFIXES):
+            return f".{name}: reads interpreter frames, code objects or tracebacks"
+        owner = self._resolve(node.value)
+        module = None if owner is UNKNOWN else module_reached(owner, name)
+        if module is not None and not is_allowed_module(owner, name, module):
+            return f"{ast.unparse(node)} reaches the module {module} (not on the allowed list)"
+        if module is None and name in TORCH_SUBMODULE_NAMES:
+            if owner is UNKNOWN or static_attribute(owner, name) is UNKNOWN:
+                return f".{name}: named like the module torch.{name} (reached around the imports)"
+        return ""
+
+    def _resolve(self, node: ast.expr) -> object:
+        """The real object an attribute chain rooted at an allowed import names, else UNKNOWN.
+
+        Looked up with ``inspect.getattr_static``: nothing is called and nothing is imported.
+        A chain through a module off the allowed list stops resolving (it is rejected there).
+        """
+        if isinstance(node, ast.Name):
+            return self.imported.get(node.id, UNKNOWN)
+        if not isinstance(node, ast.Attribute):
+            return UNKNOWN
+        owner = self._resolve(node.value)
+        if owner is UNKNOWN:
+            return UNKNOWN
+        value = static_attribute(owner, node.attr)
+        module = module_reached(owner, node.attr)
+        if module is not None and not is_allowed_module(owner, node.attr, module):
+            return UNKNOWN
+        return value
 
     def _check_annotation(self, annotation: ast.expr | None) -> None:
         """A string annotation is code that typing can evaluate: allow only dotted names."""
@@ -308,7 +359,7 @@ def _is_module(package: str, name: str) -> bool:
 
     Only for packages on the import allow-list: the gate never imports candidate-named code.
     """
-    return inspect.ismodule(getattr(importlib.import_module(package), name, None))
+    return module_reached(importlib.import_module(package), name) is not None
 
 
 def _is_load_inline(func: ast.expr) -> bool:
