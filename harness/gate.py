@@ -191,7 +191,7 @@ class _Gate(ast.NodeVisitor):
         name = node.attr
         if name == "load_inline":
             self.reject(node, "uses load_inline other than by calling it")
-        if name.startswith("__") and name.endswith("__") and name != "__init__":
+        if _is_dunder(name) and name != "__init__":
             self.reject(node, f"accesses {name}")
         elif name in FORBIDDEN_ATTRIBUTES and FORBIDDEN_ATTRIBUTES[name]:
             self.reject(node, f".{name}: {FORBIDDEN_ATTRIBUTES[name]}")
@@ -210,6 +210,17 @@ class _Gate(ast.NodeVisitor):
         if name == self.reference_class:
             self.reject(node, f"uses the reference class {self.reference_class}")
         self.generic_visit(node)
+
+    def visit_keyword(self, node: ast.keyword) -> None:
+        if node.arg is not None and _is_dunder(node.arg):
+            self.reject(node, f"passes {node.arg}= (a special method smuggled in by keyword)")
+        self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        # A candidate never needs a dunder name as a string: as a dict key or a type() namespace
+        # entry it defines a special method without a `def` the gate would see.
+        if isinstance(node.value, str) and _is_dunder(node.value):
+            self.reject(node, f"the string {node.value!r} names a special method or attribute")
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
@@ -360,6 +371,10 @@ def _is_module(package: str, name: str) -> bool:
     Only for packages on the import allow-list: the gate never imports candidate-named code.
     """
     return module_reached(importlib.import_module(package), name) is not None
+
+
+def _is_dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
 
 
 def _is_load_inline(func: ast.expr) -> bool:

@@ -90,6 +90,12 @@ def method(header: str, body: str = "return x") -> str:
         (forward("return x.gi_frame"), ".gi_frame: reads interpreter frames"),
         (forward("return x.co_consts"), ".co_consts: reads interpreter frames"),
         (forward("return x.tb_frame"), ".tb_frame: reads interpreter frames"),
+        # Dunder names smuggled in as keywords or strings.
+        (forward("return dict(__torch_function__=x)"), "passes __torch_function__="),
+        (forward("return type('T', (object,), {}, __del__=x)"), "passes __del__="),
+        (forward("return type('T', (torch.Tensor,), {'__del__': x})"), "the string '__del__'"),
+        (forward("return {'__torch_function__': x}"), "the string '__torch_function__'"),
+        (forward("return '__main__'"), "the string '__main__'"),
     ],
 )
 def test_rejects(source, expected):
