@@ -127,6 +127,7 @@ class _Gate(ast.NodeVisitor):
     visit_Nonlocal = visit_Global
 
     def visit_Lambda(self, node: ast.Lambda) -> None:
+        self._check_defaults(node.args, "lambda")
         self.generic_visit(node)
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
@@ -156,12 +157,17 @@ class _Gate(ast.NodeVisitor):
         self._check_annotation(node.returns)
         for decorator in node.decorator_list:
             self.reject(decorator, f"decorates {node.name}: decorators can wrap forward")
+        self._check_defaults(node.args, node.name)
         aliases = {
             name
             for statement in ast.walk(node)
             if isinstance(statement, ast.Assign) and _is_reference_to(statement.value, self.shared)
             for target in statement.targets
             for name in _names(target)
+        } | {  # a default that names shared state is that state, under the parameter's name
+            parameter.arg
+            for parameter, default in _defaults(node.args)
+            if _is_reference_to(default, self.shared)
         }
         self.scopes.append((node.name != "__init__", aliases))
         self.generic_visit(node)
@@ -281,6 +287,16 @@ class _Gate(ast.NodeVisitor):
             return UNKNOWN
         return value
 
+    def _check_defaults(self, arguments: ast.arguments, function: str) -> None:
+        """A default is evaluated once, at definition: a mutable one keeps state across calls."""
+        for parameter, default in _defaults(arguments):
+            if not _is_immutable_default(default):
+                self.reject(
+                    default,
+                    f"{function}: default {parameter.arg}={ast.unparse(default)} is made once and"
+                    " kept across calls (state across calls; use None or a constant)",
+                )
+
     def _check_annotation(self, annotation: ast.expr | None) -> None:
         """A string annotation is code that typing can evaluate: allow only dotted names."""
         for node in ast.walk(annotation) if annotation is not None else []:
@@ -371,6 +387,38 @@ def _is_module(package: str, name: str) -> bool:
     Only for packages on the import allow-list: the gate never imports candidate-named code.
     """
     return module_reached(importlib.import_module(package), name) is not None
+
+
+def _defaults(arguments: ast.arguments) -> list[tuple[ast.arg, ast.expr]]:
+    positional = [*arguments.posonlyargs, *arguments.args]
+    with_default = positional[len(positional) - len(arguments.defaults) :]
+    pairs = list(zip(with_default, arguments.defaults, strict=True))
+    pairs += [
+        (parameter, default)
+        for parameter, default in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True)
+        if default is not None  # a keyword-only parameter without a default
+    ]
+    return pairs
+
+
+def _is_immutable_default(node: ast.expr) -> bool:
+    """Constants, names and attribute chains (``torch.float32``), and tuples of them."""
+    if isinstance(node, ast.Tuple):
+        return all(_is_immutable_default(element) for element in node.elts)
+    if isinstance(node, ast.Attribute):
+        return isinstance(node.value, ast.Name | ast.Attribute) and _is_immutable_default(
+            node.value
+        )
+    return isinstance(node, ast.Constant | ast.Name) or _is_constant_arithmetic(node)
+
+
+def _is_constant_arithmetic(node: ast.expr) -> bool:
+    """``-1``, ``2 ** -0.5``: arithmetic on constants only (no names: ``A + B`` may be a list)."""
+    if isinstance(node, ast.UnaryOp):
+        return _is_constant_arithmetic(node.operand)
+    if isinstance(node, ast.BinOp):
+        return _is_constant_arithmetic(node.left) and _is_constant_arithmetic(node.right)
+    return isinstance(node, ast.Constant) and isinstance(node.value, int | float | complex)
 
 
 def _is_dunder(name: str) -> bool:

@@ -96,6 +96,24 @@ def method(header: str, body: str = "return x") -> str:
         (forward("return type('T', (torch.Tensor,), {'__del__': x})"), "the string '__del__'"),
         (forward("return {'__torch_function__': x}"), "the string '__torch_function__'"),
         (forward("return '__main__'"), "the string '__main__'"),
+        # Mutable defaults: made once, kept across calls.
+        (method("def forward(self, x, cache={}):"), "default cache={} is made once"),
+        (method("def forward(self, x, cache=[]):"), "default cache=[] is made once"),
+        (method("def forward(self, x, cache=set()):"), "default cache=set() is made once"),
+        (method("def forward(self, x, cache=dict()):"), "default cache=dict() is made once"),
+        (method("def forward(self, x, cache={1}):"), "state across calls"),
+        (method("def forward(self, x, cache=[0 for _ in 'ab']):"), "state across calls"),
+        (method("def forward(self, x, cache=(1, [])):"), "state across calls"),
+        (method("def forward(self, x, cache=lambda: 0):"), "state across calls"),
+        (method("def forward(self, x, *, cache={}):"), "default cache={} is made once"),
+        (method("def forward(self, x, /, cache={}):"), "default cache={} is made once"),
+        (forward("f = lambda t, seen=[]: seen\nreturn x"), "lambda: default seen=[]"),
+        (
+            HEAD
+            + "CACHE = {}\n"
+            + method("def forward(self, x, cache=CACHE):", "cache[1] = x\n        return x"),
+            "shared state",
+        ),
     ],
 )
 def test_rejects(source, expected):
@@ -119,6 +137,11 @@ def test_accepts_an_honest_candidate():
 @pytest.mark.parametrize(
     "source",
     [
+        method(
+            "def forward(self, x, scale=1.0, eps=-1e-5, dims=(0, (1, None)), name='gelu',"
+            " dtype=torch.float32, *, gain=2 ** -0.5, bias=None):"
+        ),
+        forward("f = lambda t, k=2: t * k\nreturn f(x)"),
         # Allowed modules, reached through allowed imports.
         forward("return torch.nn.init.zeros_(torch.nn.functional.gelu(x))"),
         forward("return torch.linalg.vector_norm(torch.special.erf(torch.fft.rfft(x).real))"),
