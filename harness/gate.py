@@ -18,6 +18,7 @@ from harness.gate_resolve import (
     static_attribute,
 )
 from harness.gate_rules import (
+    ALLOWED_DECORATOR_CALLS,
     ALLOWED_IMPORTS,
     ESCAPE_ATTRIBUTES,
     FORBIDDEN_ATTRIBUTES,
@@ -156,7 +157,8 @@ class _Gate(ast.NodeVisitor):
             self.reject(node, f"defines {node.name} (objects that act inside the comparison)")
         self._check_annotation(node.returns)
         for decorator in node.decorator_list:
-            self.reject(decorator, f"decorates {node.name}: decorators can wrap forward")
+            if not self._is_allowed_decorator(decorator):
+                self.reject(decorator, f"decorates {node.name}: decorators can wrap forward")
         self._check_defaults(node.args, node.name)
         aliases = {
             name
@@ -286,6 +288,16 @@ class _Gate(ast.NodeVisitor):
         if module is not None and not is_allowed_module(owner, node.attr, module):
             return UNKNOWN
         return value
+
+    def _is_allowed_decorator(self, decorator: ast.expr) -> bool:
+        if isinstance(decorator, ast.Name):
+            return decorator.id == "staticmethod" and "staticmethod" not in self.rebound
+        return (
+            isinstance(decorator, ast.Call)
+            and not decorator.args
+            and not decorator.keywords
+            and any(self._resolve(decorator.func) is allowed for allowed in ALLOWED_DECORATOR_CALLS)
+        )
 
     def _check_defaults(self, arguments: ast.arguments, function: str) -> None:
         """A default is evaluated once, at definition: a mutable one keeps state across calls."""

@@ -91,6 +91,8 @@ ESCAPE_ATTRIBUTES = {
     ),
 }
 FRAME_PREFIXES = ("f_", "co_", "gi_", "cr_", "ag_", "tb_")
+# Decorators that only change autograd's mode around the call, by the object they name.
+ALLOWED_DECORATOR_CALLS = (torch.no_grad, torch.inference_mode)
 # Process-wide state that the baselines, timed in the same process, run under too.
 GLOBAL_STATE_ATTRIBUTES = {
     "backends": "changes PyTorch's backend flags",

@@ -67,6 +67,7 @@ def method(header: str, body: str = "return x") -> str:
         (forward("torch.use_deterministic_algorithms(True)\nreturn x"), "algorithm selection"),
         (forward("return torch.backends.mkldnn.is_available()"), "backend flags"),
         (forward("global G\nreturn x"), "global"),
+        (forward("return open('weights.bin')"), "uses open()"),
         # Module escapes: a chain from an import that reaches a module off the allowed list...
         (
             forward("return torch.package.sys_importer.import_module('harness.timing')"),
@@ -114,6 +115,15 @@ def method(header: str, body: str = "return x") -> str:
             + method("def forward(self, x, cache=CACHE):", "cache[1] = x\n        return x"),
             "shared state",
         ),
+        # Decorators other than staticmethod, torch.no_grad() and torch.inference_mode().
+        (method("@classmethod\ndef helper(cls, x):"), "decorates helper"),
+        (method("@torch.enable_grad()\ndef forward(self, x):"), "decorates forward"),
+        (method("@torch.inference_mode(False)\ndef forward(self, x):"), "decorates forward"),
+        (method("@torch.no_grad\ndef forward(self, x):"), "decorates forward"),
+        (
+            HEAD + "staticmethod = torch.no_grad\n" + method("@staticmethod\ndef f(x):"),
+            "decorates f",
+        ),
     ],
 )
 def test_rejects(source, expected):
@@ -137,6 +147,11 @@ def test_accepts_an_honest_candidate():
 @pytest.mark.parametrize(
     "source",
     [
+        method("@staticmethod\ndef helper(x):"),
+        method("@torch.no_grad()\ndef forward(self, x):"),
+        method("@torch.inference_mode()\ndef forward(self, x):"),
+        "from torch import no_grad\n" + method("@no_grad()\ndef forward(self, x):"),
+        forward("handle = x\nreturn handle.open()"),  # a method called open is not the builtin
         method(
             "def forward(self, x, scale=1.0, eps=-1e-5, dims=(0, (1, None)), name='gelu',"
             " dtype=torch.float32, *, gain=2 ** -0.5, bias=None):"
