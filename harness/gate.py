@@ -9,16 +9,26 @@ from __future__ import annotations
 
 import ast
 import importlib
-import inspect
 
+from harness.gate_resolve import (
+    UNKNOWN,
+    import_bindings,
+    is_allowed_module,
+    module_reached,
+    static_attribute,
+)
 from harness.gate_rules import (
+    ALLOWED_DECORATOR_CALLS,
     ALLOWED_IMPORTS,
+    ESCAPE_ATTRIBUTES,
     FORBIDDEN_ATTRIBUTES,
     FORBIDDEN_CALLS,
+    FRAME_PREFIXES,
     LOW_PRECISION_PY,
     MODULE_METHODS,
     MUTATORS,
     STDLIB_MODULES,
+    TORCH_SUBMODULE_NAMES,
     forbidden_name,
 )
 
@@ -52,11 +62,14 @@ class _Gate(ast.NodeVisitor):
         self.reasons: list[str] = []
         self.shared: set[str] = set()  # module-level names: state shared across calls
         self.scopes: list[tuple[bool, set[str]]] = []  # (keeps no state, shared-alias locals)
+        self.imported: dict[str, object] = {}  # names bound only by allowed imports: their objects
+        self.rebound: set[str] = set()  # names bound other than by an allowed import
 
     def visit_Module(self, node: ast.Module) -> None:
         for statement in node.body:
             for target in _bound_names(statement):
                 self.shared.add(target)
+        self.imported, self.rebound = import_bindings(node)
         self.generic_visit(node)
 
     @property
@@ -115,6 +128,7 @@ class _Gate(ast.NodeVisitor):
     visit_Nonlocal = visit_Global
 
     def visit_Lambda(self, node: ast.Lambda) -> None:
+        self._check_defaults(node.args, "lambda")
         self.generic_visit(node)
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
@@ -143,13 +157,19 @@ class _Gate(ast.NodeVisitor):
             self.reject(node, f"defines {node.name} (objects that act inside the comparison)")
         self._check_annotation(node.returns)
         for decorator in node.decorator_list:
-            self.reject(decorator, f"decorates {node.name}: decorators can wrap forward")
+            if not self._is_allowed_decorator(decorator):
+                self.reject(decorator, f"decorates {node.name}: decorators can wrap forward")
+        self._check_defaults(node.args, node.name)
         aliases = {
             name
             for statement in ast.walk(node)
             if isinstance(statement, ast.Assign) and _is_reference_to(statement.value, self.shared)
             for target in statement.targets
             for name in _names(target)
+        } | {  # a default that names shared state is that state, under the parameter's name
+            parameter.arg
+            for parameter, default in _defaults(node.args)
+            if _is_reference_to(default, self.shared)
         }
         self.scopes.append((node.name != "__init__", aliases))
         self.generic_visit(node)
@@ -179,7 +199,7 @@ class _Gate(ast.NodeVisitor):
         name = node.attr
         if name == "load_inline":
             self.reject(node, "uses load_inline other than by calling it")
-        if name.startswith("__") and name.endswith("__") and name != "__init__":
+        if _is_dunder(name) and name != "__init__":
             self.reject(node, f"accesses {name}")
         elif name in FORBIDDEN_ATTRIBUTES and FORBIDDEN_ATTRIBUTES[name]:
             self.reject(node, f".{name}: {FORBIDDEN_ATTRIBUTES[name]}")
@@ -193,9 +213,22 @@ class _Gate(ast.NodeVisitor):
             self.reject(node, f".{name}: lowers precision")
         elif not self.low_precision_allowed and name in LOW_PRECISION_PY:
             self.reject(node, f".{name}: reduced precision in a float32 problem")
+        elif why := self._escape(node):
+            self.reject(node, why)
         if name == self.reference_class:
             self.reject(node, f"uses the reference class {self.reference_class}")
         self.generic_visit(node)
+
+    def visit_keyword(self, node: ast.keyword) -> None:
+        if node.arg is not None and _is_dunder(node.arg):
+            self.reject(node, f"passes {node.arg}= (a special method smuggled in by keyword)")
+        self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        # A candidate never needs a dunder name as a string: as a dict key or a type() namespace
+        # entry it defines a special method without a `def` the gate would see.
+        if isinstance(node.value, str) and _is_dunder(node.value):
+            self.reject(node, f"the string {node.value!r} names a special method or attribute")
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
@@ -218,6 +251,63 @@ class _Gate(ast.NodeVisitor):
     def visit_arg(self, node: ast.arg) -> None:
         self._check_annotation(node.annotation)
         self.generic_visit(node)
+
+    def _escape(self, node: ast.Attribute) -> str:
+        """Why ``node`` reaches around the import allow-list; empty when it does not."""
+        name = node.attr
+        if isinstance(node.value, ast.Name) and node.value.id == "self":
+            return ""  # self's own attribute, named as the candidate likes
+        if name in ESCAPE_ATTRIBUTES:
+            return f".{name}: {ESCAPE_ATTRIBUTES[name]}"
+        if name.startswith(FRAME_PREFIXES):
+            return f".{name}: reads interpreter frames, code objects or tracebacks"
+        owner = self._resolve(node.value)
+        module = None if owner is UNKNOWN else module_reached(owner, name)
+        if module is not None and not is_allowed_module(owner, name, module):
+            return f"{ast.unparse(node)} reaches the module {module} (not on the allowed list)"
+        if module is None and name in TORCH_SUBMODULE_NAMES:
+            if owner is UNKNOWN or static_attribute(owner, name) is UNKNOWN:
+                return f".{name}: named like the module torch.{name} (reached around the imports)"
+        return ""
+
+    def _resolve(self, node: ast.expr) -> object:
+        """The real object an attribute chain rooted at an allowed import names, else UNKNOWN.
+
+        Looked up with ``inspect.getattr_static``: nothing is called and nothing is imported.
+        A chain through a module off the allowed list stops resolving (it is rejected there).
+        """
+        if isinstance(node, ast.Name):
+            return self.imported.get(node.id, UNKNOWN)
+        if not isinstance(node, ast.Attribute):
+            return UNKNOWN
+        owner = self._resolve(node.value)
+        if owner is UNKNOWN:
+            return UNKNOWN
+        value = static_attribute(owner, node.attr)
+        module = module_reached(owner, node.attr)
+        if module is not None and not is_allowed_module(owner, node.attr, module):
+            return UNKNOWN
+        return value
+
+    def _is_allowed_decorator(self, decorator: ast.expr) -> bool:
+        if isinstance(decorator, ast.Name):
+            return decorator.id == "staticmethod" and "staticmethod" not in self.rebound
+        return (
+            isinstance(decorator, ast.Call)
+            and not decorator.args
+            and not decorator.keywords
+            and any(self._resolve(decorator.func) is allowed for allowed in ALLOWED_DECORATOR_CALLS)
+        )
+
+    def _check_defaults(self, arguments: ast.arguments, function: str) -> None:
+        """A default is evaluated once, at definition: a mutable one keeps state across calls."""
+        for parameter, default in _defaults(arguments):
+            if not _is_immutable_default(default):
+                self.reject(
+                    default,
+                    f"{function}: default {parameter.arg}={ast.unparse(default)} is made once and"
+                    " kept across calls (state across calls; use None or a constant)",
+                )
 
     def _check_annotation(self, annotation: ast.expr | None) -> None:
         """A string annotation is code that typing can evaluate: allow only dotted names."""
@@ -308,7 +398,43 @@ def _is_module(package: str, name: str) -> bool:
 
     Only for packages on the import allow-list: the gate never imports candidate-named code.
     """
-    return inspect.ismodule(getattr(importlib.import_module(package), name, None))
+    return module_reached(importlib.import_module(package), name) is not None
+
+
+def _defaults(arguments: ast.arguments) -> list[tuple[ast.arg, ast.expr]]:
+    positional = [*arguments.posonlyargs, *arguments.args]
+    with_default = positional[len(positional) - len(arguments.defaults) :]
+    pairs = list(zip(with_default, arguments.defaults, strict=True))
+    pairs += [
+        (parameter, default)
+        for parameter, default in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True)
+        if default is not None  # a keyword-only parameter without a default
+    ]
+    return pairs
+
+
+def _is_immutable_default(node: ast.expr) -> bool:
+    """Constants, names and attribute chains (``torch.float32``), and tuples of them."""
+    if isinstance(node, ast.Tuple):
+        return all(_is_immutable_default(element) for element in node.elts)
+    if isinstance(node, ast.Attribute):
+        return isinstance(node.value, ast.Name | ast.Attribute) and _is_immutable_default(
+            node.value
+        )
+    return isinstance(node, ast.Constant | ast.Name) or _is_constant_arithmetic(node)
+
+
+def _is_constant_arithmetic(node: ast.expr) -> bool:
+    """``-1``, ``2 ** -0.5``: arithmetic on constants only (no names: ``A + B`` may be a list)."""
+    if isinstance(node, ast.UnaryOp):
+        return _is_constant_arithmetic(node.operand)
+    if isinstance(node, ast.BinOp):
+        return _is_constant_arithmetic(node.left) and _is_constant_arithmetic(node.right)
+    return isinstance(node, ast.Constant) and isinstance(node.value, int | float | complex)
+
+
+def _is_dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
 
 
 def _is_load_inline(func: ast.expr) -> bool:

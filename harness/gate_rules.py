@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import torch
 
@@ -14,6 +15,24 @@ ALLOWED_IMPORTS = {
     "math",
     "typing",
     "__future__",
+}
+# The modules an attribute chain from an allowed import may pass through (``torch.nn.init``,
+# ``torch.cuda``); any other module it reaches (``torch.package``, ``torch.testing``) is a way
+# around the import allow-list.
+ALLOWED_MODULES = {
+    "torch",
+    "torch.nn",
+    "torch.nn.functional",
+    "torch.nn.init",
+    "torch.nn.parameter",
+    "torch.cuda",
+    "torch.utils",
+    "torch.utils.cpp_extension",
+    "torch.linalg",
+    "torch.special",
+    "torch.fft",
+    "math",
+    "typing",
 }
 # torch re-exports modules it imported (torch.sys, torch.os, torch.builtins, ...): an attribute
 # named like a standard-library module reaches around the import allow-list. Tensor methods
@@ -59,6 +78,21 @@ FORBIDDEN_ATTRIBUTES = {
     "DataLoader": "starts worker processes",
     "distributed": "starts or joins other processes",
 }
+# Attribute names that reach the import system, the builtins that the gate refuses by name, or
+# the interpreter's frames, code objects and tracebacks (and through them every module's globals).
+ESCAPE_ATTRIBUTES = {
+    **dict.fromkeys(
+        ("import_module", "sys_importer", "find_spec", "load_module", "exec_module"),
+        "imports modules at run time, around the import allow-list",
+    ),
+    **dict.fromkeys(
+        ("getattr", "setattr", "delattr", "exec", "globals", "locals", "vars", "breakpoint"),
+        "a builtin that the gate refuses, reached as an attribute",
+    ),
+}
+FRAME_PREFIXES = ("f_", "co_", "gi_", "cr_", "ag_", "tb_")
+# Decorators that only change autograd's mode around the call, by the object they name.
+ALLOWED_DECORATOR_CALLS = (torch.no_grad, torch.inference_mode)
 # Process-wide state that the baselines, timed in the same process, run under too.
 GLOBAL_STATE_ATTRIBUTES = {
     "backends": "changes PyTorch's backend flags",
@@ -102,3 +136,30 @@ def forbidden_name(name: str) -> str:
     if name in GLOBAL_STATE_ATTRIBUTES:
         return f"{GLOBAL_STATE_ATTRIBUTES[name]}, which the baselines in this process run under"
     return FORBIDDEN_ATTRIBUTES.get(name, "")
+
+
+def _torch_submodule_names() -> set[str]:
+    """Public submodules directly under torch/, torch/nn/, torch/utils/ and torch/cuda/.
+
+    Read from the file system, so modules that torch loads lazily (``torch.onnx``) count too.
+    """
+    root = Path(torch.__file__).parent
+    names = {
+        path.stem if path.suffix == ".py" else path.name
+        for folder in (root, root / "nn", root / "utils", root / "cuda")
+        for path in folder.iterdir()
+        if path.suffix == ".py" or (path / "__init__.py").is_file()
+    }
+    return {name for name in names if not name.startswith("_")}
+
+
+# On an object the gate cannot resolve (a local, a parameter, a call's result), an attribute named
+# like a torch submodule is a module reached around the allow-list: ``self.t = torch`` in
+# ``__init__``, then ``self.t.package``. Tensor and Module attributes of the same name
+# (``x.cuda``, ``x.data``) and the allowed leaves are not.
+TORCH_SUBMODULE_NAMES = (
+    _torch_submodule_names()
+    - set(dir(torch.Tensor))
+    - set(dir(torch.nn.Module))
+    - {"nn", "functional", "init", "parameter", "linalg", "special", "fft", "cpp_extension"}
+)

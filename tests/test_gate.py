@@ -16,6 +16,12 @@ def forward(body: str) -> str:
     return HEAD + CLASS + "    def forward(self, x):\n" + lines + "\n"
 
 
+def method(header: str, body: str = "return x") -> str:
+    """ModelNew with one more method: ``header`` is its decorators and def line, unindented."""
+    lines = "\n".join("    " + line for line in header.splitlines())
+    return HEAD + CLASS + lines + "\n        " + body + "\n"
+
+
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
@@ -61,6 +67,63 @@ def forward(body: str) -> str:
         (forward("torch.use_deterministic_algorithms(True)\nreturn x"), "algorithm selection"),
         (forward("return torch.backends.mkldnn.is_available()"), "backend flags"),
         (forward("global G\nreturn x"), "global"),
+        (forward("return open('weights.bin')"), "uses open()"),
+        # Module escapes: a chain from an import that reaches a module off the allowed list...
+        (
+            forward("return torch.package.sys_importer.import_module('harness.timing')"),
+            "torch.package reaches the module torch.package",
+        ),
+        (forward("return torch.testing.assert_close(x, x)"), "module torch.testing"),
+        (forward("return nn.utils.parametrize"), "reaches the module torch.nn.utils"),
+        (forward("return torch.onnx"), "reaches the module torch.onnx"),  # loaded lazily
+        ("import torch.nn.functional as F\n" + forward("return F.torch.hub"), "torch.hub"),
+        # ...on objects the gate cannot resolve, attributes named like torch's submodules...
+        (forward("t = torch\nreturn t.package"), "named like the module torch.package"),
+        (forward("return self.lib.testing.assert_close(x, x)"), "torch.testing"),
+        (method("def forward(self, x, torch):", "return torch.package"), "torch.package"),
+        # ...and the import machinery, builtins reached as attributes, frames and code objects.
+        (forward("return x.sys_importer.import_module('os')"), ".import_module: imports"),
+        (forward("return x.find_spec('os')"), ".find_spec: imports"),
+        (forward("return x.loader.exec_module(x)"), ".exec_module: imports"),
+        (forward("x.setattr(1)\nreturn x"), ".setattr: a builtin that the gate refuses"),
+        (forward("return x.vars()"), ".vars: a builtin"),
+        (forward("return x.gi_frame.f_back.f_globals"), ".f_globals: reads interpreter frames"),
+        (forward("return x.gi_frame"), ".gi_frame: reads interpreter frames"),
+        (forward("return x.co_consts"), ".co_consts: reads interpreter frames"),
+        (forward("return x.tb_frame"), ".tb_frame: reads interpreter frames"),
+        # Dunder names smuggled in as keywords or strings.
+        (forward("return dict(__torch_function__=x)"), "passes __torch_function__="),
+        (forward("return type('T', (object,), {}, __del__=x)"), "passes __del__="),
+        (forward("return type('T', (torch.Tensor,), {'__del__': x})"), "the string '__del__'"),
+        (forward("return {'__torch_function__': x}"), "the string '__torch_function__'"),
+        (forward("return '__main__'"), "the string '__main__'"),
+        # Mutable defaults: made once, kept across calls.
+        (method("def forward(self, x, cache={}):"), "default cache={} is made once"),
+        (method("def forward(self, x, cache=[]):"), "default cache=[] is made once"),
+        (method("def forward(self, x, cache=set()):"), "default cache=set() is made once"),
+        (method("def forward(self, x, cache=dict()):"), "default cache=dict() is made once"),
+        (method("def forward(self, x, cache={1}):"), "state across calls"),
+        (method("def forward(self, x, cache=[0 for _ in 'ab']):"), "state across calls"),
+        (method("def forward(self, x, cache=(1, [])):"), "state across calls"),
+        (method("def forward(self, x, cache=lambda: 0):"), "state across calls"),
+        (method("def forward(self, x, *, cache={}):"), "default cache={} is made once"),
+        (method("def forward(self, x, /, cache={}):"), "default cache={} is made once"),
+        (forward("f = lambda t, seen=[]: seen\nreturn x"), "lambda: default seen=[]"),
+        (
+            HEAD
+            + "CACHE = {}\n"
+            + method("def forward(self, x, cache=CACHE):", "cache[1] = x\n        return x"),
+            "shared state",
+        ),
+        # Decorators other than staticmethod, torch.no_grad() and torch.inference_mode().
+        (method("@classmethod\ndef helper(cls, x):"), "decorates helper"),
+        (method("@torch.enable_grad()\ndef forward(self, x):"), "decorates forward"),
+        (method("@torch.inference_mode(False)\ndef forward(self, x):"), "decorates forward"),
+        (method("@torch.no_grad\ndef forward(self, x):"), "decorates forward"),
+        (
+            HEAD + "staticmethod = torch.no_grad\n" + method("@staticmethod\ndef f(x):"),
+            "decorates f",
+        ),
     ],
 )
 def test_rejects(source, expected):
@@ -78,6 +141,34 @@ def test_accepts_an_honest_candidate():
         + "    def forward(self, input):\n        shape = list(input.shape)\n        shape[-1] = 3\n"
         + "        return _ext.f(input.contiguous()) * 1 if False else _ext.f(input.contiguous())\n"
     )
+    assert check_python(source, "Model", "float32") == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        method("@staticmethod\ndef helper(x):"),
+        method("@torch.no_grad()\ndef forward(self, x):"),
+        method("@torch.inference_mode()\ndef forward(self, x):"),
+        "from torch import no_grad\n" + method("@no_grad()\ndef forward(self, x):"),
+        forward("handle = x\nreturn handle.open()"),  # a method called open is not the builtin
+        method(
+            "def forward(self, x, scale=1.0, eps=-1e-5, dims=(0, (1, None)), name='gelu',"
+            " dtype=torch.float32, *, gain=2 ** -0.5, bias=None):"
+        ),
+        forward("f = lambda t, k=2: t * k\nreturn f(x)"),
+        # Allowed modules, reached through allowed imports.
+        forward("return torch.nn.init.zeros_(torch.nn.functional.gelu(x))"),
+        forward("return torch.linalg.vector_norm(torch.special.erf(torch.fft.rfft(x).real))"),
+        forward("torch.cuda.current_stream().synchronize()\nreturn torch.nn.parameter.Parameter"),
+        forward("return torch.utils.cpp_extension.load_inline(name='f', cpp_sources='')"),
+        "import math\nimport typing\n" + forward("return math.sqrt(2) * x, typing.Any"),
+        # Tensor and Module attributes named like torch submodules; self's own attribute names.
+        forward("return x.cpu().cuda().data.grad, self.modules()"),
+        forward("return self.memory, self.f_scale, self.package"),
+    ],
+)
+def test_accepts(source):
     assert check_python(source, "Model", "float32") == []
 
 
