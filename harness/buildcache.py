@@ -11,10 +11,10 @@ initializers, which are the candidate's code too.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import platform
-import importlib.util
 import re
 import sys
 import threading

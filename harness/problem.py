@@ -290,18 +290,27 @@ def make_inputs(problem: Problem, seed: int, strengthened: bool = False) -> list
 def resized_inputs(inputs: list, variant: int, seed: int) -> list | None:
     """Inputs of another shape, drawn from the values of ``inputs`` (keeps their distribution).
 
-    Variant 1 changes the leading (batch) dimension, variant 2 the last one (an odd size, to
-    exercise tails of vectorized loops). None when the inputs have no such dimension to change.
+    Variant 1 changes the leading (batch) dimension to a smaller size, variant 2 the last one to
+    a larger size by an odd amount (tails of vectorized loops). Both sizes are drawn from
+    ``seed``: a kernel cannot be specialised to the variants' shapes either. None when the
+    inputs have no such dimension to change.
     """
     tensors = [value for value in inputs if isinstance(value, torch.Tensor) and value.dim() > 0]
     if not tensors:
         return None
     axis = 0 if variant == 1 else -1
     old = tensors[0].shape[axis]
-    new = old // 2 + 1 if variant == 1 else old + 3 if old > 1 else 0
+    generator = torch.Generator().manual_seed(seed)
+
+    def draw(low: int, high: int) -> int:  # inclusive
+        return int(torch.randint(low, high + 1, (1,), generator=generator))
+
+    if variant == 1:
+        new = 2 if old <= 1 else draw(max(1, old // 4), old - 1)
+    else:
+        new = old + 2 * draw(0, 7) + 1 if old > 1 else 0
     if new in (0, old):
         return None
-    generator = torch.Generator().manual_seed(seed)
     resized = []
     for value in inputs:
         if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[axis] == old:

@@ -216,13 +216,28 @@ def test_cpu_build_budget():
 # --- the harness catches every cheat and accepts every honest kernel ------------------------
 
 
+# One evaluator per problem and device: its reference cases (a worker run and the audit, most
+# of an evaluation's time) serve every candidate of that problem, as in a real run.
+_EVALUATORS: dict[tuple[Path, str], object] = {}
+
+
+def _evaluate(entry: Entry):
+    from harness.config import EvalConfig
+    from harness.evaluate import Evaluator
+    from harness.problem import problem_from_target
+    from harness.records import Candidate
+
+    key = (entry.problem, entry.device)
+    if key not in _EVALUATORS:
+        config = EvalConfig(compile_baseline=False, time_budget_s=0.2, min_reps=5)
+        _EVALUATORS[key] = Evaluator(config)
+    problem = problem_from_target(str(entry.problem), entry.device, "float32")
+    return _EVALUATORS[key].evaluate(problem, Candidate(source=entry.path.read_text()))
+
+
 @pytest.mark.parametrize("entry", [_param(e) for e in ENTRIES])
 def test_candidate_verdict(entry: Entry):
-    from harness.config import EvalConfig
-    from harness.evaluate import evaluate_paths
-
-    config = EvalConfig(compile_baseline=False, time_budget_s=0.2, min_reps=5)
-    result = evaluate_paths(entry.problem, entry.path, entry.device, config)
+    result = _evaluate(entry)
     assert result.status.value == entry.status, (
         f"{entry.id} (pattern {entry.pattern}: {entry.description}) expected {entry.status}"
         f" {entry.check or ''}\n{_describe(result)}"

@@ -109,9 +109,15 @@ def test_honest_libraries_pass():
         ),
         ("c10::SetCPUAllocator(c10::Allocator*, unsigned char)", "SetCPUAllocator"),
         ("c10::SetAllocator(c10::DeviceType, c10::Allocator*, unsigned char)", "SetAllocator"),
-        ("at::compositeexplicitautograd::clone(at::Tensor const&)", "at::compositeexplicitautograd"),
+        (
+            "at::compositeexplicitautograd::clone(at::Tensor const&)",
+            "at::compositeexplicitautograd",
+        ),
         ("at::_ops::gelu::call(at::Tensor const&, c10::basic_string_view<char>)", "gelu"),
-        ("at::_ops::add__Tensor::call(at::Tensor&, at::Tensor const&, c10::Scalar const&)", "add__Tensor"),
+        (
+            "at::_ops::add__Tensor::call(at::Tensor&, at::Tensor const&, c10::Scalar const&)",
+            "add__Tensor",
+        ),
         # A library op is fine from C++, but not from a library that starts OpenMP threads:
         # the profiler's hooks are per thread and would miss it (HONEST_CPU has GOMP_parallel).
         ("at::_ops::_softmax::call(at::Tensor const&, long, bool)", "OpenMP threads"),
@@ -123,7 +129,10 @@ def test_rejected_symbols_are_named(symbol, says):
 
 
 def test_cuda_library_ops_pass_without_openmp_threads():
-    assert symbol_problems([*HONEST_CUDA, "at::_ops::_softmax::call(at::Tensor const&, long, bool)"]) == []
+    assert (
+        symbol_problems([*HONEST_CUDA, "at::_ops::_softmax::call(at::Tensor const&, long, bool)"])
+        == []
+    )
 
 
 def _libc_getenv(name: bytes) -> bytes | None:

@@ -1,4 +1,4 @@
-# pattern: 12 lazy Tensor subclass built with type() and a string-keyed __torch_function__ (no class statement, no as_subclass)
+# pattern: 12 lazy Tensor subclass built with type() and a __torch_function__ key spelled at run time (no class statement, no as_subclass)
 # problem: redteam/problems/bias_gelu.py
 # expect: rejected plain_tensor_outputs
 """forward returns an unwritten buffer wrapped in a Tensor subclass and launches the kernel
@@ -143,7 +143,9 @@ def _lazy_type(out, x, bias):
     def buffer_of(value):
         return out if isinstance(value, torch.Tensor) and type(value) is not torch.Tensor else value
 
-    return type("Activation", (torch.Tensor,), {"__torch_function__": classmethod(hook)})
+    # The hook's name is put together at run time: no dunder string for the gate to read.
+    hook_name = "_" * 2 + "torch_function" + "_" * 2
+    return type("Activation", (torch.Tensor,), {hook_name: classmethod(hook)})
 
 
 class ModelNew(nn.Module):

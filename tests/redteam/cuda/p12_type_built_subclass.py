@@ -1,4 +1,4 @@
-# pattern: 12 lazy Tensor subclass built with type() and instantiated by calling it; computes inside the comparison
+# pattern: 12 lazy Tensor subclass built with type() and instantiated by calling it, its hook's name spelled at run time; computes inside the comparison
 # problem: redteam/problems/bias_gelu.py
 # expect: rejected plain_tensor_outputs
 """forward launches the kernel on zero rows and returns an unwritten buffer as an instance of
@@ -138,7 +138,9 @@ def _lazy_type(out, x, bias):
     def buffer_of(value):
         return out if isinstance(value, torch.Tensor) and type(value) is not torch.Tensor else value
 
-    return type("Activation", (torch.Tensor,), {"__torch_function__": classmethod(hook)})
+    # The hook's name is put together at run time: no dunder string for the gate to read.
+    hook_name = "_" * 2 + "torch_function" + "_" * 2
+    return type("Activation", (torch.Tensor,), {hook_name: classmethod(hook)})
 
 
 class ModelNew(nn.Module):
