@@ -24,7 +24,10 @@ class EvalConfig(BaseModel):
     shape_variants: int = Field(
         default=2,
         ge=0,
-        description="Extra input shapes (a random smaller batch, the last dim grown by a random odd amount) where the module allows.",
+        description=(
+            "Extra input shapes (a random smaller batch, the last dim grown by a random odd "
+            "amount) where the module allows."
+        ),
     )
     warmup: int = Field(
         default=3, ge=1, description="Untimed calls before timing each implementation."
