@@ -29,6 +29,13 @@ class EvalConfig(BaseModel):
             "amount) where the module allows."
         ),
     )
+    wide_range: bool = Field(
+        default=True,
+        description=(
+            "Also check on float inputs scaled 4-16x (drawn from the seed): kernels whose "
+            "approximations hold only over randn's range fail there."
+        ),
+    )
     warmup: int = Field(
         default=3, ge=1, description="Untimed calls before timing each implementation."
     )

@@ -60,6 +60,8 @@ def run_reference(job: WorkerJob, job_dir: Path) -> ReferenceReport:
         if not still_weak:
             cases, strengthened = stronger, True
     cases += _shape_variants(job, base, cases[0], where)
+    if job.config.wide_range:
+        cases += _wide_range(base, cases[0], job.seeds[0], where)
 
     ops = profile_forward(lambda *xs: base(*xs), cases[0]["inputs"], problem.device)
     torch.save({"cases": [_to_cpu(case) for case in cases]}, job_dir / "reference.pt")
@@ -118,6 +120,35 @@ def _shape_variants(job: WorkerJob, base: torch.nn.Module, first: dict, where: s
             }
         )
     return variants
+
+
+def _wide_range(base: torch.nn.Module, first: dict, seed: int, where: str) -> list[dict]:
+    """The first case's inputs with float tensors scaled 4-16x (the factor drawn from ``seed``).
+
+    randn's values lie within about +-4: a kernel whose approximation (a truncated series, a
+    clamped table, a fast exp that overflows) holds only there passes every other case.
+    No case when the module fails or overflows at that scale.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    scale = 4.0 + 12.0 * float(torch.rand((), generator=generator))
+    inputs = [
+        x * scale if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+        for x in first["inputs"]
+    ]
+    try:
+        outputs = as_outputs(_run(base, inputs, where), where)
+    except UserError:
+        return []
+    if not all(torch.isfinite(out).all() for out in outputs if out.is_floating_point()):
+        return []
+    return [
+        {
+            "name": f"inputs scaled x{scale:.1f}",
+            "inputs": inputs,
+            "outputs": outputs,
+            "state": base.state_dict(),
+        }
+    ]
 
 
 def _run(module: torch.nn.Module, inputs: list, where: str):

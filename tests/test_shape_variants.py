@@ -35,3 +35,29 @@ def test_values_come_from_the_original_inputs():
     inputs = _inputs()
     x = resized_inputs(inputs, 1, 3)[0]
     assert set(x.flatten().tolist()) <= set(inputs[0].flatten().tolist())
+
+
+class _Exp(torch.nn.Module):
+    def __init__(self, factor: float) -> None:
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x, offset=0):
+        return torch.exp(x * self.factor) + offset
+
+
+def test_wide_range_case_scales_float_inputs_and_keeps_the_reference_outputs():
+    from harness.worker_reference import _wide_range
+
+    first = {"inputs": [torch.randn(8, 4), 3], "outputs": [], "state": {}}
+    (case,) = _wide_range(_Exp(0.1), first, seed=5, where="test")
+    scale = float(case["inputs"][0].abs().max() / first["inputs"][0].abs().max())
+    assert 4.0 <= scale <= 16.0 and case["inputs"][1] == 3
+    assert torch.equal(case["outputs"][0], torch.exp(case["inputs"][0] * 0.1) + 3)
+
+
+def test_no_wide_range_case_where_the_reference_overflows():
+    from harness.worker_reference import _wide_range
+
+    first = {"inputs": [torch.full((4,), 10.0)], "outputs": [], "state": {}}
+    assert _wide_range(_Exp(10.0), first, seed=5, where="test") == []
