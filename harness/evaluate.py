@@ -7,7 +7,10 @@ code never runs; acceptance by the pure rule in ``harness.accept``.
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,7 +22,7 @@ from harness.buildcache import default_cache_dir
 from harness.config import EvalConfig
 from harness.errors import UserError
 from harness.gate import check_python
-from harness.jobs import CandidateReport, WorkerJob
+from harness.jobs import INPUTS_FILE, CandidateReport, WorkerJob
 from harness.problem import problem_from_target
 from harness.records import AuditReport, Candidate, Check, EvalResult, Problem, Status
 from harness.reference import ReferenceData, reference_data
@@ -51,6 +54,8 @@ class Evaluator:
         self.seed = seed
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="kernelpilot-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        if work_dir is None:  # its own: the cases' files (GBs for large problems) go with it
+            weakref.finalize(self, shutil.rmtree, self.work_dir, ignore_errors=True)
         self.cache_dir = self.config.cache_dir or default_cache_dir()
         self.progress = progress or (lambda message: None)
         self._references: dict[str, ReferenceData] = {}
@@ -119,13 +124,13 @@ class Evaluator:
         job_dir = Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=self.work_dir))
         (job_dir / "job.json").write_text(job.model_dump_json())
         if data is not None:
-            torch.save(
-                {"cases": [_without_outputs(case) for case in data.cases]}, job_dir / "inputs.pt"
-            )
+            _share(data.inputs_file, job_dir / INPUTS_FILE)
 
         def on_outputs() -> bool:
             assert data is not None and comparison is not None
-            outputs = torch.load(job_dir / "outputs.pt", weights_only=True)["outputs"]
+            outputs_file = job_dir / "outputs.pt"
+            outputs = torch.load(outputs_file, weights_only=True)["outputs"]
+            outputs_file.unlink()
             comparison.update(compare_cases(problem, data.cases, outputs))
             return comparison["failed"] is None
 
@@ -267,20 +272,16 @@ def compare_cases(problem: Problem, cases: list[dict], outputs: list[list]) -> d
     }
 
 
-def _without_outputs(case: dict) -> dict:
-    return {
-        "name": case["name"],
-        "inputs": case["inputs"],
-        "state": case["state"],
-        "output_meta": [
-            [list(out.shape), str(out.dtype).removeprefix("torch.")] for out in case["outputs"]
-        ],
-    }
+def _share(inputs_file: Path, destination: Path) -> None:
+    """Give a candidate worker the reference's cases: a hard link (no copy of what can be GBs
+    of inputs; the worker unlinks its own name once read), a copy across file systems."""
+    try:
+        os.link(inputs_file, destination)
+    except OSError:
+        shutil.copyfile(inputs_file, destination)
 
 
 def _cpus() -> list[int]:
-    import os
-
     return list(os.sched_getaffinity(0))
 
 

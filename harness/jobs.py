@@ -10,6 +10,11 @@ from pydantic import BaseModel, Field
 from harness.config import EvalConfig
 from harness.records import AuditReport, Check, Problem, Status, TimingStats
 
+# The reference worker's two files: cases without outputs (for candidate workers) and the
+# reference outputs (for the parent only).
+INPUTS_FILE = "inputs.pt"
+OUTPUTS_FILE = "reference.pt"
+
 
 class WorkerJob(BaseModel):
     mode: Literal["reference", "build", "evaluate"]

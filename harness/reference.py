@@ -12,18 +12,23 @@ import torch
 from harness.buildcache import default_cache_dir
 from harness.config import EvalConfig
 from harness.errors import UserError
-from harness.jobs import ReferenceReport, WorkerJob
+from harness.jobs import INPUTS_FILE, OUTPUTS_FILE, ReferenceReport, WorkerJob
 from harness.records import Problem
 from harness.sandbox import WorkerOutcome, run_worker
 
 
 @dataclass
 class ReferenceData:
-    """The verification cases of one problem; outputs never leave the parent."""
+    """The verification cases of one problem; outputs never leave the parent.
+
+    ``cases`` hold each case's name and reference outputs; ``inputs_file`` holds the cases
+    without outputs, as candidate workers get them (linked into each one's job directory).
+    """
 
     report: ReferenceReport
     cases: list[dict]
     seeds: list[int]
+    inputs_file: Path
 
 
 def draw_seeds(config: EvalConfig, seed: int | None) -> list[int]:
@@ -56,10 +61,10 @@ def reference_data(
     # The reference is the user's own code: no memory limit beyond the machine's.
     outcome = run_worker(job_dir, config.run_timeout_s, None, isolate_network=False)
     report = ReferenceReport.model_validate(_result(outcome, problem))
-    cases_file = job_dir / "reference.pt"
+    cases_file = job_dir / OUTPUTS_FILE
     cases = torch.load(cases_file, weights_only=True)["cases"]
     cases_file.unlink()  # the reference outputs live in this process only
-    return ReferenceData(report=report, cases=cases, seeds=seeds)
+    return ReferenceData(report=report, cases=cases, seeds=seeds, inputs_file=job_dir / INPUTS_FILE)
 
 
 def _result(outcome: WorkerOutcome, problem: Problem) -> dict:

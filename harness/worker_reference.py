@@ -14,7 +14,7 @@ import torch
 
 from harness.audit import nondeterminism_finding, null_answer_findings
 from harness.errors import UserError
-from harness.jobs import ReferenceReport, WorkerJob
+from harness.jobs import INPUTS_FILE, OUTPUTS_FILE, ReferenceReport, WorkerJob
 from harness.problem import build_reference, make_inputs, perturb_parameters, resized_inputs
 from harness.profiling import profile_forward
 from harness.records import AuditReport
@@ -64,7 +64,12 @@ def run_reference(job: WorkerJob, job_dir: Path) -> ReferenceReport:
         cases += _wide_range(base, cases[0], job.seeds[0], where)
 
     ops = profile_forward(lambda *xs: base(*xs), cases[0]["inputs"], problem.device)
-    torch.save({"cases": [_to_cpu(case) for case in cases]}, job_dir / "reference.pt")
+    cpu_cases = [_to_cpu(case) for case in cases]
+    # Two files: what every candidate worker gets (inputs, parameters, the outputs' shapes),
+    # written once and linked into each candidate's job, and the outputs, for the parent only.
+    torch.save({"cases": [_for_candidates(case) for case in cpu_cases]}, job_dir / INPUTS_FILE)
+    outputs = [{"name": case["name"], "outputs": case["outputs"]} for case in cpu_cases]
+    torch.save({"cases": outputs}, job_dir / OUTPUTS_FILE)
     return ReferenceReport(
         audit=audit,
         strengthened=strengthened,
@@ -161,6 +166,17 @@ def _run(module: torch.nn.Module, inputs: list, where: str):
                 where=where,
                 fix="make the module run on the inputs its input factory returns",
             ) from err
+
+
+def _for_candidates(case: dict) -> dict:
+    return {
+        "name": case["name"],
+        "inputs": case["inputs"],
+        "state": case["state"],
+        "output_meta": [
+            [list(out.shape), str(out.dtype).removeprefix("torch.")] for out in case["outputs"]
+        ],
+    }
 
 
 def _to_cpu(case: dict) -> dict:

@@ -3,7 +3,10 @@ comparison. A candidate's process cannot forge or rewrite a verdict after its ch
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
+
+import torch
 
 from harness.evaluate import Evaluator, _candidate_report
 from harness.jobs import CandidateReport, ReferenceReport
@@ -54,6 +57,7 @@ def test_success_without_the_parents_comparison_is_not_ok():
         report=ReferenceReport(audit=AuditReport(problem="p", weak=False), strengthened=False),
         cases=[],
         seeds=[1],
+        inputs_file=Path("unused"),
     )
     claimed = CandidateReport(status=None)  # "all checks passed", but no outputs were handed over
     result = Evaluator(fast_config())._result(PROBLEM, data, claimed, comparison={})
@@ -65,4 +69,17 @@ def test_reference_outputs_and_jobs_leave_no_file_behind(tmp_path: Path):
     data = reference_data(PROBLEM, fast_config(), seed=1, work_dir=tmp_path)
     assert data.cases and all("outputs" in case for case in data.cases)
     left = sorted(path.name for path in tmp_path.rglob("*") if path.is_file())
-    assert left == ["worker.log"], left  # no reference.pt, no job.json
+    assert left == ["inputs.pt", "worker.log"], left  # no reference.pt, no job.json
+    # What candidate workers get: every case, and no reference output in it.
+    shared = torch.load(data.inputs_file, weights_only=True)["cases"]
+    assert [case["name"] for case in shared] == [case["name"] for case in data.cases]
+    assert all(set(case) == {"name", "inputs", "state", "output_meta"} for case in shared)
+
+
+def test_an_evaluator_removes_its_own_work_dir():
+    evaluator = Evaluator(fast_config())
+    work_dir = evaluator.work_dir
+    (work_dir / "inputs.pt").write_bytes(b"x" * 1024)
+    del evaluator
+    gc.collect()
+    assert not work_dir.exists()
