@@ -204,6 +204,9 @@ def build_key(cpp, cuda, functions, cflags, cuda_flags, ldflags, device) -> str:
             "cuda_flags": cuda_flags,
             "ldflags": ldflags,
             "torch": torch.__version__,
+            # Another install of the same version has other header paths in build.ninja:
+            # sharing a directory would make ninja rebuild at each switch.
+            "torch_dir": os.path.dirname(torch.__file__),
             "python": sys.version_info[:2],
             "device": device,
             "arch": arch,
