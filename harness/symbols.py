@@ -95,33 +95,25 @@ ALLOWED_C = re.compile(
 FORBIDDEN_INSTRUCTION = re.compile(r"\s(syscall|sysenter|rdtscp?|rdpmc)\b|\sint\s+\$0x80\b")
 
 
-def _tool(name: str) -> str:
-    path = shutil.which(name)
+def _binutils(tool: str, options: list[str], objects: list[Path]) -> str:
+    """The output of a binutils ``tool`` (nm, objdump) run over ``objects``."""
+    path = shutil.which(tool)
     if path is None:
-        raise RuntimeError(f"{name} (binutils) is needed to check built kernels: install binutils")
-    return path
+        raise RuntimeError(f"{tool} (binutils) is needed to check built kernels: install binutils")
+    command = [path, *options, *map(str, objects)]
+    return subprocess.run(command, capture_output=True, text=True, check=True).stdout
 
 
 def undefined_symbols(objects: list[Path]) -> list[str]:
     """Demangled names of the symbols the compiled ``objects`` take from elsewhere."""
-    listing = subprocess.run(
-        [_tool("nm"), "-C", "--undefined-only", *map(str, objects)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    listing = _binutils("nm", ["-C", "--undefined-only"], objects)
     # Lines are "                 U name"; demangled C++ names contain spaces.
     return [line.split("U ", 1)[1].strip() for line in listing.splitlines() if " U " in line]
 
 
 def instruction_problems(objects: list[Path]) -> list[str]:
     """Reasons to reject objects whose machine code makes system calls or reads clocks."""
-    listing = subprocess.run(
-        [_tool("objdump"), "-d", "--no-show-raw-insn", *map(str, objects)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    listing = _binutils("objdump", ["-d", "--no-show-raw-insn"], objects)
     found = sorted({m.group(0).strip() for m in FORBIDDEN_INSTRUCTION.finditer(listing)})
     if not found:
         return []

@@ -109,21 +109,8 @@ def _shape_variants(job: WorkerJob, base: torch.nn.Module, first: dict, where: s
         inputs = resized_inputs(first["inputs"], variant, job.seeds[0] + variant)
         if inputs is None:
             continue
-        try:
-            outputs = as_outputs(_run(base, inputs, where), where)
-        except UserError:
-            continue  # the module does not allow this shape: not a case
-        if not all(torch.isfinite(out).all() for out in outputs if out.is_floating_point()):
-            continue
         shapes = [tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor)]
-        variants.append(
-            {
-                "name": f"other shapes {shapes}",
-                "inputs": inputs,
-                "outputs": outputs,
-                "state": base.state_dict(),
-            }
-        )
+        variants += _extra_case(base, f"other shapes {shapes}", inputs, where)
     return variants
 
 
@@ -132,7 +119,6 @@ def _wide_range(base: torch.nn.Module, first: dict, seed: int, where: str) -> li
 
     randn's values lie within about +-4: a kernel whose approximation (a truncated series, a
     clamped table, a fast exp that overflows) holds only there passes every other case.
-    No case when the module fails or overflows at that scale.
     """
     generator = torch.Generator().manual_seed(seed)
     scale = 4.0 + 12.0 * float(torch.rand((), generator=generator))
@@ -140,20 +126,19 @@ def _wide_range(base: torch.nn.Module, first: dict, seed: int, where: str) -> li
         x * scale if isinstance(x, torch.Tensor) and x.is_floating_point() else x
         for x in first["inputs"]
     ]
+    return _extra_case(base, f"inputs scaled x{scale:.1f}", inputs, where)
+
+
+def _extra_case(base: torch.nn.Module, name: str, inputs: list, where: str) -> list[dict]:
+    """A case on ``inputs`` with the base parameters; none where the module refuses the
+    inputs or its outputs are not finite (not a case the module is meant for)."""
     try:
         outputs = as_outputs(_run(base, inputs, where), where)
     except UserError:
         return []
     if not all(torch.isfinite(out).all() for out in outputs if out.is_floating_point()):
         return []
-    return [
-        {
-            "name": f"inputs scaled x{scale:.1f}",
-            "inputs": inputs,
-            "outputs": outputs,
-            "state": base.state_dict(),
-        }
-    ]
+    return [{"name": name, "inputs": inputs, "outputs": outputs, "state": base.state_dict()}]
 
 
 def _run(module: torch.nn.Module, inputs: list, where: str):
