@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from harness.accept import accept, baseline_disturbance, honest_baseline
+from harness.accept import accept, baseline_disturbance, confirm_disturbance, honest_baseline
 from harness.buildcache import default_cache_dir
 from harness.config import EvalConfig
 from harness.errors import UserError
@@ -104,6 +104,15 @@ class Evaluator:
             )
         data = self.reference(problem)
         self.progress(f"{problem.name}: building, checking and timing a candidate")
+        return confirm_disturbance(
+            lambda: self._evaluate_once(problem, candidate, data),
+            lambda: self.progress(
+                f"{problem.name}: the baseline ran slower beside the candidate; measuring again "
+                "in a fresh worker"
+            ),
+        )
+
+    def _evaluate_once(self, problem: Problem, candidate: Candidate, data: ReferenceData):
         comparison: dict = {}
         report = self._run_candidate(problem, candidate, "evaluate", data, comparison)
         return self._result(problem, data, report, comparison)

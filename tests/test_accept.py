@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.accept import accept, baseline_disturbance, honest_baseline
-from harness.records import TimingStats
+from harness.accept import accept, baseline_disturbance, confirm_disturbance, honest_baseline
+from harness.records import Check, EvalResult, Status, TimingStats
 
 
 def stats(median: float, iqr: float = 0.0, samples: int = 100) -> TimingStats:
@@ -69,3 +69,38 @@ def test_baseline_disturbance_table(beside, alone, disturbed):
 )
 def test_speedups_use_the_faster_eager_measurement(beside, alone, expected):
     assert honest_baseline(beside, alone).median_ms == expected
+
+
+def measured(*disturbed: bool):
+    """A measure() that returns one scripted result per call: disturbed or not."""
+    results = [
+        EvalResult(
+            status=Status.rejected if bad else Status.ok,
+            device="cpu",
+            checks=[Check(name="baseline_undisturbed", passed=not bad, detail=f"run {n}")],
+        )
+        for n, bad in enumerate(disturbed)
+    ]
+    calls = []
+
+    def measure() -> EvalResult:
+        calls.append(1)
+        return results[len(calls) - 1]
+
+    return measure, calls
+
+
+@pytest.mark.parametrize(
+    ("script", "runs", "status"),
+    [
+        ((False,), 1, Status.ok),  # undisturbed: measured once
+        ((True, False), 2, Status.ok),  # load once: the fresh worker's numbers count
+        ((True, True), 2, Status.rejected),  # slowed down in both workers: rejected
+    ],
+)
+def test_a_disturbance_is_confirmed_in_a_fresh_worker(script, runs, status):
+    measure, calls = measured(*script)
+    result = confirm_disturbance(measure)
+    assert len(calls) == runs and result.status is status
+    if runs == 2:
+        assert "first worker: run 0" in result.checks[0].detail
