@@ -1,0 +1,54 @@
+"""Where the reference worker's time goes: its whole run, in this process, under cProfile.
+
+The reference run draws the verification cases, audits the spec, profiles the reference's ops
+and writes the case files: everything an evaluation does before any candidate code runs.
+
+    python bench/profile_reference.py [TARGET] [--device cpu|cuda] [--top N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from harness.config import EvalConfig  # noqa: E402
+from harness.jobs import WorkerJob  # noqa: E402
+from harness.problem import problem_from_target  # noqa: E402
+from harness.reference import draw_seeds  # noqa: E402
+from harness.worker_reference import run_reference  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("target", nargs="?", default=str(ROOT / "bench/problems/bias_gelu_2048.py"))
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--top", type=int, default=25, help="functions to list, by own time")
+    args = parser.parse_args()
+    problem = problem_from_target(args.target, args.device, None)
+    config = EvalConfig()
+    with tempfile.TemporaryDirectory() as work:
+        job = WorkerJob(
+            mode="reference",
+            problem=problem,
+            config=config,
+            cache_dir=Path(work),
+            seeds=draw_seeds(config, 0),
+        )
+        profile = cProfile.Profile()
+        start = time.perf_counter()
+        profile.runcall(run_reference, job, Path(work))
+        total = time.perf_counter() - start
+    print(f"reference run of {problem.name} on {args.device}: {total:.2f} s")
+    pstats.Stats(profile).sort_stats("tottime").print_stats(args.top)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""The output comparison: verdicts, errors and details on tables of tensors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import tolerance
+from harness.audit import null_answer_findings
+from harness.tolerance import compare, tolerance_for
+
+TOL = tolerance_for("float32")
+
+
+def whole_tensor(out: torch.Tensor, ref: torch.Tensor) -> tuple[bool, float, float]:
+    """The rule written the plain way: whole-tensor float64 (the chunked pass must agree)."""
+    out, ref = out.double(), ref.double()
+    diff = (out - ref).abs()
+    rel = float(diff.norm() / ref.norm())
+    scale = float(ref.pow(2).mean().sqrt())
+    within = bool((diff <= TOL.atol * scale + TOL.rtol * ref.abs()).all())
+    return rel <= TOL.rel_norm and within, float(diff.max()), rel
+
+
+def shifted(ref: torch.Tensor, at: int, by: float) -> torch.Tensor:
+    out = ref.clone()
+    out.view(-1)[at] += by
+    return out
+
+
+REF = torch.randn(7, 300, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize(
+    ("out", "passed"),
+    [
+        (REF.clone(), True),
+        (REF * (1 + 1e-6), True),  # float32 rounding: inside
+        (REF * (1 + 1e-3), False),  # relative error 1e-3: outside the norm limit
+        (shifted(REF, 2000, 5e-4), False),  # one wrong element: the norm holds, elementwise not
+        (torch.zeros_like(REF), False),
+    ],
+)
+@pytest.mark.parametrize("chunk", [1 << 17, 64, 97])  # one step, many steps, a ragged last step
+def test_chunked_comparison_agrees_with_the_whole_tensor_rule(monkeypatch, out, passed, chunk):
+    monkeypatch.setitem(tolerance.CHUNK, "cpu", chunk)
+    result = compare(out, REF, TOL)
+    expected_pass, max_abs, rel = whole_tensor(out, REF)
+    assert result.passed is passed is expected_pass
+    assert result.max_abs_error == pytest.approx(max_abs, rel=1e-9, abs=1e-12)
+    assert result.rel_error == pytest.approx(rel, rel=1e-6, abs=1e-12)
+
+
+@pytest.mark.parametrize("chunk", [1 << 17, 64])
+def test_an_outlier_is_counted_and_located(monkeypatch, chunk):
+    monkeypatch.setitem(tolerance.CHUNK, "cpu", chunk)
+    out = shifted(shifted(REF, 1000, 5e-4), 2000, 5e-4)
+    result = compare(out, REF, TOL)
+    assert "2 of 2100 elements outside tolerance, first at index (3, 100)" in result.detail
+
+
+@pytest.mark.parametrize(
+    ("out", "detail"),
+    [
+        (shifted(REF, 5, float("nan")), "1 of 2100 elements are NaN/Inf"),
+        (shifted(REF, 5, float("inf")), "1 of 2100 elements are NaN/Inf"),
+        (REF[:, :299], "shape (7, 299) != reference (7, 300)"),
+        (REF.double(), "dtype torch.float64 != reference torch.float32"),
+    ],
+)
+def test_what_is_wrong_is_said(out, detail):
+    result = compare(out, REF, TOL)
+    assert not result.passed and detail in result.detail
+
+
+def test_empty_and_scalar_outputs():
+    assert compare(torch.empty(0, 3), torch.empty(0, 3), TOL).passed
+    assert compare(torch.tensor(2.0), torch.tensor(2.0), TOL).passed
+    assert not compare(torch.tensor(2.5), torch.tensor(2.0), TOL).passed
+
+
+def outputs(seed: int, rows: int = 64) -> list[torch.Tensor]:
+    return [torch.randn(rows, 16, generator=torch.Generator().manual_seed(seed))]
+
+
+def test_the_audit_names_each_null_answer_that_passes_every_case():
+    constant = torch.full((8, 8), 3.0)
+    cases = [([torch.randn(8, 8)], [constant.clone()]) for _ in range(3)]
+    names = {f.detail.split(" passes")[0] for f in null_answer_findings(cases, TOL)}
+    # every seed gives the same output: a constant, and any other seed's output, pass
+    assert names == {"a constant (its mean) for output 0", "another seed's output 0"}
+    honest = [([x := torch.randn(64, 16)], [x.sin()]) for _ in range(3)]
+    assert null_answer_findings(honest, TOL) == []
+
+
+def test_a_passed_through_input_is_found():
+    cases = [([x := torch.randn(8, 8)], [x.clone()]) for _ in range(3)]
+    names = [f.detail for f in null_answer_findings(cases, TOL)]
+    assert any("input 0 passed through as output 0" in name for name in names)
