@@ -10,26 +10,24 @@ from __future__ import annotations
 import ast
 import importlib
 
-from harness.gate_resolve import (
-    UNKNOWN,
-    import_bindings,
-    is_allowed_module,
-    module_reached,
-    static_attribute,
-)
+from harness.gate_resolve import Resolver, import_bindings, module_reached
 from harness.gate_rules import (
-    ALLOWED_DECORATOR_CALLS,
     ALLOWED_IMPORTS,
-    ESCAPE_ATTRIBUTES,
     FORBIDDEN_ATTRIBUTES,
     FORBIDDEN_CALLS,
-    FRAME_PREFIXES,
     LOW_PRECISION_PY,
     MODULE_METHODS,
     MUTATORS,
     STDLIB_MODULES,
-    TORCH_SUBMODULE_NAMES,
     forbidden_name,
+)
+from harness.gate_state import (
+    bound_names,
+    defaults,
+    is_immutable_default,
+    is_reference_to,
+    names,
+    root_name,
 )
 
 
@@ -62,14 +60,13 @@ class _Gate(ast.NodeVisitor):
         self.reasons: list[str] = []
         self.shared: set[str] = set()  # module-level names: state shared across calls
         self.scopes: list[tuple[bool, set[str]]] = []  # (keeps no state, shared-alias locals)
-        self.imported: dict[str, object] = {}  # names bound only by allowed imports: their objects
-        self.rebound: set[str] = set()  # names bound other than by an allowed import
+        self.resolver = Resolver({}, set())  # what attribute chains from imports name
 
     def visit_Module(self, node: ast.Module) -> None:
         for statement in node.body:
-            for target in _bound_names(statement):
+            for target in bound_names(statement):
                 self.shared.add(target)
-        self.imported, self.rebound = import_bindings(node)
+        self.resolver = Resolver(*import_bindings(node))
         self.generic_visit(node)
 
     @property
@@ -157,19 +154,19 @@ class _Gate(ast.NodeVisitor):
             self.reject(node, f"defines {node.name} (objects that act inside the comparison)")
         self._check_annotation(node.returns)
         for decorator in node.decorator_list:
-            if not self._is_allowed_decorator(decorator):
+            if not self.resolver.is_allowed_decorator(decorator):
                 self.reject(decorator, f"decorates {node.name}: decorators can wrap forward")
         self._check_defaults(node.args, node.name)
         aliases = {
             name
             for statement in ast.walk(node)
-            if isinstance(statement, ast.Assign) and _is_reference_to(statement.value, self.shared)
+            if isinstance(statement, ast.Assign) and is_reference_to(statement.value, self.shared)
             for target in statement.targets
-            for name in _names(target)
+            for name in names(target)
         } | {  # a default that names shared state is that state, under the parameter's name
             parameter.arg
-            for parameter, default in _defaults(node.args)
-            if _is_reference_to(default, self.shared)
+            for parameter, default in defaults(node.args)
+            if is_reference_to(default, self.shared)
         }
         self.scopes.append((node.name != "__init__", aliases))
         self.generic_visit(node)
@@ -205,15 +202,15 @@ class _Gate(ast.NodeVisitor):
             self.reject(node, f".{name}: {FORBIDDEN_ATTRIBUTES[name]}")
         elif name in STDLIB_MODULES:
             self.reject(node, f".{name}: reaches the {name} module through an attribute")
-        elif name.startswith("_") and not name.endswith("__") and _root_name(node) != "self":
+        elif name.startswith("_") and not name.endswith("__") and root_name(node) != "self":
             self.reject(node, f".{name}: private internals (only self's own may be used)")
-        elif _root_name(node) != "self" and (why := forbidden_name(name)):
+        elif root_name(node) != "self" and (why := forbidden_name(name)):
             self.reject(node, f".{name}: {why}")
         elif "tf32" in name.lower() or "reduced_precision" in name.lower():
             self.reject(node, f".{name}: lowers precision")
         elif not self.low_precision_allowed and name in LOW_PRECISION_PY:
             self.reject(node, f".{name}: reduced precision in a float32 problem")
-        elif why := self._escape(node):
+        elif why := self.resolver.escape(node):
             self.reject(node, why)
         if name == self.reference_class:
             self.reject(node, f"uses the reference class {self.reference_class}")
@@ -252,57 +249,10 @@ class _Gate(ast.NodeVisitor):
         self._check_annotation(node.annotation)
         self.generic_visit(node)
 
-    def _escape(self, node: ast.Attribute) -> str:
-        """Why ``node`` reaches around the import allow-list; empty when it does not."""
-        name = node.attr
-        if isinstance(node.value, ast.Name) and node.value.id == "self":
-            return ""  # self's own attribute, named as the candidate likes
-        if name in ESCAPE_ATTRIBUTES:
-            return f".{name}: {ESCAPE_ATTRIBUTES[name]}"
-        if name.startswith(FRAME_PREFIXES):
-            return f".{name}: reads interpreter frames, code objects or tracebacks"
-        owner = self._resolve(node.value)
-        module = None if owner is UNKNOWN else module_reached(owner, name)
-        if module is not None and not is_allowed_module(owner, name, module):
-            return f"{ast.unparse(node)} reaches the module {module} (not on the allowed list)"
-        if module is None and name in TORCH_SUBMODULE_NAMES:
-            if owner is UNKNOWN or static_attribute(owner, name) is UNKNOWN:
-                return f".{name}: named like the module torch.{name} (reached around the imports)"
-        return ""
-
-    def _resolve(self, node: ast.expr) -> object:
-        """The real object an attribute chain rooted at an allowed import names, else UNKNOWN.
-
-        Looked up with ``inspect.getattr_static``: nothing is called and nothing is imported.
-        A chain through a module off the allowed list stops resolving (it is rejected there).
-        """
-        if isinstance(node, ast.Name):
-            return self.imported.get(node.id, UNKNOWN)
-        if not isinstance(node, ast.Attribute):
-            return UNKNOWN
-        owner = self._resolve(node.value)
-        if owner is UNKNOWN:
-            return UNKNOWN
-        value = static_attribute(owner, node.attr)
-        module = module_reached(owner, node.attr)
-        if module is not None and not is_allowed_module(owner, node.attr, module):
-            return UNKNOWN
-        return value
-
-    def _is_allowed_decorator(self, decorator: ast.expr) -> bool:
-        if isinstance(decorator, ast.Name):
-            return decorator.id == "staticmethod" and "staticmethod" not in self.rebound
-        return (
-            isinstance(decorator, ast.Call)
-            and not decorator.args
-            and not decorator.keywords
-            and any(self._resolve(decorator.func) is allowed for allowed in ALLOWED_DECORATOR_CALLS)
-        )
-
     def _check_defaults(self, arguments: ast.arguments, function: str) -> None:
         """A default is evaluated once, at definition: a mutable one keeps state across calls."""
-        for parameter, default in _defaults(arguments):
-            if not _is_immutable_default(default):
+        for parameter, default in defaults(arguments):
+            if not is_immutable_default(default):
                 self.reject(
                     default,
                     f"{function}: default {parameter.arg}={ast.unparse(default)} is made once and"
@@ -327,11 +277,11 @@ class _Gate(ast.NodeVisitor):
             and isinstance(func.value, ast.Name)
             and func.value.id in ("dict", "list", "set", "collections")
             and node.args
-            and self._is_shared(_root_name(node.args[0]))
+            and self._is_shared(root_name(node.args[0]))
         ):
             self.reject(node, f"mutates {ast.unparse(node.args[0])} (state across calls)")
         if self.stateless and isinstance(func, ast.Attribute) and func.attr in MUTATORS:
-            if self._is_shared(_root_name(func.value)):
+            if self._is_shared(root_name(func.value)):
                 self.reject(node, f"mutates {ast.unparse(func.value)} (state across calls)")
         if isinstance(func, ast.Attribute) and func.attr == "to" and not self.low_precision_allowed:
             for arg in [*node.args, *[k.value for k in node.keywords]]:
@@ -347,7 +297,7 @@ class _Gate(ast.NodeVisitor):
             self._check_target(target.value)
             return
         if isinstance(target, ast.Attribute | ast.Subscript):
-            root = _root_name(target)
+            root = root_name(target)
             if root == "self" and self.stateless:
                 self.reject(
                     target, f"assigns {ast.unparse(target)} outside __init__ (state across calls)"
@@ -356,37 +306,6 @@ class _Gate(ast.NodeVisitor):
                 self.reject(
                     target, f"assigns to {ast.unparse(target)} (monkeypatching or shared state)"
                 )
-
-
-def _root_name(node: ast.expr) -> str | None:
-    while isinstance(node, ast.Attribute | ast.Subscript | ast.Call):
-        node = node.func if isinstance(node, ast.Call) else node.value
-    return node.id if isinstance(node, ast.Name) else None
-
-
-def _bound_names(statement: ast.stmt) -> list[str]:
-    if isinstance(statement, ast.Assign):
-        return [name for target in statement.targets for name in _names(target)]
-    if isinstance(statement, ast.AnnAssign | ast.AugAssign):
-        return _names(statement.target)
-    if isinstance(statement, ast.Import | ast.ImportFrom):
-        return [(alias.asname or alias.name).split(".")[0] for alias in statement.names]
-    return []
-
-
-def _names(target: ast.expr) -> list[str]:
-    if isinstance(target, ast.Name):
-        return [target.id]
-    if isinstance(target, ast.Tuple | ast.List):
-        return [name for element in target.elts for name in _names(element)]
-    return []
-
-
-def _is_reference_to(value: ast.expr, shared: set[str]) -> bool:
-    """``value`` is a plain reference (no call) to a shared object or to self's state."""
-    while isinstance(value, ast.Attribute | ast.Subscript):
-        value = value.value
-    return isinstance(value, ast.Name) and (value.id in shared or value.id == "self")
 
 
 def _is_plain_name(name: str) -> bool:
@@ -399,38 +318,6 @@ def _is_module(package: str, name: str) -> bool:
     Only for packages on the import allow-list: the gate never imports candidate-named code.
     """
     return module_reached(importlib.import_module(package), name) is not None
-
-
-def _defaults(arguments: ast.arguments) -> list[tuple[ast.arg, ast.expr]]:
-    positional = [*arguments.posonlyargs, *arguments.args]
-    with_default = positional[len(positional) - len(arguments.defaults) :]
-    pairs = list(zip(with_default, arguments.defaults, strict=True))
-    pairs += [
-        (parameter, default)
-        for parameter, default in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True)
-        if default is not None  # a keyword-only parameter without a default
-    ]
-    return pairs
-
-
-def _is_immutable_default(node: ast.expr) -> bool:
-    """Constants, names and attribute chains (``torch.float32``), and tuples of them."""
-    if isinstance(node, ast.Tuple):
-        return all(_is_immutable_default(element) for element in node.elts)
-    if isinstance(node, ast.Attribute):
-        return isinstance(node.value, ast.Name | ast.Attribute) and _is_immutable_default(
-            node.value
-        )
-    return isinstance(node, ast.Constant | ast.Name) or _is_constant_arithmetic(node)
-
-
-def _is_constant_arithmetic(node: ast.expr) -> bool:
-    """``-1``, ``2 ** -0.5``: arithmetic on constants only (no names: ``A + B`` may be a list)."""
-    if isinstance(node, ast.UnaryOp):
-        return _is_constant_arithmetic(node.operand)
-    if isinstance(node, ast.BinOp):
-        return _is_constant_arithmetic(node.left) and _is_constant_arithmetic(node.right)
-    return isinstance(node, ast.Constant) and isinstance(node.value, int | float | complex)
 
 
 def _is_dunder(name: str) -> bool:

@@ -13,7 +13,14 @@ import inspect
 import pkgutil
 import sys
 
-from harness.gate_rules import ALLOWED_IMPORTS, ALLOWED_MODULES
+from harness.gate_rules import (
+    ALLOWED_DECORATOR_CALLS,
+    ALLOWED_IMPORTS,
+    ALLOWED_MODULES,
+    ESCAPE_ATTRIBUTES,
+    FRAME_PREFIXES,
+    TORCH_SUBMODULE_NAMES,
+)
 
 UNKNOWN = object()  # what an expression names when the gate cannot resolve it statically
 
@@ -110,3 +117,62 @@ def is_allowed_module(owner: object, name: str, module: str) -> bool:
     if module not in ALLOWED_MODULES:
         return False
     return value is UNKNOWN or sys.modules.get(module) is value
+
+
+class Resolver:
+    """Resolves a candidate's attribute chains, given the names its allowed imports bind.
+
+    ``imported``: names bound only by allowed imports, with their objects; ``rebound``: names
+    bound any other way (a parameter called ``torch`` names nothing the gate can know).
+    """
+
+    def __init__(self, imported: dict[str, object], rebound: set[str]) -> None:
+        self.imported = imported
+        self.rebound = rebound
+
+    def escape(self, node: ast.Attribute) -> str:
+        """Why ``node`` reaches around the import allow-list; empty when it does not."""
+        name = node.attr
+        if isinstance(node.value, ast.Name) and node.value.id == "self":
+            return ""  # self's own attribute, named as the candidate likes
+        if name in ESCAPE_ATTRIBUTES:
+            return f".{name}: {ESCAPE_ATTRIBUTES[name]}"
+        if name.startswith(FRAME_PREFIXES):
+            return f".{name}: reads interpreter frames, code objects or tracebacks"
+        owner = self.resolve(node.value)
+        module = None if owner is UNKNOWN else module_reached(owner, name)
+        if module is not None and not is_allowed_module(owner, name, module):
+            return f"{ast.unparse(node)} reaches the module {module} (not on the allowed list)"
+        if module is None and name in TORCH_SUBMODULE_NAMES:
+            if owner is UNKNOWN or static_attribute(owner, name) is UNKNOWN:
+                return f".{name}: named like the module torch.{name} (reached around the imports)"
+        return ""
+
+    def resolve(self, node: ast.expr) -> object:
+        """The real object an attribute chain rooted at an allowed import names, else UNKNOWN.
+
+        Looked up with ``inspect.getattr_static``: nothing is called and nothing is imported.
+        A chain through a module off the allowed list stops resolving (it is rejected there).
+        """
+        if isinstance(node, ast.Name):
+            return self.imported.get(node.id, UNKNOWN)
+        if not isinstance(node, ast.Attribute):
+            return UNKNOWN
+        owner = self.resolve(node.value)
+        if owner is UNKNOWN:
+            return UNKNOWN
+        value = static_attribute(owner, node.attr)
+        module = module_reached(owner, node.attr)
+        if module is not None and not is_allowed_module(owner, node.attr, module):
+            return UNKNOWN
+        return value
+
+    def is_allowed_decorator(self, decorator: ast.expr) -> bool:
+        if isinstance(decorator, ast.Name):
+            return decorator.id == "staticmethod" and "staticmethod" not in self.rebound
+        return (
+            isinstance(decorator, ast.Call)
+            and not decorator.args
+            and not decorator.keywords
+            and any(self.resolve(decorator.func) is allowed for allowed in ALLOWED_DECORATOR_CALLS)
+        )
