@@ -22,9 +22,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from harness.cases import build_reference, make_inputs  # noqa: E402
 from harness.config import EvalConfig  # noqa: E402
 from harness.evaluate import Evaluator  # noqa: E402
-from harness.problem import build_reference, init_arguments, make_inputs, problem_from_target  # noqa: E402
+from harness.problem import init_arguments, problem_from_target  # noqa: E402
 from harness.records import Candidate  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"

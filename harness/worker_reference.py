@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 
 from harness.audit import nondeterminism_finding, null_answer_findings
+from harness.cases import build_reference, make_inputs, perturb_parameters, resized_inputs
 from harness.errors import UserError
 from harness.jobs import INPUTS_FILE, OUTPUTS_FILE, ReferenceReport, WorkerJob
-from harness.problem import build_reference, make_inputs, perturb_parameters, resized_inputs
 from harness.profiling import profile_forward
 from harness.records import AuditReport
 from harness.tolerance import tolerance_for

@@ -16,8 +16,8 @@ from collections.abc import Callable
 import torch
 
 from harness import guards
+from harness.cases import build_reference, make_inputs
 from harness.jobs import CandidateReport, CheckFailed, WorkerJob
-from harness.problem import build_reference, make_inputs
 from harness.records import Check, Status, TimingStats
 from harness.timing import Timer, summarize
 from harness.tolerance import compare, tolerance_for

@@ -24,17 +24,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from agents.offline import Proposal, propose
 from harness.buildcache import CachedLoader, default_cache_dir
+from harness.cases import build_reference, make_inputs, perturb_parameters, resized_inputs
 from harness.gate import check_python
 from harness.native_gate import check_native
-from harness.problem import (
-    DTYPES,
-    build_reference,
-    init_arguments,
-    make_inputs,
-    perturb_parameters,
-    problem_from_target,
-    resized_inputs,
-)
+from harness.problem import DTYPES, init_arguments, problem_from_target
 from harness.records import Problem
 
 ROOT = Path(__file__).resolve().parents[1]

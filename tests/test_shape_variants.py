@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.problem import resized_inputs
+from harness.cases import resized_inputs
 
 
 def _inputs() -> list:

@@ -19,7 +19,8 @@ from agents.offline.init_copy import CannotCopy, copy_constructor
 from agents.offline.kernel import FusedKernel, build_kernel
 from agents.offline.module import module_source
 from agents.offline.trace import NotTraceable, trace
-from harness.problem import DTYPES, build_reference, make_inputs, reference_class
+from harness.cases import build_reference, make_inputs
+from harness.problem import DTYPES, reference_class
 from harness.records import Candidate, Problem
 
 __all__ = ["Proposal", "propose"]

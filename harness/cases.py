@@ -1,0 +1,145 @@
+"""What verification cases are made of: the reference module built for a seed, its perturbed
+parameters, the inputs for a seed, and inputs of other shapes.
+
+Every function here runs the user's code (their module's constructor, their input factory) or
+draws from a seed: the reference worker calls them to make the cases, the candidate worker to
+make the inputs of each timed call. Loading a problem is ``harness.problem``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from harness.errors import UserError
+from harness.problem import DTYPES, call_user, import_source, init_arguments, reference_class
+from harness.records import Problem
+
+
+def build_reference(problem: Problem, seed: int) -> torch.nn.Module:
+    """The reference module in eval mode, on the problem's device and dtype."""
+    cls = reference_class(problem)
+    args, kwargs = init_arguments(problem)
+    torch.manual_seed(seed)
+    try:
+        module = cls(*args, **kwargs)
+    except Exception as err:
+        raise UserError(
+            f"constructing {problem.class_name}(*{args!r}, **{kwargs!r}) raised "
+            f"{type(err).__name__}: {err}",
+            where=str(problem.source_path),
+            fix="check get_init_inputs() or init_args/init_kwargs in [tool.kernelpilot]",
+        ) from err
+    return module.to(device=problem.device, dtype=DTYPES[problem.dtype]).eval()
+
+
+def perturb_parameters(module: torch.nn.Module, seed: int) -> None:
+    """Move every float parameter away from its initial value.
+
+    Kernels that skip work which is an identity only at initialization (zero bias, unit norm
+    weight) or that regenerate weights from a seed are caught on perturbed parameters.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+            if not tensor.is_floating_point():
+                continue
+            noise = torch.randn(tensor.shape, generator=generator).to(tensor)
+            if name.endswith("running_var"):
+                tensor.mul_(1 + 0.5 * noise.tanh())
+            else:
+                scale = max(float(tensor.float().pow(2).mean().sqrt()), 0.1) * 0.2
+                tensor.add_(noise * scale)
+
+
+def make_inputs(problem: Problem, seed: int, strengthened: bool = False) -> list:
+    """Forward inputs for one seed, on the problem's device and dtype.
+
+    The input factory runs with the problem's device as torch's default device: on a GPU its
+    ``torch.randn(...)`` draws there, not on the CPU followed by a copy (for 10^8-element
+    inputs that was most of a timed call's cost).
+    """
+    path = problem.inputs_path or problem.source_path
+    if problem.input_shapes is None:
+        fn = getattr(import_source(path, problem.search_paths), problem.inputs_fn or "get_inputs")
+    torch.manual_seed(seed)
+    with torch.device(problem.device):
+        if problem.input_shapes is not None:
+            raw: list = [torch.randn(*shape) for shape in problem.input_shapes]
+        else:
+            raw = call_user(fn, path)
+            _check_inputs(raw, path, problem.inputs_fn or "get_inputs")
+        dtype = DTYPES[problem.dtype]
+        inputs = []
+        for value in raw:
+            if isinstance(value, torch.Tensor):
+                value = value.detach()
+                if value.is_floating_point():
+                    if strengthened:
+                        scale = max(float(value.float().pow(2).mean().sqrt()), 1.0)
+                        value = torch.randn(value.shape) * scale
+                    value = value.to(dtype)
+                value = value.to(problem.device).contiguous()
+            inputs.append(value)
+    return inputs
+
+
+def resized_inputs(inputs: list, variant: int, seed: int) -> list | None:
+    """Inputs of another shape, drawn from the values of ``inputs`` (keeps their distribution).
+
+    Variant 1 changes the leading (batch) dimension to a smaller size, variant 2 the last one to
+    a larger size by an odd amount (tails of vectorized loops). Both sizes are drawn from
+    ``seed``: a kernel cannot be specialised to the variants' shapes either. None when the
+    inputs have no such dimension to change.
+    """
+    tensors = [value for value in inputs if isinstance(value, torch.Tensor) and value.dim() > 0]
+    if not tensors:
+        return None
+    axis = 0 if variant == 1 else -1
+    old = tensors[0].shape[axis]
+    generator = torch.Generator().manual_seed(seed)
+
+    def draw(low: int, high: int) -> int:  # inclusive
+        return int(torch.randint(low, high + 1, (1,), generator=generator))
+
+    if variant == 1:
+        new = 2 if old <= 1 else draw(max(1, old // 4), old - 1)
+    else:
+        new = old + 2 * draw(0, 7) + 1 if old > 1 else 0
+    if new in (0, old):
+        return None
+    resized = []
+    for value in inputs:
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[axis] == old:
+            shape = list(value.shape)
+            shape[axis] = new
+            flat = value.flatten()
+            picks = torch.randint(
+                flat.numel(), (int(torch.Size(shape).numel()),), generator=generator
+            )
+            value = flat[picks.to(flat.device)].reshape(shape).contiguous()
+        resized.append(value)
+    return resized
+
+
+def _check_inputs(raw, path: Path, fn_name: str) -> None:
+    if not isinstance(raw, list | tuple):
+        raise UserError(
+            f"{fn_name}() returned {type(raw).__name__}, not a list",
+            where=str(path),
+            fix=f"return a list of tensors from {fn_name}()",
+        )
+    for index, value in enumerate(raw):
+        if not isinstance(value, torch.Tensor | int | float | bool):
+            raise UserError(
+                f"{fn_name}() item {index} is a {type(value).__name__}, not a tensor or number",
+                where=str(path),
+                fix=f"return only tensors (and plain numbers) from {fn_name}()",
+            )
+    if not any(isinstance(value, torch.Tensor) for value in raw):
+        raise UserError(
+            f"{fn_name}() returned no tensor",
+            where=str(path),
+            fix=f"return the forward's tensor inputs from {fn_name}()",
+        )
