@@ -34,6 +34,7 @@ from harness.symbols import object_problems
 CPU_CFLAGS = ["-O3", "-fopenmp", "-march=native", "-fno-math-errno", "-fno-trapping-math"]
 CPU_LDFLAGS = ["-fopenmp"]
 CUDA_BASE_FLAGS = ["-O3"]
+SOURCE_FLAGS = ("-D", "-U", "-std")  # host flags kept from the candidate: defines, the standard
 ALLOWED_FLAG = re.compile(
     r"^(-O[0-3s]|-std=[\w+]+|-D\w+(=[\w.]+)?|-U\w+|-ffast-math|-funroll-loops|-fopenmp|"
     r"-fno-math-errno|-fno-trapping-math|-ftree-vectorize|-ffp-contract=\w+|-m[\w=.-]+|"
@@ -90,11 +91,12 @@ class CachedLoader:
             raise GateRejection(reasons)
         if isinstance(functions, str):
             functions = [functions]
+        # Of the candidate's host flags only those that change what the source means stay.
+        defines = [f for f in extra_cflags or [] if f.startswith(SOURCE_FLAGS)]
         if self.device == "cpu":
-            defines = [f for f in extra_cflags or [] if f.startswith(("-D", "-U", "-std"))]
             cflags, cuda_flags, ldflags = [*CPU_CFLAGS, *defines], [], CPU_LDFLAGS
         else:
-            cflags = ["-O3", *[f for f in extra_cflags or [] if f.startswith(("-D", "-std"))]]
+            cflags = ["-O3", *defines]
             cuda_flags = [*CUDA_BASE_FLAGS, *(extra_cuda_cflags or [])]
             ldflags = list(extra_ldflags or [])
         key = build_key(cpp, cuda, functions, cflags, cuda_flags, ldflags, self.device)

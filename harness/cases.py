@@ -143,3 +143,48 @@ def _check_inputs(raw, path: Path, fn_name: str) -> None:
             where=str(path),
             fix=f"return the forward's tensor inputs from {fn_name}()",
         )
+
+
+def strided_inputs(inputs: list) -> list | None:
+    """The same values in other memory layouts, as callers upstream hand them over (a
+    transposed activation, a slice): tensors of 2+ dims stored with their last two dimensions
+    swapped (column-major), 1-dim tensors as every other element of a buffer twice as long.
+
+    A kernel that reads ``data_ptr()`` as if the input were contiguous reads the wrong
+    elements, or the guard poison the candidate worker leaves in the gaps. None when no input
+    is a tensor with more than one element.
+    """
+    laid_out, changed = [], False
+    for value in inputs:
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.numel() > 1:
+            if value.dim() >= 2 and value.shape[-1] > 1 and value.shape[-2] > 1:
+                value = value.transpose(-1, -2).contiguous().transpose(-1, -2)
+            else:
+                wide = torch.empty(
+                    (*value.shape[:-1], 2 * value.shape[-1]),
+                    dtype=value.dtype,
+                    device=value.device,
+                )
+                value = wide[..., ::2].copy_(value)
+            changed = True
+        laid_out.append(value)
+    return laid_out if changed else None
+
+
+def copy_with_layout(
+    tensor: torch.Tensor, device: str | torch.device, fill: float | int | bool = 0, margin: int = 0
+) -> torch.Tensor:
+    """A copy of ``tensor`` on ``device`` with the same strides, in a storage that holds
+    ``fill`` in the gaps between elements and in ``margin`` elements before and after.
+
+    ``.to(device)`` and ``.cpu()`` keep a transposed layout but make a gapped one (a slice with
+    a step) contiguous. An expanded tensor (a stride of 0) becomes contiguous: its elements
+    share memory, which no copy can write.
+    """
+    expanded = any(s == 0 and n > 1 for s, n in zip(tensor.stride(), tensor.shape, strict=True))
+    strides = torch.empty(tensor.shape, device="meta").stride() if expanded else tensor.stride()
+    span = 1 + sum((n - 1) * s for n, s in zip(tensor.shape, strides, strict=True))
+    storage = torch.full(
+        (2 * margin + (span if tensor.numel() else 0),), fill, dtype=tensor.dtype, device=device
+    )
+    return storage.as_strided(tensor.shape, strides, margin).copy_(tensor)

@@ -36,6 +36,13 @@ class EvalConfig(BaseModel):
             "approximations hold only over randn's range fail there."
         ),
     )
+    strided_inputs: bool = Field(
+        default=True,
+        description=(
+            "Also check on the first case's inputs in other memory layouts (column-major, "
+            "every other element): kernels that assume contiguous inputs fail there."
+        ),
+    )
     warmup: int = Field(
         default=3, ge=1, description="Untimed calls before timing each implementation."
     )

@@ -160,8 +160,12 @@ class Evaluator:
         status, reason = report.status, report.reason
         if comparison:
             checks[1:1] = comparison["checks"]
-            if comparison["failed"] is not None and status is None:
+            # Outputs before a case that raised are compared too: wrong there comes first.
+            if comparison["failed"] is not None and status in (None, Status.runtime_error):
                 status, reason = Status.incorrect, comparison["failed"]
+            elif comparison["compared"] < len(data.cases) and status is None:
+                status = Status.runtime_error
+                reason = f"outputs for {comparison['compared']} of {len(data.cases)} cases"
         elif status is None:  # only the parent's own comparison can make a candidate correct
             status = Status.runtime_error
             reason = "the worker reported success without handing its outputs over for comparison"
@@ -249,6 +253,9 @@ def compare_cases(problem: Problem, cases: list[dict], outputs: list[list]) -> d
     """Compare a candidate's outputs with the reference's, case by case (runs in the parent)."""
     tol = tolerance_for(problem.dtype, problem.atol, problem.rtol)
     worst_abs, worst_rel, failed, check = 0.0, 0.0, None, "correct_outputs"
+    if len(outputs) > len(cases):
+        outputs, failed = [], f"outputs for {len(outputs)} cases; there are {len(cases)}"
+    cases = cases[: len(outputs)]  # fewer when a later case raised in the worker
     for case, produced in zip(cases, outputs, strict=True):
         expected = case["outputs"]
         if len(produced) != len(expected):
@@ -275,6 +282,7 @@ def compare_cases(problem: Problem, cases: list[dict], outputs: list[list]) -> d
         checks.append(Check(name="finite_outputs", passed=True, detail="no NaN/Inf"))
     return {
         "failed": failed,
+        "compared": len(cases),
         "checks": checks,
         "max_abs_error": worst_abs if failed is None else None,
         "rel_error": worst_rel if failed is None else None,

@@ -12,21 +12,20 @@ import time
 
 import torch
 
+from harness.cases import copy_with_layout
+
 GUARD_ELEMENTS = 1024
 
 
-def guarded(tensor: torch.Tensor) -> torch.Tensor:
-    """A contiguous copy of ``tensor`` with poison before and after it in the same storage.
+def guarded(tensor: torch.Tensor, device: str | torch.device | None = None) -> torch.Tensor:
+    """A copy of ``tensor`` (on ``device``, by default its own) in the same layout, with poison
+    before and after it, and in any gaps its strides leave, in the same storage.
 
-    A kernel that reads past either end of its input reads NaN (floats) or huge values.
+    A kernel that reads past either end of its input, or reads a strided input as if it were
+    contiguous, reads NaN (floats) or huge values.
     """
-    fill = guard_fill(tensor)
-    numel = tensor.numel()
-    storage = torch.full(
-        (numel + 2 * GUARD_ELEMENTS,), fill, dtype=tensor.dtype, device=tensor.device
-    )
-    storage[GUARD_ELEMENTS : GUARD_ELEMENTS + numel] = tensor.reshape(-1)
-    return storage[GUARD_ELEMENTS : GUARD_ELEMENTS + numel].view(tensor.shape)
+    target = tensor.device if device is None else device
+    return copy_with_layout(tensor, target, guard_fill(tensor), GUARD_ELEMENTS)
 
 
 def guard_fill(tensor: torch.Tensor) -> float | int | bool:

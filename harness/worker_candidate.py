@@ -84,7 +84,15 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed) -> CandidateReport:
         previous: list[torch.Tensor] = []
         for case in data["cases"]:
             # The previous case's outputs stay alive: a buffer reused across calls shows.
-            produced = _run_case(job, model, loader, case, checks)
+            try:
+                produced = _run_case(job, model, loader, case, checks)
+            except CheckFailed as failure:
+                if failure.status is Status.runtime_error and outputs:
+                    # A wrong answer on an earlier case is the first failure: the parent
+                    # compares what there is before this error is reported.
+                    torch.save({"outputs": outputs}, job_dir / "outputs.pt")
+                    proceed()
+                raise
             check_fresh(produced, previous, case["name"])
             outputs.append([out.detach().cpu().clone() for out in produced])
             previous = produced
@@ -121,7 +129,7 @@ def _run_case(job: WorkerJob, model, loader: CachedLoader, case: dict, checks: l
         ) from err
     _pass_once(checks, "state_dict_strict", "loads the reference's parameters")
     inputs = [
-        guards.guarded(x.to(device)) if isinstance(x, torch.Tensor) else x for x in case["inputs"]
+        guards.guarded(x, device) if isinstance(x, torch.Tensor) else x for x in case["inputs"]
     ]
     originals = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
     guards.poison_memory(case["output_meta"], device)

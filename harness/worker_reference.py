@@ -13,7 +13,14 @@ from pathlib import Path
 import torch
 
 from harness.audit import nondeterminism_finding, null_answer_findings
-from harness.cases import build_reference, make_inputs, perturb_parameters, resized_inputs
+from harness.cases import (
+    build_reference,
+    copy_with_layout,
+    make_inputs,
+    perturb_parameters,
+    resized_inputs,
+    strided_inputs,
+)
 from harness.errors import UserError
 from harness.jobs import INPUTS_FILE, OUTPUTS_FILE, ReferenceReport, WorkerJob
 from harness.profiling import profile_forward
@@ -62,6 +69,8 @@ def run_reference(job: WorkerJob, job_dir: Path) -> ReferenceReport:
     cases += _shape_variants(job, base, cases[0], where)
     if job.config.wide_range:
         cases += _wide_range(base, cases[0], job.seeds[0], where)
+    if job.config.strided_inputs and (strided := strided_inputs(cases[0]["inputs"])):
+        cases += _extra_case(base, "inputs in other memory layouts", strided, where)
 
     ops = profile_forward(lambda *xs: base(*xs), cases[0]["inputs"], problem.device)
     cpu_cases = [_to_cpu(case) for case in cases]
@@ -165,8 +174,8 @@ def _for_candidates(case: dict) -> dict:
 
 
 def _to_cpu(case: dict) -> dict:
-    def cpu(value):
-        return value.detach().cpu() if isinstance(value, torch.Tensor) else value
+    def cpu(value):  # a gapped input layout stays gapped
+        return copy_with_layout(value.detach(), "cpu") if isinstance(value, torch.Tensor) else value
 
     return {
         "name": case["name"],

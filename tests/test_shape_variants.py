@@ -1,10 +1,12 @@
-"""The extra shapes every candidate is checked on are drawn from the run's seeds."""
+"""The extra cases every candidate is checked on: shapes drawn from the run's seeds, a wide
+range of values, other memory layouts."""
 
 from __future__ import annotations
 
 import torch
 
-from harness.cases import resized_inputs
+from harness import guards
+from harness.cases import copy_with_layout, resized_inputs, strided_inputs
 
 
 def _inputs() -> list:
@@ -61,3 +63,33 @@ def test_no_wide_range_case_where_the_reference_overflows():
 
     first = {"inputs": [torch.full((4,), 10.0)], "outputs": [], "state": {}}
     assert _wide_range(_Exp(10.0), first, seed=5, where="test") == []
+
+
+def test_strided_inputs_keep_values_and_change_the_layout():
+    x, bias, scale = strided_inputs(_inputs())
+    assert x.stride() == (1, 64)  # column-major
+    assert bias.stride() == (2,) and scale == 0.5  # every other element
+    original = _inputs()
+    laid_out = strided_inputs(original)
+    assert all(torch.equal(a, b) for a, b in zip(laid_out[:2], original[:2], strict=True))
+    assert strided_inputs([torch.randn(1), 3]) is None  # nothing to lay out differently
+
+
+def test_guarded_inputs_keep_their_layout_with_poison_in_the_gaps():
+    bias = strided_inputs([torch.randn(32)])[0]
+    guarded = guards.guarded(bias)
+    assert guarded.stride() == (2,) and torch.equal(guarded, bias)
+    # what a kernel reading data_ptr() as contiguous sees: every other value is the poison
+    read_as_contiguous = torch.as_strided(guarded, (32,), (1,), guarded.storage_offset())
+    assert read_as_contiguous[1::2].isnan().all()
+    expanded = torch.randn(1, 8).expand(4, 8)  # shared elements: a contiguous copy
+    assert guards.guarded(expanded).is_contiguous()
+    assert torch.equal(guards.guarded(expanded), expanded)
+
+
+def test_layout_copies_keep_a_gapped_layout():
+    """``.to(device)`` would make a gapped tensor contiguous; the cases' copies must not."""
+    bias = strided_inputs([torch.randn(32)])[0]
+    assert bias.to(torch.float64).is_contiguous()  # what a plain copy does
+    copy = copy_with_layout(bias, "cpu")
+    assert copy.stride() == (2,) and torch.equal(copy, bias)
