@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,19 @@ from harness.config import EvalConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# The examples the offline proposer is tested on, as targets relative to ROOT.
+EXAMPLES = {
+    "fused_gelu_block": "examples/fused_gelu_block.py",
+    "swiglu": "examples/swiglu.py",
+    "residual_gate": "examples/repo_style/blocks.py:ResidualGate",
+}
+
+
+def write_module(directory: Path, name: str, source: str) -> Path:
+    """A Python file ``name``.py in ``directory`` holding ``source`` (dedented)."""
+    path = directory / f"{name}.py"
+    path.write_text(textwrap.dedent(source))
+    return path
 
 
 def fast_config(**overrides) -> EvalConfig:

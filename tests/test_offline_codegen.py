@@ -1,0 +1,207 @@
+"""The offline proposer's decisions and the code it writes, without building it: what is fused,
+what is left to PyTorch, what is reported when nothing can be fused, and the generated sources
+passing the static gates. The builds and their outputs are tests/test_offline_proposer.py.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from agents.offline import propose
+from harness.gate import check_python
+from harness.native_gate import check_native
+from harness.problem import problem_from_target
+from harness.records import Problem
+from tests.conftest import EXAMPLES, ROOT, write_module
+
+
+def kernelbench(tmp_path: Path, name: str, body: str, inputs: str, init: str = "[]") -> Problem:
+    source = f"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+{textwrap.dedent(body)}
+
+def get_inputs():
+    return {inputs}
+
+def get_init_inputs():
+    return {init}
+"""
+    return problem_from_target(str(write_module(tmp_path, name, source)), "cpu", None)
+
+
+def test_module_without_pointwise_ops_gets_no_candidate(tmp_path: Path) -> None:
+    problem = kernelbench(
+        tmp_path,
+        "plain_linear",
+        """
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = nn.Linear(32, 16)
+
+            def forward(self, x):
+                return self.linear(x)
+        """,
+        "[torch.randn(8, 32)]",
+    )
+    proposal = propose(problem)
+    assert proposal.candidate is None
+    assert proposal.fused_chains == 0
+    assert proposal.reason.startswith("nothing to fuse")
+
+
+def test_untraceable_module_says_why(tmp_path: Path) -> None:
+    problem = kernelbench(
+        tmp_path,
+        "branchy",
+        """
+        class Model(nn.Module):
+            def forward(self, x):
+                if x.sum() > 0:
+                    return torch.relu(x)
+                return x * 2
+        """,
+        "[torch.randn(8, 32)]",
+    )
+    proposal = propose(problem)
+    assert proposal.candidate is None
+    assert proposal.reason.startswith("cannot trace")
+
+
+def test_chains_separated_by_a_matmul_are_two_kernels(tmp_path: Path) -> None:
+    problem = kernelbench(
+        tmp_path,
+        "two_chains",
+        """
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.blocks = nn.ModuleList([nn.Linear(32, 32), nn.LayerNorm(32)])
+                self.bias = nn.Parameter(torch.randn(32))
+
+            def forward(self, x, w):
+                h = F.relu(self.blocks[0](x) + self.bias) * 2.0
+                m = torch.matmul(self.blocks[1](h), w)
+                return torch.sigmoid(m) - 0.5
+        """,
+        "[torch.randn(8, 32), torch.randn(32, 32)]",
+    )
+    proposal = propose(problem)
+    assert proposal.fused_chains == 2, proposal.reason
+    source = proposal.candidate.source
+    assert source.count("_ext.fused_") == 2
+    assert "self.blocks[0](x)" in source and "self.blocks[1](" in source
+    assert "torch.matmul(" in source
+
+
+def test_gelu_exact_and_tanh_forms(tmp_path: Path) -> None:
+    problem = kernelbench(
+        tmp_path,
+        "gelus",
+        """
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.act = nn.GELU(approximate="tanh")
+
+            def forward(self, x):
+                return F.gelu(x) + self.act(x)
+        """,
+        "[torch.randn(8, 32)]",
+    )
+    proposal = propose(problem)
+    assert proposal.fused_chains == 1
+    source = proposal.candidate.source
+    assert "kp::erf(a0 * 0.70710678118654752440f)" in source
+    assert "kp::tanh(0.79788456080286535588f * (a0 + 0.044715f * (a0 * a0 * a0)))" in source
+
+
+def test_candidate_passes_the_static_gate_and_is_deterministic(tmp_path: Path) -> None:
+    for target in EXAMPLES.values():
+        problem = problem_from_target(str(ROOT / target), "cpu", None)
+        first, second = propose(problem), propose(problem)
+        assert first.candidate is not None
+        assert first.candidate.source == second.candidate.source
+        source = first.candidate.source
+        assert check_python(source, problem.class_name, problem.dtype) == []
+        cpp = source.split('_CPP_SOURCE = r"""', 1)[1].split('"""', 1)[0]
+        assert check_native(cpp, problem.dtype) == []
+
+
+def test_cuda_candidate_source(tmp_path: Path) -> None:
+    problem = problem_from_target(str(ROOT / EXAMPLES["fused_gelu_block"]), "cuda", None)
+    proposal = propose(problem)
+    source = proposal.candidate.source
+    assert "cuda_sources=[_CUDA_SOURCE]" in source and "extra_cuda_cflags=['-O3']" in source
+    cuda = source.split('_CUDA_SOURCE = r"""', 1)[1].split('"""', 1)[0]
+    for expected in (
+        "__global__ void fused_0_fast",
+        "__global__ void fused_0_general",
+        "<<<blocks, kp::kThreads, 0, stream>>>",
+        "at::cuda::getCurrentCUDAStream()",
+        "C10_CUDA_KERNEL_LAUNCH_CHECK();",
+        "#include <ATen/cuda/CUDAContext.h>",
+        "kp::load_vec<VEC>",
+        "tanhf(x)",
+    ):
+        assert expected in cuda, expected
+    declarations = source.split('_CPP_SOURCE = r"""', 1)[1].split('"""', 1)[0]
+    assert "at::Tensor fused_0(" in declarations and "__global__" not in declarations
+    assert check_native(declarations + cuda, "float32") == []
+    assert check_python(source, problem.class_name, "float32") == []
+
+
+def test_constructor_needing_another_package_is_reported(tmp_path: Path) -> None:
+    problem = kernelbench(
+        tmp_path,
+        "statistics_init",
+        """
+        import statistics as st
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("w", torch.full((8,), st.fmean([1.0, 3.0])))
+
+            def forward(self, x):
+                return torch.relu(x * self.w)
+        """,
+        "[torch.randn(4, 8)]",
+    )
+    proposal = propose(problem)
+    assert proposal.candidate is None
+    assert "'st'" in proposal.reason and "statistics" in proposal.reason
+
+
+def test_in_place_writes(tmp_path: Path) -> None:
+    """A private in-place op is fused; values sharing memory with a view written in place are
+    left to PyTorch, in order."""
+    problem = kernelbench(
+        tmp_path,
+        "in_place",
+        """
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = nn.Linear(8, 8)
+
+            def forward(self, x):
+                h = self.linear(x)
+                v = h.view(-1)
+                a = v * 2
+                h.relu_()
+                b = v * 3
+                g = self.linear(x)
+                g.relu_()
+                return a + b, torch.sigmoid(g)
+        """,
+        "[torch.randn(4, 8)]",
+    )
+    proposal = propose(problem)
+    assert "[relu, sigmoid]; [add]; left to PyTorch" in proposal.reason  # a + b: fresh again
+    assert proposal.reason.endswith("mul, relu_, mul_1")
+    forward = proposal.candidate.source.split("def forward", 1)[1]
+    assert forward.index("view * 2") < forward.index("linear.relu_()") < forward.index("view * 3")
