@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Literal
 
 import torch
 
@@ -27,7 +28,7 @@ from harness.problem import problem_from_target
 from harness.records import AuditReport, Candidate, Check, EvalResult, Problem, Status
 from harness.reference import ReferenceData, reference_data
 from harness.sandbox import WorkerOutcome, run_worker
-from harness.tolerance import compare, tolerance_for
+from harness.tolerance import CaseComparison, compare_cases
 
 
 class WeakSpecError(UserError):
@@ -113,11 +114,18 @@ class Evaluator:
         )
 
     def _evaluate_once(self, problem: Problem, candidate: Candidate, data: ReferenceData):
-        comparison: dict = {}
-        report = self._run_candidate(problem, candidate, "evaluate", data, comparison)
-        return self._result(problem, data, report, comparison)
+        comparisons: list[CaseComparison] = []
+        report = self._run_candidate(problem, candidate, "evaluate", data, comparisons)
+        return self._result(problem, data, report, comparisons[0] if comparisons else None)
 
-    def _run_candidate(self, problem, candidate, mode, data: ReferenceData | None, comparison=None):
+    def _run_candidate(
+        self,
+        problem: Problem,
+        candidate: Candidate,
+        mode: Literal["build", "evaluate"],
+        data: ReferenceData | None,
+        comparisons: list[CaseComparison] | None = None,
+    ) -> CandidateReport:
         config = self.config
         job = WorkerJob(
             mode=mode,
@@ -136,12 +144,12 @@ class Evaluator:
             _share(data.inputs_file, job_dir / INPUTS_FILE)
 
         def on_outputs() -> bool:
-            assert data is not None and comparison is not None
+            assert data is not None and comparisons is not None
             outputs_file = job_dir / "outputs.pt"
             outputs = torch.load(outputs_file, weights_only=True)["outputs"]
             outputs_file.unlink()
-            comparison.update(compare_cases(problem, data.cases, outputs))
-            return comparison["failed"] is None
+            comparisons.append(compare_cases(problem, data.cases, outputs))
+            return comparisons[-1].failed is None
 
         memory = config.memory_limit_gb if problem.device == "cpu" else None
         if mode == "build":
@@ -154,18 +162,22 @@ class Evaluator:
         return _candidate_report(outcome, problem, timeout)
 
     def _result(
-        self, problem: Problem, data: ReferenceData, report: CandidateReport, comparison
+        self,
+        problem: Problem,
+        data: ReferenceData,
+        report: CandidateReport,
+        comparison: CaseComparison | None,
     ) -> EvalResult:
         checks = list(report.checks)
         status, reason = report.status, report.reason
-        if comparison:
-            checks[1:1] = comparison["checks"]
+        if comparison is not None:
+            checks[1:1] = comparison.checks
             # Outputs before a case that raised are compared too: wrong there comes first.
-            if comparison["failed"] is not None and status in (None, Status.runtime_error):
-                status, reason = Status.incorrect, comparison["failed"]
-            elif comparison["compared"] < len(data.cases) and status is None:
+            if comparison.failed is not None and status in (None, Status.runtime_error):
+                status, reason = Status.incorrect, comparison.failed
+            elif comparison.compared < len(data.cases) and status is None:
                 status = Status.runtime_error
-                reason = f"outputs for {comparison['compared']} of {len(data.cases)} cases"
+                reason = f"outputs for {comparison.compared} of {len(data.cases)} cases"
         elif status is None:  # only the parent's own comparison can make a candidate correct
             status = Status.runtime_error
             reason = "the worker reported success without handing its outputs over for comparison"
@@ -177,8 +189,8 @@ class Evaluator:
             device=problem.device,
             device_name=report.device_name,
             torch_version=report.torch_version,
-            max_abs_error=comparison.get("max_abs_error"),
-            rel_error=comparison.get("rel_error"),
+            max_abs_error=comparison.max_abs_error if comparison else None,
+            rel_error=comparison.rel_error if comparison else None,
             eager=report.eager,
             eager_alone=report.eager_alone,
             compiled=report.compiled,
@@ -247,46 +259,6 @@ def _candidate_report(outcome: WorkerOutcome, problem: Problem, timeout: float) 
     return CandidateReport(
         status=Status.runtime_error, reason=f"the worker died ({how})", log=outcome.log_tail
     )
-
-
-def compare_cases(problem: Problem, cases: list[dict], outputs: list[list]) -> dict:
-    """Compare a candidate's outputs with the reference's, case by case (runs in the parent)."""
-    tol = tolerance_for(problem.dtype, problem.atol, problem.rtol)
-    worst_abs, worst_rel, failed, check = 0.0, 0.0, None, "correct_outputs"
-    if len(outputs) > len(cases):
-        outputs, failed = [], f"outputs for {len(outputs)} cases; there are {len(cases)}"
-    cases = cases[: len(outputs)]  # fewer when a later case raised in the worker
-    for case, produced in zip(cases, outputs, strict=True):
-        expected = case["outputs"]
-        if len(produced) != len(expected):
-            failed = f"{case['name']}: {len(produced)} outputs, reference has {len(expected)}"
-            break
-        for index, (out, ref) in enumerate(zip(produced, expected, strict=True)):
-            result = compare(out, ref, tol)
-            if result.passed:
-                worst_abs, worst_rel = (
-                    max(worst_abs, result.max_abs_error),
-                    max(worst_rel, result.rel_error),
-                )
-                continue
-            check = "finite_outputs" if "NaN" in result.detail else "correct_outputs"
-            failed = f"{case['name']}, output {index}: {result.detail}"
-            break
-        if failed:
-            break
-    names = ", ".join(case["name"].split(" (")[0] for case in cases)
-    checks = [
-        Check(name=check, passed=failed is None, detail=failed or f"{len(cases)} cases: {names}")
-    ]
-    if failed is None:
-        checks.append(Check(name="finite_outputs", passed=True, detail="no NaN/Inf"))
-    return {
-        "failed": failed,
-        "compared": len(cases),
-        "checks": checks,
-        "max_abs_error": worst_abs if failed is None else None,
-        "rel_error": worst_rel if failed is None else None,
-    }
 
 
 def _share(inputs_file: Path, destination: Path) -> None:

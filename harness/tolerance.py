@@ -1,4 +1,4 @@
-"""Dtype-aware comparison of a candidate's output with the reference's (pure functions)."""
+"""Dtype-aware comparison of a candidate's outputs with the reference's (pure functions)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import math
 
 import torch
 from pydantic import BaseModel
+
+from harness.records import Check, Problem
 
 # (relative-norm limit, elementwise atol and rtol, both relative to the output's RMS for atol).
 # float32 sits well under tf32's ~3e-4, so TF32 or half intermediates in a float32 problem fail.
@@ -20,6 +22,16 @@ class Tolerance(BaseModel):
     rel_norm: float
     atol: float
     rtol: float
+
+
+class CaseComparison(BaseModel):
+    """A candidate's outputs against the reference's, over the cases it produced outputs for."""
+
+    failed: str | None  # the first failure: which case, which output, what
+    compared: int  # cases compared (fewer than there are when a later case raised)
+    checks: list[Check]
+    max_abs_error: float | None
+    rel_error: float | None
 
 
 class Comparison(BaseModel):
@@ -132,4 +144,44 @@ def _outside(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> 
 def _mismatch(detail: str) -> Comparison:
     return Comparison(
         passed=False, max_abs_error=float("inf"), rel_error=float("inf"), detail=detail
+    )
+
+
+def compare_cases(problem: Problem, cases: list[dict], outputs: list[list]) -> CaseComparison:
+    """Compare a candidate's outputs with the reference's, case by case (runs in the parent)."""
+    tol = tolerance_for(problem.dtype, problem.atol, problem.rtol)
+    worst_abs, worst_rel, failed, check = 0.0, 0.0, None, "correct_outputs"
+    if len(outputs) > len(cases):
+        outputs, failed = [], f"outputs for {len(outputs)} cases; there are {len(cases)}"
+    cases = cases[: len(outputs)]  # fewer when a later case raised in the worker
+    for case, produced in zip(cases, outputs, strict=True):
+        expected = case["outputs"]
+        if len(produced) != len(expected):
+            failed = f"{case['name']}: {len(produced)} outputs, reference has {len(expected)}"
+            break
+        for index, (out, ref) in enumerate(zip(produced, expected, strict=True)):
+            result = compare(out, ref, tol)
+            if result.passed:
+                worst_abs, worst_rel = (
+                    max(worst_abs, result.max_abs_error),
+                    max(worst_rel, result.rel_error),
+                )
+                continue
+            check = "finite_outputs" if "NaN" in result.detail else "correct_outputs"
+            failed = f"{case['name']}, output {index}: {result.detail}"
+            break
+        if failed:
+            break
+    names = ", ".join(case["name"].split(" (")[0] for case in cases)
+    checks = [
+        Check(name=check, passed=failed is None, detail=failed or f"{len(cases)} cases: {names}")
+    ]
+    if failed is None:
+        checks.append(Check(name="finite_outputs", passed=True, detail="no NaN/Inf"))
+    return CaseComparison(
+        failed=failed,
+        compared=len(cases),
+        checks=checks,
+        max_abs_error=worst_abs if failed is None else None,
+        rel_error=worst_rel if failed is None else None,
     )

@@ -7,7 +7,8 @@ import torch
 
 from harness import tolerance
 from harness.audit import null_answer_findings
-from harness.tolerance import compare, tolerance_for
+from harness.records import Problem
+from harness.tolerance import compare, compare_cases, tolerance_for
 
 TOL = tolerance_for("float32")
 
@@ -97,3 +98,17 @@ def test_a_passed_through_input_is_found():
     cases = [([x := torch.randn(8, 8)], [x.clone()]) for _ in range(3)]
     names = [f.detail for f in null_answer_findings(cases, TOL)]
     assert any("input 0 passed through as output 0" in name for name in names)
+
+
+def test_cases_are_compared_in_order_up_to_the_outputs_there_are():
+    problem = Problem(
+        name="p", source_path="p.py", class_name="Model", device="cpu", dtype="float32"
+    )
+    cases = [{"name": f"case {n}", "outputs": [REF * n]} for n in (1, 2, 3)]
+    right = [[REF * 1], [REF * 2]]
+    partial = compare_cases(problem, cases, right)  # the third case raised in the worker
+    assert partial.failed is None and partial.compared == 2
+    wrong = compare_cases(problem, cases, [[REF * 1], [REF * 5]])
+    assert wrong.failed.startswith("case 2, output 0") and wrong.checks[0].name == "correct_outputs"
+    extra = compare_cases(problem, cases, [*right, [REF * 3], [REF]])
+    assert extra.failed == "outputs for 4 cases; there are 3"
