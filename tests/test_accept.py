@@ -104,3 +104,22 @@ def test_a_disturbance_is_confirmed_in_a_fresh_worker(script, runs, status):
     assert len(calls) == runs and result.status is status
     if runs == 2:
         assert "first worker: run 0" in result.checks[0].detail
+
+
+@pytest.mark.parametrize(
+    ("reps", "candidate_ms", "eager_ms", "done"),
+    [
+        (5, 400.0, 400.0, False),  # fewer than min_reps calls: go on
+        (10, 100.0, 100.0, False),  # 1 s each of a 1.5 s budget: go on
+        (10, 200.0, 200.0, True),  # 2 s each: done
+        (10, 1000.0, 1.0, False),  # the candidate 1000x slower, at 10 s: go on
+        (15, 1000.0, 1.0, True),  # at 15 s (10 budgets) it stops, though eager had 15 ms
+    ],
+)
+def test_timing_stops_when_every_budget_is_spent_or_the_slowest_took_ten(
+    reps, candidate_ms, eager_ms, done
+):
+    from harness.worker_timing import timed_enough
+
+    samples = {"candidate": [candidate_ms] * reps, "eager": [eager_ms] * reps}
+    assert timed_enough(reps, samples, min_reps=10, budget_s=1.5) is done
