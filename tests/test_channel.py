@@ -60,7 +60,7 @@ def test_success_without_the_parents_comparison_is_not_ok():
         inputs_file=Path("unused"),
     )
     claimed = CandidateReport(status=None)  # "all checks passed", but no outputs were handed over
-    result = Evaluator(fast_config())._result(PROBLEM, data, claimed, comparison={})
+    result = Evaluator(fast_config())._result(PROBLEM, data, claimed, comparison=None)
     assert result.status is Status.runtime_error
     assert "without handing its outputs over" in result.reason
 
