@@ -4,10 +4,12 @@
 #   here:  bash bench/fetch_gpu_wheels.sh          # once: .whl/ (git-ignored)
 #   there: run(carry=[".whl"], command="bash bench/gpu_run.sh build gpu pack")  # <= 560 s
 #   here:  rm -rf .kp-cache-parts && mkdir .kp-cache-parts && cp <files_at>/kp-cache.tgz.part-* .kp-cache-parts/
-#   there: run(carry=[".whl", ".kp-cache-parts"], command="bash bench/gpu_run.sh gpu corpus")
+#   there: run(carry=[".whl", ".kp-cache-parts"], command="bash bench/gpu_run.sh redteam")
+#   (a call made within the machine's 30 s warm period finds .kp-cache still there)
 #
 # Stages: build (parallel prebuild of every CUDA candidate), gpu (tests/test_gpu.py: the
-# examples end to end, a sticky CUDA error), corpus (the CUDA red-team and honest kernels),
+# examples end to end, a sticky CUDA error), redteam / honest / corpus (the CUDA red-team
+# kernels, the honest ones, both: one device call does not hold the whole corpus),
 # bench (bench_offline and bench_verify_overhead on cuda), pack (the build cache, .kp-cache/ in
 # the working tree (git-ignored), into $OUT in parts of 15 MB: a machine is bare at each start,
 # so the cache travels back here and out again with the next call's carry; ninja then finds
@@ -43,19 +45,27 @@ stage() {  # stage NAME SECONDS COMMAND...: run with a time limit, log to $OUT/N
 }
 
 set -- "${@:-build}"
+corpus() {  # corpus NAME LIMIT SELECTION: the CUDA corpus entries whose id matches SELECTION
+  stage "$1" "$2" python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_corpus.py -rA \
+    --durations=0 -k "$3" --junitxml="$OUT/$1.xml"
+}
 for what in "$@"; do
+  if [ "$what" != build ] && [ "$what" != pack ] && [ ! -d .kp-cache ]; then
+    echo "no build cache (.kp-cache): run the build stage or carry .kp-cache-parts"; exit 3
+  fi
   case $what in
     build) stage prebuild 300 python3 bench/prebuild_gpu.py ;;
-    gpu) stage gpu_tests 200 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py -rA \
-           --junitxml="$OUT/gpu_tests.xml" ;;
-    corpus) stage corpus_tests 330 python3 -m pytest -q -m gpu -p no:cacheprovider \
-              tests/test_corpus.py -rA --junitxml="$OUT/corpus_tests.xml" ;;
+    gpu) stage gpu_tests 280 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py -rA \
+           --durations=0 --junitxml="$OUT/gpu_tests.xml" ;;
+    redteam) corpus redteam_tests 520 "redteam" ;;
+    honest) corpus honest_tests 200 "honest" ;;
+    corpus) corpus corpus_tests 560 "redteam or honest" ;;
     bench)
-      stage bench_offline 180 python3 bench/bench_offline.py --device cuda \
+      stage bench_offline 300 python3 bench/bench_offline.py --device cuda \
         --out "$OUT/bench_offline.json"
-      stage verify_overhead 60 python3 bench/bench_verify_overhead.py --device cuda ;;
+      stage verify_overhead 90 python3 bench/bench_verify_overhead.py --device cuda ;;
     pack) tar -czf - .kp-cache | split -b 15m - "$OUT/kp-cache.tgz.part-"
           ls -la "$OUT"/kp-cache.tgz.part-* ;;
-    *) echo "unknown stage $what (build, gpu, corpus, bench, pack)"; exit 2 ;;
+    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, bench, pack)"; exit 2 ;;
   esac
 done

@@ -61,6 +61,12 @@ class CachedLoader:
         self.dtype = dtype
         self.calls: Counter[str] = Counter()
         self.builds: list[str] = []
+        # The tools (ninja) of this interpreter's environment first, as every worker has them
+        # (sandbox.clean_environment): two ninja versions record a build command under other
+        # hashes, so a cache directory used by both would be rebuilt at every switch.
+        tools = str(Path(sys.executable).parent)
+        if os.environ.get("PATH", "").split(os.pathsep)[0] != tools:
+            os.environ["PATH"] = os.pathsep.join([tools, os.environ.get("PATH", "")])
         if device == "cuda":
             if arch is None:
                 major, minor = torch.cuda.get_device_capability()

@@ -45,15 +45,56 @@ def poison_memory(shapes: list[tuple[list[int], str]], device: str) -> None:
             del block
 
 
+SAMPLE_ELEMENTS = 1 << 16
+
+
+def sample(outputs: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
+    """Up to ``SAMPLE_ELEMENTS`` elements of each output, spread evenly over all of it (the
+    last element included), gathered on its device without synchronizing.
+
+    Taken first thing after forward returns, on the current stream. Work that forward left
+    running on a stream the current stream does not wait for is still writing the outputs
+    then, and a gather this small (microseconds) reads them long before that work is done,
+    in whatever order it writes. A full-size read (a copy, a sum) takes as long as the work
+    it races and trails it element by element: it sees finished values, and so cannot tell.
+    """
+    taken = []
+    for out in outputs:
+        count = out.numel()
+        step = max(1, -(-count // SAMPLE_ELEMENTS))
+        index = torch.arange(count - 1, -1, -step, device=out.device)
+        taken.append(torch.take(out.detach(), index))
+    return taken
+
+
 def fingerprint(
     outputs: list[torch.Tensor] | tuple[torch.Tensor, ...],
 ) -> list[tuple[float, float]]:
-    """Cheap summary of outputs; taken at return and again after synchronization."""
+    """Summary of every element of the outputs; taken at return and again after
+    synchronization (after ``sample``, which must not wait for it)."""
     prints = []
     for out in outputs:
         values = out.detach().double()
         prints.append((float(values.nansum()), float(values.abs().nansum())))
     return prints
+
+
+def samples_unchanged(
+    before: list[torch.Tensor], outputs: list[torch.Tensor] | tuple[torch.Tensor, ...]
+) -> bool:
+    """The outputs still hold what ``sample`` read from them (NaN matches NaN)."""
+    return all(equal_nan(now, then) for now, then in zip(sample(outputs), before, strict=True))
+
+
+def equal_nan(now: torch.Tensor, then: torch.Tensor) -> bool:
+    """Same shape and values, NaN matching NaN."""
+    if now.shape != then.shape:
+        return False
+    if torch.equal(now, then):
+        return True
+    if not (now.is_floating_point() or now.is_complex()):
+        return False
+    return bool(((now == then) | (now.isnan() & then.isnan())).all())
 
 
 def settle(device: str) -> None:
@@ -65,9 +106,7 @@ def settle(device: str) -> None:
 
 def same_values(now: torch.Tensor, then: torch.Tensor) -> bool:
     """``now`` holds what ``then`` holds (NaN matches NaN), and its guard regions are intact."""
-    if not torch.equal(now, then) and not bool(
-        ((now == then) | (now.isnan() & then.isnan())).all()
-    ):
+    if not equal_nan(now, then):
         return False
     storage = now.untyped_storage()
     if storage.nbytes() != (now.numel() + 2 * GUARD_ELEMENTS) * now.element_size():

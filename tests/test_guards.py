@@ -75,6 +75,28 @@ def test_fingerprint_changes_when_an_output_is_written_later():
     assert guards.fingerprint([out]) != before
 
 
+def test_a_sample_sees_a_late_write_anywhere_in_a_large_output():
+    out = torch.full((3000, 50), float("nan"))  # 150000 elements: a sample of every third
+    taken = guards.sample([out])
+    assert taken[0].numel() <= guards.SAMPLE_ELEMENTS
+    assert guards.samples_unchanged(taken, [out])  # NaN matches NaN
+    out[-1, -1] = 1.0  # the last element is always in the sample
+    assert not guards.samples_unchanged(taken, [out])
+    out = torch.full((3000, 50), float("nan"))
+    out[: out.shape[0] // 2] = 0.0  # a writer half way through
+    assert not guards.samples_unchanged(taken, [out])
+
+
+def test_a_sample_reads_strided_and_scalar_outputs_in_place():
+    wide = torch.arange(40.0).reshape(4, 10)
+    out = wide.t()[:, ::2]  # non-contiguous: gathered through its strides, not copied
+    scalar = torch.tensor(3.0)
+    taken = guards.sample([out, scalar])
+    assert torch.equal(taken[0][0], out[-1, -1]) and taken[1].item() == 3.0
+    wide[0, 0] = -1.0  # out[0, 0]
+    assert not guards.samples_unchanged(taken, [out, scalar])
+
+
 def test_an_output_reusing_the_previous_calls_memory_fails():
     buffer = torch.empty(16)
     first, second = buffer[:8], buffer[:8]

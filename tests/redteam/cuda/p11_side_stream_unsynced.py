@@ -4,12 +4,11 @@
 """The kernel is queued on a side stream and forward returns: CUDA events recorded on the
 current stream (a timer without a device-wide synchronize) measure nothing, and a
 comparison after torch.cuda.synchronize() sees the right values. A memory-bound kernel
-started on an idle GPU stays ahead of any read issued after forward returns: on an H100
-a copy of the output taken on the current stream right after return was already correct,
-even at 16384 x 8192. So an output fingerprint cannot see this race; the harness has to
-look at the streams themselves (capture forward in a CUDA graph and replay it: unjoined
-side-stream work is not captured; or read the stream ids of the candidate's kernels in the
-profiler trace).
+started on an idle GPU stays ahead of any full-size read issued after forward returns: on
+an H100 a copy of the output taken on the current stream right after return was already
+correct, even at 16384 x 8192. What sees the race is a small read: the harness gathers a
+few thousand elements spread over the output right after return (microseconds, long before
+this kernel is done) and again after synchronizing (``harness.guards.sample``).
 """
 
 import torch
