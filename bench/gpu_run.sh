@@ -9,7 +9,8 @@
 #
 # Stages: build (parallel prebuild of every CUDA candidate), gpu (tests/test_gpu.py: the
 # examples end to end, a sticky CUDA error), redteam / honest / corpus (the CUDA red-team
-# kernels, the honest ones, both: one device call does not hold the whole corpus),
+# kernels, the honest ones, both: one device call does not hold the whole corpus; select:
+# the entries matching KP_SELECT, a pytest -k expression),
 # bench (bench_offline and bench_verify_overhead on cuda), pack (the build cache, .kp-cache/ in
 # the working tree (git-ignored), into $OUT in parts of 15 MB: a machine is bare at each start,
 # so the cache travels back here and out again with the next call's carry; ninja then finds
@@ -60,12 +61,13 @@ for what in "$@"; do
     redteam) corpus redteam_tests 520 "redteam" ;;
     honest) corpus honest_tests 200 "honest" ;;
     corpus) corpus corpus_tests 560 "redteam or honest" ;;
+    select) corpus selected_tests 400 "${KP_SELECT:?KP_SELECT=<pytest -k expression>}" ;;
     bench)
       stage bench_offline 300 python3 bench/bench_offline.py --device cuda \
         --out "$OUT/bench_offline.json"
       stage verify_overhead 90 python3 bench/bench_verify_overhead.py --device cuda ;;
     pack) tar -czf - .kp-cache | split -b 15m - "$OUT/kp-cache.tgz.part-"
           ls -la "$OUT"/kp-cache.tgz.part-* ;;
-    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, bench, pack)"; exit 2 ;;
+    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, bench, pack)"; exit 2 ;;
   esac
 done
