@@ -6,6 +6,7 @@ that the fused kernel reaches on the pure pointwise chains (bytes: each input re
 output written once).
 
     python bench/bench_offline.py [--device auto|cpu|cuda] [--out bench/results/run.json]
+        [--time-budget S] [--no-compile-baseline] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ from harness.config import EvalConfig  # noqa: E402
 from harness.devices import resolve_device  # noqa: E402
 from harness.evaluate import Evaluator  # noqa: E402
 from harness.problem import problem_from_target  # noqa: E402
+
+# The examples as optimize targets (the repository-style one through its [tool.kernelpilot]).
+EXAMPLES = [
+    "examples/fused_gelu_block.py",
+    "examples/swiglu.py",
+    "examples/repo_style/blocks.py:ResidualGate",
+]
 
 # name -> (forward body over x, y, b; number of full-size tensor inputs)
 CHAINS = {
@@ -78,7 +86,7 @@ def copy_bandwidth_gbs(device: str) -> float:
     return 2 * src.numel() * src.element_size() / times[len(times) // 2] / 1e9
 
 
-def chain_problems(device: str, folder: Path) -> list[tuple[str, Path, int]]:
+def chain_problems(device: str, folder: Path) -> list[tuple[str, str, int]]:
     rows, cols = (8192, 8192) if device == "cuda" else (1024, 2048)
     problems = []
     for name, (body, full_inputs) in CHAINS.items():
@@ -86,16 +94,31 @@ def chain_problems(device: str, folder: Path) -> list[tuple[str, Path, int]]:
         path.write_text(TEMPLATE.format(body=body, rows=rows, cols=cols))
         # Minimum traffic: x and y read (when used), b negligible, one output written.
         min_bytes = (full_inputs + 1) * rows * cols * 4
-        problems.append((name, path, min_bytes))
+        problems.append((f"chain_{name}", str(path), min_bytes))
     return problems
 
 
+def _example_name(target: str) -> str:
+    path, _, cls = target.partition(":")
+    return cls or Path(path).stem
+
+
 def main() -> None:
+    names = [_example_name(t) for t in EXAMPLES] + [f"chain_{name}" for name in CHAINS]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--out", type=Path, default=None, help="Write the rows as JSON here.")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="Write the rows as JSON here (after each target)."
+    )
     parser.add_argument("--time-budget", type=float, default=1.0)
     parser.add_argument("--no-compile-baseline", action="store_true")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=names,
+        metavar="NAME",
+        help=f"Run only this target (repeatable): {', '.join(names)}.",
+    )
     args = parser.parse_args()
     device = resolve_device(args.device)
     bandwidth = copy_bandwidth_gbs(device)
@@ -104,14 +127,9 @@ def main() -> None:
     )
     evaluator = Evaluator(config, seed=1, progress=lambda m: print(f"  .. {m}", file=sys.stderr))
     folder = Path(tempfile.mkdtemp(prefix="kp-bench-"))
-    targets = [(p.stem, p, None) for p in sorted((ROOT / "examples").glob("*.py"))]
+    targets = [(_example_name(t), _target_path(t), None) for t in EXAMPLES]
     targets += chain_problems(device, folder)
-    rows = []
-    for name, path, min_bytes in targets:
-        problem = problem_from_target(str(path), device, "float32")
-        attempt = optimize_problem(problem, evaluator)
-        rows.append(_row(name, attempt, min_bytes, bandwidth))
-        print(json.dumps(rows[-1]), file=sys.stderr)
+    targets = [t for t in targets if not args.only or t[0] in args.only]
     header = {
         "device": device,
         "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu",
@@ -119,10 +137,26 @@ def main() -> None:
         "cuda": torch.version.cuda,
         "copy_bandwidth_gbs": bandwidth,
     }
+    rows: list[dict] = []
+    try:
+        for name, target, min_bytes in targets:
+            problem = problem_from_target(target, device, "float32")
+            attempt = optimize_problem(problem, evaluator)
+            rows.append(_row(name, attempt, min_bytes, bandwidth))
+            print(json.dumps(rows[-1]), file=sys.stderr)
+            if args.out:  # after each target: a run stopped later keeps what it measured
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps({"header": header, "rows": rows}, indent=2))
+    except KeyboardInterrupt:
+        print(render(header, rows))
+        print(f"\nstopped after {len(rows)} of {len(targets)} targets", file=sys.stderr)
+        sys.exit(130)
     print(render(header, rows))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"header": header, "rows": rows}, indent=2))
+
+
+def _target_path(target: str) -> str:
+    path, _, cls = target.partition(":")
+    return str(ROOT / path) + (f":{cls}" if cls else "")
 
 
 def _row(name: str, attempt, min_bytes: int | None, bandwidth: float) -> dict:

@@ -16,12 +16,6 @@ from agents.offline import propose  # noqa: E402
 from harness.problem import problem_from_target  # noqa: E402
 from harness.records import Candidate  # noqa: E402
 
-EXAMPLES = [
-    "examples/fused_gelu_block.py",
-    "examples/swiglu.py",
-    "examples/repo_style/blocks.py:ResidualGate",
-]
-
 
 def cuda_candidates(dtype: str = "float32") -> dict[str, list[tuple[str, Candidate]]]:
     """Problem target -> [(label, candidate)] for every CUDA candidate of the test suite."""
@@ -40,13 +34,13 @@ def cuda_candidates(dtype: str = "float32") -> dict[str, list[tuple[str, Candida
     for name in ("gpu_illegal_address.py", "gpu_honest.py"):
         candidate = Candidate(source=(fixtures / name).read_text())
         work[str(fixtures / "scale_problem.py")].append((f"tests/fixtures/{name}", candidate))
-    targets = [(target, target) for target in EXAMPLES]
     # bench_offline writes its chains to a temporary folder too: a build's key is its source
     # and flags, not where the problem lives, so these builds serve the bench.
-    from bench_offline import chain_problems
+    from bench_offline import EXAMPLES, chain_problems
 
+    targets = [(target, target) for target in EXAMPLES]
     chains = Path(tempfile.mkdtemp(prefix="kp-chains-"))
-    targets += [(f"{path}", f"chain {name}") for name, path, _ in chain_problems("cuda", chains)]
+    targets += [(f"{path}", name) for name, path, _ in chain_problems("cuda", chains)]
     for target, name in targets:
         path, _, cls = str(target).partition(":")
         full = str(ROOT / path) + (f":{cls}" if cls else "")

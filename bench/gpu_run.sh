@@ -63,7 +63,8 @@ for what in "$@"; do
     corpus) corpus corpus_tests 560 "redteam or honest" ;;
     select) corpus selected_tests 400 "${KP_SELECT:?KP_SELECT=<pytest -k expression>}" ;;
     bench)
-      stage bench_offline 300 python3 bench/bench_offline.py --device cuda \
+      # shellcheck disable=SC2086  # KP_BENCH_ARGS: more options, e.g. --only NAME (word-split)
+      stage bench_offline 300 python3 bench/bench_offline.py --device cuda --time-budget 0.3 ${KP_BENCH_ARGS:-} \
         --out "$OUT/bench_offline.json"
       stage verify_overhead 90 python3 bench/bench_verify_overhead.py --device cuda ;;
     pack) tar -czf - .kp-cache | split -b 15m - "$OUT/kp-cache.tgz.part-"
