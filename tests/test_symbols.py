@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ctypes
+import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -156,3 +159,15 @@ def test_a_library_is_checked_before_it_is_loaded(tmp_path):
     with pytest.raises(GateRejection, match="setenv"):
         loader._build(key, cpp, "", ["same"], CPU_CFLAGS, [], CPU_LDFLAGS)
     assert _libc_getenv(marker) is None
+
+
+def test_builds_use_the_ninja_of_the_interpreter_environment(tmp_path, monkeypatch):
+    """Workers put the interpreter's bin folder first on PATH; a loader in any other process
+    must too. Two ninja versions (a system one and the venv's) record a build command under
+    different hashes, so a shared cache directory was rebuilt at every switch."""
+    tools = str(Path(sys.executable).parent)
+    monkeypatch.setenv("PATH", os.pathsep.join(["/usr/bin", "/bin"]))
+    CachedLoader(tmp_path, "cpu", "float32")
+    assert os.environ["PATH"].split(os.pathsep) == [tools, "/usr/bin", "/bin"]
+    CachedLoader(tmp_path, "cpu", "float32")  # a second loader does not add it again
+    assert os.environ["PATH"].split(os.pathsep) == [tools, "/usr/bin", "/bin"]
