@@ -27,6 +27,7 @@ from torch.utils import cpp_extension
 
 from harness.gate import GateRejection
 from harness.native_gate import check_native
+from harness.sandbox import tools_first
 from harness.symbols import object_problems
 
 # Fixed on cpu, whatever the candidate asks (it may only ask for allowed flags): the same
@@ -61,12 +62,7 @@ class CachedLoader:
         self.dtype = dtype
         self.calls: Counter[str] = Counter()
         self.builds: list[str] = []
-        # The tools (ninja) of this interpreter's environment first, as every worker has them
-        # (sandbox.clean_environment): two ninja versions record a build command under other
-        # hashes, so a cache directory used by both would be rebuilt at every switch.
-        tools = str(Path(sys.executable).parent)
-        if os.environ.get("PATH", "").split(os.pathsep)[0] != tools:
-            os.environ["PATH"] = os.pathsep.join([tools, os.environ.get("PATH", "")])
+        os.environ["PATH"] = tools_first(os.environ.get("PATH", ""))  # as in every worker
         if device == "cuda":
             if arch is None:
                 major, minor = torch.cuda.get_device_capability()

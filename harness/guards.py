@@ -79,6 +79,23 @@ def fingerprint(
     return prints
 
 
+Outputs = list[torch.Tensor] | tuple[torch.Tensor, ...]
+AtReturn = tuple[list[torch.Tensor], list[tuple[float, float]]]
+
+
+def at_return(outputs: Outputs) -> AtReturn:
+    """What the outputs hold when forward returns: the sample first (a full-size read before
+    it would give deferred work time to finish), then the sums of every element."""
+    sampled = sample(outputs)
+    return sampled, fingerprint(outputs)
+
+
+def changed_since(taken: AtReturn, outputs: Outputs) -> bool:
+    """Do the outputs, now (after ``settle``), hold other values than ``at_return`` saw?"""
+    sampled, sums = taken
+    return fingerprint(outputs) != sums or not samples_unchanged(sampled, outputs)
+
+
 def samples_unchanged(
     before: list[torch.Tensor], outputs: list[torch.Tensor] | tuple[torch.Tensor, ...]
 ) -> bool:

@@ -57,10 +57,20 @@ def clean_environment() -> dict[str, str]:
     env = {name: value for name, value in os.environ.items() if not SECRET_NAME.search(name)}
     env.pop("GITHUB_TOKEN", None)
     env["PYTHONUNBUFFERED"] = "1"
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["PATH"] = tools_first(env.get("PATH", ""))
     project_root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [project_root, env.get("PYTHONPATH", "")] if p)
     return env
+
+
+def tools_first(path: str) -> str:
+    """``path`` (a PATH value) with this interpreter's bin folder first: its tools (ninja)
+    build every candidate, in a worker or not. Two ninja versions record a build command under
+    other hashes, so a build cache used by both would be rebuilt at every switch."""
+    tools = str(Path(sys.executable).parent)
+    if path.split(os.pathsep)[0] == tools:
+        return path
+    return os.pathsep.join([tools, path])
 
 
 def run_worker(

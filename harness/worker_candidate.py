@@ -158,13 +158,12 @@ def _run_case(job: WorkerJob, model, loader: CachedLoader, case: dict, checks: l
             raise CheckFailed(
                 Status.rejected, "plain_tensor_outputs", f"outputs are {kinds}, not plain tensors"
             )
-        sampled = guards.sample(outputs)  # before anything else: see guards.sample
-        at_return = guards.fingerprint(outputs)
+        at_return = guards.at_return(outputs)  # before anything else reads them
     computes = profiling.pytorch_compute_problems(profiling.forward_ops(prof), job.reference_ops)
     if computes:
         raise CheckFailed(Status.rejected, "no_pytorch_compute", f"{case['name']}: {computes}")
     guards.settle(device)
-    if guards.fingerprint(outputs) != at_return or not guards.samples_unchanged(sampled, outputs):
+    if guards.changed_since(at_return, outputs):
         raise CheckFailed(
             Status.incorrect,
             "stable_after_sync",
