@@ -11,7 +11,8 @@
 # examples end to end, a sticky CUDA error), redteam / honest / corpus (the CUDA red-team
 # kernels, the honest ones, both: one device call does not hold the whole corpus; select:
 # the entries matching KP_SELECT, a pytest -k expression),
-# bench (bench_offline and bench_verify_overhead on cuda), pack (the build cache, .kp-cache/ in
+# bench (bench_offline and bench_verify_overhead on cuda), timer (bench_timer: where the timed
+# window goes), pack (the build cache, .kp-cache/ in
 # the working tree (git-ignored), into $OUT in parts of 15 MB: a machine is bare at each start,
 # so the cache travels back here and out again with the next call's carry; ninja then finds
 # every build up to date).
@@ -67,8 +68,9 @@ for what in "$@"; do
       stage bench_offline 300 python3 bench/bench_offline.py --device cuda --time-budget 0.3 ${KP_BENCH_ARGS:-} \
         --out "$OUT/bench_offline.json"
       stage verify_overhead 90 python3 bench/bench_verify_overhead.py --device cuda ;;
+    timer) stage bench_timer 400 python3 bench/bench_timer.py --device cuda --out "$OUT/bench_timer.json" ;;
     pack) tar -czf - .kp-cache | split -b 15m - "$OUT/kp-cache.tgz.part-"
           ls -la "$OUT"/kp-cache.tgz.part-* ;;
-    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, bench, pack)"; exit 2 ;;
+    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, bench, timer, pack)"; exit 2 ;;
   esac
 done
