@@ -138,7 +138,7 @@ def main() -> None:
     floor_probe = Probe(args.device, problem_from_target(targets[0][1], args.device, "float32"), 200)
     floor = {
         "timer": median_ms(lambda: floor_probe.timer(lambda: None, [])[0], 200),
-        "events": median_ms(lambda: floor_probe.events(lambda: None), 200)
+        "events": median_ms(lambda: floor_probe.events(lambda *_: None), 200)
         if args.device == "cuda"
         else None,
     }
