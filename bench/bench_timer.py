@@ -70,18 +70,47 @@ class Probe:
         row: dict[str, float | None] = {
             "timer": median_ms(lambda: self.timer(fn, self.fresh())[0], self.reps),
             "timer_same": median_ms(lambda: self.timer(fn, self.inputs)[0], self.reps),
-            "host": median_ms(lambda: self.host(fn), self.reps),
+            "timer_refill": median_ms(lambda: self.timer(fn, self.refill())[0], self.reps),
+            "host": median_ms(lambda: self.host(fn, self.inputs), self.reps),
+            "host_fresh": median_ms(lambda: self.host(fn, self.fresh()), self.reps),
             "events": None,
+            "stream_end": None,
+            "sync_gap": None,
             "device": None,
         }
         if self.device == "cuda":
             row["events"] = median_ms(lambda: self.events(fn), self.reps)
+            pairs = [self.dual(fn, self.fresh()) for _ in range(self.reps)]
+            row["stream_end"] = statistics.median(p[0] for p in pairs)
+            row["sync_gap"] = statistics.median(p[1] - p[0] for p in pairs)
         return row
 
-    def host(self, fn) -> float:
+    def refill(self) -> list:
+        """The same tensors (same addresses), new values."""
+        for mine, new in zip(self.inputs, self.fresh(), strict=True):
+            if isinstance(mine, torch.Tensor):
+                mine.copy_(new)
+        return self.inputs
+
+    def dual(self, fn, inputs: list) -> tuple[float, float]:
+        """(start to an end event on the current stream right after the call, start to an end
+        event recorded after a device-wide synchronize)."""
+        assert self.timer.flush_buffer is not None
+        self.timer.flush_buffer.zero_()
+        torch.cuda.synchronize()
+        start, stream_end, device_end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        start.record()
+        fn(*inputs)
+        stream_end.record()
+        torch.cuda.synchronize()
+        device_end.record()
+        device_end.synchronize()
+        return start.elapsed_time(stream_end), start.elapsed_time(device_end)
+
+    def host(self, fn, inputs: list) -> float:
         self.sync()
         start = time.perf_counter()
-        fn(*self.inputs)
+        fn(*inputs)
         elapsed = (time.perf_counter() - start) * 1e3
         self.sync()
         return elapsed
@@ -135,9 +164,11 @@ def main() -> None:
     targets += [(name, path) for name, path, _ in chain_problems(args.device, folder)][:1]
     targets = [t for t in targets if not args.only or t[0] in args.only]
 
-    floor_probe = Probe(args.device, problem_from_target(targets[0][1], args.device, "float32"), 200)
+    floor_probe = Probe(
+        args.device, problem_from_target(targets[0][1], args.device, "float32"), 200
+    )
     floor = {
-        "timer": median_ms(lambda: floor_probe.timer(lambda: None, [])[0], 200),
+        "timer": median_ms(lambda: floor_probe.timer(lambda *_: None, [])[0], 200),
         "events": median_ms(lambda: floor_probe.events(lambda *_: None), 200)
         if args.device == "cuda"
         else None,
@@ -162,7 +193,17 @@ def main() -> None:
         for impl, row in measured.items():
             rows.append({"target": name, "impl": impl, **row})
             print(json.dumps(rows[-1]), file=sys.stderr)
-    columns = ["timer", "timer_same", "events", "device", "host"]
+    columns = [
+        "timer",
+        "timer_same",
+        "timer_refill",
+        "events",
+        "stream_end",
+        "sync_gap",
+        "device",
+        "host",
+        "host_fresh",
+    ]
     print("\n| target | impl | " + " | ".join(f"{c} ms" for c in columns) + " |")
     print("|---|---|" + "---|" * len(columns))
     for row in rows:

@@ -1,0 +1,113 @@
+"""Eager timed alone and eager timed beside the candidate are measured under the same work.
+
+The disturbance check (and the speedup's baseline) compares the two: if eager alone ran in a
+tighter loop than eager beside the candidate, every candidate would look like it slows eager
+down (on an H100 a small problem's eager ran 1.5x slower between checked calls than back to
+back), and speedups would be taken against a baseline no candidate call was timed under.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import worker_timing
+from harness.cases import build_reference
+from harness.config import EvalConfig
+from harness.jobs import CheckFailed, WorkerJob
+from harness.problem import problem_from_target
+from harness.timing import Timer
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _job(tmp_path: Path, compile_baseline: bool) -> WorkerJob:
+    problem = problem_from_target(str(FIXTURES / "scale_problem.py"), "cpu", "float32")
+    config = EvalConfig(
+        compile_baseline=compile_baseline, min_reps=3, max_reps=3, warmup=1, time_budget_s=0.001
+    )
+    return WorkerJob(
+        mode="evaluate", problem=problem, config=config, cache_dir=tmp_path, seeds=[1, 2, 3, 4, 5]
+    )
+
+
+class Recorder:
+    """Records every call the timing loop makes, in order: (slot, what ran), and every check."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.calls: list[str] = []
+        real_timer_call = Timer.__call__
+        recorder = self
+
+        def timed(timer, fn, inputs):
+            recorder.calls.append(f"time:{recorder.slot_of(fn)}")
+            return real_timer_call(timer, fn, inputs)
+
+        monkeypatch.setattr(Timer, "__call__", timed)
+        for name in ("before", "after_candidate", "against_eager"):
+            real = getattr(worker_timing.TimedChecks, name)
+            monkeypatch.setattr(worker_timing.TimedChecks, name, self._spy(name, real))
+        self.slots: dict[int, str] = {}
+
+    def _spy(self, name, real):
+        recorder = self
+
+        def spy(checks, *args):
+            recorder.calls.append(f"check:{name}")
+            return real(checks, *args)
+
+        return spy
+
+    def slot_of(self, fn) -> str:
+        return self.slots.get(id(fn), "other")
+
+
+def _phase_calls(monkeypatch, run) -> list[str]:
+    recorder = Recorder(monkeypatch)
+    real_loop = worker_timing._time_loop
+
+    def loop(job, implementations, samples, checks):
+        recorder.slots = {id(fn): name for name, fn in implementations.items()}
+        real_loop(job, implementations, samples, checks)
+
+    monkeypatch.setattr(worker_timing, "_time_loop", loop)
+    run()
+    monkeypatch.undo()
+    return recorder.calls
+
+
+@pytest.mark.parametrize("compile_baseline", [False, True])
+def test_eager_alone_runs_the_same_calls_and_checks_as_beside_the_candidate(
+    tmp_path, monkeypatch, compile_baseline
+):
+    job = _job(tmp_path, compile_baseline)
+    state = build_reference(job.problem, 0).state_dict()
+    candidate = build_reference(job.problem, 0)  # an honest "candidate": the reference itself
+    alone = _phase_calls(monkeypatch, lambda: worker_timing.time_eager_alone(job, state))
+    eager_alone = worker_timing.time_eager_alone(job, state)
+    beside = _phase_calls(
+        monkeypatch,
+        lambda: worker_timing.time_interleaved(job, candidate, state, [], eager_alone),
+    )
+    assert alone == beside
+    slots = {"time:candidate", "time:eager"} | ({"time:compiled"} if compile_baseline else set())
+    assert {call for call in alone if call.startswith("time:")} == slots
+    assert "check:after_candidate" in alone and "check:against_eager" in alone
+
+
+def test_a_stand_in_is_checked_but_never_judged(tmp_path):
+    """The reference in the candidate's slot does the checks' work; what they find is no verdict."""
+    job = _job(tmp_path, compile_baseline=False)
+    inputs = [torch.randn(4, 8)]
+    for stand_in in (True, False):
+        checks = worker_timing.TimedChecks(job, stand_in=stand_in)
+        checks.before(inputs)
+        inputs[0].add_(1.0)  # the call in the candidate's slot modified its input
+        if stand_in:
+            checks.after_candidate(0, inputs, inputs[0])  # an alias too: nothing raised
+        else:
+            with pytest.raises(CheckFailed) as failed:
+                checks.after_candidate(0, inputs, torch.zeros(4, 8))
+            assert failed.value.check == "inputs_unchanged"
