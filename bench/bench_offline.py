@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agents.optimize import optimize_problem  # noqa: E402
+from harness.accept import honest_baseline  # noqa: E402
 from harness.config import EvalConfig  # noqa: E402
 from harness.devices import resolve_device  # noqa: E402
 from harness.evaluate import Evaluator  # noqa: E402
@@ -168,7 +169,7 @@ def _row(name: str, attempt, min_bytes: int | None, bandwidth: float) -> dict:
     }
     if result and result.candidate and result.eager:
         row.update(
-            eager_ms=result.eager.median_ms,
+            eager_ms=honest_baseline(result.eager, result.eager_alone).median_ms,
             kernel_ms=result.candidate.median_ms,
             compile_ms=result.compiled.median_ms if result.compiled else None,
             speedup_vs_eager=result.speedup_vs_eager,

@@ -1,0 +1,38 @@
+"""The report's times and speedups agree: a reader can recompute every speedup from the table."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.report import TargetReport
+from harness.config import EvalConfig
+from harness.evaluate import Evaluator
+from harness.records import EvalResult, Status, TimingStats
+
+
+def _stats(median_ms: float) -> TimingStats:
+    return TimingStats(
+        median_ms=median_ms, iqr_ms=0.01 * median_ms, min_ms=0.98 * median_ms, samples=50
+    )
+
+
+@pytest.mark.parametrize(
+    ("beside_ms", "alone_ms", "expected_eager_ms"),
+    [(2.0, 1.8, 1.8), (1.8, 2.0, 1.8), (2.0, None, 2.0)],
+)
+def test_eager_ms_is_the_baseline_the_speedup_is_taken_against(
+    tmp_path, beside_ms, alone_ms, expected_eager_ms
+):
+    result = EvalResult(
+        status=Status.ok,
+        eager=_stats(beside_ms),
+        eager_alone=_stats(alone_ms) if alone_ms else None,
+        compiled=_stats(1.5),
+        candidate=_stats(1.0),
+    )
+    Evaluator(EvalConfig(), work_dir=tmp_path)._judge_timing(result)
+    row = TargetReport.from_result("t", result, None)
+    assert row.eager_ms == expected_eager_ms
+    assert row.eager_beside_ms == beside_ms and row.eager_alone_ms == alone_ms
+    assert row.speedup_vs_eager == pytest.approx(row.eager_ms / row.candidate_ms)
+    assert row.speedup_vs_compile == pytest.approx(row.compile_ms / row.candidate_ms)
