@@ -68,7 +68,9 @@ for what in "$@"; do
       stage bench_offline 300 python3 bench/bench_offline.py --device cuda --time-budget 0.3 ${KP_BENCH_ARGS:-} \
         --out "$OUT/bench_offline.json"
       stage verify_overhead 90 python3 bench/bench_verify_overhead.py --device cuda ;;
-    timer) stage bench_timer 400 python3 bench/bench_timer.py --device cuda --out "$OUT/bench_timer.json" ;;
+    timer)  # shellcheck disable=SC2086  # KP_TIMER_ARGS: more options, e.g. --only NAME
+      stage bench_timer 400 python3 bench/bench_timer.py --device cuda ${KP_TIMER_ARGS:-} \
+        --out "$OUT/bench_timer.json" ;;
     pack) tar -czf - .kp-cache | split -b 15m - "$OUT/kp-cache.tgz.part-"
           ls -la "$OUT"/kp-cache.tgz.part-* ;;
     *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, bench, timer, pack)"; exit 2 ;;
