@@ -2,8 +2,7 @@
 
 One ``__global__`` fast kernel per group, a grid-stride loop over 16-byte vectors (4 floats, 8
 halves) when every row-read input is 16-byte aligned and rows hold whole vectors, with a scalar
-tail; a thread finds its row and column once and steps them (no division per vector);
-``FLAT`` instantiations (one row) skip the row/column split. A second, general kernel
+tail; ``FLAT`` instantiations (one row) skip the row/column split. A second, general kernel
 indexes inputs by broadcast strides. Launches go on the current stream and are checked.
 """
 
@@ -103,16 +102,10 @@ def _fast(kernel: FusedKernel) -> str:
         "  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;",
         "  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;",
         "  const int64_t vectors = numel / VEC;",
-        "  // Row and column of the vector's first element: divided out once per thread, then",
-        "  // advanced by the loop's fixed step (a 64-bit division per vector cost ~10% of the",
-        "  // bandwidth of a bias + GELU chain on an H100).",
-        "  const int64_t jump = step * VEC;",
-        "  const int64_t row_jump = FLAT ? 0 : jump / cols;",
-        "  const int64_t col_jump = jump - row_jump * cols;",
-        "  int64_t row = FLAT ? 0 : first * VEC / cols;",
-        "  int64_t col = first * VEC - row * cols;",
         "  for (int64_t v = first; v < vectors; v += step) {",
         "    const int64_t base = v * VEC;",
+        "    const int64_t row = FLAT ? 0 : base / cols;",
+        "    const int64_t col = FLAT ? base : base - row * cols;",
     ]
     lane_loads, tail_loads = [], []
     for k, item in enumerate(kernel.inputs):
@@ -140,12 +133,6 @@ def _fast(kernel: FusedKernel) -> str:
     lines.append("    }")
     lines += [f"    kp::store_vec<VEC>(out{j} + base, y{j});" for j in range(len(kernel.outputs))]
     lines += [
-        "    row += row_jump;",
-        "    col += col_jump;",
-        "    if (!FLAT && col >= cols) {",
-        "      col -= cols;",
-        "      ++row;",
-        "    }",
         "  }",
         "  for (int64_t i = vectors * VEC + first; i < numel; i += step) {",
         "    const int64_t row = FLAT ? 0 : i / cols;",
