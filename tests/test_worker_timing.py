@@ -33,49 +33,36 @@ def _job(tmp_path: Path, compile_baseline: bool) -> WorkerJob:
     )
 
 
-class Recorder:
-    """Records every call the timing loop makes, in order: (slot, what ran), and every check."""
-
-    def __init__(self, monkeypatch) -> None:
-        self.calls: list[str] = []
-        real_timer_call = Timer.__call__
-        recorder = self
-
-        def timed(timer, fn, inputs):
-            recorder.calls.append(f"time:{recorder.slot_of(fn)}")
-            return real_timer_call(timer, fn, inputs)
-
-        monkeypatch.setattr(Timer, "__call__", timed)
-        for name in ("before", "after_candidate", "against_eager"):
-            real = getattr(worker_timing.TimedChecks, name)
-            monkeypatch.setattr(worker_timing.TimedChecks, name, self._spy(name, real))
-        self.slots: dict[int, str] = {}
-
-    def _spy(self, name, real):
-        recorder = self
-
-        def spy(checks, *args):
-            recorder.calls.append(f"check:{name}")
-            return real(checks, *args)
-
-        return spy
-
-    def slot_of(self, fn) -> str:
-        return self.slots.get(id(fn), "other")
-
-
 def _phase_calls(monkeypatch, run) -> list[str]:
-    recorder = Recorder(monkeypatch)
-    real_loop = worker_timing._time_loop
+    """What one timing phase did, in order: each timed call by its slot, each check by name."""
+    calls: list[str] = []
+    slots: dict[int, str] = {}
+    real_loop, real_timer = worker_timing._time_loop, Timer.__call__
 
     def loop(job, implementations, samples, checks):
-        recorder.slots = {id(fn): name for name, fn in implementations.items()}
+        slots.update({id(fn): name for name, fn in implementations.items()})
         real_loop(job, implementations, samples, checks)
 
+    def timed(timer, fn, inputs):
+        calls.append(f"time:{slots[id(fn)]}")
+        return real_timer(timer, fn, inputs)
+
+    def spy(name):
+        real = getattr(worker_timing.TimedChecks, name)
+
+        def check(checks, *args):
+            calls.append(f"check:{name}")
+            return real(checks, *args)
+
+        return check
+
     monkeypatch.setattr(worker_timing, "_time_loop", loop)
+    monkeypatch.setattr(Timer, "__call__", timed)
+    for name in ("before", "after_candidate", "against_eager"):
+        monkeypatch.setattr(worker_timing.TimedChecks, name, spy(name))
     run()
     monkeypatch.undo()
-    return recorder.calls
+    return calls
 
 
 @pytest.mark.parametrize("compile_baseline", [False, True])
