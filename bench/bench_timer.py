@@ -13,7 +13,9 @@ offline proposer's candidate are each measured five ways, medians over ``--reps`
 
 Plus the timer's floor: the Timer and the event pair around a call that does nothing.
 
-    python bench/bench_timer.py [--device cuda] [--reps 50] [--only NAME ...] [--out FILE]
+    python bench/bench_timer.py [--device auto|cpu|cuda] [--reps 50] [--only NAME ...] [--out FILE]
+
+On cpu only the timer and host columns mean anything (no events, no device profile).
 """
 
 from __future__ import annotations
@@ -34,12 +36,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_offline import EXAMPLES, _example_name, _target_path, chain_problems  # noqa: E402
+from bench_offline import (  # noqa: E402
+    CHAINS,
+    EXAMPLES,
+    _example_name,
+    _target_path,
+    chain_problems,
+)
 
 from agents.offline import propose  # noqa: E402
 from harness import guards  # noqa: E402
 from harness.buildcache import CachedLoader, default_cache_dir  # noqa: E402
 from harness.cases import build_reference, make_inputs  # noqa: E402
+from harness.devices import resolve_device  # noqa: E402
 from harness.problem import init_arguments, problem_from_target  # noqa: E402
 from harness.timing import Timer  # noqa: E402
 
@@ -154,11 +163,19 @@ def load_candidate(problem, source: str):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
-    parser.add_argument("--reps", type=int, default=50)
-    parser.add_argument("--only", action="append", default=[], help="Run only this target.")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--reps", type=int, default=50, help="Calls per median (default 50).")
     parser.add_argument("--out", type=Path, help="Write the rows as JSON here too.")
+    names = [_example_name(t) for t in EXAMPLES] + [f"chain_{next(iter(CHAINS))}"]
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        choices=names,
+        help=f"Run only this target (repeatable): {', '.join(names)}.",
+    )
     args = parser.parse_args()
+    args.device = resolve_device(args.device)
     folder = Path(tempfile.mkdtemp(prefix="kp-timer-chains-"))
     targets = [(_example_name(t), _target_path(t)) for t in EXAMPLES]
     targets += [(name, path) for name, path, _ in chain_problems(args.device, folder)][:1]
