@@ -53,6 +53,7 @@ def run_reference(job: WorkerJob, job_dir: Path) -> ReferenceReport:
     modules = [base] + [_perturbed(base, seed) for seed in job.seeds[1:]]
 
     cases = _draw_cases(job, modules, strengthened=job.strengthened)
+    _require_finite(job, cases)
     findings = null_answer_findings([(c["inputs"], c["outputs"]) for c in cases], tol)
     again = as_outputs(_run(base, cases[0]["inputs"], where), where)
     nondeterministic = nondeterminism_finding(cases[0]["outputs"], again, tol)
@@ -62,7 +63,10 @@ def run_reference(job: WorkerJob, job_dir: Path) -> ReferenceReport:
     strengthened = job.strengthened
     if findings and not nondeterministic and not job.strengthened:
         stronger = _draw_cases(job, modules, strengthened=True)
-        still_weak = null_answer_findings([(c["inputs"], c["outputs"]) for c in stronger], tol)
+        # Signed, rescaled inputs may leave the module's domain (log, sqrt): no help then.
+        still_weak = _nonfinite_case(stronger) is not None or null_answer_findings(
+            [(c["inputs"], c["outputs"]) for c in stronger], tol
+        )
         audit.strengthened_ok = not still_weak
         if not still_weak:
             cases, strengthened = stronger, True
@@ -110,6 +114,31 @@ def _draw_cases(job: WorkerJob, modules: list[torch.nn.Module], strengthened: bo
             }
         )
     return cases
+
+
+def _nonfinite_case(cases: list[dict]) -> str | None:
+    """The name of the first case whose reference output holds NaN or Inf, if any."""
+    for case in cases:
+        if not all(torch.isfinite(o).all() for o in case["outputs"] if o.is_floating_point()):
+            return case["name"]
+    return None
+
+
+def _require_finite(job: WorkerJob, cases: list[dict]) -> None:
+    """A reference output with NaN or Inf makes every candidate fail (a candidate's output
+    must be finite): the inputs are outside what the module computes, which is the spec's
+    problem to fix, said once, not a failure of each candidate."""
+    name = _nonfinite_case(cases)
+    if name is None:
+        return
+    problem = job.problem
+    raise UserError(
+        f"the reference's output holds NaN or Inf on the verification case '{name}': its "
+        "inputs are outside what the module computes (log or sqrt of negatives, overflow)",
+        where=f"{problem.inputs_path or problem.source_path}: {problem.inputs_fn or 'inputs'}()",
+        fix="make the input factory produce inputs the module is meant for (e.g. "
+        "torch.rand(...) + 0.1 for a log), so that its outputs are finite",
+    )
 
 
 def _shape_variants(job: WorkerJob, base: torch.nn.Module, first: dict, where: str) -> list[dict]:

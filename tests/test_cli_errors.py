@@ -30,6 +30,7 @@ def run(*args: str, env: dict | None = None):
         (["evaluate", PROBLEM, "no/such/candidate.py", *FAST], "candidate file not found"),
         (["audit", str(BAD / "non_tensor_inputs.py"), "--device", "cpu"], "not a tensor or number"),
         (["audit", str(BAD / "raising_inputs.py"), "--device", "cpu"], "dataset missing"),
+        (["audit", str(BAD / "nonfinite_reference.py"), "--device", "cpu"], "holds NaN or Inf"),
     ],
 )
 def test_user_errors(args, expected):
