@@ -200,7 +200,7 @@ def _time_loop(
     job: WorkerJob,
     implementations: dict,
     samples: dict[str, list[float]],
-    checks: TimedChecks | None,
+    checks: TimedChecks,
 ) -> None:
     problem, config = job.problem, job.config
     timer = Timer(problem.device)
@@ -211,8 +211,7 @@ def _time_loop(
             fn(*inputs)
     for rep in range(config.max_reps):
         inputs = _timing_inputs(job)
-        if checks is not None:
-            checks.before(inputs)
+        checks.before(inputs)
         # Who goes first rotates: on cpu, where no cache is flushed, the first call after the
         # inputs were made finds them in cache.
         shift = rep % len(names)
@@ -220,10 +219,9 @@ def _time_loop(
         for name in names[shift:] + names[:shift]:
             elapsed, results[name] = timer(implementations[name], inputs)
             samples[name].append(elapsed)
-            if checks is not None and name == "candidate":
+            if name == "candidate":
                 checks.after_candidate(rep, inputs, results[name])
-        if checks is not None:
-            checks.against_eager(rep, results)
+        checks.against_eager(rep, results)
         if timed_enough(rep + 1, samples, config.min_reps, config.time_budget_s):
             break
 
