@@ -88,8 +88,8 @@ def make_inputs(problem: Problem, seed: int, strengthened: bool = False) -> list
 def resized_inputs(inputs: list, variant: int, seed: int) -> list | None:
     """Inputs of another shape, drawn from the values of ``inputs`` (keeps their distribution).
 
-    Variant 1 changes the leading (batch) dimension to a smaller size, variant 2 the last one to
-    a larger size by an odd amount (tails of vectorized loops). Both sizes are drawn from
+    Variant 1 changes the leading (batch) dimension to a smaller size of the other parity,
+    variant 2 the last one to a larger size by an odd amount (tails of vectorized loops). Both sizes are drawn from
     ``seed``: a kernel cannot be specialised to the variants' shapes either. None when the
     inputs have no such dimension to change.
     """
@@ -104,7 +104,12 @@ def resized_inputs(inputs: list, variant: int, seed: int) -> list | None:
         return int(torch.randint(low, high + 1, (1,), generator=generator))
 
     if variant == 1:
-        new = 2 if old <= 1 else draw(max(1, old // 4), old - 1)
+        # Of the other parity than the original: a kernel (or a fallback) keyed on the size
+        # being a multiple of 2, 8 or 64 cannot take the benchmark's path on this case.
+        low = max(1, old // 4)
+        new = 2 if old <= 1 else draw(low, old - 1)
+        if (old - new) % 2 == 0:
+            new = new - 1 if new - 1 >= low else new + 1
     else:
         new = old + 2 * draw(0, 7) + 1 if old > 1 else 0
     if new in (0, old):
