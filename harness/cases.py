@@ -89,9 +89,9 @@ def resized_inputs(inputs: list, variant: int, seed: int) -> list | None:
     """Inputs of another shape, drawn from the values of ``inputs`` (keeps their distribution).
 
     Variant 1 changes the leading (batch) dimension to a smaller size of the other parity,
-    variant 2 the last one to a larger size by an odd amount (tails of vectorized loops). Both sizes are drawn from
-    ``seed``: a kernel cannot be specialised to the variants' shapes either. None when the
-    inputs have no such dimension to change.
+    variant 2 the last one to a larger size by an odd amount (tails of vectorized loops). Both
+    sizes are drawn from ``seed``: a kernel cannot be specialised to the variants' shapes
+    either. None when the inputs have no such dimension to change.
     """
     tensors = [value for value in inputs if isinstance(value, torch.Tensor) and value.dim() > 0]
     if not tensors:
