@@ -11,11 +11,11 @@
 # examples end to end, a sticky CUDA error), redteam / honest / corpus (the CUDA red-team
 # kernels, the honest ones, both: one device call does not hold the whole corpus; select:
 # the entries matching KP_SELECT, a pytest -k expression),
-# bench (bench_offline and bench_verify_overhead on cuda), timer (bench_timer: where the timed
-# window goes), pack (the build cache, .kp-cache/ in
-# the working tree (git-ignored), into $OUT in parts of 15 MB: a machine is bare at each start,
-# so the cache travels back here and out again with the next call's carry; ninja then finds
-# every build up to date).
+# bench (bench_offline on cuda, KP_BENCH_ARGS), overhead (bench_verify_overhead on cuda),
+# timer (bench_timer: where the timed window goes, KP_TIMER_ARGS), pack (the build cache,
+# .kp-cache/ in the working tree (git-ignored), into $OUT in parts of 15 MB: a machine is bare
+# at each start, so the cache travels back here and out again with the next call's carry;
+# ninja then finds every build up to date).
 # Logs and results go to $OUT (or /tmp/kp-out), the environment record to $OUT/env.txt.
 set -uo pipefail
 OUT=${OUT:-/tmp/kp-out}
@@ -63,16 +63,16 @@ for what in "$@"; do
     honest) corpus honest_tests 200 "honest" ;;
     corpus) corpus corpus_tests 560 "redteam or honest" ;;
     select) corpus selected_tests 400 "${KP_SELECT:?KP_SELECT=<pytest -k expression>}" ;;
-    bench)
+    bench)  # all 8 targets took 40-60 s each on an H100: 500 s holds them in one call
       # shellcheck disable=SC2086  # KP_BENCH_ARGS: more options, e.g. --only NAME (word-split)
-      stage bench_offline 300 python3 bench/bench_offline.py --device cuda --time-budget 0.3 ${KP_BENCH_ARGS:-} \
-        --out "$OUT/bench_offline.json"
-      stage verify_overhead 90 python3 bench/bench_verify_overhead.py --device cuda ;;
+      stage bench_offline 500 python3 bench/bench_offline.py --device cuda --time-budget 0.3 ${KP_BENCH_ARGS:-} \
+        --out "$OUT/bench_offline.json" ;;
+    overhead) stage verify_overhead 90 python3 bench/bench_verify_overhead.py --device cuda ;;
     timer)  # shellcheck disable=SC2086  # KP_TIMER_ARGS: more options, e.g. --only NAME
       stage bench_timer 400 python3 bench/bench_timer.py --device cuda ${KP_TIMER_ARGS:-} \
         --out "$OUT/bench_timer.json" ;;
     pack) tar -czf - .kp-cache | split -b 15m - "$OUT/kp-cache.tgz.part-"
           ls -la "$OUT"/kp-cache.tgz.part-* ;;
-    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, bench, timer, pack)"; exit 2 ;;
+    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, bench, overhead, timer, pack)"; exit 2 ;;
   esac
 done
