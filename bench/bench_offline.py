@@ -99,13 +99,17 @@ def chain_problems(device: str, folder: Path) -> list[tuple[str, str, int]]:
     return problems
 
 
-def _example_name(target: str) -> str:
-    path, _, cls = target.partition(":")
-    return cls or Path(path).stem
+def example_targets() -> list[tuple[str, str]]:
+    """(name, target with an absolute path) of each example: the class name, or the file's."""
+    found = []
+    for target in EXAMPLES:
+        path, _, cls = target.partition(":")
+        found.append((cls or Path(path).stem, str(ROOT / path) + (f":{cls}" if cls else "")))
+    return found
 
 
 def main() -> None:
-    names = [_example_name(t) for t in EXAMPLES] + [f"chain_{name}" for name in CHAINS]
+    names = [name for name, _ in example_targets()] + [f"chain_{name}" for name in CHAINS]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument(
@@ -128,7 +132,7 @@ def main() -> None:
     )
     evaluator = Evaluator(config, seed=1, progress=lambda m: print(f"  .. {m}", file=sys.stderr))
     folder = Path(tempfile.mkdtemp(prefix="kp-bench-"))
-    targets = [(_example_name(t), _target_path(t), None) for t in EXAMPLES]
+    targets = [(name, target, None) for name, target in example_targets()]
     targets += chain_problems(device, folder)
     targets = [t for t in targets if not args.only or t[0] in args.only]
     header = {
@@ -153,11 +157,6 @@ def main() -> None:
         print(f"\nstopped after {len(rows)} of {len(targets)} targets", file=sys.stderr)
         sys.exit(130)
     print(render(header, rows))
-
-
-def _target_path(target: str) -> str:
-    path, _, cls = target.partition(":")
-    return str(ROOT / path) + (f":{cls}" if cls else "")
 
 
 def _row(name: str, attempt, min_bytes: int | None, bandwidth: float) -> dict:

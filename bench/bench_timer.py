@@ -21,7 +21,6 @@ On cpu only the timer and host columns mean anything (no events, no device profi
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -30,26 +29,19 @@ import time
 from pathlib import Path
 
 import torch
-from torch.utils import cpp_extension
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_offline import (  # noqa: E402
-    CHAINS,
-    EXAMPLES,
-    _example_name,
-    _target_path,
-    chain_problems,
-)
+from bench_offline import CHAINS, chain_problems, example_targets  # noqa: E402
+from bench_verify_overhead import load_model_new  # noqa: E402
 
 from agents.offline import propose  # noqa: E402
 from harness import guards  # noqa: E402
-from harness.buildcache import CachedLoader, default_cache_dir  # noqa: E402
 from harness.cases import build_reference, make_inputs  # noqa: E402
 from harness.devices import resolve_device  # noqa: E402
-from harness.problem import init_arguments, problem_from_target  # noqa: E402
+from harness.problem import problem_from_target  # noqa: E402
 from harness.timing import Timer  # noqa: E402
 
 
@@ -150,23 +142,12 @@ class Probe:
         return total / 1e3 / self.reps
 
 
-def load_candidate(problem, source: str):
-    cpp_extension.load_inline = CachedLoader(default_cache_dir(), problem.device, problem.dtype)
-    path = Path(tempfile.mkdtemp(prefix="kp-timer-")) / "candidate.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("timer_candidate", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    args, kwargs = init_arguments(problem)
-    return module.ModelNew(*args, **kwargs).to(problem.device)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--reps", type=int, default=50, help="Calls per median (default 50).")
     parser.add_argument("--out", type=Path, help="Write the rows as JSON here too.")
-    names = [_example_name(t) for t in EXAMPLES] + [f"chain_{next(iter(CHAINS))}"]
+    names = [name for name, _ in example_targets()] + [f"chain_{next(iter(CHAINS))}"]
     parser.add_argument(
         "--only",
         action="append",
@@ -177,7 +158,7 @@ def main() -> None:
     args = parser.parse_args()
     args.device = resolve_device(args.device)
     folder = Path(tempfile.mkdtemp(prefix="kp-timer-chains-"))
-    targets = [(_example_name(t), _target_path(t)) for t in EXAMPLES]
+    targets = example_targets()
     targets += [(name, path) for name, path, _ in chain_problems(args.device, folder)][:1]
     targets = [t for t in targets if not args.only or t[0] in args.only]
 
@@ -198,9 +179,9 @@ def main() -> None:
         proposal = propose(problem)
         implementations = {"eager": reference, "compiled": torch.compile(reference)}
         if proposal.candidate is not None:
-            candidate = load_candidate(problem, proposal.candidate.source)
-            candidate.load_state_dict(reference.state_dict())
-            implementations["candidate"] = candidate
+            path = folder / f"{name}_candidate.py"
+            path.write_text(proposal.candidate.source)
+            implementations["candidate"] = load_model_new(problem, path, reference)
         probe = Probe(args.device, problem, args.reps)
         with torch.no_grad():
             measured = {impl: probe.measure(fn) for impl, fn in implementations.items()}

@@ -33,18 +33,25 @@ from harness.records import Candidate  # noqa: E402
 FIXTURES = ROOT / "tests" / "fixtures"
 
 
-def plain_allclose(problem, path: Path) -> float:
-    # Both sides start from the warm build cache: the plain import loads the kernel the
-    # evaluator's prebuild left there instead of compiling it again.
+def load_model_new(problem, path: Path, reference: torch.nn.Module) -> torch.nn.Module:
+    """Import a candidate file in this process (trusted: our own fixtures and proposals) and
+    build its ModelNew with the reference's parameters. Kernels come from the build cache:
+    ``load_inline`` is the harness's CachedLoader, so a kernel built before is not rebuilt."""
     cpp_extension.load_inline = CachedLoader(default_cache_dir(), problem.device, problem.dtype)
-    start = time.perf_counter()
     spec = importlib.util.spec_from_file_location("plain_candidate", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     args, kwargs = init_arguments(problem)
-    reference = build_reference(problem, 0)
     candidate = module.ModelNew(*args, **kwargs).to(problem.device)
     candidate.load_state_dict(reference.state_dict())
+    return candidate
+
+
+def plain_allclose(problem, path: Path) -> float:
+    # Both sides start from the warm build cache (see load_model_new).
+    start = time.perf_counter()
+    reference = build_reference(problem, 0)
+    candidate = load_model_new(problem, path, reference)
     inputs = make_inputs(problem, 0)
     with torch.no_grad():
         ok = torch.allclose(candidate(*inputs), reference(*inputs), atol=1e-5, rtol=1e-5)

@@ -36,15 +36,13 @@ def cuda_candidates(dtype: str = "float32") -> dict[str, list[tuple[str, Candida
         work[str(fixtures / "scale_problem.py")].append((f"tests/fixtures/{name}", candidate))
     # bench_offline writes its chains to a temporary folder too: a build's key is its source
     # and flags, not where the problem lives, so these builds serve the bench.
-    from bench_offline import EXAMPLES, chain_problems
+    from bench_offline import chain_problems, example_targets
 
-    targets = [(target, target) for target in EXAMPLES]
     chains = Path(tempfile.mkdtemp(prefix="kp-chains-"))
-    targets += [(f"{path}", name) for name, path, _ in chain_problems("cuda", chains)]
-    for target, name in targets:
-        path, _, cls = str(target).partition(":")
-        full = str(ROOT / path) + (f":{cls}" if cls else "")
-        proposal = propose(problem_from_target(full, "cuda", dtype))
+    targets = example_targets()
+    targets += [(name, path) for name, path, _ in chain_problems("cuda", chains)]
+    for name, target in targets:
+        proposal = propose(problem_from_target(target, "cuda", dtype))
         if proposal.candidate is not None:
-            work[full].append((f"offline proposal for {name}", proposal.candidate))
+            work[target].append((f"offline proposal for {name}", proposal.candidate))
     return work
