@@ -46,9 +46,10 @@ def poison_memory(shapes: list[tuple[list[int], str]], device: str) -> None:
 
 
 SAMPLE_ELEMENTS = 1 << 16
+Outputs = list[torch.Tensor] | tuple[torch.Tensor, ...]
 
 
-def sample(outputs: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
+def sample(outputs: Outputs) -> list[torch.Tensor]:
     """Up to ``SAMPLE_ELEMENTS`` elements of each output, spread evenly over all of it (the
     last element included), gathered on its device without synchronizing.
 
@@ -67,9 +68,7 @@ def sample(outputs: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> list[torch
     return taken
 
 
-def fingerprint(
-    outputs: list[torch.Tensor] | tuple[torch.Tensor, ...],
-) -> list[tuple[float, float]]:
+def fingerprint(outputs: Outputs) -> list[tuple[float, float]]:
     """Summary of every element of the outputs; taken at return and again after
     synchronization (after ``sample``, which must not wait for it)."""
     prints = []
@@ -79,7 +78,6 @@ def fingerprint(
     return prints
 
 
-Outputs = list[torch.Tensor] | tuple[torch.Tensor, ...]
 AtReturn = tuple[list[torch.Tensor], list[tuple[float, float]]]
 
 
@@ -96,9 +94,7 @@ def changed_since(taken: AtReturn, outputs: Outputs) -> bool:
     return fingerprint(outputs) != sums or not samples_unchanged(sampled, outputs)
 
 
-def samples_unchanged(
-    before: list[torch.Tensor], outputs: list[torch.Tensor] | tuple[torch.Tensor, ...]
-) -> bool:
+def samples_unchanged(before: list[torch.Tensor], outputs: Outputs) -> bool:
     """The outputs still hold what ``sample`` read from them (NaN matches NaN)."""
     return all(equal_nan(now, then) for now, then in zip(sample(outputs), before, strict=True))
 

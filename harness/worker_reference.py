@@ -116,12 +116,13 @@ def _draw_cases(job: WorkerJob, modules: list[torch.nn.Module], strengthened: bo
     return cases
 
 
+def _finite(outputs: list[torch.Tensor]) -> bool:
+    return all(bool(torch.isfinite(out).all()) for out in outputs if out.is_floating_point())
+
+
 def _nonfinite_case(cases: list[dict]) -> str | None:
     """The name of the first case whose reference output holds NaN or Inf, if any."""
-    for case in cases:
-        if not all(torch.isfinite(o).all() for o in case["outputs"] if o.is_floating_point()):
-            return case["name"]
-    return None
+    return next((case["name"] for case in cases if not _finite(case["outputs"])), None)
 
 
 def _require_finite(job: WorkerJob, cases: list[dict]) -> None:
@@ -174,7 +175,7 @@ def _extra_case(base: torch.nn.Module, name: str, inputs: list, where: str) -> l
         outputs = as_outputs(_run(base, inputs, where), where)
     except UserError:
         return []
-    if not all(torch.isfinite(out).all() for out in outputs if out.is_floating_point()):
+    if not _finite(outputs):
         return []
     return [{"name": name, "inputs": inputs, "outputs": outputs, "state": base.state_dict()}]
 
