@@ -37,30 +37,67 @@ def null_answers(inputs: list, outputs: list[torch.Tensor], others: list[list[to
                 yield f"another seed's output {index}", index, lambda o=other[index]: o
 
 
-def null_answer_findings(cases: list[Case], tol: Tolerance) -> list[AuditFinding]:
-    """Null answers that pass on every case (one that fails a case is not tried again)."""
-    passing: list[str] | None = None  # in the order first seen; None before the first case
-    for number, (inputs, outputs) in enumerate(cases):
-        others = [case[1] for other_number, case in enumerate(cases) if other_number != number]
+class NullAnswerAudit:
+    """Null answers that pass on every case, fed one case at a time (a case's tensors need not
+    outlive its turn: only the previous case's outputs are kept, for "another seed's output").
+
+    A null answer that fails a case is not tried again; once none is left, adding a case
+    costs nothing. "Another seed's output" is first tried on the second case, both ways.
+    """
+
+    def __init__(self, tol: Tolerance) -> None:
+        self.tol = tol
+        self.cases = 0
+        self.passing: list[str] | None = None  # in the order first seen; None before a case
+        self.previous: list[torch.Tensor] | None = None
+
+    def add(self, inputs: list, outputs: list[torch.Tensor]) -> None:
+        previous, self.previous = self.previous, outputs
+        self.cases += 1
+        if self.passing is not None and not self.passing and self.cases > 2:
+            return
+        others = [previous] if previous is not None else []
         here: list[str] = []
         for name, index, answer in null_answers(inputs, outputs, others):
-            if name in here or (passing is not None and name not in passing):
+            if name in here or not self._still_open(name):
                 continue
-            if compare(answer(), outputs[index], tol).passed:
-                here.append(name)
-        passing = here if passing is None else [name for name in passing if name in here]
-        if not passing:
-            break
-    return [
-        AuditFinding(
-            kind="null_answer",
-            detail=f"{name} passes the correctness check on all {len(cases)} seeds",
-            fix="make inputs signed and varied (torch.randn rather than torch.rand or constants), "
-            "at a scale where the output depends on them; check that the module's output is not "
-            "constant",
-        )
-        for name in passing or []
-    ]
+            if not compare(answer(), outputs[index], self.tol).passed:
+                continue
+            if self.cases == 2 and name.startswith("another seed") and previous is not None:
+                # The first case's turn: this case's output as the answer to it.
+                if not compare(outputs[index], previous[index], self.tol).passed:
+                    continue
+            here.append(name)
+        if self.passing is None:
+            self.passing = here
+        else:
+            first_try = [n for n in here if n.startswith("another seed") and self.cases == 2]
+            self.passing = [n for n in self.passing if n in here] + first_try
+
+    def _still_open(self, name: str) -> bool:
+        if self.passing is None or name in self.passing:
+            return True
+        return self.cases == 2 and name.startswith("another seed")
+
+    def findings(self) -> list[AuditFinding]:
+        return [
+            AuditFinding(
+                kind="null_answer",
+                detail=f"{name} passes the correctness check on all {self.cases} seeds",
+                fix="make inputs signed and varied (torch.randn rather than torch.rand or "
+                "constants), at a scale where the output depends on them; check that the "
+                "module's output is not constant",
+            )
+            for name in self.passing or []
+        ]
+
+
+def null_answer_findings(cases: list[Case], tol: Tolerance) -> list[AuditFinding]:
+    """Null answers that pass on every case (one that fails a case is not tried again)."""
+    audit = NullAnswerAudit(tol)
+    for inputs, outputs in cases:
+        audit.add(inputs, outputs)
+    return audit.findings()
 
 
 def nondeterminism_finding(first: list[torch.Tensor], second: list[torch.Tensor], tol: Tolerance):

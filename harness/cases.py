@@ -8,11 +8,14 @@ make the inputs of each timed call. Loading a problem is ``harness.problem``.
 
 from __future__ import annotations
 
+import copy
+import hashlib
 from pathlib import Path
 
 import torch
 
 from harness.errors import UserError
+from harness.jobs import CaseSpec
 from harness.problem import DTYPES, call_user, import_source, init_arguments, reference_class
 from harness.records import Problem
 
@@ -186,10 +189,78 @@ def copy_with_layout(
     a step) contiguous. An expanded tensor (a stride of 0) becomes contiguous: its elements
     share memory, which no copy can write.
     """
+    return layout_like(tensor, device, fill, margin).copy_(tensor)
+
+
+def layout_like(
+    tensor: torch.Tensor, device: str | torch.device, fill: float | int | bool, margin: int
+) -> torch.Tensor:
+    """An uninitialized-looking tensor laid out as ``copy_with_layout`` lays ``tensor`` out,
+    holding ``fill`` everywhere."""
     expanded = any(s == 0 and n > 1 for s, n in zip(tensor.stride(), tensor.shape, strict=True))
     strides = torch.empty(tensor.shape, device="meta").stride() if expanded else tensor.stride()
     span = 1 + sum((n - 1) * s for n, s in zip(tensor.shape, strides, strict=True))
     storage = torch.full(
         (2 * margin + (span if tensor.numel() else 0),), fill, dtype=tensor.dtype, device=device
     )
-    return storage.as_strided(tensor.shape, strides, margin).copy_(tensor)
+    return storage.as_strided(tensor.shape, strides, margin)
+
+
+def scaled_inputs(inputs: list, seed: int) -> list:
+    """``inputs`` with float tensors scaled 4-16x (the factor drawn from ``seed``).
+
+    randn's values lie within about +-4: a kernel whose approximation (a truncated series, a
+    clamped table, a fast exp that overflows) holds only there passes every other case.
+    """
+    scale = wide_scale(seed)
+    return [
+        x * scale if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs
+    ]
+
+
+def wide_scale(seed: int) -> float:
+    """The factor of the wide-range case, drawn from ``seed``: 4 to 16."""
+    generator = torch.Generator().manual_seed(seed)
+    return 4.0 + 12.0 * float(torch.rand((), generator=generator))
+
+
+def case_inputs(problem: Problem, spec: CaseSpec, strengthened: bool) -> list | None:
+    """A case's inputs, drawn again from its seed (None where its kind does not apply)."""
+    inputs = make_inputs(problem, spec.seed, strengthened)
+    if spec.kind in ("seed", "repeat"):
+        return inputs
+    if spec.kind == "variant":
+        return resized_inputs(inputs, spec.variant, spec.seed + spec.variant)
+    if spec.kind == "wide":
+        return scaled_inputs(inputs, spec.seed)
+    return strided_inputs(inputs)
+
+
+def case_module(base: torch.nn.Module, spec: CaseSpec) -> torch.nn.Module:
+    """The reference with the case's parameters: ``base`` itself, or a perturbed copy."""
+    if spec.params_seed is None:
+        return base
+    module = copy.deepcopy(base)
+    perturb_parameters(module, spec.params_seed)
+    return module
+
+
+DIGEST_SAMPLE = 4096
+
+
+def input_digest(inputs: list) -> str:
+    """A digest of the inputs: shapes, strides, dtypes, and the exact values of a sample spread
+    over each tensor (a full read of GBs per case would cost more than drawing them)."""
+    digest = hashlib.sha256()
+    for value in inputs:
+        if not isinstance(value, torch.Tensor):
+            digest.update(repr(value).encode())
+            continue
+        digest.update(repr((tuple(value.shape), value.stride(), str(value.dtype))).encode())
+        count = value.numel()
+        if count:
+            step = max(1, -(-count // DIGEST_SAMPLE))
+            index = torch.arange(0, count, step, device=value.device)
+            taken = torch.take(value.detach(), index).cpu().contiguous()
+            digest.update(bytes(taken.view(torch.uint8).tolist()))
+    return digest.hexdigest()

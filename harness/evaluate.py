@@ -23,12 +23,13 @@ from harness.buildcache import default_cache_dir
 from harness.config import EvalConfig
 from harness.errors import UserError
 from harness.gate import check_python
-from harness.jobs import INPUTS_FILE, CandidateReport, WorkerJob
+from harness.jobs import CandidateReport, WorkerJob, outputs_file
 from harness.problem import problem_from_target
 from harness.records import AuditReport, Candidate, Check, EvalResult, Problem, Status
 from harness.reference import ReferenceData, reference_data
 from harness.sandbox import WorkerOutcome, run_worker
-from harness.tolerance import CaseComparison, compare_cases
+from harness.streams import STREAM_HINT
+from harness.tolerance import CaseComparer, CaseComparison
 
 
 class WeakSpecError(UserError):
@@ -114,9 +115,10 @@ class Evaluator:
         )
 
     def _evaluate_once(self, problem: Problem, candidate: Candidate, data: ReferenceData):
-        comparisons: list[CaseComparison] = []
-        report = self._run_candidate(problem, candidate, "evaluate", data, comparisons)
-        return self._result(problem, data, report, comparisons[0] if comparisons else None)
+        comparer = CaseComparer(problem, len(data.cases), data.report.bitwise_deterministic)
+        report = self._run_candidate(problem, candidate, "evaluate", data, comparer)
+        comparison = comparer.result() if comparer.compared or comparer.failed else None
+        return self._result(problem, data, report, comparison)
 
     def _run_candidate(
         self,
@@ -124,7 +126,7 @@ class Evaluator:
         candidate: Candidate,
         mode: Literal["build", "evaluate"],
         data: ReferenceData | None,
-        comparisons: list[CaseComparison] | None = None,
+        comparer: CaseComparer | None = None,
     ) -> CandidateReport:
         config = self.config
         job = WorkerJob(
@@ -134,22 +136,45 @@ class Evaluator:
             cache_dir=self.cache_dir,
             candidate_source=candidate.source,
             seeds=data.seeds if data else [0],
+            cases=data.cases if data else [],
             strengthened=data.report.strengthened if data else False,
             reference_ops=data.report.aten_ops if data else [],
             reference_kernels=data.report.cuda_kernels if data else [],
         )
         job_dir = Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=self.work_dir))
         (job_dir / "job.json").write_text(job.model_dump_json())
-        if data is not None:
-            _share(data.inputs_file, job_dir / INPUTS_FILE)
 
-        def on_outputs() -> bool:
-            assert data is not None and comparisons is not None
-            outputs_file = job_dir / "outputs.pt"
-            outputs = torch.load(outputs_file, weights_only=True)["outputs"]
-            outputs_file.unlink()
-            comparisons.append(compare_cases(problem, data.cases, outputs))
-            return comparisons[-1].failed is None
+        def on_outputs(body: object) -> bool:
+            """One case's outputs, in order: compared here, where no candidate code runs."""
+            assert data is not None and comparer is not None
+            number = comparer.compared
+            if (
+                not isinstance(body, dict)
+                or body.get("case") != number
+                or number >= len(data.cases)
+            ):
+                comparer.failed = f"the worker announced outputs out of order ({body!r})"
+                return False
+            spec = data.cases[number]
+            path = job_dir / outputs_file(number)
+            if not path.is_file():
+                comparer.failed = f"{spec.name}: the worker announced outputs it did not write"
+                return False
+            produced = torch.load(path, weights_only=True)
+            path.unlink()
+            if not isinstance(produced, list) or not all(type(t) is torch.Tensor for t in produced):
+                comparer.failed = f"{spec.name}: the outputs file holds no list of tensors"
+                return False
+            repeat = spec.kind == "repeat"
+            if comparer.add(spec.name, produced, data.outputs(spec), repeat):
+                return True
+            if repeat and spec.async_stream and comparer.check != "deterministic_outputs":
+                comparer.failed = (
+                    f"{comparer.failed}: right on the same inputs and parameters on the default "
+                    "stream, wrong when they were still being produced on a busy non-default "
+                    f"current stream at the call: {STREAM_HINT}"
+                )
+            return False
 
         memory = config.memory_limit_gb if problem.device == "cpu" else None
         if mode == "build":
@@ -259,15 +284,6 @@ def _candidate_report(outcome: WorkerOutcome, problem: Problem, timeout: float) 
     return CandidateReport(
         status=Status.runtime_error, reason=f"the worker died ({how})", log=outcome.log_tail
     )
-
-
-def _share(inputs_file: Path, destination: Path) -> None:
-    """Give a candidate worker the reference's cases: a hard link (no copy of what can be GBs
-    of inputs; the worker unlinks its own name once read), a copy across file systems."""
-    try:
-        os.link(inputs_file, destination)
-    except OSError:
-        shutil.copyfile(inputs_file, destination)
 
 
 def _cpus() -> list[int]:

@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from harness.cases import copy_with_layout
+from harness.cases import copy_with_layout, layout_like
 
 GUARD_ELEMENTS = 1024
 
@@ -28,6 +28,12 @@ def guarded(tensor: torch.Tensor, device: str | torch.device | None = None) -> t
     return copy_with_layout(tensor, target, guard_fill(tensor), GUARD_ELEMENTS)
 
 
+def poisoned_like(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor laid out as ``guarded(tensor)`` is, holding poison everywhere (its values are
+    copied in later, asynchronously)."""
+    return layout_like(tensor, tensor.device, guard_fill(tensor), GUARD_ELEMENTS)
+
+
 def guard_fill(tensor: torch.Tensor) -> float | int | bool:
     if tensor.is_floating_point():
         return float("nan")
@@ -36,12 +42,15 @@ def guard_fill(tensor: torch.Tensor) -> float | int | bool:
     return int(torch.iinfo(tensor.dtype).max)
 
 
-def poison_memory(shapes: list[tuple[list[int], str]], device: str) -> None:
-    """Leave NaN in freed memory of the outputs' sizes: unwritten output elements show up."""
+def poison_memory(
+    shapes: list[tuple[list[int], str]], device: str, fill: float = float("nan")
+) -> None:
+    """Leave ``fill`` (NaN by default) in freed memory of the outputs' sizes: unwritten output
+    elements show up."""
     for shape, dtype_name in shapes:
         dtype = getattr(torch, dtype_name)
         if dtype.is_floating_point:
-            block = torch.full(shape, float("nan"), dtype=dtype, device=device)
+            block = torch.full(shape, fill, dtype=dtype, device=device)
             del block
 
 

@@ -10,10 +10,41 @@ from pydantic import BaseModel, Field
 from harness.config import EvalConfig
 from harness.records import AuditReport, Check, Problem, Status, TimingStats
 
-# The reference worker's two files: cases without outputs (for candidate workers) and the
-# reference outputs (for the parent only).
-INPUTS_FILE = "inputs.pt"
-OUTPUTS_FILE = "reference.pt"
+
+def reference_file(case: int) -> str:
+    """The reference worker's file of one case's reference outputs (for the parent only)."""
+    return f"reference-{case}.pt"
+
+
+def outputs_file(case: int) -> str:
+    """A candidate worker's file of its outputs for one case (read and removed by the parent)."""
+    return f"outputs-{case}.pt"
+
+
+class CaseSpec(BaseModel):
+    """One verification case, as every worker can make it again from its seed.
+
+    Cases travel as specs, never as tensors: each worker draws a case's inputs and parameters
+    when it runs the case and drops them after, so memory holds one case at a time and no
+    GBs of inputs are written to disk. ``input_digest`` (of the reference worker's draw) makes
+    sure a candidate worker ran the very same inputs.
+    """
+
+    name: str
+    kind: Literal["seed", "repeat", "variant", "wide", "strided"]
+    seed: int = Field(description="Seed of the inputs (of the first case's, for derived kinds).")
+    params_seed: int | None = Field(
+        default=None, description="Seed the parameters are perturbed with; None: initial ones."
+    )
+    variant: int = Field(default=0, description="Which shape variant (kind 'variant').")
+    reference_case: int = Field(description="Index of the case whose reference outputs apply.")
+    async_stream: bool = Field(
+        default=False,
+        description="On cuda: run under a busy non-default current stream, inputs copied in "
+        "asynchronously just before the call.",
+    )
+    input_digest: str = ""
+    output_meta: list[tuple[list[int], str]] = Field(default_factory=list)
 
 
 class WorkerJob(BaseModel):
@@ -24,6 +55,8 @@ class WorkerJob(BaseModel):
     seeds: list[int] = Field(default_factory=list)
     strengthened: bool = False
     candidate_source: str | None = None
+    cases: list[CaseSpec] = Field(default_factory=list)
+    reference_deterministic: bool = False
     reference_ops: list[str] = Field(default_factory=list)
     reference_kernels: list[str] = Field(default_factory=list)
 
@@ -33,7 +66,16 @@ class ReferenceReport(BaseModel):
 
     audit: AuditReport
     strengthened: bool
-    case_names: list[str] = Field(default_factory=list)
+    cases: list[CaseSpec] = Field(default_factory=list)
+    bitwise_deterministic: bool = Field(
+        default=False, description="Two runs of the reference on the same inputs agree bit for bit."
+    )
+    phase_seconds: dict[str, float] = Field(
+        default_factory=dict, description="Where the reference worker's time went, by phase."
+    )
+    peak_device_bytes: int | None = Field(
+        default=None, description="Peak device memory the reference worker allocated (cuda)."
+    )
     aten_ops: list[str] = Field(default_factory=list)
     cuda_kernels: list[str] = Field(default_factory=list)
     network_isolated: bool = False

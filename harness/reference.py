@@ -2,33 +2,47 @@
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 
 from harness.buildcache import default_cache_dir
 from harness.config import EvalConfig
 from harness.errors import UserError
-from harness.jobs import INPUTS_FILE, OUTPUTS_FILE, ReferenceReport, WorkerJob
+from harness.jobs import CaseSpec, ReferenceReport, WorkerJob, reference_file
 from harness.records import Problem
 from harness.sandbox import WorkerOutcome, run_worker
 
 
 @dataclass
 class ReferenceData:
-    """The verification cases of one problem; outputs never leave the parent.
+    """The verification cases of one problem; reference outputs never leave the parent.
 
-    ``cases`` hold each case's name and reference outputs; ``inputs_file`` holds the cases
-    without outputs, as candidate workers get them (linked into each one's job directory).
+    ``report.cases`` are the case specs candidate workers get (they draw the inputs again from
+    the seeds). Each case's reference outputs sit in a file the parent opened and then
+    removed from the file system: no other process can open it by name, and only one case's
+    outputs are in memory at a time (``outputs``).
     """
 
     report: ReferenceReport
-    cases: list[dict]
     seeds: list[int]
-    inputs_file: Path
+    files: dict[int, BinaryIO] = field(default_factory=dict)
+
+    @property
+    def cases(self) -> list[CaseSpec]:
+        return self.report.cases
+
+    def outputs(self, spec: CaseSpec) -> list[torch.Tensor]:
+        """The reference outputs of a case (loaded now, dropped by the caller after use)."""
+        handle = self.files[spec.reference_case]
+        handle.seek(0)
+        return torch.load(handle, weights_only=True)
 
 
 def draw_seeds(config: EvalConfig, seed: int | None) -> list[int]:
@@ -60,11 +74,17 @@ def reference_data(
     (job_dir / "job.json").write_text(job.model_dump_json())
     # The reference is the user's own code: no memory limit beyond the machine's.
     outcome = run_worker(job_dir, config.run_timeout_s, None, isolate_network=False)
-    report = ReferenceReport.model_validate(_result(outcome, problem))
-    cases_file = job_dir / OUTPUTS_FILE
-    cases = torch.load(cases_file, weights_only=True)["cases"]
-    cases_file.unlink()  # the reference outputs live in this process only
-    return ReferenceData(report=report, cases=cases, seeds=seeds, inputs_file=job_dir / INPUTS_FILE)
+    try:
+        report = ReferenceReport.model_validate(_result(outcome, problem))
+        data = ReferenceData(report=report, seeds=seeds)
+        for number in sorted({spec.reference_case for spec in report.cases}):
+            path = job_dir / reference_file(number)
+            data.files[number] = path.open("rb")
+    finally:
+        # Open files stay readable here; by name no candidate worker can reach them.
+        shutil.rmtree(job_dir, ignore_errors=True)
+    report.phase_seconds["worker"] = outcome.seconds
+    return data
 
 
 def _result(outcome: WorkerOutcome, problem: Problem) -> dict:
@@ -80,9 +100,22 @@ def _result(outcome: WorkerOutcome, problem: Problem) -> dict:
             where=f"{problem.source_path}:{problem.class_name}",
             fix="use smaller inputs, or raise eval.run_timeout_s in [tool.kernelpilot]",
         )
+    how = outcome.signal_name or f"exit {outcome.returncode}"
+    if outcome.signal_name == "SIGKILL":  # the kernel's out-of-memory killer, almost always
+        raise UserError(
+            f"the reference worker was killed (SIGKILL), most likely out of host memory: the "
+            f"harness holds one case's inputs and outputs at a time, and this machine has "
+            f"{_memory_gib():.1f} GiB",
+            where=f"{problem.source_path}:{problem.class_name}",
+            fix="shrink the input shapes the input factory returns, or run on a machine with "
+            "more memory",
+        )
     raise UserError(
-        f"the reference run failed ({outcome.signal_name or f'exit {outcome.returncode}'}):\n"
-        f"{outcome.log_tail[-3000:]}",
+        f"the reference run failed ({how}):\n{outcome.log_tail[-3000:]}",
         where=f"{problem.source_path}:{problem.class_name}",
         fix="run the module on its inputs by hand to see the failure",
     )
+
+
+def _memory_gib() -> float:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30

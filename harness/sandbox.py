@@ -77,13 +77,13 @@ def run_worker(
     job_dir: Path,
     timeout_s: float,
     memory_limit_gb: float | None,
-    on_outputs: Callable[[], bool] | None = None,
+    on_outputs: Callable[[object], bool] | None = None,
     isolate_network: bool = True,
 ) -> WorkerOutcome:
     """Run ``python -m harness.worker job_dir FD`` and wait for it, at most ``timeout_s``.
 
-    When the worker says its outputs are ready, ``on_outputs()`` decides whether it goes on
-    ("go" on its stdin) or stops.
+    Each time the worker says a case's outputs are ready, ``on_outputs(body)`` (the message's
+    body, untrusted) decides whether it goes on ("go" on its stdin) or stops.
     """
     log_path = job_dir / "worker.log"
     started = time.monotonic()
@@ -165,16 +165,18 @@ class _ChannelReader:
 
 
 def _wait(process: subprocess.Popen, reader: _ChannelReader, deadline: float, on_outputs) -> bool:
-    """Wait for the worker, answering its outputs message once; True when it ran out of time."""
+    """Wait for the worker, answering each of its outputs messages in turn; True when it ran
+    out of time."""
     assert process.stdin is not None
-    answered = False
+    answered = 0
     while process.poll() is None:
         if time.monotonic() > deadline:
             return True
         reader.poll(0.02)
-        if not answered and any(m.get("kind") == "outputs" for m in reader.messages):
-            answered = True
-            go = on_outputs() if on_outputs else True
+        asked = [m for m in reader.messages if m.get("kind") == "outputs"]
+        for message in asked[answered:]:
+            answered += 1
+            go = on_outputs(message.get("body")) if on_outputs else True
             try:
                 process.stdin.write(b"go\n" if go else b"stop\n")
                 process.stdin.flush()

@@ -147,41 +147,92 @@ def _mismatch(detail: str) -> Comparison:
     )
 
 
+class CaseComparer:
+    """A candidate's outputs against the reference's, one case at a time, in the parent.
+
+    Cases arrive in order; the first that fails decides. A case that repeats an earlier one
+    (same inputs) must also reproduce the candidate's own earlier outputs bit for bit where
+    the reference does: a kernel that reads memory it never wrote gets other values there.
+    """
+
+    def __init__(self, problem: Problem, total: int, reference_deterministic: bool = False):
+        self.tol = tolerance_for(problem.dtype, problem.atol, problem.rtol)
+        self.total = total
+        self.deterministic = reference_deterministic
+        self.compared = 0
+        self.failed: str | None = None
+        self.check = "correct_outputs"
+        self.worst_abs, self.worst_rel = 0.0, 0.0
+        self.names: list[str] = []
+        self.first: list[torch.Tensor] | None = None  # the candidate's outputs on case 0
+
+    def add(self, name: str, produced: list, expected: list, repeats_first: bool = False) -> bool:
+        """Compare one case; False once a case failed (the rest are not looked at)."""
+        if self.failed is not None:
+            return False
+        if self.compared >= self.total:
+            self.failed = f"outputs for more than the {self.total} cases there are"
+            return False
+        self.compared += 1
+        self.names.append(name.split(" (")[0])
+        if len(produced) != len(expected):
+            self.failed = f"{name}: {len(produced)} outputs, reference has {len(expected)}"
+            return False
+        for index, (out, ref) in enumerate(zip(produced, expected, strict=True)):
+            result = compare(out, ref, self.tol)
+            if not result.passed:
+                self.check = "finite_outputs" if "NaN" in result.detail else "correct_outputs"
+                self.failed = f"{name}, output {index}: {result.detail}"
+                return False
+            self.worst_abs = max(self.worst_abs, result.max_abs_error)
+            self.worst_rel = max(self.worst_rel, result.rel_error)
+        if self.compared == 1:
+            self.first = produced
+        elif repeats_first and self.deterministic and self.first is not None:
+            self._same_as_first(name, produced)
+            self.first = None
+        return self.failed is None
+
+    def _same_as_first(self, name: str, produced: list) -> None:
+        for index, (now, then) in enumerate(zip(produced, self.first or [], strict=True)):
+            if not torch.equal(now, then):
+                differ = int((now != then).sum())
+                self.check = "deterministic_outputs"
+                self.failed = (
+                    f"{name}, output {index}: {differ} of {now.numel()} elements differ from "
+                    "the candidate's own outputs on the same inputs, where the reference is "
+                    "deterministic bit for bit (memory read before it was written? a race?)"
+                )
+                return
+
+    def result(self) -> CaseComparison:
+        failed = self.failed
+        detail = failed or f"{self.compared} cases: {', '.join(self.names)}"
+        checks = [Check(name=self.check, passed=failed is None, detail=detail)]
+        if failed is None:
+            checks.append(Check(name="finite_outputs", passed=True, detail="no NaN/Inf"))
+            if self.deterministic:
+                checks.append(
+                    Check(
+                        name="deterministic_outputs",
+                        passed=True,
+                        detail="the same inputs again gave the same outputs, bit for bit",
+                    )
+                )
+        return CaseComparison(
+            failed=failed,
+            compared=self.compared,
+            checks=checks,
+            max_abs_error=self.worst_abs if failed is None else None,
+            rel_error=self.worst_rel if failed is None else None,
+        )
+
+
 def compare_cases(problem: Problem, cases: list[dict], outputs: list[list]) -> CaseComparison:
     """Compare a candidate's outputs with the reference's, case by case (runs in the parent)."""
-    tol = tolerance_for(problem.dtype, problem.atol, problem.rtol)
-    worst_abs, worst_rel, failed, check = 0.0, 0.0, None, "correct_outputs"
-    if len(outputs) > len(cases):
-        outputs, failed = [], f"outputs for {len(outputs)} cases; there are {len(cases)}"
-    cases = cases[: len(outputs)]  # fewer when a later case raised in the worker
-    for case, produced in zip(cases, outputs, strict=True):
-        expected = case["outputs"]
-        if len(produced) != len(expected):
-            failed = f"{case['name']}: {len(produced)} outputs, reference has {len(expected)}"
+    comparer = CaseComparer(problem, len(cases))
+    for number, produced in enumerate(outputs):
+        expected = cases[number]["outputs"] if number < len(cases) else []
+        if not comparer.add(cases[min(number, len(cases) - 1)]["name"], produced, expected):
             break
-        for index, (out, ref) in enumerate(zip(produced, expected, strict=True)):
-            result = compare(out, ref, tol)
-            if result.passed:
-                worst_abs, worst_rel = (
-                    max(worst_abs, result.max_abs_error),
-                    max(worst_rel, result.rel_error),
-                )
-                continue
-            check = "finite_outputs" if "NaN" in result.detail else "correct_outputs"
-            failed = f"{case['name']}, output {index}: {result.detail}"
-            break
-        if failed:
-            break
-    names = ", ".join(case["name"].split(" (")[0] for case in cases)
-    checks = [
-        Check(name=check, passed=failed is None, detail=failed or f"{len(cases)} cases: {names}")
-    ]
-    if failed is None:
-        checks.append(Check(name="finite_outputs", passed=True, detail="no NaN/Inf"))
-    return CaseComparison(
-        failed=failed,
-        compared=len(cases),
-        checks=checks,
-        max_abs_error=worst_abs if failed is None else None,
-        rel_error=worst_rel if failed is None else None,
-    )
+    return comparer.result()

@@ -40,9 +40,9 @@ def send(channel: TextIO, kind: str, body: dict) -> None:
     channel.flush()
 
 
-def _outputs_ready(channel: TextIO) -> bool:
-    """Tell the parent that outputs.pt is written; it answers whether timing goes on."""
-    send(channel, "outputs", {})
+def _outputs_ready(channel: TextIO, case: int) -> bool:
+    """Tell the parent that a case's outputs file is written; it answers whether to go on."""
+    send(channel, "outputs", {"case": case})
     return sys.stdin.readline().strip() == "go"
 
 
@@ -59,7 +59,7 @@ def run(job: WorkerJob, job_dir: Path, channel: TextIO) -> tuple[str, dict]:
             if job.mode == "build":
                 report = run_build(job, job_dir)
             else:
-                report = run_evaluate(job, job_dir, lambda: _outputs_ready(channel))
+                report = run_evaluate(job, job_dir, lambda case: _outputs_ready(channel, case))
     except UserError as err:
         return "user_error", UserErrorReport(
             what=err.what, where=err.where, fix=err.fix

@@ -12,16 +12,25 @@ from __future__ import annotations
 import importlib.util
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity
 from torch.utils import cpp_extension
 
-from harness import guards, profiling
+from harness import guards, profiling, streams
 from harness.buildcache import BuildFailed, CachedLoader
+from harness.cases import (
+    build_reference,
+    case_inputs,
+    case_module,
+    copy_with_layout,
+    input_digest,
+    make_inputs,
+)
 from harness.gate import GateRejection
-from harness.jobs import CandidateReport, CheckFailed, WorkerJob
+from harness.jobs import CandidateReport, CaseSpec, CheckFailed, WorkerJob, outputs_file
 from harness.problem import DTYPES, init_arguments
 from harness.records import Check, Status
 from harness.worker_timing import check_fresh, check_unpatched, time_eager_alone, time_interleaved
@@ -69,44 +78,35 @@ def run_build(job: WorkerJob, job_dir: Path) -> CandidateReport:
     )
 
 
-def run_evaluate(job: WorkerJob, job_dir: Path, proceed) -> CandidateReport:
-    """``proceed()`` asks the parent whether the outputs were right, before timing starts."""
-    data = torch.load(job_dir / "inputs.pt", weights_only=True)
-    (job_dir / "inputs.pt").unlink()  # nothing the candidate could read back
-    first = data["cases"][0]
-    eager_alone = time_eager_alone(job, first["state"])
+def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[int], bool]) -> CandidateReport:
+    """``proceed(case)`` hands one case's outputs to the parent, which answers whether they
+    were right: cases are compared one at a time, and the first wrong one ends the run."""
+    base = build_reference(job.problem, job.seeds[0])  # the user's code, before any candidate's
+    eager_alone = time_eager_alone(job, base.state_dict())
     before = guards.snapshot(job.reference_ops)
     checks: list[Check] = []
     try:
         model, loader = load_candidate(job, job_dir)
         checks.append(Check(name="static_gate", passed=True, detail="Python and kernel sources"))
-        outputs: list[list[torch.Tensor]] = []
+        # The previous case's outputs stay alive: a buffer reused across calls shows.
         previous: list[torch.Tensor] = []
-        for case in data["cases"]:
-            # The previous case's outputs stay alive: a buffer reused across calls shows.
-            try:
-                produced = _run_case(job, model, loader, case, checks)
-            except CheckFailed as failure:
-                if failure.status is Status.runtime_error and outputs:
-                    # A wrong answer on an earlier case is the first failure: the parent
-                    # compares what there is before this error is reported.
-                    torch.save({"outputs": outputs}, job_dir / "outputs.pt")
-                    proceed()
-                raise
-            check_fresh(produced, previous, case["name"])
-            outputs.append([out.detach().cpu().clone() for out in produced])
+        for number, spec in enumerate(job.cases):
+            produced = _run_case(job, model, loader, spec, case_module(base, spec), checks)
+            check_fresh(produced, previous, spec.name)
+            cpu = [copy_with_layout(out.detach(), "cpu") for out in produced]
+            torch.save(cpu, job_dir / outputs_file(number))
+            del cpu
+            if not proceed(number):
+                return CandidateReport(checks=checks, eager_alone=eager_alone)
             previous = produced
         _pass_once(checks, "fresh_outputs", "each call returns newly allocated outputs")
         check_unpatched(job, before, checks, "import and correctness runs")
-        torch.save({"outputs": outputs}, job_dir / "outputs.pt")
-        if not proceed():
-            return CandidateReport(checks=checks, eager_alone=eager_alone)
-        report = time_interleaved(job, model, first["state"], checks, eager_alone)
+        report = time_interleaved(job, model, base.state_dict(), checks, eager_alone)
         # The full profile (CUDA kernels too) comes last: it profiles the calls after timing
         # as well, and on cuda it leaves CUPTI attached to the process (kineto tears it down
         # only with TEARDOWN_CUPTI=1), which slows every later launch: taken before timing,
         # it made eager beside the candidate 1.6-2x slower than eager alone on an H100.
-        _check_profile(job, model, first, report.checks)
+        _check_profile(job, model, report.checks)
         return report
     except CheckFailed as failure:
         return _failed(failure, checks)
@@ -124,24 +124,42 @@ def _pass_once(checks: list[Check], name: str, detail: str) -> None:
         checks.append(Check(name=name, passed=True, detail=detail))
 
 
-def _run_case(job: WorkerJob, model, loader: CachedLoader, case: dict, checks: list[Check]) -> list:
+def _run_case(
+    job: WorkerJob,
+    model,
+    loader: CachedLoader,
+    spec: CaseSpec,
+    reference: torch.nn.Module,
+    checks: list[Check],
+) -> list:
     device = job.problem.device
     try:
-        model.load_state_dict(case["state"], strict=True)
+        model.load_state_dict(reference.state_dict(), strict=True)
     except Exception as err:
         raise CheckFailed(
             Status.runtime_error, "state_dict_strict", f"load_state_dict(strict=True): {err}"
         ) from err
     _pass_once(checks, "state_dict_strict", "loads the reference's parameters")
-    inputs = [
-        guards.guarded(x, device) if isinstance(x, torch.Tensor) else x for x in case["inputs"]
-    ]
-    originals = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-    guards.poison_memory(case["output_meta"], device)
+    raw = case_inputs(job.problem, spec, job.strengthened)
+    if raw is None or input_digest(raw) != spec.input_digest:
+        raise CheckFailed(
+            Status.rejected,
+            "no_monkeypatching",
+            f"{spec.name}: the inputs drawn in the candidate's process differ from the "
+            "reference worker's draw for the same seed (random number generation disturbed)",
+        )
+    staged = streams.Staged(raw, device, spec.async_stream)
+    del raw
+    guards.poison_memory(spec.output_meta, device, _poison_fill(spec))
     loader.calls.clear()
     # Every checked call is profiled (CPU ops only: that adds no synchronization), so a
     # PyTorch fallback taken on some shapes or seeds only is seen too.
-    with torch.no_grad(), torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof:
+    with (
+        torch.no_grad(),
+        staged.current_stream(),
+        torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof,
+    ):
+        inputs = staged.produce()  # on a busy stream: not there yet for a kernel that skips it
         try:
             with torch.profiler.record_function(profiling.FORWARD_RANGE):
                 result = model(*inputs)
@@ -149,7 +167,7 @@ def _run_case(job: WorkerJob, model, loader: CachedLoader, case: dict, checks: l
             raise CheckFailed(
                 Status.runtime_error,
                 "runs",
-                f"{case['name']}: {type(err).__name__}: {err}",
+                f"{spec.name}: {type(err).__name__}: {err}",
                 traceback.format_exc(),
             ) from err
         outputs = result if isinstance(result, list | tuple) else [result]
@@ -158,16 +176,18 @@ def _run_case(job: WorkerJob, model, loader: CachedLoader, case: dict, checks: l
             raise CheckFailed(
                 Status.rejected, "plain_tensor_outputs", f"outputs are {kinds}, not plain tensors"
             )
-        at_return = guards.at_return(outputs)  # before anything else reads them
+        at_return = guards.at_return(outputs)  # before anything else reads them, same stream
     computes = profiling.pytorch_compute_problems(profiling.forward_ops(prof), job.reference_ops)
     if computes:
-        raise CheckFailed(Status.rejected, "no_pytorch_compute", f"{case['name']}: {computes}")
+        raise CheckFailed(Status.rejected, "no_pytorch_compute", f"{spec.name}: {computes}")
     guards.settle(device)
     if guards.changed_since(at_return, outputs):
+        hint = f": {streams.STREAM_HINT}" if staged.stream is not None else ""
         raise CheckFailed(
             Status.incorrect,
             "stable_after_sync",
-            f"{case['name']}: outputs changed after return (work deferred past the return)",
+            f"{spec.name}: outputs changed after return (work left running that the caller's "
+            f"stream does not wait for){hint}",
         )
     if not sum(loader.calls.values()):
         raise CheckFailed(
@@ -178,7 +198,7 @@ def _run_case(job: WorkerJob, model, loader: CachedLoader, case: dict, checks: l
             raise CheckFailed(
                 Status.incorrect, "no_input_alias", "an output shares memory with an input"
             )
-    for position, (now, then) in enumerate(zip(inputs, originals, strict=True)):
+    for position, (now, then) in enumerate(zip(inputs, staged.originals, strict=True)):
         if isinstance(now, torch.Tensor) and not guards.same_values(now, then):
             raise CheckFailed(
                 Status.incorrect, "inputs_unchanged", f"input {position} was modified"
@@ -191,13 +211,23 @@ def _run_case(job: WorkerJob, model, loader: CachedLoader, case: dict, checks: l
         ("inputs_unchanged", "inputs and their guard regions untouched"),
     ]:
         _pass_once(checks, name, detail)
+    if staged.stream is not None:
+        _pass_once(
+            checks,
+            "stream_ordered",
+            "right with inputs produced asynchronously on a busy non-default current stream",
+        )
     return list(outputs)
 
 
-def _check_profile(job: WorkerJob, model, case: dict, checks: list[Check]) -> None:
-    inputs = [
-        x.to(job.problem.device) if isinstance(x, torch.Tensor) else x for x in case["inputs"]
-    ]
+def _poison_fill(spec: CaseSpec) -> float:
+    """What freed memory holds before a case: NaN, and other garbage before a repeated case
+    (a kernel reading memory it never wrote gets other values there than the first time)."""
+    return 3.0 if spec.kind == "repeat" else float("nan")
+
+
+def _check_profile(job: WorkerJob, model, checks: list[Check]) -> None:
+    inputs = make_inputs(job.problem, job.cases[0].seed, job.strengthened)
     with torch.no_grad():
         profile = profiling.profile_forward(model, inputs, job.problem.device)
     problem = profiling.pytorch_compute_problems(profile.aten_ops, job.reference_ops)

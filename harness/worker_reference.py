@@ -1,31 +1,37 @@
 """Reference worker: runs only the user's module, never candidate code.
 
-It draws the verification cases (fresh inputs per seed, perturbed parameters, other shapes),
-computes the reference outputs, audits the spec, and profiles the reference's ops. The outputs
-stay with the parent; candidate workers get inputs and parameters only.
+It plans the verification cases (fresh inputs per seed, perturbed parameters, other shapes,
+a repeat of the first case), computes the reference outputs, audits the spec, and profiles the
+reference's ops. Cases are made, run and dropped one at a time: device memory holds one case
+(and the previous case's outputs, for the audit), never all of them. Each case's reference
+outputs go to a file of their own, for the parent only; candidate workers get the case specs
+and draw the inputs again from their seeds.
 """
 
 from __future__ import annotations
 
-import copy
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
-from harness.audit import nondeterminism_finding, null_answer_findings
+from harness.audit import NullAnswerAudit, nondeterminism_finding
 from harness.cases import (
     build_reference,
+    case_inputs,
+    case_module,
     copy_with_layout,
+    input_digest,
     make_inputs,
-    perturb_parameters,
-    resized_inputs,
-    strided_inputs,
+    wide_scale,
 )
 from harness.errors import UserError
-from harness.jobs import INPUTS_FILE, OUTPUTS_FILE, ReferenceReport, WorkerJob
+from harness.jobs import CaseSpec, ReferenceReport, WorkerJob, reference_file
 from harness.profiling import profile_forward
-from harness.records import AuditReport
-from harness.tolerance import tolerance_for
+from harness.records import AuditFinding, AuditReport
+from harness.tolerance import Tolerance, tolerance_for
 
 
 def as_outputs(value, where: str) -> list[torch.Tensor]:
@@ -45,95 +51,232 @@ def as_outputs(value, where: str) -> list[torch.Tensor]:
     )
 
 
-def run_reference(job: WorkerJob, job_dir: Path) -> ReferenceReport:
-    problem = job.problem
-    tol = tolerance_for(problem.dtype, problem.atol, problem.rtol)
-    base = build_reference(problem, job.seeds[0])
-    where = f"{problem.source_path}:{problem.class_name}.forward"
-    modules = [base] + [_perturbed(base, seed) for seed in job.seeds[1:]]
+class Phases:
+    """Seconds spent per phase of the reference run (device work waited for at each end)."""
 
-    cases = _draw_cases(job, modules, strengthened=job.strengthened)
-    _require_finite(job, cases)
-    findings = null_answer_findings([(c["inputs"], c["outputs"]) for c in cases], tol)
-    again = as_outputs(_run(base, cases[0]["inputs"], where), where)
-    nondeterministic = nondeterminism_finding(cases[0]["outputs"], again, tol)
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+
+
+class ReferenceRun:
+    """One reference worker's job: the cases, one at a time, and the audit."""
+
+    def __init__(self, job: WorkerJob, job_dir: Path) -> None:
+        self.job, self.job_dir, self.problem = job, job_dir, job.problem
+        self.tol: Tolerance = tolerance_for(
+            self.problem.dtype, self.problem.atol, self.problem.rtol
+        )
+        self.where = f"{self.problem.source_path}:{self.problem.class_name}.forward"
+        self.phase = Phases(self.problem.device)
+        self.on_cuda = self.problem.device == "cuda"
+        with self.phase("construct"):
+            self.base = build_reference(self.problem, job.seeds[0])
+
+    def seed_specs(self) -> list[CaseSpec]:
+        return [
+            CaseSpec(
+                name=f"seed {seed} ({'initial' if number == 0 else 'perturbed'} parameters)",
+                kind="seed",
+                seed=seed,
+                params_seed=None if number == 0 else seed,
+                reference_case=number,
+                async_stream=self.on_cuda and number > 0,
+            )
+            for number, seed in enumerate(self.job.seeds)
+        ]
+
+    def run_seed_cases(self, strengthened: bool) -> tuple[list[CaseSpec], NullAnswerAudit, str]:
+        """The seed cases, audited as they go; the last item names a non-finite case, if any."""
+        audit = NullAnswerAudit(self.tol)
+        specs = self.seed_specs()
+        for spec in specs:
+            outputs = self.run_case(spec, strengthened, audit)
+            if outputs is None:
+                return specs, audit, spec.name
+        return specs, audit, ""
+
+    def run_case(
+        self, spec: CaseSpec, strengthened: bool, audit: NullAnswerAudit | None = None
+    ) -> list[torch.Tensor] | None:
+        """Draw, run and store one case; None (and nothing stored) when its output is not
+        finite. Fills in the spec's digest and output shapes."""
+        with self.phase("inputs"):
+            inputs = case_inputs(self.problem, spec, strengthened)
+        if inputs is None:
+            return None
+        if spec.kind == "variant":
+            spec.name = (
+                f"other shapes {[tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor)]}"
+            )
+        elif spec.kind == "wide":
+            spec.name = f"inputs scaled x{wide_scale(spec.seed):.1f}"
+        module = case_module(self.base, spec)
+        with self.phase("forward"):
+            outputs = as_outputs(self.forward(module, inputs, spec.name), self.where)
+        if not _finite(outputs):
+            return None
+        if audit is not None:
+            with self.phase("audit"):
+                audit.add(inputs, outputs)
+        with self.phase("store"):
+            spec.input_digest = input_digest(inputs)
+            spec.output_meta = [
+                (list(out.shape), str(out.dtype).removeprefix("torch.")) for out in outputs
+            ]
+            cpu = [copy_with_layout(out.detach(), "cpu") for out in outputs]
+            torch.save(cpu, self.job_dir / reference_file(spec.reference_case))
+        return outputs
+
+    def forward(self, module: torch.nn.Module, inputs: list, case: str):
+        with torch.no_grad():
+            try:
+                return module(*inputs)
+            except torch.OutOfMemoryError as err:
+                raise _out_of_memory(self.problem, inputs, case) from err
+            except Exception as err:  # the user's forward: any failure is theirs to fix
+                raise UserError(
+                    f"the reference forward raised {type(err).__name__}: {err}",
+                    where=self.where,
+                    fix="make the module run on the inputs its input factory returns",
+                ) from err
+
+    def determinism(self, spec: CaseSpec, strengthened: bool) -> tuple[AuditFinding | None, bool]:
+        """Run the first case twice: a finding if the two differ beyond tolerance, and whether
+        they agree bit for bit (then a candidate must too: see the 'repeat' case)."""
+        with self.phase("determinism"):
+            inputs = case_inputs(self.problem, spec, strengthened)
+            assert inputs is not None
+            if input_digest(inputs) != spec.input_digest:
+                raise UserError(
+                    "the input factory gave other inputs for the same seed on a second call: "
+                    "every worker draws a case's inputs again from its seed",
+                    where=f"{self.problem.inputs_path or self.problem.source_path}",
+                    fix="draw every random value with torch (torch.randn, torch.rand, ...): "
+                    "not with Python's random or numpy's, which torch.manual_seed does not seed",
+                )
+            first = as_outputs(self.forward(self.base, inputs, spec.name), self.where)
+            again = as_outputs(self.forward(self.base, inputs, spec.name), self.where)
+            finding = nondeterminism_finding(first, again, self.tol)
+            bitwise = all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+        return finding, bitwise
+
+    def extra_specs(self, first: CaseSpec) -> list[CaseSpec]:
+        """The repeat of the first case, other shapes, a wide range, other memory layouts."""
+        config, seed = self.job.config, self.job.seeds[0]
+        base = len(self.job.seeds)
+        specs = [
+            CaseSpec(
+                name=f"seed {seed} again, inputs produced asynchronously on a busy stream",
+                kind="repeat",
+                seed=seed,
+                reference_case=0,
+                async_stream=self.on_cuda,
+                input_digest=first.input_digest,
+                output_meta=first.output_meta,
+            )
+        ]
+        extra = [
+            CaseSpec(name="other shapes", kind="variant", seed=seed, variant=v, reference_case=0)
+            for v in range(1, config.shape_variants + 1)
+        ]
+        if config.wide_range:
+            extra.append(CaseSpec(name="inputs scaled", kind="wide", seed=seed, reference_case=0))
+        if config.strided_inputs:
+            name = "inputs in other memory layouts"
+            extra.append(CaseSpec(name=name, kind="strided", seed=seed, reference_case=0))
+        for number, spec in enumerate(extra):
+            spec.reference_case = base + number
+            spec.async_stream = self.on_cuda
+        return specs + extra
+
+    def run_extra(self, spec: CaseSpec, strengthened: bool) -> bool:
+        """An extra case; False where the module refuses its inputs or its outputs are not
+        finite (not a case the module is meant for)."""
+        try:
+            outputs = self.run_case(spec, strengthened)
+        except UserError:
+            return False
+        return outputs is not None
+
+
+def run_reference(job: WorkerJob, job_dir: Path) -> ReferenceReport:
+    run = ReferenceRun(job, job_dir)
+    if job.problem.device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    specs, audit, nonfinite = run.run_seed_cases(job.strengthened)
+    if nonfinite:
+        raise _nonfinite_error(job, nonfinite)
+    findings = audit.findings()
+    nondeterministic, bitwise = run.determinism(specs[0], job.strengthened)
     if nondeterministic:
         findings.append(nondeterministic)
-    audit = AuditReport(problem=problem.name, weak=bool(findings), findings=findings)
+    report = AuditReport(problem=job.problem.name, weak=bool(findings), findings=findings)
     strengthened = job.strengthened
     if findings and not nondeterministic and not job.strengthened:
-        stronger = _draw_cases(job, modules, strengthened=True)
         # Signed, rescaled inputs may leave the module's domain (log, sqrt): no help then.
-        still_weak = _nonfinite_case(stronger) is not None or null_answer_findings(
-            [(c["inputs"], c["outputs"]) for c in stronger], tol
-        )
-        audit.strengthened_ok = not still_weak
-        if not still_weak:
-            cases, strengthened = stronger, True
-    cases += _shape_variants(job, base, cases[0], where)
-    if job.config.wide_range:
-        cases += _wide_range(base, cases[0], job.seeds[0], where)
-    if job.config.strided_inputs and (strided := strided_inputs(cases[0]["inputs"])):
-        cases += _extra_case(base, "inputs in other memory layouts", strided, where)
+        stronger, stronger_audit, stronger_nonfinite = run.run_seed_cases(True)
+        report.strengthened_ok = not stronger_nonfinite and not stronger_audit.findings()
+        if report.strengthened_ok:
+            specs, strengthened = stronger, True
+        else:  # the files hold the stronger draw: write the cases as given again
+            specs, _, _ = run.run_seed_cases(False)
+    repeat, *extra = run.extra_specs(specs[0])
+    kept = [spec for spec in extra if run.run_extra(spec, strengthened)]
+    # The repeat comes second: same inputs and parameters as the first case, so a failure
+    # there (and not in the first) is the stream order or memory never written.
+    cases = [specs[0], repeat, *specs[1:], *kept]
+    _renumber(kept, len(specs), job_dir)
+    return _report(run, report, strengthened, cases, bitwise)
 
-    ops = profile_forward(lambda *xs: base(*xs), cases[0]["inputs"], problem.device)
-    cpu_cases = [_to_cpu(case) for case in cases]
-    # Two files: what every candidate worker gets (inputs, parameters, the outputs' shapes),
-    # written once and linked into each candidate's job, and the outputs, for the parent only.
-    torch.save({"cases": [_for_candidates(case) for case in cpu_cases]}, job_dir / INPUTS_FILE)
-    outputs = [{"name": case["name"], "outputs": case["outputs"]} for case in cpu_cases]
-    torch.save({"cases": outputs}, job_dir / OUTPUTS_FILE)
+
+def _report(
+    run: ReferenceRun, audit: AuditReport, strengthened: bool, cases: list[CaseSpec], bitwise: bool
+) -> ReferenceReport:
+    device = run.problem.device
+    with run.phase("profile"):
+        first = make_inputs(run.problem, run.job.seeds[0], strengthened)
+        ops = profile_forward(lambda *xs: run.base(*xs), first, device)
     return ReferenceReport(
         audit=audit,
         strengthened=strengthened,
-        case_names=[case["name"] for case in cases],
+        cases=cases,
+        bitwise_deterministic=bitwise,
         aten_ops=ops.aten_ops,
         cuda_kernels=ops.cuda_kernels,
+        phase_seconds=run.phase.seconds,
+        peak_device_bytes=torch.cuda.max_memory_allocated() if device == "cuda" else None,
     )
 
 
-def _perturbed(base: torch.nn.Module, seed: int) -> torch.nn.Module:
-    module = copy.deepcopy(base)
-    perturb_parameters(module, seed)
-    return module
-
-
-def _draw_cases(job: WorkerJob, modules: list[torch.nn.Module], strengthened: bool) -> list[dict]:
-    where = f"{job.problem.source_path}:{job.problem.class_name}.forward"
-    cases = []
-    for number, (seed, module) in enumerate(zip(job.seeds, modules, strict=True)):
-        inputs = make_inputs(job.problem, seed, strengthened=strengthened)
-        outputs = as_outputs(_run(module, inputs, where), where)
-        kind = "initial parameters" if number == 0 else "perturbed parameters"
-        cases.append(
-            {
-                "name": f"seed {seed} ({kind})",
-                "inputs": inputs,
-                "outputs": outputs,
-                "state": module.state_dict(),
-            }
-        )
-    return cases
+def _renumber(extra: list[CaseSpec], first: int, job_dir: Path) -> None:
+    """Extra cases that were dropped leave gaps in the files' numbers: close them."""
+    for number, spec in enumerate(extra, start=first):
+        if spec.reference_case != number:
+            (job_dir / reference_file(spec.reference_case)).rename(job_dir / reference_file(number))
+            spec.reference_case = number
 
 
 def _finite(outputs: list[torch.Tensor]) -> bool:
     return all(bool(torch.isfinite(out).all()) for out in outputs if out.is_floating_point())
 
 
-def _nonfinite_case(cases: list[dict]) -> str | None:
-    """The name of the first case whose reference output holds NaN or Inf, if any."""
-    return next((case["name"] for case in cases if not _finite(case["outputs"])), None)
-
-
-def _require_finite(job: WorkerJob, cases: list[dict]) -> None:
+def _nonfinite_error(job: WorkerJob, name: str) -> UserError:
     """A reference output with NaN or Inf makes every candidate fail (a candidate's output
     must be finite): the inputs are outside what the module computes, which is the spec's
     problem to fix, said once, not a failure of each candidate."""
-    name = _nonfinite_case(cases)
-    if name is None:
-        return
     problem = job.problem
-    raise UserError(
+    return UserError(
         f"the reference's output holds NaN or Inf on the verification case '{name}': its "
         "inputs are outside what the module computes (log or sqrt of negatives, overflow)",
         where=f"{problem.inputs_path or problem.source_path}: {problem.inputs_fn or 'inputs'}()",
@@ -142,74 +285,15 @@ def _require_finite(job: WorkerJob, cases: list[dict]) -> None:
     )
 
 
-def _shape_variants(job: WorkerJob, base: torch.nn.Module, first: dict, where: str) -> list[dict]:
-    variants = []
-    for variant in range(1, job.config.shape_variants + 1):
-        inputs = resized_inputs(first["inputs"], variant, job.seeds[0] + variant)
-        if inputs is None:
-            continue
-        shapes = [tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor)]
-        variants += _extra_case(base, f"other shapes {shapes}", inputs, where)
-    return variants
-
-
-def _wide_range(base: torch.nn.Module, first: dict, seed: int, where: str) -> list[dict]:
-    """The first case's inputs with float tensors scaled 4-16x (the factor drawn from ``seed``).
-
-    randn's values lie within about +-4: a kernel whose approximation (a truncated series, a
-    clamped table, a fast exp that overflows) holds only there passes every other case.
-    """
-    generator = torch.Generator().manual_seed(seed)
-    scale = 4.0 + 12.0 * float(torch.rand((), generator=generator))
-    inputs = [
-        x * scale if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-        for x in first["inputs"]
-    ]
-    return _extra_case(base, f"inputs scaled x{scale:.1f}", inputs, where)
-
-
-def _extra_case(base: torch.nn.Module, name: str, inputs: list, where: str) -> list[dict]:
-    """A case on ``inputs`` with the base parameters; none where the module refuses the
-    inputs or its outputs are not finite (not a case the module is meant for)."""
-    try:
-        outputs = as_outputs(_run(base, inputs, where), where)
-    except UserError:
-        return []
-    if not _finite(outputs):
-        return []
-    return [{"name": name, "inputs": inputs, "outputs": outputs, "state": base.state_dict()}]
-
-
-def _run(module: torch.nn.Module, inputs: list, where: str):
-    with torch.no_grad():
-        try:
-            return module(*inputs)
-        except Exception as err:  # the user's forward: any failure is theirs to fix
-            raise UserError(
-                f"the reference forward raised {type(err).__name__}: {err}",
-                where=where,
-                fix="make the module run on the inputs its input factory returns",
-            ) from err
-
-
-def _for_candidates(case: dict) -> dict:
-    return {
-        "name": case["name"],
-        "inputs": case["inputs"],
-        "state": case["state"],
-        "output_meta": [
-            [list(out.shape), str(out.dtype).removeprefix("torch.")] for out in case["outputs"]
-        ],
-    }
-
-
-def _to_cpu(case: dict) -> dict:
-    def cpu(value):  # a gapped input layout stays gapped
-        return copy_with_layout(value.detach(), "cpu") if isinstance(value, torch.Tensor) else value
-
-    return {
-        "name": case["name"],
-        "inputs": [cpu(x) for x in case["inputs"]],
-        "outputs": [cpu(x) for x in case["outputs"]],
-        "state": {key: cpu(value) for key, value in case["state"].items()},
-    }
+def _out_of_memory(problem, inputs: list, case: str) -> UserError:
+    """The device ran out running the reference on one case: what it held, what was free."""
+    held = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+    free, total = torch.cuda.mem_get_info() if problem.device == "cuda" else (0, 0)
+    memory = f"{free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB" if total else "host memory"
+    return UserError(
+        f"the reference forward ran out of memory on the case '{case}' (its inputs alone take "
+        f"{held / 2**30:.2f} GiB; {memory}; the harness holds one case at a time)",
+        where=f"{problem.inputs_path or problem.source_path}: {problem.inputs_fn or 'inputs'}()",
+        fix="shrink the input shapes the input factory returns (or the module's sizes) until "
+        "one forward fits on the device",
+    )

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import torch
 
-from harness import guards
+from harness import guards, streams
 from harness.cases import build_reference, make_inputs
 from harness.jobs import CandidateReport, CheckFailed, WorkerJob
 from harness.records import Check, Status, TimingStats
@@ -216,11 +216,12 @@ def _time_loop(
         # inputs were made finds them in cache.
         shift = rep % len(names)
         results = {}
-        for name in names[shift:] + names[:shift]:
-            elapsed, results[name] = timer(implementations[name], inputs)
-            samples[name].append(elapsed)
-            if name == "candidate":
-                checks.after_candidate(rep, inputs, results[name])
+        with streams.timing_stream(problem.device, rep):
+            for name in names[shift:] + names[:shift]:
+                elapsed, results[name] = timer(implementations[name], inputs)
+                samples[name].append(elapsed)
+                if name == "candidate":
+                    checks.after_candidate(rep, inputs, results[name])
         checks.against_eager(rep, results)
         if timed_enough(rep + 1, samples, config.min_reps, config.time_budget_s):
             break

@@ -6,8 +6,6 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
-import torch
-
 from harness.evaluate import Evaluator, _candidate_report
 from harness.jobs import CandidateReport, ReferenceReport
 from harness.problem import problem_from_target
@@ -55,9 +53,7 @@ def test_no_result_is_a_dead_worker_or_a_timeout():
 def test_success_without_the_parents_comparison_is_not_ok():
     data = ReferenceData(
         report=ReferenceReport(audit=AuditReport(problem="p", weak=False), strengthened=False),
-        cases=[],
         seeds=[1],
-        inputs_file=Path("unused"),
     )
     claimed = CandidateReport(status=None)  # "all checks passed", but no outputs were handed over
     result = Evaluator(fast_config())._result(PROBLEM, data, claimed, comparison=None)
@@ -67,13 +63,17 @@ def test_success_without_the_parents_comparison_is_not_ok():
 
 def test_reference_outputs_and_jobs_leave_no_file_behind(tmp_path: Path):
     data = reference_data(PROBLEM, fast_config(), seed=1, work_dir=tmp_path)
-    assert data.cases and all("outputs" in case for case in data.cases)
-    left = sorted(path.name for path in tmp_path.rglob("*") if path.is_file())
-    assert left == ["inputs.pt", "worker.log"], left  # no reference.pt, no job.json
-    # What candidate workers get: every case, and no reference output in it.
-    shared = torch.load(data.inputs_file, weights_only=True)["cases"]
-    assert [case["name"] for case in shared] == [case["name"] for case in data.cases]
-    assert all(set(case) == {"name", "inputs", "state", "output_meta"} for case in shared)
+    left = sorted(path.name for path in tmp_path.rglob("*"))
+    assert left == [], left  # no reference outputs, no job.json, no inputs on disk
+    # The outputs stay readable here, one case at a time, through files opened before.
+    kinds = [case.kind for case in data.cases]
+    assert kinds[:2] == ["seed", "repeat"] and kinds.count("seed") == len(data.seeds)
+    for spec in data.cases:
+        outputs = data.outputs(spec)
+        assert [list(out.shape) for out in outputs] == [shape for shape, _ in spec.output_meta]
+    assert data.outputs(data.cases[1])[0].equal(data.outputs(data.cases[0])[0])  # the repeat
+    # What candidate workers get: specs to draw each case again, never tensors.
+    assert all(case.input_digest for case in data.cases)
 
 
 def test_an_evaluator_removes_its_own_work_dir():

@@ -1,0 +1,75 @@
+"""How a case's inputs reach a candidate: as PyTorch's stream semantics promise a caller.
+
+A kernel must run after the work its caller already queued on the current stream and before
+what the caller queues next, whatever stream is current. The harness checks that by running:
+on cuda most cases run under a non-default current stream (a pool stream, which does not
+wait for the legacy default stream nor it for them), and their inputs are still being produced
+on it when forward is called: the stream first spins on the device for tens of milliseconds,
+then copies the real values into input buffers that hold poison until then. A kernel that
+does not wait for the current stream reads the poison; the outputs are then sampled on the
+same stream right after return, with no host synchronization in between, so one that the
+current stream does not wait for is caught still writing them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from harness import guards
+
+# About 25-35 ms of a device-side spin at Hopper clocks: far longer than the host needs to go
+# from queuing the input copies to the candidate's own launches, profiler and all.
+BUSY_CYCLES = 50_000_000
+
+STREAM_HINT = (
+    "launch kernels on at::cuda::getCurrentCUDAStream() (or make your own streams wait for the "
+    "current stream before they start, and the current stream wait for them before forward "
+    "returns)"
+)
+
+
+class Staged:
+    """A case's inputs, staged for one call: ``originals`` hold the real values (never handed
+    to the candidate), ``produce()`` gives what the candidate is called with."""
+
+    def __init__(self, raw: list, device: str, async_stream: bool) -> None:
+        self.originals = [guards.guarded(x, device) if _tensor(x) else x for x in raw]
+        self.stream: torch.cuda.Stream | None = None
+        if async_stream and device == "cuda":
+            self.inputs = [guards.poisoned_like(x) if _tensor(x) else x for x in self.originals]
+            torch.cuda.synchronize()  # the poison is in place before the stream runs
+            self.stream = torch.cuda.Stream(priority=-1)  # its sample read goes first
+        else:
+            self.inputs = [guards.guarded(x) if _tensor(x) else x for x in self.originals]
+
+    @contextlib.contextmanager
+    def current_stream(self) -> Iterator[None]:
+        """The case's current stream: a busy non-default one, or the one there is."""
+        if self.stream is None:
+            yield
+            return
+        with torch.cuda.stream(self.stream):
+            yield
+
+    def produce(self) -> list:
+        """The inputs for the call; on a busy stream, still being copied in when it starts."""
+        if self.stream is not None:
+            torch.cuda._sleep(BUSY_CYCLES)
+            for target, original in zip(self.inputs, self.originals, strict=True):
+                if _tensor(target):
+                    target.copy_(original)
+        return self.inputs
+
+
+def timing_stream(device: str, rep: int) -> contextlib.AbstractContextManager:
+    """Every other timed call runs under a non-default current stream (cuda)."""
+    if device != "cuda" or rep % 2 == 0:
+        return contextlib.nullcontext()
+    return torch.cuda.stream(torch.cuda.Stream())
+
+
+def _tensor(value) -> bool:
+    return isinstance(value, torch.Tensor)
