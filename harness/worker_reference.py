@@ -24,12 +24,11 @@ from harness.cases import (
     case_module,
     copy_with_layout,
     input_digest,
-    make_inputs,
     wide_scale,
 )
 from harness.errors import UserError
 from harness.jobs import CaseSpec, ReferenceReport, WorkerJob, reference_file
-from harness.profiling import profile_forward
+from harness.profiling import OpProfile, profile_forward
 from harness.records import AuditFinding, AuditReport
 from harness.tolerance import Tolerance, tolerance_for
 
@@ -80,6 +79,7 @@ class ReferenceRun:
         self.where = f"{self.problem.source_path}:{self.problem.class_name}.forward"
         self.phase = Phases(self.problem.device)
         self.on_cuda = self.problem.device == "cuda"
+        self.first_outputs: list[torch.Tensor] | None = None
         with self.phase("construct"):
             self.base = build_reference(self.problem, job.seeds[0])
 
@@ -129,12 +129,14 @@ class ReferenceRun:
         if audit is not None:
             with self.phase("audit"):
                 audit.add(inputs, outputs)
+        if spec.kind == "seed" and spec.reference_case == 0:
+            self.first_outputs = outputs  # for the determinism run
         with self.phase("store"):
             spec.input_digest = input_digest(inputs)
             spec.output_meta = [
                 (list(out.shape), str(out.dtype).removeprefix("torch.")) for out in outputs
             ]
-            cpu = [copy_with_layout(out.detach(), "cpu") for out in outputs]
+            cpu = [_on_host(out.detach()) for out in outputs]
             torch.save(cpu, self.job_dir / reference_file(spec.reference_case))
         return outputs
 
@@ -151,12 +153,15 @@ class ReferenceRun:
                     fix="make the module run on the inputs its input factory returns",
                 ) from err
 
-    def determinism(self, spec: CaseSpec, strengthened: bool) -> tuple[AuditFinding | None, bool]:
-        """Run the first case twice: a finding if the two differ beyond tolerance, and whether
-        they agree bit for bit (then a candidate must too: see the 'repeat' case)."""
+    def determinism(
+        self, spec: CaseSpec, strengthened: bool
+    ) -> tuple[AuditFinding | None, bool, OpProfile]:
+        """Run the first case again, under the profiler: a finding if the two runs differ
+        beyond tolerance, whether they agree bit for bit (then a candidate must too: see the
+        'repeat' case), and the ops the reference runs."""
         with self.phase("determinism"):
             inputs = case_inputs(self.problem, spec, strengthened)
-            assert inputs is not None
+            assert inputs is not None and self.first_outputs is not None
             if input_digest(inputs) != spec.input_digest:
                 raise UserError(
                     "the input factory gave other inputs for the same seed on a second call: "
@@ -165,11 +170,16 @@ class ReferenceRun:
                     fix="draw every random value with torch (torch.randn, torch.rand, ...): "
                     "not with Python's random or numpy's, which torch.manual_seed does not seed",
                 )
-            first = as_outputs(self.forward(self.base, inputs, spec.name), self.where)
-            again = as_outputs(self.forward(self.base, inputs, spec.name), self.where)
-            finding = nondeterminism_finding(first, again, self.tol)
+            again: list = []
+            ops = profile_forward(
+                lambda *xs: again.extend(as_outputs(self.forward(self.base, xs, spec.name), "")),
+                inputs,
+                self.problem.device,
+            )
+            first, self.first_outputs = self.first_outputs, None
             bitwise = all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
-        return finding, bitwise
+            finding = None if bitwise else nondeterminism_finding(first, again, self.tol)
+        return finding, bitwise, ops
 
     def extra_specs(self, first: CaseSpec) -> list[CaseSpec]:
         """The repeat of the first case, other shapes, a wide range, other memory layouts."""
@@ -218,7 +228,7 @@ def run_reference(job: WorkerJob, job_dir: Path) -> ReferenceReport:
     if nonfinite:
         raise _nonfinite_error(job, nonfinite)
     findings = audit.findings()
-    nondeterministic, bitwise = run.determinism(specs[0], job.strengthened)
+    nondeterministic, bitwise, ops = run.determinism(specs[0], job.strengthened)
     if nondeterministic:
         findings.append(nondeterministic)
     report = AuditReport(problem=job.problem.name, weak=bool(findings), findings=findings)
@@ -237,16 +247,18 @@ def run_reference(job: WorkerJob, job_dir: Path) -> ReferenceReport:
     # there (and not in the first) is the stream order or memory never written.
     cases = [specs[0], repeat, *specs[1:], *kept]
     _renumber(kept, len(specs), job_dir)
-    return _report(run, report, strengthened, cases, bitwise)
+    return _report(run, report, strengthened, cases, bitwise, ops)
 
 
 def _report(
-    run: ReferenceRun, audit: AuditReport, strengthened: bool, cases: list[CaseSpec], bitwise: bool
+    run: ReferenceRun,
+    audit: AuditReport,
+    strengthened: bool,
+    cases: list[CaseSpec],
+    bitwise: bool,
+    ops: OpProfile,
 ) -> ReferenceReport:
     device = run.problem.device
-    with run.phase("profile"):
-        first = make_inputs(run.problem, run.job.seeds[0], strengthened)
-        ops = profile_forward(lambda *xs: run.base(*xs), first, device)
     return ReferenceReport(
         audit=audit,
         strengthened=strengthened,
@@ -265,6 +277,13 @@ def _renumber(extra: list[CaseSpec], first: int, job_dir: Path) -> None:
         if spec.reference_case != number:
             (job_dir / reference_file(spec.reference_case)).rename(job_dir / reference_file(number))
             spec.reference_case = number
+
+
+def _on_host(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor on the host in its own layout (a dense cpu tensor as it is: no copy)."""
+    if tensor.device.type == "cpu" and tensor.is_contiguous():
+        return tensor
+    return copy_with_layout(tensor, "cpu")
 
 
 def _finite(outputs: list[torch.Tensor]) -> bool:

@@ -54,3 +54,22 @@ def test_examples_optimize_on_cuda(example, tmp_path):
     assert row["status"] == "ok", row["reason"]
     assert row["device"] == "cuda" and row["eager_ms"] and row["candidate_ms"]
     assert (out / "junit.xml").exists() and row["candidate_file"]
+
+
+def test_async_inputs_are_still_being_produced_when_the_call_starts():
+    """What a kernel that does not wait for the current stream sees: poison, not the inputs."""
+    import torch
+
+    from harness.streams import Staged
+
+    raw = [torch.randn(1024, 2048, device="cuda")]
+    staged = Staged(raw, "cuda", async_stream=True)
+    impatient = torch.cuda.Stream()
+    with staged.current_stream():
+        inputs = staged.produce()
+        waits = inputs[0] * 1  # on the current stream: ordered after the copy
+        with torch.cuda.stream(impatient):  # a stream that does not wait for the current one
+            skips = inputs[0] * 1
+    torch.cuda.synchronize()
+    assert skips.isnan().any(), "a kernel on another stream saw the inputs before the copy"
+    assert waits.equal(raw[0]) and inputs[0].equal(raw[0])

@@ -112,3 +112,25 @@ def test_cases_are_compared_in_order_up_to_the_outputs_there_are():
     assert wrong.failed.startswith("case 2, output 0") and wrong.checks[0].name == "correct_outputs"
     extra = compare_cases(problem, cases, [*right, [REF * 3], [REF]])
     assert extra.failed == "outputs for more than the 3 cases there are"
+
+
+def test_a_repeated_case_must_reproduce_the_candidates_own_outputs_bit_for_bit():
+    from harness.tolerance import CaseComparer
+
+    problem = Problem(
+        name="p", source_path="p.py", class_name="Model", device="cpu", dtype="float32"
+    )
+    ulp = torch.nextafter(REF, torch.full_like(REF, float("inf")))  # within tolerance
+    strict = CaseComparer(problem, total=2, reference_deterministic=True)
+    assert strict.add("first", [REF.clone()], [REF])
+    assert not strict.add("first again", [ulp], [REF], repeats_first=True)
+    assert strict.result().checks[0].name == "deterministic_outputs"
+    assert "differ from the candidate's own outputs" in strict.failed
+    # Where the reference itself is not bitwise deterministic, tolerance is all there is.
+    loose = CaseComparer(problem, total=2, reference_deterministic=False)
+    assert loose.add("first", [REF.clone()], [REF])
+    assert loose.add("first again", [ulp], [REF], repeats_first=True)
+    same = CaseComparer(problem, total=2, reference_deterministic=True)
+    assert same.add("first", [REF.clone()], [REF])
+    assert same.add("first again", [REF.clone()], [REF], repeats_first=True)
+    assert "deterministic_outputs" in [check.name for check in same.result().checks]
