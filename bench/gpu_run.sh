@@ -12,7 +12,12 @@
 # kernels, the honest ones, both: one device call does not hold the whole corpus; select:
 # the entries matching KP_SELECT, a pytest -k expression),
 # bench (bench_offline on cuda, KP_BENCH_ARGS), overhead (bench_verify_overhead on cuda),
-# timer (bench_timer: where the timed window goes, KP_TIMER_ARGS), pack (the build cache,
+# timer (bench_timer: where the timed window goes, KP_TIMER_ARGS), kbref (bench_reference:
+# reference + audit time of the KernelBench sample in .kb/problems, carry .kb, made by
+# bench/fetch_kernelbench.sh; the harness of .kb/before, where there, and this checkout's, into
+# $OUT/kbref-before.json and kbref-after.json; KP_KBREF_SIDES: "before after" by default, one
+# side per device call at KP_KBREF_LIMIT=500 s a side; KP_KBREF_ARGS, e.g. --only 26_GELU_),
+# pack (the build cache,
 # .kp-cache/ in the working tree (git-ignored), into $OUT in parts of 15 MB: a machine is bare
 # at each start, so the cache travels back here and out again with the next call's carry;
 # ninja then finds every build up to date).
@@ -51,8 +56,14 @@ corpus() {  # corpus NAME LIMIT SELECTION: the CUDA corpus entries whose id matc
   stage "$1" "$2" python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_corpus.py -rA \
     --durations=0 -k "$3" --junitxml="$OUT/$1.xml"
 }
+kbref() {  # kbref SIDE OPTIONS...: bench_reference on .kb/problems, one column of the table
+  local side=$1
+  shift
+  stage "kbref-$side" "${KP_KBREF_LIMIT:-500}" python3 bench/bench_reference.py --device cuda "$@" \
+    --out "$OUT/kbref-$side.json"
+}
 for what in "$@"; do
-  if [ "$what" != build ] && [ "$what" != pack ] && [ ! -d .kp-cache ]; then
+  if [ "$what" != build ] && [ "$what" != pack ] && [ "$what" != kbref ] && [ ! -d .kp-cache ]; then
     echo "no build cache (.kp-cache): run the build stage or carry .kp-cache-parts"; exit 3
   fi
   case $what in
@@ -71,8 +82,18 @@ for what in "$@"; do
     timer)  # shellcheck disable=SC2086  # KP_TIMER_ARGS: more options, e.g. --only NAME
       stage bench_timer 400 python3 bench/bench_timer.py --device cuda ${KP_TIMER_ARGS:-} \
         --out "$OUT/bench_timer.json" ;;
+    kbref)  # shellcheck disable=SC2086  # KP_KBREF_ARGS: more options (word-split)
+      [ -d .kb/problems ] || { echo "no .kb/problems: run bench/fetch_kernelbench.sh, carry .kb"; exit 3; }
+      for side in ${KP_KBREF_SIDES:-before after}; do
+        case $side in
+          after) kbref after ${KP_KBREF_ARGS:-} ;;
+          before) if [ -d .kb/before ]; then kbref before --repo .kb/before ${KP_KBREF_ARGS:-}
+                  else echo "no .kb/before (bench/fetch_kernelbench.sh --before REV): skipped"; fi ;;
+          *) echo "KP_KBREF_SIDES: before and/or after, not $side"; exit 2 ;;
+        esac
+      done ;;
     pack) tar -czf - .kp-cache | split -b 15m - "$OUT/kp-cache.tgz.part-"
           ls -la "$OUT"/kp-cache.tgz.part-* ;;
-    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, bench, overhead, timer, pack)"; exit 2 ;;
+    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, bench, overhead, timer, kbref, pack)"; exit 2 ;;
   esac
 done

@@ -1,0 +1,574 @@
+"""Reference + audit time of KernelBench problems, against the goal of issue 10.
+
+For each problem file, the wall time of ``reference_data(problem, EvalConfig())`` end to end
+(the reference worker's start, the cases, the audit, the case files, reading them back), and
+the yardstick it is held to:
+
+    goal = worker start + 3 x (the cases' own input generation and eager forwards)
+
+- worker start: a bare interpreter importing torch and the reference worker's modules (on cuda
+  also creating the CUDA context), median of 3, measured once per run;
+- the cases: as many as the reference made (its report's case_names; where it made none, the
+  most EvalConfig() makes: 5 seeds + 4 extra cases), each ``make_inputs(problem, seed)`` plus
+  the eager forward plus a synchronize, in a fresh process of their own (the first forward's
+  library loads, cuBLAS or cuDNN, included: the worker pays them too). Constructing the module
+  (``build_s``) is recorded but not in the goal.
+
+ratio = reference seconds / goal; the goal is met when the reference ran (verdict ok) and
+ratio <= 1. Peak device memory: the report's ``peak_device_bytes`` where the harness reports
+it, and always on cuda nvidia-smi's memory.used polled during the run, less its value at the
+start (so it includes the worker's CUDA context).
+
+    python bench/bench_reference.py [PROBLEM.py ...] [--device auto|cpu|cuda] [--out FILE]
+        [--only TEXT ...] [--repo DIR] [--work-dir DIR] [--scale-down N]
+    python bench/bench_reference.py --compare BEFORE.json[,MORE.json] AFTER.json[,MORE.json]
+
+Problems default to .kb/problems (bench/fetch_kernelbench.sh), in its sample.txt order.
+``--repo DIR`` measures another checkout's harness (DIR/harness, e.g. .kb/before from
+``bash bench/fetch_kernelbench.sh --before REV``): the script runs again with DIR first on
+PYTHONPATH, so DIR's harness is imported here and in its workers. The JSON is rewritten after
+every problem; an interrupt (a stage's time limit) records the problem it stopped in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO_ENV = "KP_BENCH_REPO"  # set when this process measures another checkout's harness
+ROOT = Path(__file__).resolve().parent.parent
+GIB = 2**30
+
+
+def _reexec_for_repo() -> None:
+    """``--repo DIR``: run this script again with DIR first on PYTHONPATH, before any harness
+    module is imported, so that DIR's harness is measured here and in the workers it starts."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--repo", type=Path)
+    repo = pre.parse_known_args()[0].repo
+    if repo is None or os.environ.get(REPO_ENV):
+        return
+    repo = repo.resolve()
+    if not (repo / "harness" / "reference.py").is_file():
+        sys.exit(f"--repo {repo}: no harness/reference.py there")
+    path = os.pathsep.join(p for p in [str(repo), os.environ.get("PYTHONPATH", "")] if p)
+    env = dict(os.environ, PYTHONPATH=path, **{REPO_ENV: str(repo)})
+    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+
+
+_reexec_for_repo()
+HARNESS_ROOT = Path(os.environ.get(REPO_ENV) or ROOT)
+sys.path.insert(0, str(HARNESS_ROOT))
+
+import torch  # noqa: E402
+
+# The harness is imported where it is used: --help and --compare work whatever state the
+# measured checkout is in.
+
+# --- the yardstick -------------------------------------------------------------------------
+
+
+def worker_start_seconds(device: str, runs: int = 3) -> list[float]:
+    """Wall seconds of bare worker starts: interpreter, torch, the reference worker's modules,
+    and on cuda the CUDA context, as the real worker needs before its first case."""
+    code = "import torch, harness.worker, harness.worker_reference"
+    if device == "cuda":
+        code += "; torch.zeros(1, device='cuda'); torch.cuda.synchronize()"
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True, env=_child_env())
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _child_env() -> dict[str, str]:
+    path = os.pathsep.join(p for p in [str(HARNESS_ROOT), os.environ.get("PYTHONPATH", "")] if p)
+    return dict(os.environ, PYTHONPATH=path)
+
+
+def cases_yardstick(path: Path, device: str, cases: int) -> dict:
+    """In this process: build the module once, then per case make_inputs + forward + sync."""
+    from harness.cases import build_reference, make_inputs
+    from harness.problem import problem_from_target
+
+    problem = problem_from_target(str(path), device, "float32")
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    start = time.perf_counter()
+    module = build_reference(problem, 1)
+    sync()
+    build_s = time.perf_counter() - start
+    case_s = []
+    for seed in range(1, cases + 1):
+        start = time.perf_counter()
+        inputs = make_inputs(problem, seed)
+        with torch.no_grad():
+            outputs = module(*inputs)
+        sync()
+        case_s.append(time.perf_counter() - start)
+        del inputs, outputs
+    peak = torch.cuda.max_memory_allocated() if device == "cuda" else None
+    return {"build_s": build_s, "case_s": case_s, "peak_bytes": peak}
+
+
+def run_yardstick(path: Path, device: str, cases: int) -> dict:
+    """cases_yardstick in a fresh process (this script, --yardstick-child)."""
+    command = [sys.executable, __file__, "--yardstick-child", str(path), "--device", device]
+    done = subprocess.run(
+        [*command, "--cases", str(cases)], capture_output=True, text=True, env=_child_env()
+    )
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return {"error": f"exit {done.returncode}: {done.stderr.strip()[-1500:]}"}
+    return json.loads(lines[-1])
+
+
+# --- peak device memory --------------------------------------------------------------------
+
+
+class SmiPeak:
+    """The most device memory in use while it runs (nvidia-smi polled every 100 ms), less
+    the value at the start. Reads any process's memory, so it works for every harness version."""
+
+    def __init__(self, device: str) -> None:
+        self.device, self.process = device, None
+        self.first: int | None = None
+        self.peak: int | None = None
+
+    def __enter__(self) -> SmiPeak:
+        if self.device != "cuda" or shutil.which("nvidia-smi") is None:
+            return self
+        gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
+        query = [
+            "nvidia-smi",
+            "-i",
+            gpu,
+            "--query-gpu=memory.used",
+            "--format=csv,noheader,nounits",
+        ]
+        self.process = subprocess.Popen([*query, "-lms", "100"], stdout=subprocess.PIPE, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        deadline = time.monotonic() + 5
+        while self.first is None and time.monotonic() < deadline:  # the value at the start
+            time.sleep(0.02)
+        return self
+
+    def _read(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.strip().isdigit():
+                mib = int(line.strip()) * 2**20
+                self.first = mib if self.first is None else self.first
+                self.peak = mib if self.peak is None else max(self.peak, mib)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None:
+            time.sleep(0.3)  # one more sample after the end
+            self.process.terminate()
+            self.process.wait()
+            self.reader.join(timeout=5)
+
+    def bytes_used(self) -> int | None:
+        if self.peak is None or self.first is None:
+            return None
+        return self.peak - self.first
+
+
+# --- one problem ---------------------------------------------------------------------------
+
+
+def measure_reference(path: Path, device: str, work: Path) -> dict:
+    """reference_data end to end; a UserError is the verdict, any other exception a bug."""
+    from harness.config import EvalConfig
+    from harness.errors import UserError
+    from harness.problem import problem_from_target
+    from harness.reference import reference_data
+
+    row: dict = {"verdict": "ok", "ok": True}
+    with SmiPeak(device) as smi:
+        start = time.perf_counter()
+        try:
+            problem = problem_from_target(str(path), device, "float32")
+            data = reference_data(problem, EvalConfig(), seed=0, work_dir=work)
+        except UserError as err:
+            row.update(verdict=err.render(), ok=False)
+        except Exception as err:  # a bug in the harness: recorded, and the table goes on
+            row.update(verdict=f"bug: {type(err).__name__}: {err}", ok=False)
+        row["reference_s"] = time.perf_counter() - start
+    row["smi_peak_bytes"] = smi.bytes_used()
+    if row["ok"]:
+        row.update(_report_fields(data.report))
+        del data  # the reference outputs: gigabytes in this process
+    return row
+
+
+def _report_fields(report) -> dict:
+    # getattr only because this script also measures older checkouts (--repo, the "before"
+    # column): their ReferenceReport has case_names and lacks cases (CaseSpec records),
+    # peak_device_bytes and phase_seconds.
+    names = getattr(report, "case_names", None) or [c.name for c in getattr(report, "cases", [])]
+    return {
+        "case_names": list(names),
+        "audit_weak": report.audit.weak,
+        "strengthened": report.strengthened,
+        "device_name": report.device_name,
+        "peak_device_bytes": getattr(report, "peak_device_bytes", None),
+        "phase_seconds": getattr(report, "phase_seconds", None),
+    }
+
+
+def measure_problem(path: Path, device: str, work_root: Path, worker_start: float) -> dict:
+    from harness.config import EvalConfig
+
+    work = Path(tempfile.mkdtemp(prefix="problem-", dir=work_root))
+    try:
+        row = measure_reference(path, device, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the case files: up to tens of GB
+    config = EvalConfig()
+    most = (
+        config.seeds + config.shape_variants + int(config.wide_range) + int(config.strided_inputs)
+    )
+    cases = len(row.get("case_names") or []) or most
+    row["cases"], row["cases_from"] = cases, "report" if row.get("case_names") else "assumed"
+    row["yardstick"] = run_yardstick(path, device, cases)
+    cases_s = sum(row["yardstick"].get("case_s", [float("nan")]))
+    row["goal_s"] = worker_start + 3 * cases_s
+    row["ratio"] = row["reference_s"] / row["goal_s"]
+    row["goal_met"] = bool(row["ok"] and row["ratio"] <= 1)
+    return row
+
+
+# --- the run -------------------------------------------------------------------------------
+
+
+def problem_files(given: list[Path], only: list[str]) -> list[Path]:
+    if given:
+        files = given
+    else:
+        folder = ROOT / ".kb" / "problems"
+        listed = folder / "sample.txt"
+        names = listed.read_text().split() if listed.is_file() else []
+        files = [folder / name for name in names] or sorted(folder.glob("level*/*.py"))
+    return [f for f in files if not only or any(text in str(f) for text in only)]
+
+
+def problem_name(path: Path) -> str:
+    return f"{path.parent.name}/{path.stem}"
+
+
+def scaled_copy(path: Path, factor: int, folder: Path) -> Path:
+    """A copy whose module-level integer constants of at least 256 are divided by ``factor``
+    (shapes small enough for a CPU trial: NOT the published sizes)."""
+    tree = ast.parse(path.read_text())
+    for node in tree.body:
+        value = node.value if isinstance(node, ast.Assign) else None
+        if isinstance(value, ast.Constant) and type(value.value) is int and value.value >= 256:
+            node.value = ast.Constant(max(1, value.value // factor))
+    copy = folder / path.parent.name / path.name
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_text(ast.unparse(tree) + "\n")
+    return copy
+
+
+def harness_version() -> str:
+    recorded = HARNESS_ROOT / "COMMIT"
+    if recorded.is_file():
+        return recorded.read_text().strip()
+    head = _git("rev-parse", "HEAD")
+    if not head:  # a copy without .git (the device machine's)
+        return "unknown commit (no git history here)"
+    dirty = _git("status", "--porcelain", "--", "harness")
+    return head + (" + uncommitted harness changes" if dirty else "")
+
+
+def _git(*command: str) -> str:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(HARNESS_ROOT), *command], capture_output=True, text=True
+        )
+    except OSError:
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def _sample_source(files: list[Path]) -> str | None:
+    """Where the problem files came from: the commit bench/fetch_kernelbench.sh records."""
+    folder = (ROOT / ".kb" / "problems").resolve()
+    source = folder / "SOURCE"
+    if not source.is_file() or not all(f.resolve().is_relative_to(folder) for f in files):
+        return None
+    return source.read_text().strip()
+
+
+def write_json(path: Path | None, result: dict) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(path.suffix + ".part")
+    partial.write_text(json.dumps(result, indent=1))
+    os.replace(partial, path)
+
+
+def kill_children() -> None:
+    """End the processes this one started and left running (a worker when interrupted): by
+    their ids, each with its process group where it leads one (a worker's own session)."""
+    for children in Path("/proc/self/task").glob("*/children"):
+        for pid in map(int, children.read_text().split()):
+            try:
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def run(args: argparse.Namespace, device: str) -> dict:
+    work_root = Path(tempfile.mkdtemp(prefix="kbref-", dir=args.work_dir))
+    files = problem_files(args.problems, args.only)
+    source = _sample_source(files)
+    if args.scale_down:
+        files = [scaled_copy(f, args.scale_down, work_root / "scaled") for f in files]
+    starts = worker_start_seconds(device)
+    result = {
+        "device": device,
+        "harness": harness_version(),
+        "harness_root": str(HARNESS_ROOT),
+        "torch": torch.__version__,
+        "sample_source": source,
+        "published_sizes": not args.scale_down,
+        "scale_down": args.scale_down,
+        "worker_start_s": statistics.median(starts),
+        "worker_start_runs": starts,
+        "problems": [],
+    }
+    print(
+        f"harness {result['harness']} ({HARNESS_ROOT}), device {device}, worker start "
+        f"{result['worker_start_s']:.2f} s (runs {', '.join(f'{s:.2f}' for s in starts)})"
+    )
+    write_json(args.out, result)
+    try:
+        for number, path in enumerate(files, 1):
+            name = problem_name(path)
+            print(f"[{number}/{len(files)}] {name} ...", flush=True)
+            started = time.perf_counter()
+            try:
+                row = measure_problem(path, device, work_root, result["worker_start_s"])
+            except KeyboardInterrupt:
+                seconds = time.perf_counter() - started
+                result["problems"].append(
+                    {"problem": name, "verdict": f"interrupted after {seconds:.0f} s"}
+                )
+                raise
+            result["problems"].append({"problem": name, **row})
+            print("    " + progress_line(row), flush=True)
+            write_json(args.out, result)
+    finally:
+        kill_children()
+        write_json(args.out, result)
+        shutil.rmtree(work_root, ignore_errors=True)
+    return result
+
+
+def progress_line(row: dict) -> str:
+    yard = row["yardstick"]
+    cases = yard.get("case_s")
+    error = (yard.get("error") or "yardstick failed").splitlines()[-1]
+    cases_text = f"{sum(cases):.2f} s for {len(cases)} cases" if cases else error
+    return (
+        f"reference+audit {row['reference_s']:.1f} s, goal {row['goal_s']:.1f} s (cases "
+        f"{cases_text}), ratio {row['ratio']:.2f}, peak {peak_text(row)}; "
+        f"{row['verdict'].splitlines()[0][:200]}"
+    )
+
+
+# --- tables --------------------------------------------------------------------------------
+
+
+def gib(value: int | None) -> str:
+    return "-" if value is None else f"{value / GIB:.1f}"
+
+
+def peak_text(row: dict) -> str:
+    """Peak device GiB: the report's own figure / nvidia-smi's."""
+    return f"{gib(row.get('peak_device_bytes'))} / {gib(row.get('smi_peak_bytes'))}"
+
+
+def phases_text(row: dict) -> str:
+    phases = row.get("phase_seconds") or {}
+    return ", ".join(f"{key} {value:.1f}" for key, value in phases.items()) or "-"
+
+
+def verdict_text(row: dict) -> str:
+    first = row.get("verdict", "-").splitlines()[0].replace("|", "/")
+    return first[:140] + ("..." if len(first) > 140 else "")
+
+
+def markdown_table(result: dict) -> str:
+    sizes = (
+        "published sizes"
+        if result["published_sizes"]
+        else (f"NOT the published sizes: shapes shrunk by --scale-down {result['scale_down']}")
+    )
+    lines = [
+        f"Reference + audit on {result['device']}, harness {result['harness']}, {sizes}; "
+        f"goal = worker start {result['worker_start_s']:.2f} s + 3 x cases; peak GiB = "
+        "the report's / nvidia-smi's",
+        "",
+        "| problem | reference+audit s | yardstick (goal) s | ratio | goal met | peak device GiB "
+        "| phases s | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in result["problems"]:
+        if "goal_s" not in row:
+            lines.append(f"| {row['problem']} | - | - | - | no | - | - | {verdict_text(row)} |")
+            continue
+        lines.append(
+            f"| {row['problem']} | {row['reference_s']:.1f} | {row['goal_s']:.1f} | "
+            f"{row['ratio']:.2f} | {'yes' if row['goal_met'] else 'no'} | {peak_text(row)} | "
+            f"{phases_text(row)} | {verdict_text(row)} |"
+        )
+    return "\n".join(lines)
+
+
+def load_side(paths: str) -> dict:
+    """One side of the comparison: --out files joined by commas (a run split over device
+    calls), their problems merged in order (a later file's row replaces an earlier one's)."""
+    parts = [json.loads(Path(path).read_text()) for path in paths.split(",")]
+    rows = {row["problem"]: row for part in parts for row in part["problems"]}
+    harnesses = sorted({part["harness"] for part in parts})
+    return {**parts[-1], "harness": " & ".join(harnesses), "problems": list(rows.values())}
+
+
+def compare_table(before: dict, after: dict) -> str:
+    """One row per problem: reference+audit seconds before and after, peaks, verdicts."""
+    old = {row["problem"]: row for row in before["problems"]}
+    published = before["published_sizes"] and after["published_sizes"]
+    sizes = "published sizes" if published else "NOT the published sizes (--scale-down)"
+    lines = [
+        f"Before: harness {before['harness']}; after: harness {after['harness']}; "
+        f"device {after['device']}; {sizes}",
+        "",
+        "| problem | reference+audit s before | after | yardstick (goal) s | ratio after | goal met | "
+        "peak device GiB before | after | verdict before | verdict after |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in after["problems"]:
+        prior = old.get(row["problem"], {})
+        lines.append(
+            f"| {row['problem']} | {seconds(prior, 'reference_s')} | {seconds(row, 'reference_s')} | "
+            f"{seconds(row, 'goal_s')} | {seconds(row, 'ratio', 2)} | "
+            f"{'yes' if row.get('goal_met') else 'no'} | {peak_text(prior) if prior else '-'} | "
+            f"{peak_text(row)} | {verdict_text(prior) if prior else '-'} | {verdict_text(row)} |"
+        )
+    return "\n".join(lines)
+
+
+def seconds(row: dict, key: str, digits: int = 1) -> str:
+    return f"{row[key]:.{digits}f}" if key in row else "-"
+
+
+# --- entry ---------------------------------------------------------------------------------
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "problems",
+        nargs="*",
+        type=Path,
+        help="KernelBench-format problem files (default: .kb/problems, sample.txt order)",
+    )
+    parser.add_argument(
+        "--device",
+        default="auto",
+        choices=["auto", "cpu", "cuda"],
+        help="where the reference runs (auto: cuda when a GPU is visible)",
+    )
+    parser.add_argument("--out", type=Path, help="JSON results, rewritten after every problem")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        default=[],
+        metavar="TEXT",
+        help="only the problems whose path contains one of these texts",
+    )
+    parser.add_argument(
+        "--repo",
+        type=Path,
+        metavar="DIR",
+        help="measure DIR's harness (DIR/harness; e.g. .kb/before) instead of this checkout's",
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        metavar="DIR",
+        help="where the case files are written, one problem at a time (default: the system temp)",
+    )
+    parser.add_argument(
+        "--scale-down",
+        type=int,
+        metavar="N",
+        help="CPU trials only: divide the files' integer constants >= 256 by N; the "
+        "sizes are then NOT the published ones (the table says so)",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("BEFORE", "AFTER"),
+        help="print the before/after table of --out files, measure nothing; a side run over "
+        "several device calls: its files joined by commas",
+    )
+    parser.add_argument(
+        "--yardstick-child",
+        type=Path,
+        metavar="PROBLEM",
+        help="internal: time one problem's cases in this process, print JSON",
+    )
+    parser.add_argument(
+        "--cases",
+        type=int,
+        default=9,
+        help="internal, with --yardstick-child: how many cases to time",
+    )
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    if args.compare:
+        before, after = (load_side(text) for text in args.compare)
+        print(compare_table(before, after))
+        return
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.yardstick_child:
+        print(json.dumps(cases_yardstick(args.yardstick_child, device, args.cases)))
+        return
+    import harness
+
+    if not Path(harness.__file__).resolve().is_relative_to(HARNESS_ROOT.resolve()):
+        sys.exit(f"imported {harness.__file__}, not the harness of {HARNESS_ROOT}")
+    result = run(args, device)
+    print()
+    print(markdown_table(result))
+
+
+if __name__ == "__main__":
+    main()
