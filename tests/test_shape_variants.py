@@ -58,21 +58,51 @@ class _Exp(torch.nn.Module):
         return torch.exp(x * self.factor) + offset
 
 
-def test_wide_range_case_scales_float_inputs_and_keeps_the_reference_outputs():
-    from harness.worker_reference import _wide_range
+def test_wide_range_case_scales_float_inputs():
+    from harness.cases import scaled_inputs, wide_scale
 
-    first = {"inputs": [torch.randn(8, 4), 3], "outputs": [], "state": {}}
-    (case,) = _wide_range(_Exp(0.1), first, seed=5, where="test")
-    scale = float(case["inputs"][0].abs().max() / first["inputs"][0].abs().max())
-    assert 4.0 <= scale <= 16.0 and case["inputs"][1] == 3
-    assert torch.equal(case["outputs"][0], torch.exp(case["inputs"][0] * 0.1) + 3)
+    inputs = [torch.randn(8, 4), 3]
+    scaled = scaled_inputs(inputs, seed=5)
+    assert 4.0 <= wide_scale(5) <= 16.0 and scaled[1] == 3
+    assert torch.equal(scaled[0], inputs[0] * wide_scale(5))
 
 
-def test_no_wide_range_case_where_the_reference_overflows():
-    from harness.worker_reference import _wide_range
+OVERFLOWS = """
+import torch
+import torch.nn as nn
 
-    first = {"inputs": [torch.full((4,), 10.0)], "outputs": [], "state": {}}
-    assert _wide_range(_Exp(10.0), first, seed=5, where="test") == []
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.exp(x * 10.0)
+
+
+def get_inputs():
+    return [torch.randn(16, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_no_wide_range_case_where_the_reference_overflows(tmp_path):
+    from harness.config import EvalConfig
+    from harness.jobs import CaseSpec, WorkerJob
+    from harness.problem import problem_from_target
+    from harness.worker_reference import ReferenceRun
+
+    (tmp_path / "overflows.py").write_text(OVERFLOWS)
+    problem = problem_from_target(str(tmp_path / "overflows.py"), "cpu", "float32")
+    job = WorkerJob(
+        mode="reference", problem=problem, config=EvalConfig(), cache_dir=tmp_path, seeds=[5]
+    )
+    run = ReferenceRun(job, tmp_path)
+    wide = CaseSpec(name="wide", kind="wide", seed=5, reference_case=1)
+    assert not run.run_extra(wide, strengthened=False)  # exp(10 * 16 * x) is not finite
+    assert not (tmp_path / "reference-1.pt").exists()
+    same = CaseSpec(name="seed", kind="seed", seed=5, reference_case=0)
+    assert run.run_extra(same, strengthened=False) and (tmp_path / "reference-0.pt").exists()
 
 
 def test_strided_inputs_keep_values_and_change_the_layout():
