@@ -13,8 +13,11 @@ import torch
 import torch.nn.functional as F
 
 from harness import guards, profiling
-from harness.jobs import CheckFailed
-from harness.worker_timing import check_fresh
+from harness.config import EvalConfig
+from harness.jobs import CheckFailed, WorkerJob
+from harness.problem import problem_from_target
+from harness.worker_timing import check_fresh, check_unpatched
+from tests.conftest import FIXTURES
 
 
 def test_snapshot_is_stable_when_nothing_changes():
@@ -60,6 +63,49 @@ def test_guard_regions_poison_reads_past_either_end():
     assert torch.equal(g, x) and g.is_contiguous()
     raw = torch.tensor([], dtype=g.dtype).set_(g.untyped_storage())
     assert raw[guards.GUARD_ELEMENTS - 1].isnan() and raw[guards.GUARD_ELEMENTS + 6].isnan()
+
+
+def _storage_of(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole storage of a guarded tensor as one flat tensor: guard, values, guard."""
+    return torch.tensor([], dtype=tensor.dtype).set_(tensor.untyped_storage())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32])
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_same_values_sees_a_write_past_either_end(dtype, where):
+    """An input's values unchanged but its guard region written: an out-of-bounds write."""
+    x = guards.guarded(torch.arange(6).reshape(2, 3).to(dtype))
+    original = x.clone()
+    assert guards.same_values(x, original)
+    edge = guards.GUARD_ELEMENTS - 1 if where == "before" else guards.GUARD_ELEMENTS + x.numel()
+    _storage_of(x)[edge] = 0
+    assert torch.equal(x, original)  # the values themselves are as they were
+    assert not guards.same_values(x, original)
+
+
+def test_same_values_sees_a_changed_input_and_matches_nan():
+    x = guards.guarded(torch.tensor([1.0, float("nan"), 3.0]))
+    original = x.clone()
+    assert guards.same_values(x, original)  # NaN matches NaN
+    x[2] = 4.0
+    assert not guards.same_values(x, original)
+
+
+def _job(tmp_path) -> WorkerJob:
+    problem = problem_from_target(str(FIXTURES / "scale_problem.py"), "cpu", "float32")
+    return WorkerJob(mode="evaluate", problem=problem, config=EvalConfig(), cache_dir=tmp_path)
+
+
+def test_check_unpatched_rejects_a_patched_function(monkeypatch, tmp_path):
+    job = _job(tmp_path)
+    before = guards.snapshot(job.reference_ops)
+    checks: list = []
+    check_unpatched(job, before, checks, "the test")  # nothing changed: passes
+    assert [(c.name, c.passed) for c in checks] == [("no_monkeypatching", True)]
+    monkeypatch.setattr(torch, "allclose", lambda *args, **kwargs: True)
+    with pytest.raises(CheckFailed) as failed:
+        check_unpatched(job, before, checks, "the test")
+    assert failed.value.check == "no_monkeypatching" and "torch.allclose" in failed.value.reason
 
 
 def test_overlaps_means_shared_storage():
@@ -124,3 +170,91 @@ def test_an_output_reusing_the_previous_calls_memory_fails():
 def test_pytorch_compute_table(candidate_ops, reference_ops, problem):
     found = profiling.pytorch_compute_problems(candidate_ops, reference_ops)
     assert (problem in found) if problem else found == ""
+
+
+# --- changed_since: the stable_after_sync check itself ------------------------------------------
+# Each case writes one place of the outputs between at_return and changed_since, the way work
+# left on a stream the caller never waits for lands after forward returned.
+
+
+def _large() -> torch.Tensor:
+    """150000 elements: the sample holds every third one, the fingerprint sees all of them.
+
+    Multiples of 1/16 below 64: their sums are exact in any order, so two (different) elements
+    that trade places leave the fingerprint as it was.
+    """
+    return ((torch.arange(150_000) % 2048 - 1024) / 16).reshape(3000, 50)
+
+
+def _write_first(outs: list[torch.Tensor]) -> None:
+    outs[0].view(-1)[0] += 1.0
+
+
+def _write_last(outs: list[torch.Tensor]) -> None:
+    outs[-1].view(-1)[-1] += 1.0
+
+
+def _write_outside_the_sample(outs: list[torch.Tensor]) -> None:
+    flat = outs[0].view(-1)
+    # The sample takes count-1, count-1-step, ...: count-2 is never in it (step 3 here).
+    assert flat.numel() > guards.SAMPLE_ELEMENTS
+    flat[-2] += 1.0
+
+
+def _swap_sampled(outs: list[torch.Tensor]) -> None:
+    """Two sampled elements trade values: every sum stays, only the sample can tell."""
+    flat = outs[0].view(-1)
+    step = -(-flat.numel() // guards.SAMPLE_ELEMENTS)
+    a, b = flat.numel() - 1, flat.numel() - 1 - step
+    flat[a], flat[b] = flat[b].clone(), flat[a].clone()
+
+
+def _fill_a_nan(outs: list[torch.Tensor]) -> None:
+    outs[0].view(-1)[5] = 2.0  # an unwritten (NaN) element written late
+
+
+def _with_nan() -> torch.Tensor:
+    out = torch.randn(64)
+    out[3:9] = float("nan")
+    return out
+
+
+@pytest.mark.parametrize(
+    ("make", "write"),
+    [
+        (lambda: [torch.randn(8, 8)], _write_first),
+        (lambda: [torch.randn(8, 8), torch.randn(5)], _write_last),  # the last output's last
+        (lambda: [_large()], _write_first),
+        (lambda: [_large()], _write_last),
+        (lambda: [_large()], _write_outside_the_sample),
+        (lambda: [_large()], _swap_sampled),
+        (lambda: [torch.tensor(1.5)], _write_first),  # a 0-d output
+        (lambda: [_with_nan()], _fill_a_nan),
+    ],
+    ids=["small", "last-output", "large-first", "large-last", "unsampled", "swap", "0-d", "nan"],
+)
+def test_changed_since_sees_a_write_after_return(make, write):
+    outs = make()
+    taken = guards.at_return(outs)
+    write(outs)
+    assert guards.changed_since(taken, outs)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: [torch.randn(8, 8)],
+        lambda: (torch.randn(8, 8), torch.randn(5)),
+        lambda: [_large()],
+        lambda: [_with_nan()],  # NaN matches NaN: an unwritten element is no late write
+        lambda: [torch.full((3000, 50), float("nan"))],
+        lambda: [torch.tensor(1.5), torch.arange(7)],
+        lambda: [torch.randn(40, 10).t()[:, ::2]],  # strided
+    ],
+    ids=["small", "tuple", "large", "some-nan", "all-nan", "0-d-and-int", "strided"],
+)
+def test_changed_since_is_false_for_outputs_left_alone(make):
+    outs = make()
+    taken = guards.at_return(outs)
+    guards.settle("cpu")
+    assert not guards.changed_since(taken, outs)

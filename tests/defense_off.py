@@ -1,0 +1,409 @@
+"""Turn each defense of the harness off in turn and show which test notices.
+
+    .venv/bin/python tests/defense_off.py             # every row
+    .venv/bin/python tests/defense_off.py --only NAME # one row (repeatable)
+    .venv/bin/python tests/defense_off.py --list      # the table, nothing run
+
+For each row of DEFENSES: copy the repository (``git ls-files``, untracked files that git
+does not ignore included) into a temporary folder, replace the row's source snippet there
+(it must occur exactly once: the table has to track the code), and run the row's tests in
+that copy with ``python -m pytest -x -q``. A test that fails means the defense is CAUGHT;
+all passing means it is MISSED: no test would notice the defense being switched off. Before
+that, each distinct test selection runs once on the unmodified copy: a selection that fails
+there proves nothing, and its rows are reported as ERROR. Exit status 1 when any row is
+MISSED or ERROR.
+
+Not collected by pytest (not named test_*). The build cache ($KERNELPILOT_CACHE or
+~/.cache/kernelpilot) is used as is: the copies' builds hash to the same keys, so C++ builds
+are reused between rows and with the main checkout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Defense:
+    """One defense and the mutation that switches it off."""
+
+    name: str
+    file: str  # relative to the repository root
+    snippet: str  # exact source text, found exactly once in ``file``
+    replacement: str  # what turns the defense off
+    tests: tuple[str, ...]  # pytest arguments: node ids, files, "-k", "expr"
+
+
+def _corpus(entry: str) -> str:
+    """The corpus test of one red-team file (builds its kernel: a minute on 2 cores, cached)."""
+    return f"tests/test_corpus.py::test_candidate_verdict[{entry}]"
+
+
+DEFENSES: list[Defense] = [
+    # --- isolation (harness/sandbox.py) ----------------------------------------------------
+    Defense(
+        "worker_env_secrets",
+        "harness/sandbox.py",
+        "env=clean_environment(),",
+        "env=dict(os.environ),",
+        ("tests/test_isolation.py::test_a_real_worker_starts_without_secrets",),
+    ),
+    Defense(
+        "secret_name_filter",
+        "harness/sandbox.py",
+        "if not SECRET_NAME.search(name)}",
+        "}",
+        ("tests/test_isolation.py", "-k", "secrets"),
+    ),
+    Defense(
+        "network_namespace",
+        "harness/sandbox.py",
+        "        if isolate_network:\n            _unshare_network()",
+        "        if isolate_network:\n            pass",
+        ("tests/test_isolation.py::test_a_real_worker_has_a_network_namespace_of_its_own",),
+    ),
+    Defense(
+        "address_space_limit",
+        "harness/sandbox.py",
+        "resource.setrlimit(resource.RLIMIT_AS, (limit, limit))",
+        "del limit",
+        ("tests/test_isolation.py::test_a_real_cpu_worker_has_an_address_space_limit",),
+    ),
+    Defense(
+        "one_result_per_channel",
+        "harness/evaluate.py",
+        "if len(results) > 1 or outcome.channel_error:",
+        "if outcome.channel_error:",
+        ("tests/test_channel.py::test_two_results_mean_a_tampered_channel",),
+    ),
+    Defense(
+        "ok_only_by_parents_comparison",
+        "harness/evaluate.py",
+        "        elif status is None:  # only the parent's own comparison",
+        "        elif False:  # only the parent's own comparison",
+        ("tests/test_channel.py::test_success_without_the_parents_comparison_is_not_ok",),
+    ),
+    # --- static gates (harness/gate.py, native_gate.py, symbols.py, buildcache.py) ---------
+    Defense(
+        "gate_try_except",
+        "harness/gate.py",
+        'self.reject(node, "try/except: a fallback path can hide a failing kernel")',
+        "pass",
+        ("tests/test_gate.py::test_rejects",),
+    ),
+    Defense(
+        "gate_import_allow_list",
+        "harness/gate.py",
+        "            if alias.name not in ALLOWED_IMPORTS:",
+        "            if False:",
+        ("tests/test_gate.py::test_rejects",),
+    ),
+    Defense(
+        "native_gate_rules",
+        "harness/native_gate.py",
+        "for pattern, why in FORBIDDEN_NATIVE.items():",
+        "for pattern, why in {}.items():",
+        ("tests/test_gate.py::test_native_rejects",),
+    ),
+    Defense(
+        "symbols_allow_list",
+        "harness/symbols.py",
+        'elif _is_c(symbol) and not ALLOWED_C.fullmatch(symbol.split("@")[0]):',
+        "elif False:",
+        ("tests/test_symbols.py::test_rejected_symbols_are_named",),
+    ),
+    Defense(
+        "binary_checked_before_load",
+        "harness/buildcache.py",
+        "reasons = check_binary(Path(library))",
+        "reasons = []",
+        ("tests/test_symbols.py::test_a_library_is_checked_before_it_is_loaded",),
+    ),
+    # --- dynamic checks in the worker (harness/guards.py, worker_*.py, profiling.py) -------
+    Defense(
+        "stable_after_sync",
+        "harness/guards.py",
+        "return fingerprint(outputs) != sums or not samples_unchanged(sampled, outputs)",
+        "return False",
+        ("tests/test_guards.py", "-k", "changed_since"),
+    ),
+    Defense(
+        "stable_after_sync_sample",  # only the sums: a late write that keeps them passes
+        "harness/guards.py",
+        "return fingerprint(outputs) != sums or not samples_unchanged(sampled, outputs)",
+        "return fingerprint(outputs) != sums",
+        ("tests/test_guards.py", "-k", "changed_since"),
+    ),
+    Defense(
+        "stable_after_sync_fingerprint",  # only the sample: a late write it skips passes
+        "harness/guards.py",
+        "return fingerprint(outputs) != sums or not samples_unchanged(sampled, outputs)",
+        "return not samples_unchanged(sampled, outputs)",
+        ("tests/test_guards.py", "-k", "changed_since"),
+    ),
+    Defense(
+        "stable_after_sync_false_alarm",  # broken the other way: every honest kernel fails
+        "harness/guards.py",
+        "return fingerprint(outputs) != sums or not samples_unchanged(sampled, outputs)",
+        "return True",
+        ("tests/test_guards.py", "-k", "changed_since"),
+    ),
+    Defense(
+        "inputs_unchanged",
+        "harness/guards.py",
+        "    if not equal_nan(now, then):\n        return False\n    storage",
+        "    return True\n    storage",
+        (_corpus("redteam/cpu/p14_input_as_scratch.py"),),
+    ),
+    Defense(
+        "input_guard_regions",
+        "harness/guards.py",
+        "    for region in (head, tail):",
+        "    for region in ():",
+        ("tests/test_guards.py", "-k", "same_values"),
+    ),
+    Defense(
+        "fresh_outputs",
+        "harness/worker_timing.py",
+        "    if failure is not None:\n        raise failure",
+        "    del failure",
+        ("tests/test_guards.py::test_an_output_reusing_the_previous_calls_memory_fails",),
+    ),
+    Defense(
+        "no_monkeypatching",
+        "harness/worker_timing.py",
+        "    patched = guards.changed(before, guards.snapshot(job.reference_ops))",
+        "    patched = []",
+        ("tests/test_guards.py", "-k", "unpatched"),
+    ),
+    Defense(
+        "no_pytorch_compute_table",
+        "harness/profiling.py",
+        "    others = sorted({op for op in compute if op not in FAMILY_OF})",
+        "    others: list[str] = []",
+        ("tests/test_guards.py::test_pytorch_compute_table",),
+    ),
+    Defense(
+        "no_pytorch_compute_every_call",  # the final profile sees the first case's shapes only
+        "harness/worker_candidate.py",
+        "    if computes:",
+        "    if False:",
+        (_corpus("redteam/cpu/p02_fallback_on_untuned_shapes.py"),),
+    ),
+    Defense(
+        "launches_own_kernel",
+        "harness/worker_candidate.py",
+        "    if not sum(loader.calls.values()):",
+        "    if False:",
+        (_corpus("redteam/cpu/p01_pure_python_kernel_unused.py"),),
+    ),
+    Defense(
+        "poisoned_memory",
+        "harness/guards.py",
+        '            block = torch.full(shape, fill, dtype=dtype, device=device)',
+        "            block = None",
+        (_corpus("redteam/cpu/p04_noop_launch_uninitialized.py"),),
+    ),
+    # --- comparison and acceptance (harness/tolerance.py, accept.py) -----------------------
+    Defense(
+        "tolerance_relative_norm",
+        "harness/tolerance.py",
+        "    if rel_error > tol.rel_norm:",
+        "    if False:",
+        ("tests/test_tolerance.py",),
+    ),
+    Defense(
+        "tolerance_elementwise",
+        "harness/tolerance.py",
+        "    if slack > tol.atol * scale:",
+        "    if False:",
+        ("tests/test_tolerance.py",),
+    ),
+    Defense(
+        "finite_outputs",
+        "harness/tolerance.py",
+        "    if nonfinite:",
+        "    if False:",
+        ("tests/test_tolerance.py",),
+    ),
+    Defense(
+        "baseline_disturbance",
+        "harness/accept.py",
+        "disturbed=min(ratio, fastest_ratio) > allowed,",
+        "disturbed=False,",
+        ("tests/test_accept.py::test_baseline_disturbance_table",),
+    ),
+]
+
+
+# --- running a row ---------------------------------------------------------------------------
+
+
+def repository_files() -> list[Path]:
+    """Tracked files and untracked ones git does not ignore (new tests not yet committed),
+    as they are in the working tree; files deleted there are left out."""
+    listing = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    return [Path(name) for name in sorted(set(listing.split("\0"))) if (ROOT / name).is_file()]
+
+
+def copy_repository(files: list[Path], destination: Path) -> None:
+    """The working tree's ``files`` under ``destination``, checked to be what it imports."""
+    for relative in files:
+        target = destination / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / relative, target)
+    check_copy_is_imported(destination)
+
+
+def stale(defense: Defense, root: Path = ROOT) -> str:
+    """Why the row no longer matches the code; empty when its snippet occurs exactly once."""
+    path = root / defense.file
+    if not path.is_file():
+        return f"{defense.file} does not exist"
+    count = path.read_text().count(defense.snippet)
+    return "" if count == 1 else f"snippet found {count} times in {defense.file}"
+
+
+def switch_off(defense: Defense, root: Path) -> None:
+    why = stale(defense, root)
+    if why:
+        raise SystemExit(f"{defense.name}: {why}; update DEFENSES to track the code")
+    path = root / defense.file
+    path.write_text(path.read_text().replace(defense.snippet, defense.replacement))
+
+
+@dataclass(frozen=True)
+class Run:
+    exit_code: int
+    failed: str  # the first failing test pytest named, or the tail of its output
+    seconds: float
+
+
+def run_tests(root: Path, tests: tuple[str, ...], timeout_s: float) -> Run:
+    """pytest in ``root``, with the copy's packages first on the path (the editable install
+    of the main checkout would otherwise serve ``harness``)."""
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        return Run(-1, f"no result after {timeout_s:.0f} s", time.monotonic() - started)
+    output = done.stdout + done.stderr
+    named = [line for line in output.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    failed = named[0] if named else " | ".join(output.strip().splitlines()[-3:])
+    return Run(done.returncode, failed, time.monotonic() - started)
+
+
+def verdict(run: Run) -> str:
+    """pytest's exit code: 1 some test failed, 0 all passed; anything else (no tests
+    collected, usage error, timeout) says nothing about the defense."""
+    return {0: "MISSED", 1: "CAUGHT"}.get(run.exit_code, "ERROR")
+
+
+def check_copy_is_imported(root: Path) -> None:
+    """The copy's harness, not the main checkout's, must be what the tests import."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    probe = [sys.executable, "-c", "import harness; print(harness.__file__)"]
+    found = subprocess.run(probe, cwd=root, env=env, capture_output=True, text=True, check=True)
+    if not Path(found.stdout.strip()).is_relative_to(root):
+        raise SystemExit(f"the copy imports {found.stdout.strip()}, not its own harness")
+
+
+def baselines(files: list[Path], rows: list[Defense], timeout_s: float) -> dict[tuple, Run]:
+    """Each distinct test selection on the unmodified copy: it must pass there."""
+    results: dict[tuple, Run] = {}
+    with tempfile.TemporaryDirectory(prefix="defense-off-") as folder:
+        root = Path(folder)
+        copy_repository(files, root)
+        for tests in dict.fromkeys(row.tests for row in rows):
+            results[tests] = run_tests(root, tests, timeout_s)
+            print(f"  baseline {' '.join(tests)}: exit {results[tests].exit_code}", flush=True)
+    return results
+
+
+def run_row(defense: Defense, files: list[Path], timeout_s: float) -> Run:
+    with tempfile.TemporaryDirectory(prefix=f"defense-off-{defense.name}-") as folder:
+        root = Path(folder)
+        copy_repository(files, root)
+        switch_off(defense, root)
+        return run_tests(root, defense.tests, timeout_s)
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+def selected(only: list[str] | None) -> list[Defense]:
+    if not only:
+        return DEFENSES
+    known = {defense.name: defense for defense in DEFENSES}
+    unknown = sorted(set(only) - known.keys())
+    if unknown:
+        raise SystemExit(f"no defense named {', '.join(unknown)}; see --list")
+    return [known[name] for name in only]
+
+
+def print_table(rows: list[tuple[str, str, str, str]]) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)]
+        print("  ".join([*cells, row[3]]))
+
+
+def list_table(defenses: list[Defense]) -> None:
+    rows = [("defense", "file", "table", "tests")]
+    rows += [(d.name, d.file, stale(d) or "ok", " ".join(d.tests)) for d in defenses]
+    print_table(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", metavar="NAME", help="run this row only")
+    parser.add_argument("--list", action="store_true", help="print the table, run nothing")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the unmodified runs")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per pytest run")
+    args = parser.parse_args()
+    defenses = selected(args.only)
+    if args.list:
+        list_table(defenses)
+        return 0
+    for defense in defenses:  # a stale row fails before anything runs
+        if why := stale(defense):
+            raise SystemExit(f"{defense.name}: {why}; update DEFENSES to track the code")
+    files = repository_files()
+    before = {} if args.no_baseline else baselines(files, defenses, args.timeout)
+    rows = [("defense", "verdict", "seconds", "tests / first failure")]
+    for defense in defenses:
+        run = run_row(defense, files, args.timeout)
+        result = verdict(run)
+        base = before.get(defense.tests)
+        if base is not None and base.exit_code != 0:
+            result = "ERROR"  # the tests fail with the defense on too
+            run = Run(run.exit_code, f"fails unmodified: {base.failed}", run.seconds)
+        detail = " ".join(defense.tests) + (f"  ->  {run.failed}" if result != "MISSED" else "")
+        print(f"{defense.name}: {result} ({run.seconds:.0f} s)  {detail}", flush=True)
+        rows.append((defense.name, result, f"{run.seconds:.0f}", detail))
+    print()
+    print_table(rows)
+    return 0 if all(row[1] == "CAUGHT" for row in rows[1:]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
