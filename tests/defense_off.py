@@ -207,14 +207,18 @@ DEFENSES: list[Defense] = [
         "    if False:",
         (_corpus("redteam/cpu/p01_pure_python_kernel_unused.py"),),
     ),
+    # MISSED when added: on cpu an unwritten output holds stale or zeroed memory, which fails
+    # correct_outputs anyway; only the finite_outputs symptom depends on the poison.
     Defense(
         "poisoned_memory",
         "harness/guards.py",
-        '            block = torch.full(shape, fill, dtype=dtype, device=device)',
+        "            block = torch.full(shape, fill, dtype=dtype, device=device)",
         "            block = None",
         (_corpus("redteam/cpu/p04_noop_launch_uninitialized.py"),),
     ),
     # --- comparison and acceptance (harness/tolerance.py, accept.py) -----------------------
+    # MISSED when added: no test has an error inside the elementwise bound but over the norm's
+    # (every element off by 5e-5 relative, in float32).
     Defense(
         "tolerance_relative_norm",
         "harness/tolerance.py",
