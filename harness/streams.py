@@ -40,6 +40,7 @@ class Staged:
         self.stream: torch.cuda.Stream | None = None
         if async_stream and device == "cuda":
             self.inputs = [guards.poisoned_like(x) if _tensor(x) else x for x in self.originals]
+            self._load_kernels()
             torch.cuda.synchronize()  # the poison is in place before the stream runs
             self.stream = torch.cuda.Stream(priority=-1)  # its sample read goes first
         else:
@@ -53,6 +54,16 @@ class Staged:
             return
         with torch.cuda.stream(self.stream):
             yield
+
+    def _load_kernels(self) -> None:
+        """Run each kernel ``produce`` uses once, now: CUDA loads a kernel lazily at its first
+        launch, and loading may wait for the device to go idle, which would let the busy
+        stream finish before the candidate is called."""
+        torch.cuda._sleep(1)
+        for target, original in zip(self.inputs, self.originals, strict=True):
+            if _tensor(target):
+                target.copy_(original)  # this layout's copy kernel
+                target.fill_(guards.guard_fill(target))  # poison again
 
     def produce(self) -> list:
         """The inputs for the call; on a busy stream, still being copied in when it starts."""

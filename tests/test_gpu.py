@@ -65,6 +65,7 @@ def test_async_inputs_are_still_being_produced_when_the_call_starts():
     raw = [torch.randn(1024, 2048, device="cuda")]
     staged = Staged(raw, "cuda", async_stream=True)
     impatient = torch.cuda.Stream()
+    raw[0] * 1  # the multiply kernel loaded now (a lazy load waits for an idle device)
     with staged.current_stream():
         inputs = staged.produce()
         waits = inputs[0] * 1  # on the current stream: ordered after the copy
