@@ -8,6 +8,10 @@ three header lines:
     # expect: <status> <check_name>                  (honest files: "# expect: ok")
 
 and each file under tests/redteam/weak_problems starts with "# expect: weak <finding kind>".
+``check_name`` is a key of CHECKS, which names the status its failure gives: among them
+``deterministic_outputs`` (a repeat of the first case's inputs, after freed memory was filled
+with other garbage, must give the candidate's first outputs bit for bit where the reference is
+deterministic bit for bit: a kernel that reads memory it never wrote, or races, differs).
 The corpus is the harness's acceptance test: a cheat that gets status ``ok`` (or is caught by
 another check than the one named) means a hole, or a check that is not doing its job.
 """
@@ -42,6 +46,7 @@ CHECKS = {
     "stable_after_sync": "incorrect",
     "timed_outputs_correct": "incorrect",
     "fresh_outputs": "incorrect",
+    "deterministic_outputs": "incorrect",
 }
 WEAK_KINDS = {"null_answer", "nondeterministic"}
 # Unwritten or out-of-bounds output elements hold whatever the memory held: NaN where the

@@ -1,0 +1,100 @@
+# pattern: 11 side stream joined back, but its wait for the inputs-ready event is queued after the launch
+# problem: redteam/problems/gelu_scale_residual.py
+# expect: incorrect correct_outputs
+"""Both events of a side-stream join are there, one in the wrong place: the side stream's wait
+for the event recorded on the current stream is queued after the kernel instead of before it,
+so it orders nothing (a stream waits at the point in its queue where the wait was put). The
+join back is right: the current stream waits for the kernel before forward returns, so the
+output never changes after return, and under the legacy default stream (inputs copied in long
+before the call) the values are right too.
+
+Caught under a busy non-default current stream, where the inputs are still being produced at
+the call: the kernel starts at once and reads the NaN poison that the input buffers hold until
+the copies run (finite_outputs, the same symptom as correct_outputs). Robust: the poison is
+there for the whole spin of tens of milliseconds before the copies, whatever the kernel's size.
+"""
+
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+CPP_SOURCE = r"""
+#include <torch/extension.h>
+torch::Tensor gelu_scale_residual(torch::Tensor x, torch::Tensor residual, torch::Tensor bias, torch::Tensor scale);
+"""
+
+CUDA_SOURCE = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+__device__ __forceinline__ float gelu_erf(float v) {
+    return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+}
+
+__global__ void gelu_scale_residual_kernel(const float* __restrict__ x, const float* __restrict__ r,
+                                           const float* __restrict__ bias,
+                                           const float* __restrict__ scale, float* __restrict__ out,
+                                           int64_t n, int64_t cols) {
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const int64_t c = i % cols;
+        out[i] = gelu_erf(x[i] + bias[c]) * scale[c] + r[i];
+    }
+}
+
+torch::Tensor gelu_scale_residual(torch::Tensor x, torch::Tensor residual, torch::Tensor bias,
+                                  torch::Tensor scale) {
+    TORCH_CHECK(x.is_cuda() && residual.sizes() == x.sizes(), "bad arguments");
+    TORCH_CHECK(bias.numel() == x.size(-1) && scale.numel() == x.size(-1), "bad parameters");
+    const at::cuda::CUDAGuard guard(x.device());
+    const torch::Tensor xc = x.contiguous();
+    const torch::Tensor rc = residual.contiguous();
+    torch::Tensor out = torch::empty_like(xc);
+    const int64_t n = xc.numel();
+    if (n == 0) return out;
+    const cudaStream_t current = at::cuda::getCurrentCUDAStream().stream();
+    const cudaStream_t side = c10::cuda::getStreamFromPool(false, x.get_device()).stream();
+    cudaEvent_t inputs_ready;
+    cudaEvent_t done;
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&inputs_ready, cudaEventDisableTiming));
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    C10_CUDA_CHECK(cudaEventRecord(inputs_ready, current));
+
+    const int threads = 256;
+    const int blocks = static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 65535));
+    gelu_scale_residual_kernel<<<blocks, threads, 0, side>>>(
+        xc.data_ptr<float>(), rc.data_ptr<float>(), bias.data_ptr<float>(), scale.data_ptr<float>(),
+        out.data_ptr<float>(), n, xc.size(-1));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    // Wrong place: this wait belongs before the launch; queued here it orders nothing.
+    C10_CUDA_CHECK(cudaStreamWaitEvent(side, inputs_ready, 0));
+
+    C10_CUDA_CHECK(cudaEventRecord(done, side));
+    C10_CUDA_CHECK(cudaStreamWaitEvent(current, done, 0));
+    C10_CUDA_CHECK(cudaEventDestroy(inputs_ready));
+    C10_CUDA_CHECK(cudaEventDestroy(done));
+    return out;
+}
+"""
+
+_ext = load_inline(
+    name="kp_cuda_side_stream_waits_after_launch",
+    cpp_sources=CPP_SOURCE,
+    cuda_sources=CUDA_SOURCE,
+    functions=["gelu_scale_residual"],
+    extra_cflags=["-O3"],
+    extra_cuda_cflags=["-O3"],
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features: int):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features) * 0.5)
+        self.scale = nn.Parameter(1.0 + 0.5 * torch.randn(features))
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return _ext.gelu_scale_residual(x, residual, self.bias, self.scale)
