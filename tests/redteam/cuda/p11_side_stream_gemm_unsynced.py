@@ -1,11 +1,14 @@
 # pattern: 11 cuBLAS GEMM + epilogue on a pool stream the current stream never waits for
 # problem: redteam/problems/linear_relu_large.py
-# expect: incorrect stable_after_sync
+# expect: incorrect correct_outputs
 """at::matmul and the bias/ReLU kernel run under a CUDAStreamGuard of a high-priority pool
 stream, and nothing makes the caller's stream wait: events on the current stream time an
 empty interval, and a comparison after torch.cuda.synchronize() sees the right values.
 The GEMM takes tens of milliseconds here, so the output is visibly unwritten when forward
 returns.
+Since the stream-ordered cases (issue 10) it is caught before that: its kernel does not
+wait for the current stream, on which the inputs are still being copied in when forward
+is called, so it reads their poison (H100, 2026-11-24).
 """
 
 import torch

@@ -1,6 +1,6 @@
 # pattern: 11 kernel on a pool stream that the current stream never waits for
 # problem: redteam/problems/bias_gelu_large.py
-# expect: incorrect stable_after_sync
+# expect: incorrect correct_outputs
 """The kernel is queued on a side stream and forward returns: CUDA events recorded on the
 current stream (a timer without a device-wide synchronize) measure nothing, and a
 comparison after torch.cuda.synchronize() sees the right values. A memory-bound kernel
@@ -9,6 +9,9 @@ an H100 a copy of the output taken on the current stream right after return was 
 correct, even at 16384 x 8192. What sees the race is a small read: the harness gathers a
 few thousand elements spread over the output right after return (microseconds, long before
 this kernel is done) and again after synchronizing (``harness.guards.sample``).
+Since the stream-ordered cases (issue 10) it is caught before that: its kernel does not
+wait for the current stream, on which the inputs are still being copied in when forward
+is called, so it reads their poison (H100, 2026-11-24).
 """
 
 import torch
