@@ -217,14 +217,19 @@ DEFENSES: list[Defense] = [
         (_corpus("redteam/cpu/p04_noop_launch_uninitialized.py"),),
     ),
     # --- comparison and acceptance (harness/tolerance.py, accept.py) -----------------------
-    # MISSED when added: no test has an error inside the elementwise bound but over the norm's
-    # (every element off by 5e-5 relative, in float32).
     Defense(
         "tolerance_relative_norm",
         "harness/tolerance.py",
         "    if rel_error > tol.rel_norm:",
         "    if False:",
         ("tests/test_tolerance.py",),
+    ),
+    Defense(
+        "deterministic_outputs",
+        "harness/tolerance.py",
+        "            self._same_as_first(name, produced)",
+        "            pass",
+        ("tests/test_tolerance.py", "-k", "repeated"),
     ),
     Defense(
         "tolerance_elementwise",

@@ -134,3 +134,12 @@ def test_a_repeated_case_must_reproduce_the_candidates_own_outputs_bit_for_bit()
     assert same.add("first", [REF.clone()], [REF])
     assert same.add("first again", [REF.clone()], [REF], repeats_first=True)
     assert "deterministic_outputs" in [check.name for check in same.result().checks]
+
+
+def test_an_error_spread_over_every_element_fails_the_relative_norm_alone():
+    """5e-5 relative everywhere: each element is inside atol + rtol * |ref| (1e-4), but the
+    error as a whole is over float32's norm limit (2e-5): a kernel in lower precision."""
+    out = REF * (1 + 5e-5)
+    result = compare(out, REF, TOL)
+    assert not result.passed and result.detail.startswith("relative error")
+    assert (out - REF).abs().le(TOL.atol * REF.pow(2).mean().sqrt() + TOL.rtol * REF.abs()).all()
