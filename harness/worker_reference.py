@@ -112,7 +112,10 @@ class ReferenceRun:
         """Draw, run and store one case; None (and nothing stored) when its output is not
         finite. Fills in the spec's digest and output shapes."""
         with self.phase("inputs"):
-            inputs = case_inputs(self.problem, spec, strengthened)
+            try:
+                inputs = case_inputs(self.problem, spec, strengthened)
+            except torch.OutOfMemoryError as err:
+                raise _out_of_memory(self.problem, [], spec.name) from err
         if inputs is None:
             return None
         if spec.kind == "variant":
@@ -309,9 +312,14 @@ def _out_of_memory(problem, inputs: list, case: str) -> UserError:
     held = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
     free, total = torch.cuda.mem_get_info() if problem.device == "cuda" else (0, 0)
     memory = f"{free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB" if total else "host memory"
+    step = (
+        f"the forward (its inputs alone take {held / 2**30:.2f} GiB)"
+        if inputs
+        else "drawing inputs"
+    )
     return UserError(
-        f"the reference forward ran out of memory on the case '{case}' (its inputs alone take "
-        f"{held / 2**30:.2f} GiB; {memory}; the harness holds one case at a time)",
+        f"the reference ran out of device memory on the case '{case}' in {step}; {memory}; "
+        "the harness holds one case at a time",
         where=f"{problem.inputs_path or problem.source_path}: {problem.inputs_fn or 'inputs'}()",
         fix="shrink the input shapes the input factory returns (or the module's sizes) until "
         "one forward fits on the device",
