@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agents.optimize import optimize_problem  # noqa: E402
-from harness.accept import honest_baseline  # noqa: E402
+from bot.report import TargetReport  # noqa: E402
 from harness.config import EvalConfig  # noqa: E402
 from harness.devices import resolve_device  # noqa: E402
 from harness.evaluate import Evaluator  # noqa: E402
@@ -160,24 +160,29 @@ def main() -> None:
 
 
 def _row(name: str, attempt, min_bytes: int | None, bandwidth: float) -> dict:
-    result = attempt.result
-    row = {
-        "target": name,
-        "status": result.status.value if result else "no_candidate",
-        "reason": (result.reason if result else attempt.reason)[:200],
-    }
-    if result and result.candidate and result.eager:
-        row.update(
-            eager_ms=honest_baseline(result.eager, result.eager_alone).median_ms,
-            kernel_ms=result.candidate.median_ms,
-            compile_ms=result.compiled.median_ms if result.compiled else None,
-            speedup_vs_eager=result.speedup_vs_eager,
-            speedup_vs_compile=result.speedup_vs_compile,
-            faster_than_eager=bool(result.vs_eager and result.vs_eager.faster),
-        )
-        if min_bytes:
-            achieved = min_bytes / (result.candidate.median_ms / 1e3) / 1e9
-            row.update(achieved_gbs=achieved, fraction_of_copy_bw=achieved / bandwidth)
+    """The report's own record of the target (bot.report), plus the share of copy bandwidth."""
+    if attempt.result is None:
+        record = TargetReport.failed(name, attempt.problem.device, "no_candidate", attempt.reason)
+    else:
+        record = TargetReport.from_result(name, attempt.result, None)
+    row = record.model_dump(
+        include={
+            "target",
+            "status",
+            "reason",
+            "eager_ms",
+            "compile_ms",
+            "candidate_ms",
+            "speedup_vs_eager",
+            "speedup_vs_compile",
+            "faster_than_eager",
+            "slower_than_eager",
+        }
+    )
+    row["reason"] = row["reason"][:200]
+    if min_bytes and record.candidate_ms:
+        achieved = min_bytes / (record.candidate_ms / 1e3) / 1e9
+        row.update(achieved_gbs=achieved, fraction_of_copy_bw=achieved / bandwidth)
     return row
 
 
@@ -196,7 +201,7 @@ def render(header: dict, rows: list[dict]) -> str:
         fraction = row.get("fraction_of_copy_bw")
         lines.append(
             f"| {row['target']} | {row['status']} | {cell(row.get('eager_ms'), '.3f')} | "
-            f"{cell(row.get('compile_ms'), '.3f')} | {cell(row.get('kernel_ms'), '.3f')} | "
+            f"{cell(row.get('compile_ms'), '.3f')} | {cell(row.get('candidate_ms'), '.3f')} | "
             f"{cell(row.get('speedup_vs_eager'), '.2f')} | {cell(row.get('speedup_vs_compile'), '.2f')} | "
             f"{'-' if fraction is None else f'{100 * fraction:.0f}%'} |"
         )

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import click
 
-from bot.report import Report, TargetReport, render_terminal, write_report
-from harness.config import EvalConfig, find_pyproject, load_project_config
+from bot.render import render_terminal, write_report
+from bot.report import Report, TargetReport
+from bot.run import RunOptions, project_eval_config, resolve_targets, run_targets
 from harness.devices import check_toolchain, resolve_device
 from harness.errors import UserError
-from harness.evaluate import Evaluator, WeakSpecError
-from harness.problem import problem_from_target, problems_from_project
-from harness.records import Candidate, Problem
+from harness.evaluate import Evaluator
+from harness.problem import problem_from_target
+from harness.records import Candidate
 
 DEVICE = click.option(
     "--device",
@@ -62,18 +63,6 @@ def _progress(message: str) -> None:
     click.echo(f"[{time.strftime('%H:%M:%S')}] {message}", err=True)
 
 
-def _eval_config(
-    no_compile: bool, budget: float | None, base: EvalConfig | None = None
-) -> EvalConfig:
-    config = base or EvalConfig()
-    updates: dict = {}
-    if no_compile:
-        updates["compile_baseline"] = False
-    if budget is not None:
-        updates["time_budget_s"] = budget
-    return config.model_copy(update=updates)
-
-
 def _run(verbose: bool, action) -> None:
     """Run a command; user errors print what/where/fix and exit 2 (traceback with --verbose)."""
     try:
@@ -112,17 +101,15 @@ def optimize(
     """
 
     def action() -> None:
-        resolved = resolve_device(device)
-        check_toolchain(resolved)
-        problems, config = _problems(targets, resolved, dtype)
-        evaluator = Evaluator(
-            _eval_config(no_compile_baseline, time_budget, config), seed, progress=_progress
-        )
-        report = Report()
-        for number, problem in enumerate(problems, 1):
-            _progress(f"target {number}/{len(problems)}: {problem.name} on {resolved}")
-            report.targets.append(_optimize_one(problem, evaluator, out_dir))
-            write_report(report, out_dir)  # after every target: nothing measured is lost
+        options = _options(device, dtype, out_dir, seed, no_compile_baseline, time_budget)
+        check_toolchain(options.device)
+        resolved = resolve_targets(list(targets), options)
+        unresolved = [target for target in resolved if isinstance(target, TargetReport)]
+        if unresolved and len(unresolved) == len(resolved):  # nothing can run: bad input
+            for row in unresolved:
+                click.echo(row.reason, err=True)
+            sys.exit(2)
+        report = run_targets(resolved, options, _progress)
         click.echo(render_terminal(report))
         click.echo(f"\nwrote {out_dir}/report.json, report.md, junit.xml")
         if any(row.status not in ("ok", "no_candidate") for row in report.targets):
@@ -131,40 +118,15 @@ def optimize(
     _run(verbose, action)
 
 
-def _problems(targets, device: str, dtype: str | None) -> tuple[list[Problem], EvalConfig | None]:
-    if targets:
-        return [problem_from_target(target, device, dtype) for target in targets], None
-    pyproject = find_pyproject(Path.cwd())
-    if pyproject is None:
-        raise UserError(
-            "no target given and no pyproject.toml with [tool.kernelpilot] here or above",
-            fix="pass a target (kernelpilot optimize examples/fused_gelu_block.py) or configure one",
-        )
-    return problems_from_project(pyproject, device, dtype), load_project_config(pyproject).eval
-
-
-def _optimize_one(problem: Problem, evaluator: Evaluator, out_dir: Path) -> TargetReport:
-    from agents.optimize import optimize_problem
-
-    try:
-        attempt = optimize_problem(problem, evaluator)
-    except WeakSpecError as err:
-        return TargetReport(
-            target=problem.name, device=problem.device, status="weak_spec", reason=err.render()
-        )
-    except UserError as err:  # this target's fault: report it, go on with the others
-        click.echo(err.render(), err=True)
-        return TargetReport(
-            target=problem.name, device=problem.device, status="error", reason=err.render()
-        )
-    if attempt.result is None or attempt.candidate is None:
-        return TargetReport(
-            target=problem.name, device=problem.device, status="no_candidate", reason=attempt.reason
-        )
-    kernel_file = out_dir / f"{problem.name}_kernel.py"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    kernel_file.write_text(attempt.candidate.source)
-    return TargetReport.from_result(problem.name, attempt.result, str(kernel_file))
+def _options(device, dtype, out_dir, seed, no_compile: bool, budget) -> RunOptions:
+    return RunOptions(
+        device=resolve_device(device),
+        dtype=dtype,
+        out_dir=out_dir,
+        seed=seed,
+        compile_baseline=False if no_compile else None,
+        time_budget_s=budget,
+    )
 
 
 @main.command()
@@ -186,14 +148,12 @@ def evaluate(
     """
 
     def action() -> None:
-        resolved = resolve_device(device)
-        check_toolchain(resolved)
-        spec = problem_from_target(str(problem), resolved, dtype)
+        options = _options(device, dtype, out_dir, seed, no_compile_baseline, time_budget)
+        check_toolchain(options.device)
+        spec = problem_from_target(str(problem), options.device, dtype)
         if not candidate.is_file():
             raise UserError(f"candidate file not found: {candidate}", fix="check the path")
-        evaluator = Evaluator(
-            _eval_config(no_compile_baseline, time_budget), seed, progress=_progress
-        )
+        evaluator = Evaluator(project_eval_config(options), seed, progress=_progress)
         result = evaluator.evaluate(spec, Candidate(source=candidate.read_text(), origin="user"))
         report = Report(targets=[TargetReport.from_result(spec.name, result, str(candidate))])
         write_report(report, out_dir)
@@ -220,8 +180,9 @@ def audit(problem, device, dtype, seed, verbose) -> None:
     def action() -> None:
         from harness.reference import reference_data
 
-        spec = problem_from_target(str(problem), resolve_device(device), dtype)
-        data = reference_data(spec, EvalConfig(), seed)
+        options = RunOptions(device=resolve_device(device), dtype=dtype, seed=seed)
+        spec = problem_from_target(str(problem), options.device, dtype)
+        data = reference_data(spec, project_eval_config(options), seed)
         report = data.report.audit
         if not report.weak:
             click.echo(

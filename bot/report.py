@@ -1,14 +1,12 @@
-"""Reports: one row per target, rendered as JSON, markdown, JUnit XML and a terminal table."""
+"""The report record: one row per target, built once from a verdict and rendered by
+``bot.render`` as a terminal table, markdown, JUnit XML and JSON (and by the benchmarks)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from junit_xml import TestCase, TestSuite, to_xml_report_string
 from pydantic import BaseModel, Field
 
 from harness.accept import honest_baseline
-from harness.records import Check, EvalResult
+from harness.records import Check, EvalResult, Verdict
 
 
 class TargetReport(BaseModel):
@@ -38,6 +36,10 @@ class TargetReport(BaseModel):
     faster_than_eager: bool = False
     faster_than_compile: bool = False
     noise_floor: float | None = None
+    slower_than_eager: bool = Field(
+        default=False, description="Slower than eager beyond the noise floor."
+    )
+    slower_than_compile: bool = False
     needs_review: bool = False
     max_abs_error: float | None = None
     rel_error: float | None = None
@@ -46,6 +48,11 @@ class TargetReport(BaseModel):
     candidate_file: str | None = None
     checks: list[Check] = Field(default_factory=list)
     log: str = ""
+
+    @classmethod
+    def failed(cls, target: str, device: str, status: str, reason: str) -> TargetReport:
+        """A target without a measured candidate: no_candidate, weak_spec or error."""
+        return cls(target=target, device=device, status=status, reason=reason)
 
     @classmethod
     def from_result(
@@ -70,6 +77,8 @@ class TargetReport(BaseModel):
             faster_than_eager=bool(result.vs_eager and result.vs_eager.faster),
             faster_than_compile=bool(result.vs_compile and result.vs_compile.faster),
             noise_floor=result.vs_eager.noise_floor if result.vs_eager else None,
+            slower_than_eager=_slower(result.vs_eager),
+            slower_than_compile=_slower(result.vs_compile),
             needs_review=bool(result.vs_eager and result.vs_eager.needs_review)
             or bool(result.vs_compile and result.vs_compile.needs_review),
             max_abs_error=result.max_abs_error,
@@ -86,113 +95,6 @@ class Report(BaseModel):
     targets: list[TargetReport] = Field(default_factory=list)
 
 
-COLUMNS = [
-    "target",
-    "status",
-    "eager ms",
-    "compile ms",
-    "kernel ms",
-    "vs eager",
-    "vs compile",
-    "max err",
-]
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
-def _speedup(value: float | None, faster: bool, review: bool) -> str:
-    if value is None:
-        return "-"
-    mark = " ⚠ review" if review else ("" if faster else " (noise)")
-    return f"{value:.2f}x{mark}"
-
-
-def table_rows(report: Report) -> list[list[str]]:
-    return [
-        [
-            row.target,
-            row.status,
-            _ms(row.eager_ms),
-            _ms(row.compile_ms),
-            _ms(row.candidate_ms),
-            _speedup(row.speedup_vs_eager, row.faster_than_eager, row.needs_review),
-            _speedup(row.speedup_vs_compile, row.faster_than_compile, row.needs_review),
-            "-" if row.max_abs_error is None else f"{row.max_abs_error:.2e}",
-        ]
-        for row in report.targets
-    ]
-
-
-def render_terminal(report: Report) -> str:
-    rows = [COLUMNS, *table_rows(report)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-        for row in rows
-    ]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    for row in report.targets:
-        if row.reason:
-            lines.append(f"{row.target}: {row.reason}")
-        if row.compile_baseline_error:
-            lines.append(
-                f"{row.target}: torch.compile baseline not measured: {row.compile_baseline_error}"
-            )
-    return "\n".join(lines)
-
-
-def render_markdown(report: Report) -> str:
-    lines = ["## kernelpilot results", ""]
-    first = report.targets[0] if report.targets else None
-    if first:
-        lines.append(f"Device: {first.device} ({first.device_name}), torch {first.torch_version}.")
-        lines.append("")
-    lines.append("| " + " | ".join(COLUMNS) + " |")
-    lines.append("|" + "---|" * len(COLUMNS))
-    for cells in table_rows(report):
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
-    for row in report.targets:
-        lines += ["", f"### {row.target}: {row.status}"]
-        if row.reason:
-            lines.append(f"{row.reason}")
-        if row.needs_review:
-            lines.append(
-                "**Speedup above 10x: a human should review this kernel before trusting it.**"
-            )
-        if row.input_mode == "strengthened":
-            lines.append(
-                "The problem's own inputs were too weak; signed, rescaled inputs were used."
-            )
-        if row.checks:
-            lines.append("")
-            lines += [f"- {'✅' if c.passed else '❌'} `{c.name}`: {c.detail}" for c in row.checks]
-    return "\n".join(lines) + "\n"
-
-
-def render_junit(report: Report) -> str:
-    cases = []
-    for row in report.targets:
-        case = TestCase(
-            row.target,
-            classname=f"kernelpilot.{row.device}",
-            elapsed_sec=(row.candidate_ms or 0) / 1e3,
-            stdout=row.reason,
-        )
-        if row.status == "no_candidate":
-            case.add_skipped_info(row.reason)
-        elif row.status in ("build_error", "runtime_error", "timeout", "error", "weak_spec"):
-            case.add_error_info(row.reason or row.status, row.log)
-        elif row.status != "ok":
-            case.add_failure_info(row.reason or row.status, row.log)
-        cases.append(case)
-    return to_xml_report_string([TestSuite("kernelpilot", cases)])
-
-
-def write_report(report: Report, out_dir: Path) -> None:
-    """Write report.json, report.md and junit.xml; called after every target."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "report.json").write_text(report.model_dump_json(indent=2))
-    (out_dir / "report.md").write_text(render_markdown(report))
-    (out_dir / "junit.xml").write_text(render_junit(report))
+def _slower(verdict: Verdict | None) -> bool:
+    """Slower beyond the same noise floor that a speedup must clear to count as faster."""
+    return verdict is not None and verdict.speedup * (1 + verdict.noise_floor) < 1

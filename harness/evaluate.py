@@ -7,6 +7,7 @@ code never runs; acceptance by the pure rule in ``harness.accept``.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -61,7 +62,10 @@ class Evaluator:
         self.cache_dir = self.config.cache_dir or default_cache_dir()
         self.progress = progress or (lambda message: None)
         self._references: dict[str, ReferenceData] = {}
-        self._built: set[str] = set()  # candidate sources whose kernels are in the build cache
+        # Per candidate (by content): the gate's reasons and the build's outcome, each found
+        # once. A failed build is never built again; a built one is in the build cache.
+        self._gate: dict[str, list[str]] = {}
+        self._builds: dict[str, CandidateReport] = {}
 
     def reference(self, problem: Problem) -> ReferenceData:
         """Reference cases and audit; raises WeakSpecError on a spec a null answer passes."""
@@ -86,23 +90,42 @@ class Evaluator:
         self.progress(f"{problem.name}: {built} built, {len(failed)} failed {failed or ''}")
 
     def build(self, problem: Problem, candidate: Candidate) -> CandidateReport:
-        """Build one candidate's kernels in a worker (status None when they built)."""
-        reasons = check_python(candidate.source, problem.class_name, problem.dtype)
+        """Build one candidate's kernels in a worker (status None when they built); a
+        candidate is gated and built once, whoever asks again gets the same record."""
+        key = candidate_key(problem, candidate)
+        reasons = self.gate(problem, candidate)
         if reasons:
             return CandidateReport(status=Status.rejected, reason="; ".join(reasons))
-        report = self._run_candidate(problem, candidate, "build", None)
-        if report.status is None:
-            self._built.add(candidate.source)
-        return report
+        if key not in self._builds:
+            self._builds[key] = self._run_candidate(problem, candidate, "build", None)
+        return self._builds[key]
+
+    def gate(self, problem: Problem, candidate: Candidate) -> list[str]:
+        """The static gate's reasons to reject a candidate (empty: it passes), found once."""
+        key = candidate_key(problem, candidate)
+        if key not in self._gate:
+            self._gate[key] = check_python(candidate.source, problem.class_name, problem.dtype)
+        return self._gate[key]
 
     def evaluate(self, problem: Problem, candidate: Candidate) -> EvalResult:
-        reasons = check_python(candidate.source, problem.class_name, problem.dtype)
+        reasons = self.gate(problem, candidate)
         if reasons:
             return EvalResult(
                 status=Status.rejected,
                 reason="; ".join(reasons),
                 device=problem.device,
                 checks=[Check(name="static_gate", passed=False, detail="; ".join(reasons))],
+            )
+        built = self._builds.get(candidate_key(problem, candidate))
+        if built is not None and built.status is not None:  # its build failed: not again
+            return EvalResult(
+                status=built.status,
+                reason=built.reason,
+                log=built.log,
+                checks=built.checks,
+                device=problem.device,
+                device_name=built.device_name,
+                torch_version=built.torch_version,
             )
         data = self.reference(problem)
         self.progress(f"{problem.name}: building, checking and timing a candidate")
@@ -179,7 +202,7 @@ class Evaluator:
         memory = config.memory_limit_gb if problem.device == "cpu" else None
         if mode == "build":
             timeout = config.build_timeout_s
-        elif candidate.source in self._built:
+        elif candidate_key(problem, candidate) in self._builds:
             timeout = config.run_timeout_s
         else:
             timeout = config.build_timeout_s + config.run_timeout_s
@@ -222,6 +245,7 @@ class Evaluator:
             candidate=report.candidate,
             compile_baseline_error=report.compile_baseline_error,
             input_mode="strengthened" if data.report.strengthened else "as_given",
+            seeds=data.seeds,
         )
         if result.status is Status.ok:
             self._judge_timing(result)
@@ -284,6 +308,13 @@ def _candidate_report(outcome: WorkerOutcome, problem: Problem, timeout: float) 
     return CandidateReport(
         status=Status.runtime_error, reason=f"the worker died ({how})", log=outcome.log_tail
     )
+
+
+def candidate_key(problem: Problem, candidate: Candidate) -> str:
+    """What a candidate's gate verdict and build depend on: its source, the problem's class
+    name, dtype and device."""
+    text = "\0".join([problem.class_name, problem.dtype, problem.device, candidate.source])
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _cpus() -> list[int]:

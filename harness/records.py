@@ -129,6 +129,9 @@ class EvalResult(BaseModel):
     input_mode: str = Field(
         default="as_given", description="'as_given', or 'strengthened' when the audit had to."
     )
+    seeds: list[int] = Field(
+        default_factory=list, description="The correctness seeds it was judged on."
+    )
 
     @property
     def speedup_vs_eager(self) -> float | None:

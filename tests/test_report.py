@@ -36,3 +36,30 @@ def test_eager_ms_is_the_baseline_the_speedup_is_taken_against(
     assert row.eager_beside_ms == beside_ms and row.eager_alone_ms == alone_ms
     assert row.speedup_vs_eager == pytest.approx(row.eager_ms / row.candidate_ms)
     assert row.speedup_vs_compile == pytest.approx(row.compile_ms / row.candidate_ms)
+
+
+@pytest.mark.parametrize(
+    ("candidate_ms", "cell"),
+    [(1.2, "0.83x slower"), (1.02, "0.98x (noise)"), (0.5, "2.00x")],
+)
+def test_a_ratio_below_one_beyond_the_noise_reads_slower(tmp_path, candidate_ms, cell):
+    from bot.render import table_rows
+    from bot.report import Report
+
+    result = EvalResult(status=Status.ok, eager=_stats(1.0), candidate=_stats(candidate_ms))
+    Evaluator(EvalConfig(), work_dir=tmp_path)._judge_timing(result)
+    row = TargetReport.from_result("t", result, None)
+    assert table_rows(Report(targets=[row]))[0][5] == cell
+    assert row.slower_than_eager is cell.endswith("slower")
+
+
+def test_the_projects_eval_settings_apply_to_targets_given_on_the_command_line(tmp_path):
+    from bot.run import RunOptions, project_eval_config
+
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.kernelpilot]\n[tool.kernelpilot.eval]\nseeds = 7\ntime_budget_s = 0.2\n"
+    )
+    (tmp_path / "sub").mkdir()
+    options = RunOptions(device="cpu", time_budget_s=0.5)
+    config = project_eval_config(options, start=tmp_path / "sub")
+    assert config.seeds == 7 and config.time_budget_s == 0.5  # the flag wins over the file

@@ -1,0 +1,111 @@
+"""The one runner: a list of targets in, a report out.
+
+The command line, the pull-request flow and the nightly job all call ``run_targets``. Each
+target is resolved, audited, optimized and reported on its own: a target that cannot be
+resolved or fails becomes a row with its error, and the report is written after every target,
+so what was measured survives whatever comes later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from bot.render import write_report
+from bot.report import Report, TargetReport
+from harness.config import EvalConfig, find_pyproject, load_project_config
+from harness.errors import UserError
+from harness.evaluate import Evaluator, WeakSpecError
+from harness.problem import problem_from_target, problems_from_project
+from harness.records import Problem
+
+
+class RunOptions(BaseModel):
+    """What a run was asked for, whoever asked (CLI flags, action inputs, the nightly job)."""
+
+    device: str = Field(description="cpu or cuda (already resolved from auto).")
+    dtype: str | None = Field(default=None, description="None: float32, or the config's.")
+    out_dir: Path = Field(default=Path("kernelpilot-out"), description="Where reports go.")
+    seed: int | None = Field(default=None, description="Fixed correctness seeds, or random.")
+    compile_baseline: bool | None = Field(
+        default=None, description="Override eval.compile_baseline (None: the project's)."
+    )
+    time_budget_s: float | None = Field(
+        default=None, description="Override eval.time_budget_s (None: the project's)."
+    )
+
+
+Progress = Callable[[str], None]
+
+
+def project_eval_config(options: RunOptions, start: Path | None = None) -> EvalConfig:
+    """The nearest project's ``[tool.kernelpilot.eval]`` (defaults without one), with the
+    run's overrides: every command verifies and times under the project's settings."""
+    pyproject = find_pyproject(start or Path.cwd())
+    config = load_project_config(pyproject).eval if pyproject else EvalConfig()
+    updates: dict = {}
+    if options.compile_baseline is not None:
+        updates["compile_baseline"] = options.compile_baseline
+    if options.time_budget_s is not None:
+        updates["time_budget_s"] = options.time_budget_s
+    return config.model_copy(update=updates)
+
+
+def resolve_targets(targets: list[str], options: RunOptions) -> list[Problem | TargetReport]:
+    """Each target as a Problem, or as an error row saying why it could not be resolved.
+    No target: every target configured in the nearest project."""
+    if not targets:
+        pyproject = find_pyproject(Path.cwd())
+        if pyproject is None:
+            raise UserError(
+                "no target given and no pyproject.toml with [tool.kernelpilot] here or above",
+                fix="pass a target (kernelpilot optimize examples/fused_gelu_block.py) or "
+                "configure one",
+            )
+        return list(problems_from_project(pyproject, options.device, options.dtype))
+    resolved: list[Problem | TargetReport] = []
+    for target in targets:
+        try:
+            resolved.append(problem_from_target(target, options.device, options.dtype))
+        except UserError as err:
+            resolved.append(TargetReport.failed(target, options.device, "error", err.render()))
+    return resolved
+
+
+def run_targets(
+    targets: list[Problem | TargetReport], options: RunOptions, progress: Progress
+) -> Report:
+    """Optimize every resolved target; rows for the others. Writes the report as it goes."""
+    evaluator = Evaluator(project_eval_config(options), options.seed, progress=progress)
+    report = Report()
+    for number, target in enumerate(targets, 1):
+        if isinstance(target, TargetReport):
+            report.targets.append(target)
+        else:
+            progress(f"target {number}/{len(targets)}: {target.name} on {target.device}")
+            report.targets.append(optimize_target(target, evaluator, options.out_dir, progress))
+        write_report(report, options.out_dir)  # after every target: nothing measured is lost
+    return report
+
+
+def optimize_target(
+    problem: Problem, evaluator: Evaluator, out_dir: Path, progress: Progress
+) -> TargetReport:
+    """One target's row: its best verified kernel, or why there is none."""
+    from agents.optimize import optimize_problem
+
+    try:
+        attempt = optimize_problem(problem, evaluator)
+    except WeakSpecError as err:
+        return TargetReport.failed(problem.name, problem.device, "weak_spec", err.render())
+    except UserError as err:  # this target's fault: report it, go on with the others
+        progress(err.render())
+        return TargetReport.failed(problem.name, problem.device, "error", err.render())
+    if attempt.result is None or attempt.candidate is None:
+        return TargetReport.failed(problem.name, problem.device, "no_candidate", attempt.reason)
+    kernel_file = out_dir / f"{problem.name}_kernel.py"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    kernel_file.write_text(attempt.candidate.source)
+    return TargetReport.from_result(problem.name, attempt.result, str(kernel_file))
