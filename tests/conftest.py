@@ -46,3 +46,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def fake_openai():
+    """A real OpenAI-compatible server on 127.0.0.1 (tests/fake_openai.py), stopped after the test."""
+    from tests.fake_openai import FakeOpenAI
+
+    with FakeOpenAI() as server:
+        yield server
