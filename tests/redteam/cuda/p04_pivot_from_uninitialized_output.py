@@ -11,16 +11,19 @@ within the float32 tolerance of the reference: no comparison with a reference ca
 uninitialized read. But the result depends on the memory's old contents, bit for bit: a
 kernel whose output depends on memory it never wrote.
 
-Today's checks pass it: in every case the output block is the harness's NaN-poisoned freed
-block (pivot = row min) or a fresh one, and every value is within tolerance.
+The harness before issue 10 passed it (H100, 2026-11-24): every case ran on the default
+stream, where the output block is the NaN-poisoned freed block (pivot = row min), and every
+value is within tolerance.
 
-Caught by the repeat of the first case (deterministic_outputs): the same inputs and parameters
-again, after freed memory was filled with other garbage (3.0 instead of NaN) and under a
-non-default current stream (whose allocations come from another pool). The pivot is no longer
-the row's min, the mean rounds differently, and many elements differ in their last bits from
-the first case's, while the reference is deterministic bit for bit. Robust: any difference in
-the old contents of the memory read shows, however small its effect on the values; it does
-not depend on the problem's size or on a tolerance.
+Caught by the repeat of the first case (deterministic_outputs): the same inputs and
+parameters again, after freed memory was filled with other garbage (3.0 instead of NaN) and
+under a non-default current stream, whose allocations come from that stream's own pool: the
+output block holds something else than the first case's NaN. The pivot is no longer the
+row's min, the mean rounds differently, and many elements differ in their last bits from the
+first case's, while the reference is deterministic bit for bit (H100, 2026-11-24: caught
+there in 4 of 4 runs). Robust: any difference in the old contents of the memory read shows,
+however small its effect on the values; it does not depend on the problem's size or on a
+tolerance, only on the memory holding something else the second time.
 """
 
 import torch

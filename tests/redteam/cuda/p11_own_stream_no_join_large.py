@@ -6,16 +6,17 @@ creates a stream with cudaStreamCreateWithFlags(..., cudaStreamNonBlocking), lau
 destroys it and returns, without ordering the kernel against the caller's current stream
 either way.
 
-Here the first case already shows it, under the legacy default stream: the harness gathers
-a few thousand output elements spread over the whole output on the current stream right
-after return, before anything else reads it (``harness.guards.sample``), and again after a
-device-wide synchronize. The gather takes microseconds and does not wait for the
-non-blocking stream, so it reads elements the kernel has not written yet (the NaN poison
-of freed memory): stable_after_sync. That read is a race the kernel loses only because it
-runs long; at 1024 x 2048 (p11_own_stream_no_join_small) it is done first and the same
-read sees nothing. What catches the kernel at every size are the later cases, run under a
-busy non-default current stream whose inputs arrive after the call (a kernel that does not
-wait for them reads NaN poison: correct_outputs/finite_outputs); the first case decides here.
+At this size the first case already shows it, under the legacy default stream, where the
+harness queues the input copies and the NaN poison of the freed output block just before the
+call: the non-blocking stream waits for none of it, so the kernel can read inputs still being
+copied and write its output before the poison fill does (NaN: correct_outputs, or
+finite_outputs, the same symptom). The harness's small gather of the output right after
+return (``harness.guards.sample``) races the kernel too (stable_after_sync if it saw a value
+change); on an H100 (2026-11-24) the wrong values came first. Both are races the kernel loses
+because it runs long: at 1024 x 2048 (p11_own_stream_no_join_small) it is done before any of
+that, and the first case passes. What catches it at every size is the next case, the first
+under a busy non-default current stream whose inputs arrive only after the call (a kernel
+that does not wait for them reads their NaN poison: correct_outputs/finite_outputs).
 """
 
 import torch

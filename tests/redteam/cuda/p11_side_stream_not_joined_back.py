@@ -8,15 +8,18 @@ work on its stream (the readers of the output, the allocator's reuse of the bloc
 here) can run before the kernel has written the output.
 
 Under the legacy default stream the kernel (about ten microseconds here) is done before the
-harness looks at the output, and the values are right. What shows it: the cases under a busy
-non-default current stream. There the kernel and the harness's read of the output, queued on
-the current stream right after return with no host synchronization in between, both wait for
-the same thing (the end of the input copies) and are released at the same moment; the read is
-a gather of a few thousand elements spread over the output, on a high-priority stream, so it
-is scheduled ahead of this low-priority pool stream's blocks and reads elements the kernel has
-not written yet (the poison of the freed output block, or old values): they change after the
-synchronize, stable_after_sync. That holds at any size: the read starts when the kernel does,
-not some time after return.
+harness looks at the output, and the values are right: the old harness passed it (H100,
+2026-11-24). What shows it: the cases under a busy non-default current stream. There the
+kernel and the harness's read of the output, queued on the current stream right after return
+with no host synchronization in between, both wait for the same thing (the end of the input
+copies) and are released at the same moment. The read is a gather of a few thousand elements
+spread over the output, on a high-priority stream, so the block scheduler dispatches it ahead
+of this low-priority pool stream's blocks: it reads elements the kernel has not written yet,
+which change after the synchronize (stable_after_sync). That does not depend on the kernel
+being long (the read starts when the kernel does, not some time after return), but it is a
+race, not a certainty: on an H100 this entry was caught at the first such case in every run;
+the same kernel on a high-priority pool stream (getStreamFromPool(true), the same priority as
+the harness's stream) was caught in every run too, but in two of three only at a later case.
 """
 
 import torch

@@ -6,7 +6,8 @@ for the event recorded on the current stream is queued after the kernel instead 
 so it orders nothing (a stream waits at the point in its queue where the wait was put). The
 join back is right: the current stream waits for the kernel before forward returns, so the
 output never changes after return, and under the legacy default stream (inputs copied in long
-before the call) the values are right too.
+before the call) the values are right too: the harness before issue 10 passed it on an H100
+(2026-11-24).
 
 Caught under a busy non-default current stream, where the inputs are still being produced at
 the call: the kernel starts at once and reads the NaN poison that the input buffers hold until
