@@ -1,0 +1,288 @@
+"""Per-role context windows, rebuilt at every step and trimmed to a token budget.
+
+What each role sees (DESIGN.md section 4), besides the reference module:
+
+- planner: the selected kernel, profiling feedback, the node's children, the global top-r;
+- coder: the plan, the selected kernel, the node's children and cousins;
+- debugger: the failed candidate, the plan, its build/runtime/verification log, its siblings.
+
+Budget. Tokens are estimated as ``ceil(len(text) / 4)``: about four characters per token for
+code and English in BPE tokenizers, and no tokenizer to install for an endpoint whose model is
+unknown. The budget covers the window's texts, not the fixed prompt around them (contract,
+example, instructions). The code a role edits (the selected kernel; the failed candidate) and
+the plan are never trimmed: the reply must reproduce them. The other parts share what is left,
+in a fixed order and share per role; a part that needs less than its share passes the rest on.
+
+Trimming rules (``trim_code``, ``trim_log``): whole lines only, head and tail for code, the
+first error and the tail for logs, and a marker line where lines were cut that says how many.
+A single line longer than ``MAX_LINE_CHARS`` is the one exception: it keeps its start and says
+how many characters it lost.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from agents.roles.render import render
+
+Role = Literal["planner", "coder", "debugger"]
+CHARS_PER_TOKEN = 4
+MAX_LINE_CHARS = 2000
+DEFAULT_BUDGET_TOKENS = 24_000
+KERNEL_MIN_TOKENS = 500  # below this a neighbour's code says nothing: drop the neighbour instead
+DETAIL_SHARE = 0.25  # of a neighbour's allowance, for its status detail (the rest for its code)
+# A line that starts what a compiler, the gate or Python reports as the problem.
+ERROR_LINE = re.compile(
+    r"\berror\b|\bexception\b|traceback|\bfail(ed|ure|s)?\b|\brejected\b|undefined reference|"
+    r"^line \d+:|mismatch|not allowed|refused|(?-i:\b[A-Z]\w*(Error|Exception)\b)",
+    re.IGNORECASE | re.MULTILINE,
+)
+# Order and share of the trimmable parts, per role (the pinned parts come off the top first).
+SHARES: dict[Role, list[tuple[str, float]]] = {
+    "planner": [("original", 0.30), ("profile", 0.20), ("children", 0.25), ("top", 0.25)],
+    "coder": [("original", 0.40), ("children", 0.30), ("cousins", 0.30)],
+    "debugger": [("log", 0.45), ("original", 0.30), ("siblings", 0.25)],
+}
+
+
+class KernelSummary(BaseModel):
+    """A node of the search tree as a role sees it: plain data, no tree objects."""
+
+    node_id: str
+    code: str
+    status: str = Field(description="EvalResult status ('ok', 'build_error', ...) or 'pending'.")
+    speedup_vs_eager: float | None = None
+    detail: str = Field(default="", description="Why it failed, or its verification verdicts.")
+
+
+class Reference(BaseModel):
+    """The module being optimized, shown to every role."""
+
+    source: str = Field(description="The reference module's source (the original).")
+    class_name: str = Field(default="Model", description="The reference class in that source.")
+    device: str = Field(description="'cpu' or 'cuda'.")
+    dtype: str = Field(default="float32", description="The problem's dtype.")
+
+
+class ContextWindow(BaseModel):
+    """What one role sees at one step, already trimmed to its budget."""
+
+    role: Role
+    reference: Reference
+    selected: KernelSummary = Field(description="The code being worked on (debugger: the failure).")
+    plan: str = ""
+    profile: str = ""
+    log: str = ""
+    children: list[KernelSummary] = Field(default_factory=list)
+    top: list[KernelSummary] = Field(default_factory=list)
+    cousins: list[KernelSummary] = Field(default_factory=list)
+    siblings: list[KernelSummary] = Field(default_factory=list)
+    omitted: dict[str, int] = Field(
+        default_factory=dict, description="Per group, how many kernels did not fit the budget."
+    )
+    budget_tokens: int
+    cuts: list[str] = Field(default_factory=list, description="What was trimmed, for the record.")
+
+    def tokens(self) -> int:
+        """Estimated tokens of the window's texts (what the budget bounds)."""
+        texts = [self.reference.source, self.selected.code, self.selected.detail, self.plan]
+        texts += [self.profile, self.log]
+        for group in (self.children, self.top, self.cousins, self.siblings):
+            texts += [text for kernel in group for text in (kernel.code, kernel.detail)]
+        return sum(estimate_tokens(text) for text in texts)
+
+
+def estimate_tokens(text: str) -> int:
+    """``ceil(len(text) / 4)``: see the module docstring for why not a tokenizer."""
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+def planner_window(
+    reference: Reference,
+    selected: KernelSummary,
+    *,
+    profile: str,
+    children: list[KernelSummary],
+    top: list[KernelSummary],
+    budget_tokens: int = DEFAULT_BUDGET_TOKENS,
+) -> ContextWindow:
+    """The planner's view: ``top`` best first, as the leaderboard orders it."""
+    window = ContextWindow(
+        role="planner", reference=reference, selected=selected, profile=profile,
+        children=children, top=top, budget_tokens=budget_tokens,
+    )  # fmt: skip
+    return _fit(window)
+
+
+def coder_window(
+    reference: Reference,
+    selected: KernelSummary,
+    *,
+    plan: str,
+    children: list[KernelSummary],
+    cousins: list[KernelSummary],
+    budget_tokens: int = DEFAULT_BUDGET_TOKENS,
+) -> ContextWindow:
+    """The coder's view: ``plan`` is the planner's grounded plan as text."""
+    window = ContextWindow(
+        role="coder", reference=reference, selected=selected, plan=plan, children=children,
+        cousins=cousins, budget_tokens=budget_tokens,
+    )  # fmt: skip
+    return _fit(window)
+
+
+def debugger_window(
+    reference: Reference,
+    failed: KernelSummary,
+    *,
+    plan: str,
+    log: str,
+    siblings: list[KernelSummary],
+    budget_tokens: int = DEFAULT_BUDGET_TOKENS,
+) -> ContextWindow:
+    """The debugger's view: ``log`` holds the gate's reasons or the build/runtime output."""
+    window = ContextWindow(
+        role="debugger", reference=reference, selected=failed, plan=plan, log=log,
+        siblings=siblings, budget_tokens=budget_tokens,
+    )  # fmt: skip
+    return _fit(window)
+
+
+def _fit(window: ContextWindow) -> ContextWindow:
+    """Trim the window's parts to its budget by the role's shares (module docstring)."""
+    pinned = estimate_tokens(window.selected.code) + estimate_tokens(window.plan)
+    detail = trim_log(window.selected.detail, max(window.budget_tokens // 20, 50))
+    available = max(0, window.budget_tokens - pinned - estimate_tokens(detail))
+    cuts = [] if available else [f"the code being edited and the plan use {pinned} tokens"]
+    omitted: dict[str, int] = {}
+    updates: dict[str, object] = {"selected": window.selected.model_copy(update={"detail": detail})}
+    carry = 0
+    for part, share in SHARES[window.role]:
+        allowance = int(available * share) + carry
+        if part == "original":
+            text = trim_code(window.reference.source, allowance)
+            updates["reference"] = window.reference.model_copy(update={"source": text})
+            used, before = estimate_tokens(text), window.reference.source
+        elif part in ("profile", "log"):
+            text = trim_log(getattr(window, part), allowance)
+            updates[part] = text
+            used, before = estimate_tokens(text), getattr(window, part)
+        else:
+            kernels: list[KernelSummary] = getattr(window, part)
+            kept, used = _fit_kernels(kernels, allowance)
+            updates[part] = kept
+            if dropped := len(kernels) - len(kept):
+                omitted[part] = dropped
+                cuts.append(f"{part}: {dropped} of {len(kernels)} kernels left out")
+            text = before = ""
+        if text != before:
+            cuts.append(f"{part}: {len(before)} characters trimmed to {len(text)}")
+        carry = max(0, allowance - used)
+    return window.model_copy(update={**updates, "cuts": cuts, "omitted": omitted})
+
+
+def _fit_kernels(kernels: list[KernelSummary], allowance: int) -> tuple[list[KernelSummary], int]:
+    """As many of ``kernels`` as fit, in order, each trimmed to an equal part of ``allowance``."""
+    if not kernels:
+        return [], 0
+    each = max(allowance // len(kernels), KERNEL_MIN_TOKENS)
+    kept: list[KernelSummary] = []
+    used = 0
+    for kernel in kernels:
+        detail = trim_log(kernel.detail, int(each * DETAIL_SHARE))
+        code = trim_code(kernel.code, each - estimate_tokens(detail))
+        cost = estimate_tokens(detail) + estimate_tokens(code)
+        if used + cost > allowance:
+            break
+        kept.append(kernel.model_copy(update={"detail": detail, "code": code}))
+        used += cost
+    return kept, used
+
+
+def trim_code(text: str, max_tokens: int) -> str:
+    """``text`` within ``max_tokens``: whole lines from the head (2/3) and the tail (1/3)."""
+    if estimate_tokens(text) <= max_tokens:
+        return text
+    lines = _short_lines(text.splitlines(), max_tokens)
+    budget = max_tokens * CHARS_PER_TOKEN - _marker_reserve()
+    head = _take(lines, range(len(lines)), budget * 2 // 3)
+    tail = _take(lines, range(len(lines) - 1, -1, -1), budget - _cost(lines, head), head)
+    return _join(lines, head | tail)
+
+
+def trim_log(text: str, max_tokens: int) -> str:
+    """``text`` within ``max_tokens``: the first error and what follows it, then the tail.
+
+    The first error is where a build log or a traceback says what went wrong first (later
+    errors often follow from it); the tail is where the final verdict is.
+    """
+    if estimate_tokens(text) <= max_tokens:
+        return text
+    lines = _short_lines(text.splitlines(), max_tokens)
+    budget = max_tokens * CHARS_PER_TOKEN - 2 * _marker_reserve()
+    first = next((i for i, line in enumerate(lines) if ERROR_LINE.search(line)), None)
+    kept: set[int] = set()
+    if first is not None:
+        start = max(0, first - 2)
+        kept = _take(lines, range(start, len(lines)), int(budget * 0.4))
+    kept |= _take(lines, range(len(lines) - 1, -1, -1), budget - _cost(lines, kept), kept)
+    return _join(lines, kept)
+
+
+def _take(lines: list[str], order: range, budget: int, taken: set[int] | None = None) -> set[int]:
+    """Indices of lines taken in ``order`` until ``budget`` characters are spent."""
+    taken = taken or set()
+    chosen: set[int] = set()
+    spent = 0
+    for index in order:
+        if index in taken:
+            break
+        spent += len(lines[index]) + 1
+        if spent > budget:
+            break
+        chosen.add(index)
+    return chosen
+
+
+def _cost(lines: list[str], kept: set[int]) -> int:
+    return sum(len(lines[index]) + 1 for index in kept)
+
+
+def _join(lines: list[str], kept: set[int]) -> str:
+    """The kept lines in order, with a marker line for every run of lines cut."""
+    out: list[str] = []
+    gap: list[str] = []
+    for index, line in enumerate(lines):
+        if index in kept:
+            if gap:
+                out.append(_marker(gap))
+                gap = []
+            out.append(line)
+        else:
+            gap.append(line)
+    if gap:
+        out.append(_marker(gap))
+    return "\n".join(out)
+
+
+def _marker(cut: list[str]) -> str:
+    chars = sum(len(line) + 1 for line in cut)
+    return render("cut_lines", {"lines": str(len(cut)), "chars": str(chars)}).strip()
+
+
+def _marker_reserve() -> int:
+    return len(_marker(["x" * 9_999_999] * 999_999)) + 1
+
+
+def _short_lines(lines: list[str], max_tokens: int) -> list[str]:
+    """Lines over ``MAX_LINE_CHARS`` (or half the budget) keep their start and say what went."""
+    limit = max(80, min(MAX_LINE_CHARS, max_tokens * CHARS_PER_TOKEN // 2))
+    return [
+        line
+        if len(line) <= limit
+        else line[:limit] + " " + render("cut_line", {"chars": str(len(line) - limit)}).strip()
+        for line in lines
+    ]

@@ -1,0 +1,53 @@
+"""The coder: turns a grounded plan into a full candidate module.
+
+It samples at the coder's temperature (about 0.1: a faithful implementation, not new ideas)
+and writes the whole file, not a diff, so that what the harness evaluates is exactly what the
+model wrote. It sees the selected kernel's children and cousins: how earlier attempts near
+this one fared.
+"""
+
+from __future__ import annotations
+
+from agents.context import ContextWindow
+from agents.llm.client import LLMClient, LLMConfig
+from agents.roles.parse import parse_candidate
+from agents.roles.prompting import (
+    ask,
+    kernel_values,
+    kernels_text,
+    require_role,
+    system_message,
+    user_message,
+)
+from agents.roles.records import Draft, RoleFailure
+
+
+def code(
+    client: LLMClient,
+    window: ContextWindow,
+    config: LLMConfig,
+    *,
+    feedback: RoleFailure | None = None,
+) -> Draft | RoleFailure:
+    """A candidate implementing ``window.plan`` on ``window.selected``, or why there is none.
+
+    ``feedback``: the failure of this role's previous reply at this step, shown to the model.
+    """
+    require_role(window, "coder")
+    values = {
+        "reference_class": window.reference.class_name,
+        "original": window.reference.source.strip("\n"),
+        **kernel_values("selected", window.selected),
+        "plan": window.plan.strip(),
+        "children": kernels_text(window, "children"),
+        "cousins": kernels_text(window, "cousins"),
+    }
+    messages = [system_message(window.reference), user_message("coder", values, feedback)]
+    reply = ask(client, "coder", messages, config)
+    if isinstance(reply, RoleFailure):
+        return reply
+    parsed = parse_candidate(reply, "coder")
+    if isinstance(parsed, RoleFailure):
+        return parsed
+    source, note = parsed
+    return Draft(source=source, reply=reply, note=note)

@@ -1,0 +1,56 @@
+"""The planner: reads the selected kernel and its feedback, writes a grounded plan.
+
+It samples at the planner's temperature (about 0.8: diverse ideas across steps) and marks the
+exact code to change, so the coder works from the kernel's own lines rather than from a
+paraphrase. A span that is not in the selected kernel makes the whole plan a failure: a plan
+half grounded would have the coder guess where the rest goes.
+"""
+
+from __future__ import annotations
+
+from agents.context import ContextWindow
+from agents.llm.client import LLMClient, LLMConfig
+from agents.roles.parse import BEGINS, ENDS, parse_plan
+from agents.roles.prompting import (
+    ask,
+    kernel_values,
+    kernels_text,
+    require_role,
+    system_message,
+    user_message,
+)
+from agents.roles.records import Plan, RoleFailure
+
+
+def plan(
+    client: LLMClient,
+    window: ContextWindow,
+    config: LLMConfig,
+    *,
+    feedback: RoleFailure | None = None,
+) -> Plan | RoleFailure:
+    """A grounded plan for ``window.selected``, or the recorded reason there is none.
+
+    ``feedback``: the failure of this role's previous reply at this step, shown to the model.
+    """
+    require_role(window, "planner")
+    values = {
+        "reference_class": window.reference.class_name,
+        "original": window.reference.source.strip("\n"),
+        **kernel_values("selected", window.selected),
+        "profile": window.profile.strip() or "-",
+        "children": kernels_text(window, "children"),
+        "top": kernels_text(window, "top"),
+        "device": window.reference.device,
+        "begins": BEGINS,
+        "ends": ENDS,
+    }
+    messages = [system_message(window.reference), user_message("planner", values, feedback)]
+    reply = ask(client, "planner", messages, config)
+    if isinstance(reply, RoleFailure):
+        return reply
+    parsed = parse_plan(reply, window.selected.code)
+    if isinstance(parsed, RoleFailure):
+        return parsed
+    spans, summary = parsed
+    return Plan(spans=spans, summary=summary, reply=reply)

@@ -1,0 +1,105 @@
+"""What the three roles share: the system message, kernel listings, the call to the model.
+
+The system message carries the candidate contract (generated from the gate's tables) and a
+complete example candidate for the device, read from ``examples/`` when the prompt is made, so
+the example the model sees is the file that is compiled and tested.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agents.context import ContextWindow, KernelSummary, Reference
+from agents.contract import candidate_contract
+from agents.llm.client import LLMCallFailed, LLMClient, LLMConfig, Message, Reply, Role
+from agents.roles.parse import failure
+from agents.roles.records import RoleFailure
+from agents.roles.render import render
+
+EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLE_REFERENCE = EXAMPLES_DIR / "fused_gelu_block.py"
+
+
+def example_candidate(device: str) -> Path:
+    """The example candidate shown for ``device`` (it passes the harness there)."""
+    return EXAMPLES_DIR / "candidates" / f"fused_gelu_block_{device}.py"
+
+
+def system_message(reference: Reference) -> Message:
+    """The contract and the example: the same for every role of a run."""
+    example = example_candidate(reference.device)
+    values = {
+        "device": reference.device,
+        "contract": candidate_contract(reference.device, reference.dtype).strip(),
+        "example_reference": EXAMPLE_REFERENCE.read_text().strip(),
+        "example_name": example.name,
+        "example_candidate": example.read_text().strip(),
+    }
+    return Message(role="system", content=render("system", values).strip())
+
+
+def user_message(template: str, values: dict[str, str], feedback: RoleFailure | None) -> Message:
+    """The role's request; a failure of its previous reply is appended for it to act on."""
+    content = render(template, values).strip()
+    if feedback is not None:
+        content += "\n\n" + render("retry", {"detail": feedback.detail}).strip()
+    return Message(role="user", content=content)
+
+
+def kernel_values(prefix: str, kernel: KernelSummary) -> dict[str, str]:
+    """Template values ``<prefix>_id``, ``_status``, ``_speedup``, ``_detail``, ``_code``."""
+    return {
+        f"{prefix}_id": kernel.node_id,
+        f"{prefix}_status": kernel.status,
+        f"{prefix}_speedup": speedup_text(kernel.speedup_vs_eager),
+        f"{prefix}_detail": kernel.detail.strip() or "-",
+        f"{prefix}_code": kernel.code.strip("\n"),
+    }
+
+
+def kernels_text(window: ContextWindow, group: str) -> str:
+    """One of the window's kernel groups, listed; says how many did not fit the budget."""
+    kernels: list[KernelSummary] = getattr(window, group)
+    parts = [
+        render(
+            "kernel",
+            {
+                "node_id": kernel.node_id,
+                "status": kernel.status,
+                "speedup": speedup_text(kernel.speedup_vs_eager),
+                "detail": kernel.detail.strip() or "-",
+                "code": kernel.code.strip("\n"),
+            },
+        ).strip()
+        for kernel in kernels
+    ]
+    if window.omitted.get(group):
+        parts.append(render("kernels_omitted", {"count": str(window.omitted[group])}).strip())
+    return "\n\n".join(parts) or render("kernels_none", {}).strip()
+
+
+def speedup_text(speedup: float | None) -> str:
+    return "n/a" if speedup is None else f"{speedup:.2f}x"
+
+
+def ask(
+    client: LLMClient, role: Role, messages: list[Message], config: LLMConfig
+) -> Reply | RoleFailure:
+    """One call at the role's temperature; a call that failed after retries is a failure.
+
+    ``LLMFatalError`` is not caught: nothing later in the run could succeed.
+    """
+    try:
+        return client.complete(
+            messages,
+            temperature=config.temperature_for(role),
+            max_tokens=config.max_output_tokens,
+        )
+    except LLMCallFailed as err:
+        return failure(role, "llm_call_failed", None, error=str(err))
+
+
+def require_role(window: ContextWindow, role: Role) -> None:
+    """A window built for another role is our own bug: it lacks what this role needs."""
+    if window.role != role:
+        raise ValueError(f"the {role} was given a context window built for the {window.role}")
