@@ -43,12 +43,18 @@ def perturb_parameters(module: torch.nn.Module, seed: int) -> None:
     Kernels that skip work which is an identity only at initialization (zero bias, unit norm
     weight) or that regenerate weights from a seed are caught on perturbed parameters.
     """
-    generator = torch.Generator().manual_seed(seed)
+    generators: dict[torch.device, torch.Generator] = {}
     with torch.no_grad():
         for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
             if not tensor.is_floating_point():
                 continue
-            noise = torch.randn(tensor.shape, generator=generator).to(tensor)
+            # Drawn where the tensor lives: a GB-sized weight's noise drawn on the host took
+            # seconds per seed (and the same draw again in every candidate worker).
+            if tensor.device not in generators:
+                generators[tensor.device] = torch.Generator(tensor.device).manual_seed(seed)
+            noise = torch.randn(
+                tensor.shape, generator=generators[tensor.device], device=tensor.device
+            ).to(tensor)
             if name.endswith("running_var"):
                 tensor.mul_(1 + 0.5 * noise.tanh())
             else:
@@ -118,15 +124,19 @@ def resized_inputs(inputs: list, variant: int, seed: int) -> list | None:
     if new in (0, old):
         return None
     resized = []
+    picker: torch.Generator | None = None
     for value in inputs:
         if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[axis] == old:
             shape = list(value.shape)
             shape[axis] = new
             flat = value.flatten()
-            picks = torch.randint(
-                flat.numel(), (int(torch.Size(shape).numel()),), generator=generator
-            )
-            value = flat[picks.to(flat.device)].reshape(shape).contiguous()
+            # The picks are drawn on the tensor's device: for 10^9 elements a host draw
+            # and its copy took seconds per case.
+            if picker is None:
+                picker = torch.Generator(flat.device).manual_seed(seed)
+            count = int(torch.Size(shape).numel())
+            picks = torch.randint(flat.numel(), (count,), generator=picker, device=flat.device)
+            value = flat[picks].reshape(shape).contiguous()
         resized.append(value)
     return resized
 
