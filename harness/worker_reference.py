@@ -80,6 +80,7 @@ class ReferenceRun:
         self.phase = Phases(self.problem.device)
         self.on_cuda = self.problem.device == "cuda"
         self.first_outputs: list[torch.Tensor] | None = None
+        self.io_bytes = 0
         with self.phase("construct"):
             self.base = build_reference(self.problem, job.seeds[0])
 
@@ -134,6 +135,7 @@ class ReferenceRun:
                 audit.add(inputs, outputs)
         if spec.kind == "seed" and spec.reference_case == 0:
             self.first_outputs = outputs  # for the determinism run
+            self.io_bytes = sum(_bytes(x) for x in [*inputs, *outputs])
         with self.phase("store"):
             spec.input_digest = input_digest(inputs)
             spec.output_meta = [
@@ -173,6 +175,9 @@ class ReferenceRun:
                     fix="draw every random value with torch (torch.randn, torch.rand, ...): "
                     "not with Python's random or numpy's, which torch.manual_seed does not seed",
                 )
+            # Another random state than the first run's (which followed the seeded draw of
+            # its inputs): a forward that draws random numbers (dropout left on) shows.
+            torch.manual_seed(spec.seed ^ 0x5EED)
             again: list = []
             ops = profile_forward(
                 lambda *xs: again.extend(as_outputs(self.forward(self.base, xs, spec.name), "")),
@@ -271,7 +276,31 @@ def _report(
         cuda_kernels=ops.cuda_kernels,
         phase_seconds=run.phase.seconds,
         peak_device_bytes=torch.cuda.max_memory_allocated() if device == "cuda" else None,
+        io_bytes=run.io_bytes,
+        copy_bandwidth_gbs=copy_bandwidth_gbs(device),
     )
+
+
+def _bytes(value) -> int:
+    return value.numel() * value.element_size() if isinstance(value, torch.Tensor) else 0
+
+
+def copy_bandwidth_gbs(device: str) -> float:
+    """The device's copy bandwidth (read + write) over a copy too large for its caches: the
+    ceiling a memory-bound kernel is measured against in the planner's feedback."""
+    count = (1 << 26) if device == "cuda" else (1 << 24)  # 256 MiB / 64 MiB of float32
+    source = torch.empty(count, device=device)
+    target = torch.empty_like(source)
+    times = []
+    for _ in range(5):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        target.copy_(source)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - started)
+    return 2 * source.numel() * source.element_size() / min(times) / 1e9
 
 
 def _renumber(extra: list[CaseSpec], first: int, job_dir: Path) -> None:
