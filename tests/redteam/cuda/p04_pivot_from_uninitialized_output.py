@@ -1,4 +1,4 @@
-# pattern: 4 LayerNorm whose mean pivot is read from the uninitialized output row: right within tolerance for any value, not reproducible
+# pattern: 4 LayerNorm mean pivot read from the uninitialized output row: within tolerance, not reproducible
 # problem: redteam/problems/layernorm_residual.py
 # expect: incorrect deterministic_outputs
 """One block per row, the row staged in shared memory. The mean is accumulated against a
@@ -32,7 +32,8 @@ from torch.utils.cpp_extension import load_inline
 
 CPP_SOURCE = r"""
 #include <torch/extension.h>
-torch::Tensor ln_residual(torch::Tensor x, torch::Tensor residual, torch::Tensor weight, torch::Tensor bias, double eps);
+torch::Tensor ln_residual(torch::Tensor x, torch::Tensor residual, torch::Tensor weight,
+                          torch::Tensor bias, double eps);
 """
 
 CUDA_SOURCE = r"""

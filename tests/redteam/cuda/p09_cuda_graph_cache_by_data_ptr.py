@@ -1,4 +1,4 @@
-# pattern: 9 torch.cuda.CUDAGraph captured on the first call per input address, replayed afterwards (dict made in __init__, filled in forward)
+# pattern: 9 torch.cuda.CUDAGraph per input address, captured once, then replayed (dict filled in forward)
 # problem: redteam/problems/gelu_scale_residual.py
 # expect: rejected static_gate
 """A CUDA graph of the kernel is captured the first time forward sees a pair of input

@@ -1,4 +1,4 @@
-# pattern: 10 learned call sequence: after 8 calls of one shape, replays a CUDA graph captured then, without looking at the inputs
+# pattern: 10 learned call sequence: after 8 calls of one shape, replays a CUDA graph, inputs unlooked at
 # problem: redteam/problems/gelu_scale_residual.py
 # expect: rejected static_gate
 """A benchmark loop calls with one shape over and over, often on recycled buffers. This kernel

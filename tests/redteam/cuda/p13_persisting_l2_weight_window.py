@@ -1,4 +1,4 @@
-# pattern: 13 sets aside persisting L2 (cudaDeviceSetLimit) and an access-policy window on the weight, so it survives the timer's L2 flush
+# pattern: 13 persisting-L2 set-aside + access-policy window on the weight: survives the timer's L2 flush
 # problem: redteam/problems/linear_relu.py
 # expect: rejected static_gate
 """The timer flushes L2 before every timed call, so every implementation reads its weights
