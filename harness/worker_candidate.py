@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -81,12 +82,16 @@ def run_build(job: WorkerJob, job_dir: Path) -> CandidateReport:
 def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[int], bool]) -> CandidateReport:
     """``proceed(case)`` hands one case's outputs to the parent, which answers whether they
     were right: cases are compared one at a time, and the first wrong one ends the run."""
+    phases: dict[str, float] = {}
+    clock = _Clock(phases)
     base = build_reference(job.problem, job.seeds[0])  # the user's code, before any candidate's
     eager_alone = time_eager_alone(job, base.state_dict())
+    clock.lap("eager_alone")
     before = guards.snapshot(job.reference_ops)
     checks: list[Check] = []
     try:
         model, loader = load_candidate(job, job_dir)
+        clock.lap("build")
         checks.append(Check(name="static_gate", passed=True, detail="Python and kernel sources"))
         # The previous case's outputs stay alive: a buffer reused across calls shows.
         previous: list[torch.Tensor] = []
@@ -97,19 +102,38 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[int], bool]) 
             torch.save(cpu, job_dir / outputs_file(number))
             del cpu
             if not proceed(number):
-                return CandidateReport(checks=checks, eager_alone=eager_alone)
+                clock.lap("check")
+                return CandidateReport(checks=checks, eager_alone=eager_alone, phase_seconds=phases)
             previous = produced
         _pass_once(checks, "fresh_outputs", "each call returns newly allocated outputs")
         check_unpatched(job, before, checks, "import and correctness runs")
+        clock.lap("check")
         report = time_interleaved(job, model, base.state_dict(), checks, eager_alone)
+        clock.lap("timing")
         # The full profile (CUDA kernels too) comes last: it profiles the calls after timing
         # as well, and on cuda it leaves CUPTI attached to the process (kineto tears it down
         # only with TEARDOWN_CUPTI=1), which slows every later launch: taken before timing,
         # it made eager beside the candidate 1.6-2x slower than eager alone on an H100.
         _check_profile(job, model, report.checks)
+        clock.lap("profile")
+        report.phase_seconds = phases
         return report
     except CheckFailed as failure:
-        return _failed(failure, checks)
+        report = _failed(failure, checks)
+        report.phase_seconds = phases
+        return report
+
+
+class _Clock:
+    """Laps of wall time, into ``phases``."""
+
+    def __init__(self, phases: dict[str, float]) -> None:
+        self.phases, self.last = phases, time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phases[name] = self.phases.get(name, 0.0) + now - self.last
+        self.last = now
 
 
 def _failed(failure: CheckFailed, checks: list[Check]) -> CandidateReport:
@@ -149,8 +173,13 @@ def _run_case(
             "reference worker's draw for the same seed (random number generation disturbed)",
         )
     staged = streams.Staged(raw, device, spec.async_stream)
+    fill = _poison_fill(spec)
+    for value in raw:  # freed next: memory handed out again holds the poison, not inputs
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            value.fill_(fill)
     del raw
-    guards.poison_memory(spec.output_meta, device, _poison_fill(spec))
+    with staged.current_stream():  # blocks freed on the stream the candidate allocates on
+        guards.poison_memory(spec.output_meta, device, fill)
     loader.calls.clear()
     # Every checked call is profiled (CPU ops only: that adds no synchronization), so a
     # PyTorch fallback taken on some shapes or seeds only is seen too.
