@@ -1,14 +1,18 @@
-"""One target from proposal to verdict: propose candidates, evaluate them, keep the best.
-
-Today the only proposer is the offline one (no LLM). The LLM tree search plugs in here as
-another source of candidates, evaluated by the same ``Evaluator``.
+"""One target from proposal to verdict: the offline proposer's kernel first, then (with an
+LLM) the team's tree search; the best verified kernel and the trajectory that found it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 from pydantic import BaseModel
 
+from agents.loop import SearchConfig, evaluate_children, new_trajectory, pending, search
 from agents.offline import propose
+from agents.team import Team
+from agents.trajectory import Trajectory
 from harness.evaluate import Evaluator
 from harness.records import Candidate, EvalResult, Problem
 
@@ -20,16 +24,57 @@ class Attempt(BaseModel):
     candidate: Candidate | None = None
     result: EvalResult | None = None
     reason: str = ""
+    trajectory: Trajectory | None = None
+    trajectory_file: Path | None = None
 
 
-def optimize_problem(problem: Problem, evaluator: Evaluator) -> Attempt:
+def optimize_problem(
+    problem: Problem,
+    evaluator: Evaluator,
+    team: Team | None = None,
+    config: SearchConfig | None = None,
+    out_dir: Path | None = None,
+    resume: Trajectory | None = None,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> Attempt:
+    """The offline proposer alone when ``team`` is None; the LLM search otherwise."""
+    config = config or SearchConfig()
+    say = progress or evaluator.progress
     evaluator.reference(problem)  # audit first: a weak spec stops here, before any build
-    evaluator.progress(f"{problem.name}: proposing fused kernels (offline proposer)")
-    proposal = propose(problem)
-    if proposal.candidate is None:
-        return Attempt(problem=problem, reason=proposal.reason)
-    evaluator.prebuild(problem, [proposal.candidate])
-    result = evaluator.evaluate(problem, proposal.candidate)
-    return Attempt(
-        problem=problem, candidate=proposal.candidate, result=result, reason=proposal.reason
-    )
+    trajectory = resume
+    if trajectory is None:
+        say(f"{problem.name}: proposing fused kernels (offline proposer)")
+        proposal = propose(problem)
+        llm = "offline" if team is None else team.llm.model
+        first = proposal.candidate if config.seed_offline or team is None else None
+        trajectory = new_trajectory(problem, llm, config, seed, first)
+        if proposal.candidate is None and team is None:
+            return Attempt(problem=problem, reason=proposal.reason)
+    path = (out_dir or evaluator.work_dir) / f"trajectory-{problem.name}.json"
+    if team is None:
+        evaluate_children(problem, evaluator, trajectory.tree, pending(trajectory.tree))
+        trajectory.stopped = "offline proposer: one candidate"
+        trajectory.save(path)
+    else:
+        say(f"{problem.name}: tree search with {team.llm.model} ({config.strategy})")
+        search(problem, evaluator, team, trajectory, path, config, say)
+    return best_attempt(problem, trajectory, path)
+
+
+def best_attempt(problem: Problem, trajectory: Trajectory, path: Path) -> Attempt:
+    """The fastest verified node; without one, the last verdict and why nothing passed."""
+    tree = trajectory.tree
+    best = tree.best()
+    evaluated = [node for node in tree.nodes.values() if node.result is not None]
+    shown = best or (evaluated[-1] if evaluated else None)
+    attempt = Attempt(problem=problem, trajectory=trajectory, trajectory_file=path)
+    if shown is None or shown.result is None:
+        failures = [node.failure for node in tree.nodes.values() if node.failure]
+        attempt.reason = "no candidate: " + (failures[-1] if failures else "none proposed")
+        return attempt
+    attempt.candidate = Candidate(source=shown.source, origin=shown.kind, note=shown.plan[:500])
+    attempt.result = shown.result
+    if best is None:
+        attempt.reason = f"none of {len(evaluated)} evaluated candidates was verified"
+    return attempt

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from agents.trajectory import Trajectory
 from bot.render import render_terminal, write_report
 from bot.report import Report, TargetReport
 from bot.run import RunOptions, project_eval_config, resolve_targets, run_targets
@@ -16,7 +17,7 @@ from harness.devices import check_toolchain, resolve_device
 from harness.errors import UserError
 from harness.evaluate import Evaluator
 from harness.problem import problem_from_target
-from harness.records import Candidate
+from harness.records import Candidate, Problem
 
 DEVICE = click.option(
     "--device",
@@ -59,6 +60,53 @@ BUDGET = click.option(
 )
 
 
+LLM_OPTIONS = [
+    click.option(
+        "--llm",
+        type=click.Choice(["auto", "offline", "openai", "scripted"]),
+        default="auto",
+        show_default=True,
+        help="Who proposes kernels: auto uses the LLM team when an endpoint is configured "
+        "(OPENAI_API_KEY or OPENAI_BASE_URL, or [tool.kernelpilot.llm]), else the offline "
+        "proposer; scripted replays --script.",
+    ),
+    click.option("--model", default=None, help="LLM model name [default: llm.model, gpt-4.1]."),
+    click.option(
+        "--script",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        help="Replies for --llm scripted (a JSON list; see agents/llm/scripted.py).",
+    ),
+    click.option(
+        "--budget",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Candidates to try per target [default: search.attempts, 30].",
+    ),
+    click.option(
+        "--max-cost",
+        type=float,
+        default=None,
+        help="Stop a target's search at this LLM cost (USD).",
+    ),
+    click.option(
+        "--max-time", type=float, default=None, help="Stop a target's search after these seconds."
+    ),
+    click.option(
+        "--resume",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        help="Continue the search saved in a trajectory-*.json (its target, seeds and tree).",
+    ),
+]
+
+
+def llm_options(command):
+    for option in reversed(LLM_OPTIONS):
+        command = option(command)
+    return command
+
+
 def _progress(message: str) -> None:
     click.echo(f"[{time.strftime('%H:%M:%S')}] {message}", err=True)
 
@@ -88,9 +136,24 @@ def main() -> None:
 @SEED
 @NO_COMPILE
 @BUDGET
+@llm_options
 @VERBOSE
 def optimize(
-    targets, device, dtype, out_dir, seed, no_compile_baseline, time_budget, verbose
+    targets,
+    device,
+    dtype,
+    out_dir,
+    seed,
+    no_compile_baseline,
+    time_budget,
+    llm,
+    model,
+    script,
+    budget,
+    max_cost,
+    max_time,
+    resume,
+    verbose,
 ) -> None:
     """Write, verify and time kernels for TARGETS.
 
@@ -102,8 +165,16 @@ def optimize(
 
     def action() -> None:
         options = _options(device, dtype, out_dir, seed, no_compile_baseline, time_budget)
+        options = options.model_copy(
+            update={"llm": llm, "model": model, "script": script, "attempts": budget,
+                    "max_cost_usd": max_cost, "max_seconds": max_time, "resume": resume}
+        )  # fmt: skip
         check_toolchain(options.device)
-        resolved = resolve_targets(list(targets), options)
+        resolved: list[Problem | TargetReport]
+        if resume is not None and not targets:  # the trajectory names its target
+            resolved = [Trajectory.load(resume).problem]
+        else:
+            resolved = resolve_targets(list(targets), options)
         unresolved = [target for target in resolved if isinstance(target, TargetReport)]
         if unresolved and len(unresolved) == len(resolved):  # nothing can run: bad input
             for row in unresolved:

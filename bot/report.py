@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, Field
 
+from agents.trajectory import Trajectory
 from harness.accept import honest_baseline
 from harness.records import Check, EvalResult, Verdict
 
@@ -48,6 +51,25 @@ class TargetReport(BaseModel):
     candidate_file: str | None = None
     checks: list[Check] = Field(default_factory=list)
     log: str = ""
+    proposer: str = Field(default="offline", description="'offline', or the LLM's model name.")
+    attempts: int = Field(default=0, description="Candidates proposed for this target.")
+    tokens: int = Field(default=0, description="LLM tokens spent on this target.")
+    cost_usd: float | None = Field(default=None, description="LLM cost, when priced.")
+    trajectory_file: str | None = Field(default=None, description="The search's trajectory.")
+
+    def add_search(self, trajectory: Trajectory, path: Path | None) -> None:
+        """What the search spent and where its trajectory is."""
+        budget = trajectory.budget
+        self.proposer = trajectory.llm
+        self.attempts = budget.spent_attempts
+        self.tokens = budget.spent_tokens
+        priced = any(
+            call.cost_usd is not None
+            for node in trajectory.tree.nodes.values()
+            for call in node.calls
+        )
+        self.cost_usd = budget.spent_cost_usd if priced else None
+        self.trajectory_file = str(path) if path else None
 
     @classmethod
     def failed(cls, target: str, device: str, status: str, reason: str) -> TargetReport:

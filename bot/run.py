@@ -8,11 +8,15 @@ so what was measured survives whatever comes later.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from agents.llm.client import LLMConfig
+from agents.loop import SearchConfig
+from agents.trajectory import Trajectory
 from bot.render import write_report
 from bot.report import Report, TargetReport
 from harness.config import EvalConfig, find_pyproject, load_project_config
@@ -35,6 +39,13 @@ class RunOptions(BaseModel):
     time_budget_s: float | None = Field(
         default=None, description="Override eval.time_budget_s (None: the project's)."
     )
+    llm: str = Field(default="auto", description="auto, offline, openai or scripted.")
+    model: str | None = Field(default=None, description="Override llm.model.")
+    script: Path | None = Field(default=None, description="Replies for the scripted model.")
+    attempts: int | None = Field(default=None, description="Override search.attempts.")
+    max_cost_usd: float | None = Field(default=None, description="Override search.max_cost_usd.")
+    max_seconds: float | None = Field(default=None, description="Override search.max_seconds.")
+    resume: Path | None = Field(default=None, description="A trajectory to continue.")
 
 
 Progress = Callable[[str], None]
@@ -78,34 +89,76 @@ def run_targets(
     targets: list[Problem | TargetReport], options: RunOptions, progress: Progress
 ) -> Report:
     """Optimize every resolved target; rows for the others. Writes the report as it goes."""
-    evaluator = Evaluator(project_eval_config(options), options.seed, progress=progress)
+    from bot.team import choose_llm, llm_config, project, search_config
+
+    resume = Trajectory.load(options.resume) if options.resume else None
+    seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**31)
+    if resume is not None:
+        seed = resume.seed
+    provider = choose_llm(options.llm, project()[0].llm)
+    llm = None if provider == "offline" else llm_config(provider, _llm_overrides(options))
+    progress(f"proposer: {'offline (no LLM)' if llm is None else f'LLM team, {llm.model}'}")
+    search = search_config(
+        {"attempts": options.attempts, "max_cost_usd": options.max_cost_usd,
+         "max_seconds": options.max_seconds}
+    )  # fmt: skip
+    evaluator = Evaluator(project_eval_config(options), seed, progress=progress)
     report = Report()
     for number, target in enumerate(targets, 1):
         if isinstance(target, TargetReport):
             report.targets.append(target)
         else:
             progress(f"target {number}/{len(targets)}: {target.name} on {target.device}")
-            report.targets.append(optimize_target(target, evaluator, options.out_dir, progress))
+            run = TargetRun(
+                llm=llm, search=search, seed=seed, resume=resume, out_dir=options.out_dir
+            )
+            report.targets.append(optimize_target(target, evaluator, run, progress))
         write_report(report, options.out_dir)  # after every target: nothing measured is lost
     return report
 
 
+def _llm_overrides(options: RunOptions) -> dict:
+    return {"model": options.model, "script": options.script}
+
+
+class TargetRun(BaseModel):
+    """How one target is searched: the LLM (None: offline only), budgets, seeds."""
+
+    model_config = {"arbitrary_types_allowed": True}
+
+    llm: LLMConfig | None
+    search: SearchConfig
+    seed: int
+    resume: Trajectory | None = None
+    out_dir: Path
+
+
 def optimize_target(
-    problem: Problem, evaluator: Evaluator, out_dir: Path, progress: Progress
+    problem: Problem, evaluator: Evaluator, run: TargetRun, progress: Progress
 ) -> TargetReport:
     """One target's row: its best verified kernel, or why there is none."""
     from agents.optimize import optimize_problem
+    from bot.team import make_team
 
+    resume = run.resume if run.resume and run.resume.target == problem.name else None
     try:
-        attempt = optimize_problem(problem, evaluator)
+        team = make_team(run.llm, problem) if run.llm else None
+        attempt = optimize_problem(
+            problem, evaluator, team, run.search, run.out_dir, resume, run.seed, progress
+        )
     except WeakSpecError as err:
         return TargetReport.failed(problem.name, problem.device, "weak_spec", err.render())
     except UserError as err:  # this target's fault: report it, go on with the others
         progress(err.render())
         return TargetReport.failed(problem.name, problem.device, "error", err.render())
     if attempt.result is None or attempt.candidate is None:
-        return TargetReport.failed(problem.name, problem.device, "no_candidate", attempt.reason)
-    kernel_file = out_dir / f"{problem.name}_kernel.py"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    kernel_file.write_text(attempt.candidate.source)
-    return TargetReport.from_result(problem.name, attempt.result, str(kernel_file))
+        row = TargetReport.failed(problem.name, problem.device, "no_candidate", attempt.reason)
+    else:
+        kernel_file = run.out_dir / f"{problem.name}_kernel.py"
+        run.out_dir.mkdir(parents=True, exist_ok=True)
+        kernel_file.write_text(attempt.candidate.source)
+        row = TargetReport.from_result(problem.name, attempt.result, str(kernel_file))
+        row.reason = row.reason or attempt.reason
+    if attempt.trajectory is not None:
+        row.add_search(attempt.trajectory, attempt.trajectory_file)
+    return row

@@ -104,6 +104,15 @@ class ProjectConfig(BaseModel):
     dtype: str = Field(default="float32", description="float32, float16 or bfloat16.")
     targets: list[TargetConfig] = Field(default_factory=list, description="Modules to optimize.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Verification and timing.")
+    llm: dict = Field(
+        default_factory=dict,
+        description="[tool.kernelpilot.llm]: the LLM team's endpoint, model, temperatures and "
+        "prices (checked by agents.llm.LLMConfig; the harness does not read it).",
+    )
+    search: dict = Field(
+        default_factory=dict,
+        description="[tool.kernelpilot.search]: strategy, budgets (checked by agents.loop).",
+    )
 
 
 def find_pyproject(start: Path) -> Path | None:

@@ -246,6 +246,9 @@ class Evaluator:
             compile_baseline_error=report.compile_baseline_error,
             input_mode="strengthened" if data.report.strengthened else "as_given",
             seeds=data.seeds,
+            phase_seconds=report.phase_seconds,
+            io_bytes=data.report.io_bytes,
+            copy_bandwidth_gbs=data.report.copy_bandwidth_gbs,
         )
         if result.status is Status.ok:
             self._judge_timing(result)

@@ -76,6 +76,10 @@ class ReferenceReport(BaseModel):
     peak_device_bytes: int | None = Field(
         default=None, description="Peak device memory the reference worker allocated (cuda)."
     )
+    io_bytes: int = Field(default=0, description="Bytes of the first case's inputs and outputs.")
+    copy_bandwidth_gbs: float | None = Field(
+        default=None, description="The device's measured copy bandwidth (a large copy), GB/s."
+    )
     aten_ops: list[str] = Field(default_factory=list)
     cuda_kernels: list[str] = Field(default_factory=list)
     network_isolated: bool = False
@@ -101,6 +105,10 @@ class CandidateReport(BaseModel):
     network_isolated: bool = False
     device_name: str = ""
     torch_version: str = ""
+    phase_seconds: dict[str, float] = Field(
+        default_factory=dict,
+        description="Wall time in the worker: eager_alone, build, check, timing, profile.",
+    )
 
 
 class CheckFailed(Exception):

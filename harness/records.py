@@ -132,6 +132,14 @@ class EvalResult(BaseModel):
     seeds: list[int] = Field(
         default_factory=list, description="The correctness seeds it was judged on."
     )
+    io_bytes: int = Field(default=0, description="Bytes of one call's inputs and outputs.")
+    phase_seconds: dict[str, float] = Field(
+        default_factory=dict,
+        description="Where its evaluation's wall time went: build, check, timing, ...",
+    )
+    copy_bandwidth_gbs: float | None = Field(
+        default=None, description="The device's measured copy bandwidth, GB/s (a ceiling)."
+    )
 
     @property
     def speedup_vs_eager(self) -> float | None:

@@ -89,8 +89,9 @@ class LLMCallFailed(Exception):
         self.fix = fix
         self.attempts = attempts
         self.seconds = seconds
-        parts = [what] + [f"{label}: {text}" for label, text in (("where", where), ("fix", fix))
-                          if text]
+        parts = [what] + [
+            f"{label}: {text}" for label, text in (("where", where), ("fix", fix)) if text
+        ]
         super().__init__("; ".join(parts))
 
 
@@ -184,7 +185,8 @@ class LLMConfig(BaseModel):
         "list a local model at 0 to show it free.",
     )
     script: Path | None = Field(
-        default=None, description="Reply script for the 'scripted' provider (agents/llm/scripted.py)."
+        default=None,
+        description="Reply script for the 'scripted' provider (agents/llm/scripted.py).",
     )
 
     @model_validator(mode="after")
@@ -209,5 +211,6 @@ class LLMConfig(BaseModel):
         price = self.price_for(model)
         if price is None:
             return None
-        return (prompt_tokens * price.input_per_million
-                + completion_tokens * price.output_per_million) / 1e6
+        return (
+            prompt_tokens * price.input_per_million + completion_tokens * price.output_per_million
+        ) / 1e6

@@ -13,8 +13,15 @@ from agents.llm.client import LLMCallFailed, LLMConfig, LLMFatalError
 
 TOKEN_PARAMS = ("max_tokens", "max_completion_tokens")
 _UNSUPPORTED_CODES = ("unsupported_parameter", "unsupported_value")
-_UNSUPPORTED = ("unsupported", "not supported", "does not support", "unrecognized",
-                "unknown parameter", "not allowed", "not permitted")
+_UNSUPPORTED = (
+    "unsupported",
+    "not supported",
+    "does not support",
+    "unrecognized",
+    "unknown parameter",
+    "not allowed",
+    "not permitted",
+)
 _KEY_LIKE = re.compile(r"\b(sk|key)-[\w\-*.]{3,}|\S*\*{4,}\S*|Bearer\s+\S+", re.IGNORECASE)
 
 
@@ -35,16 +42,26 @@ def status_failure(err: openai.APIStatusError, ctx: CallContext) -> LLMFatalErro
     fatal = _fatal(err, ctx.config, key_set=bool(ctx.key))
     if fatal is not None:
         what, fix = fatal
-        return LLMFatalError(f"{what} (HTTP {status}: {said})", ctx.where, fix,
-                             attempts=ctx.attempts, seconds=ctx.seconds)
+        return LLMFatalError(
+            f"{what} (HTTP {status}: {said})",
+            ctx.where,
+            fix,
+            attempts=ctx.attempts,
+            seconds=ctx.seconds,
+        )
     if status == 429:
         fix = "the endpoint is rate limiting: lower parallel calls or raise max_retries"
     elif status >= 500:
         fix = "the server failed; it may recover, later calls will try again"
     else:
         fix = "the server refused this request (a prompt too long for the model's context?)"
-    return LLMCallFailed(f"HTTP {status} after {count(ctx.attempts)}: {said}", ctx.where, fix,
-                         attempts=ctx.attempts, seconds=ctx.seconds)
+    return LLMCallFailed(
+        f"HTTP {status} after {count(ctx.attempts)}: {said}",
+        ctx.where,
+        fix,
+        attempts=ctx.attempts,
+        seconds=ctx.seconds,
+    )
 
 
 def connection_failure(err: openai.APIConnectionError, ctx: CallContext) -> LLMCallFailed:
@@ -93,25 +110,34 @@ def redact(text: str, key: str) -> str:
     return _KEY_LIKE.sub("***", text)
 
 
-def _fatal(err: openai.APIStatusError, config: LLMConfig, *, key_set: bool) -> tuple[str, str] | None:
+def _fatal(
+    err: openai.APIStatusError, config: LLMConfig, *, key_set: bool
+) -> tuple[str, str] | None:
     """(what, fix) when no later call can succeed; None when only this call failed."""
     status = err.status_code
     kind = f"{err.code} {err.body.get('type', '') if isinstance(err.body, dict) else ''}"
     if status in (401, 403):
         unset = "" if key_set else f" (${config.api_key_env} is not set)"
-        return (f"the endpoint refused the API key{unset}",
-                f"put a valid key for {config.base_url} in ${config.api_key_env}, or set "
-                "api_key_env to the variable that holds it")
+        return (
+            f"the endpoint refused the API key{unset}",
+            f"put a valid key for {config.base_url} in ${config.api_key_env}, or set "
+            "api_key_env to the variable that holds it",
+        )
     if status == 404:
-        return (f"model {config.model!r} or the chat-completions route was not found",
-                "check the model name (--model; `ollama list`, vLLM's /v1/models) and that "
-                "base_url ends in /v1")
+        return (
+            f"model {config.model!r} or the chat-completions route was not found",
+            "check the model name (--model; `ollama list`, vLLM's /v1/models) and that "
+            "base_url ends in /v1",
+        )
     if status == 429 and "insufficient_quota" in kind:
         return ("the account has no quota left", "add credit or use another key or endpoint")
     if status not in (400, 422):
         return None
     if err.param == "reasoning_effort" or "reasoning_effort" in error_message(err):
-        return ("the model does not take reasoning_effort", "remove reasoning_effort from the config")
+        return (
+            "the model does not take reasoning_effort",
+            "remove reasoning_effort from the config",
+        )
     if err.param in TOKEN_PARAMS:
         return ("the model refuses the output-token limit", "lower max_output_tokens")
     if err.param == "model" or any(code in kind for code in _UNSUPPORTED_CODES):

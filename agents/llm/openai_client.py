@@ -196,8 +196,10 @@ class OpenAIChatClient:
         if choice.message.refusal:
             notes.append(f"the model refused: {choice.message.refusal[:300]}")
         elif not choice.message.content:
-            notes.append(f"the reply has no text (finish_reason {choice.finish_reason}; 'length' "
-                         "means max_output_tokens ran out, on reasoning models often in reasoning)")
+            notes.append(
+                f"the reply has no text (finish_reason {choice.finish_reason}; 'length' "
+                "means max_output_tokens ran out, on reasoning models often in reasoning)"
+            )
         return Reply(
             text=choice.message.content or "",
             model=model,
@@ -209,7 +211,6 @@ class OpenAIChatClient:
             attempts=attempts,
             notes=notes,
         )
-
 
 
 def _parse_completion(body: str) -> _Completion:
@@ -235,5 +236,3 @@ def _other_token_param(name: str) -> str:
 
 def _backoff(retries_done: int) -> float:
     return min(_FIRST_DELAY_S * 2**retries_done, _MAX_DELAY_S) * (1 - 0.25 * random.random())
-
-

@@ -137,17 +137,20 @@ def load_script(path: Path) -> list[ScriptedReply]:
     try:
         source = path.read_text()
     except OSError as err:
-        raise LLMFatalError(f"cannot read the reply script: {err.strerror}", str(path),
-                            "check the `script` path") from None
+        raise LLMFatalError(
+            f"cannot read the reply script: {err.strerror}", str(path), "check the `script` path"
+        ) from None
     try:
         if source.lstrip().startswith("["):
             raw = json.loads(source)
         else:
             raw = [json.loads(line) for line in source.splitlines() if line.strip()]
     except json.JSONDecodeError as err:
-        raise LLMFatalError(f"the reply script is not JSON: {err.msg}",
-                            f"{path}, line {err.lineno}",
-                            "write a JSON list of reply objects, or one object per line") from None
+        raise LLMFatalError(
+            f"the reply script is not JSON: {err.msg}",
+            f"{path}, line {err.lineno}",
+            "write a JSON list of reply objects, or one object per line",
+        ) from None
     return [_entry(path, index, item) for index, item in enumerate(raw)]
 
 
@@ -159,14 +162,18 @@ def _entry(path: Path, index: int, item: object) -> ScriptedReply:
         first = err.errors()[0]
         location = ".".join(str(part) for part in first["loc"])
         problem = f"{location}: {first['msg']}" if location else first["msg"]
-        raise LLMFatalError(f"bad reply entry: {problem}", where,
-                            "see agents/llm/scripted.py for the format") from None
+        raise LLMFatalError(
+            f"bad reply entry: {problem}", where, "see agents/llm/scripted.py for the format"
+        ) from None
     if entry.file is None:
         return entry
     file = entry.file if entry.file.is_absolute() else path.parent / entry.file
     try:
         text = file.read_text()
     except OSError as err:
-        raise LLMFatalError(f"cannot read the reply file {file}: {err.strerror}", where,
-                            "paths in `file` are relative to the script") from None
+        raise LLMFatalError(
+            f"cannot read the reply file {file}: {err.strerror}",
+            where,
+            "paths in `file` are relative to the script",
+        ) from None
     return entry.model_copy(update={"text": text, "file": None})

@@ -22,7 +22,9 @@ from agents.llm.client import Reply, Role
 from agents.roles.records import BEGINS, ENDS, FailureKind, GroundedSpan, RoleFailure
 from agents.roles.render import render_section
 
-MAX_REPLY_CHARS = 400_000  # ~100k tokens: no candidate or plan is that long; a longer reply ran away
+MAX_REPLY_CHARS = (
+    400_000  # ~100k tokens: no candidate or plan is that long; a longer reply ran away
+)
 PYTHON_LANGUAGES = {"python", "py", "python3", ""}
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([\w+#.-]*)")
 MODEL_NEW = re.compile(r"^class\s+ModelNew\b", re.MULTILINE)

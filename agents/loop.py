@@ -1,0 +1,167 @@
+"""The search loop: select a node, let the team propose, evaluate, record, save.
+
+A tree rooted at the reference; the offline proposer's kernel, when there is one, is the
+root's first child. Each step the strategy selects a node, the team proposes ``width``
+children (planner and coder on a verified node, the debugger on a failed one), the new
+candidates are built in parallel and then checked and timed one at a time, and the trajectory
+is written. It ends when a budget runs out (attempts, wall time, tokens, cost).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, Field
+
+from agents.search.strategy import make_strategy
+from agents.search.tree import Node, Tree
+from agents.team import Proposal, Team
+from agents.trajectory import Trajectory
+from harness.accept import honest_baseline
+from harness.records import Candidate, EvalResult, Problem
+
+
+class CandidateEvaluator(Protocol):
+    """What the loop needs of an evaluator (``harness.evaluate.Evaluator``, or a recorded one)."""
+
+    def prebuild(self, problem: Problem, candidates: list[Candidate]) -> None: ...
+
+    def evaluate(self, problem: Problem, candidate: Candidate) -> EvalResult: ...
+
+
+class SearchConfig(BaseModel):
+    """How the tree grows ([tool.kernelpilot.search]; budgets also from the command line)."""
+
+    model_config = {"extra": "forbid"}
+
+    strategy: Literal["greedy", "epsilon-greedy"] = "epsilon-greedy"
+    epsilon: float = Field(default=0.3, ge=0, le=1, description="Chance of a random leaf.")
+    width: int = Field(default=1, ge=1, description="Candidates per step, built in parallel.")
+    seed_offline: bool = Field(
+        default=True, description="The offline proposer's kernel is the root's first child."
+    )
+    attempts: int = Field(default=30, ge=1, description="Candidates per target, at most.")
+    max_seconds: float | None = Field(default=None, description="Wall time per target.")
+    max_tokens: int | None = Field(default=None, description="LLM tokens per target.")
+    max_cost_usd: float | None = Field(default=None, description="LLM cost per target, USD.")
+
+
+def search(
+    problem: Problem,
+    evaluator: CandidateEvaluator,
+    team: Team,
+    trajectory: Trajectory,
+    path: Path,
+    config: SearchConfig,
+    progress: Callable[[str], None],
+) -> Trajectory:
+    tree, budget = trajectory.tree, trajectory.budget
+    resumed_at = budget.spent_seconds
+    try:
+        # The offline proposer's kernel, or what an interrupted run left unevaluated.
+        evaluate_children(problem, evaluator, tree, pending(tree))
+        while not (stop := budget.exhausted()):
+            rng = random.Random(f"{trajectory.seed}:{trajectory.steps}")  # the same on resume
+            node = make_strategy(config.strategy, rng, config.epsilon).select(tree)
+            proposals = [team.propose(tree, node) for _ in range(config.width)]
+            children = [grow(tree, node, proposal, trajectory) for proposal in proposals]
+            evaluate_children(problem, evaluator, tree, children)
+            trajectory.steps += 1
+            budget.tick(resumed_at)
+            trajectory.save(path)
+            progress(status_line(trajectory, node, children))
+        trajectory.stopped = f"budget reached: {stop}"
+    except KeyboardInterrupt:
+        trajectory.stopped = "interrupted"
+        raise
+    finally:
+        trajectory.save(path)  # Ctrl-C, a fatal LLM error: what was found is kept
+    return trajectory
+
+
+def pending(tree: Tree) -> list[Node]:
+    return [node for node in tree.nodes.values() if node.source and node.result is None]
+
+
+def grow(tree: Tree, parent: Node, proposal: Proposal, trajectory: Trajectory) -> Node:
+    """The proposal as a new child of ``parent``, charged to the budget (an attempt, its
+    tokens and cost); a repeat of an earlier source is recorded, never built or run again."""
+    earlier = next(
+        (n for n in tree.nodes.values() if n.source and n.source == proposal.source), None
+    )
+    child = tree.add(parent, "debug" if proposal.kind == "debug" else "improve",
+                     source=proposal.source, plan=proposal.plan, failure=proposal.failure,
+                     calls=proposal.calls)  # fmt: skip
+    child.seconds["llm"] = sum(call.seconds for call in proposal.calls)
+    tokens = sum(call.prompt_tokens + call.completion_tokens for call in proposal.calls)
+    costs = [call.cost_usd for call in proposal.calls if call.cost_usd is not None]
+    trajectory.budget.charge(tokens, sum(costs) if costs else None, attempt=True)
+    if earlier is not None:
+        child.failure = f"the same candidate as node {earlier.id}: not built or run again"
+        child.result = earlier.result
+    return child
+
+
+def evaluate_children(
+    problem: Problem, evaluator: CandidateEvaluator, tree: Tree, children: list[Node]
+) -> None:
+    """Build the new candidates in parallel, then check and time each (one device)."""
+    fresh = [child for child in children if child.source and child.result is None]
+    if len(fresh) > 1:
+        started = time.perf_counter()
+        evaluator.prebuild(problem, [candidate(child) for child in fresh])
+        for child in fresh:
+            child.seconds["prebuild"] = (time.perf_counter() - started) / len(fresh)
+    for child in fresh:
+        started = time.perf_counter()
+        child.result = evaluator.evaluate(problem, candidate(child))
+        child.seconds["evaluate"] = time.perf_counter() - started
+        child.seconds.update(child.result.phase_seconds)
+        if child.result.eager is not None:
+            tree.root_ms = honest_baseline(child.result.eager, child.result.eager_alone).median_ms
+
+
+def candidate(node: Node) -> Candidate:
+    return Candidate(source=node.source, origin=node.kind)
+
+
+def status_line(trajectory: Trajectory, node: Node, children: list[Node]) -> str:
+    """One line per step: what grew from what, how it went, the best so far, the spend."""
+    budget, best = trajectory.budget, trajectory.tree.best()
+    outcomes = ", ".join(
+        f"{child.id} {child.result.status.value if child.result else 'no candidate'}"
+        for child in children
+    )
+    speedup = best.result.speedup_vs_eager if best and best.result else None
+    cost = f", ${budget.spent_cost_usd:.3f}" if budget.spent_cost_usd else ""
+    return (
+        f"{trajectory.target}: step {trajectory.steps} from {node.id}: {outcomes}; best "
+        f"{f'{speedup:.2f}x' if speedup else 'none yet'}; attempts {budget.spent_attempts}/"
+        f"{budget.attempts}, {budget.spent_tokens} tokens{cost}"
+    )
+
+
+def new_trajectory(
+    problem: Problem, llm: str, config: SearchConfig, seed: int, offline: Candidate | None = None
+) -> Trajectory:
+    """A fresh tree, with the offline proposer's kernel as the root's first child if any."""
+    from agents.search.budget import Budget
+
+    tree = Tree.rooted()
+    budget = Budget(
+        attempts=config.attempts,
+        max_seconds=config.max_seconds,
+        max_tokens=config.max_tokens,
+        max_cost_usd=config.max_cost_usd,
+    )
+    if offline is not None:
+        tree.add(tree.root, "offline", source=offline.source, plan=offline.note)
+        budget.charge(attempt=True)
+    return Trajectory(
+        target=problem.name, problem=problem, llm=llm, strategy=config.strategy, seed=seed,
+        budget=budget, tree=tree,
+    )  # fmt: skip

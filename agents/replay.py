@@ -1,0 +1,87 @@
+"""Replaying a saved trajectory: the same replies and the same verdicts, in the same order,
+through the real loop, must grow the same tree (the loop's own choices are seeded).
+
+The replies come back through ``ScriptedClient``; the verdicts from ``RecordedEvaluator``,
+which answers each candidate source with the result the trajectory holds for it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from agents.context import Reference
+from agents.llm.client import LLMConfig
+from agents.llm.scripted import ScriptedClient, ScriptedReply
+from agents.loop import SearchConfig, search
+from agents.search.budget import Budget
+from agents.search.tree import Tree
+from agents.team import Team, TeamConfig
+from agents.trajectory import Trajectory
+from harness.records import Candidate, EvalResult, Problem
+
+
+class RecordedEvaluator:
+    """The evaluator's interface, answered from a trajectory's verdicts."""
+
+    def __init__(self, trajectory: Trajectory) -> None:
+        self.results = {
+            node.source: node.result
+            for node in trajectory.tree.nodes.values()
+            if node.source and node.result is not None
+        }
+        self.work_dir = Path(tempfile.mkdtemp(prefix="kernelpilot-replay-"))
+
+    def progress(self, message: str) -> None:
+        pass
+
+    def prebuild(self, problem: Problem, candidates: list[Candidate]) -> None:
+        pass
+
+    def evaluate(self, problem: Problem, candidate: Candidate) -> EvalResult:
+        return self.results[candidate.source]
+
+
+def recorded_replies(trajectory: Trajectory) -> list[ScriptedReply]:
+    """Every model call of the trajectory, in the order the loop made them."""
+    replies = []
+    for node in trajectory.tree.nodes.values():  # in creation order
+        for call in node.calls:
+            if call.error.startswith("llm_call_failed"):
+                replies.append(ScriptedReply(role=call.role, error="call_failed", text=call.error))
+            else:
+                replies.append(ScriptedReply(role=call.role, text=call.text,
+                                             prompt_tokens=call.prompt_tokens,
+                                             completion_tokens=call.completion_tokens,
+                                             cost_usd=call.cost_usd))  # fmt: skip
+    return replies
+
+
+def replay(trajectory: Trajectory, llm: LLMConfig, config: SearchConfig, out: Path) -> Trajectory:
+    """Run the loop again on ``trajectory``'s replies and verdicts; returns the new one."""
+    problem = trajectory.problem
+    reference = Reference(
+        source=problem.source_path.read_text(),
+        class_name=problem.class_name,
+        device=problem.device,
+        dtype=problem.dtype,
+    )
+    team = Team(ScriptedClient(recorded_replies(trajectory)), llm, reference, TeamConfig())
+    fresh = trajectory.model_copy(
+        update={
+            "tree": Tree.rooted(),
+            "steps": 0,
+            "stopped": "",
+            "budget": Budget(
+                attempts=trajectory.budget.attempts,
+                max_tokens=trajectory.budget.max_tokens,
+                max_cost_usd=trajectory.budget.max_cost_usd,
+            ),
+        }
+    )
+    offline = next((n for n in trajectory.tree.nodes.values() if n.kind == "offline"), None)
+    if offline is not None:
+        fresh.tree.add(fresh.tree.root, "offline", source=offline.source, plan=offline.plan)
+        fresh.budget.charge(attempt=True)
+    evaluator = RecordedEvaluator(trajectory)
+    return search(problem, evaluator, team, fresh, out, config, lambda message: None)

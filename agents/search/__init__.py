@@ -1,0 +1,1 @@
+"""The search over candidates: a tree rooted at the reference, and how a node is selected."""

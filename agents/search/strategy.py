@@ -1,0 +1,67 @@
+"""How the next node to grow is chosen: ``select(tree) -> Node``.
+
+Two strategies, compared on the same scripted runs (bench/): greedy always grows the fastest
+node; epsilon-greedy (STARK) grows the fastest with probability 1 - epsilon and otherwise a
+uniformly random leaf, failed ones included (the debugger repairs those). Both skip the root
+once it has its cap of children, and subtrees whose children all failed.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Protocol
+
+from agents.search.tree import Node, Tree
+
+
+class Strategy(Protocol):
+    def select(self, tree: Tree) -> Node: ...
+
+
+class Greedy:
+    def __init__(self, root_children: int = 4, prune_after: int = 3) -> None:
+        self.root_children, self.prune_after = root_children, prune_after
+
+    def select(self, tree: Tree) -> Node:
+        return min(self.open_nodes(tree), key=tree.score)
+
+    def open_nodes(self, tree: Tree) -> list[Node]:
+        """Nodes that may still grow: verified ones (the root under its cap) not pruned."""
+        nodes = [
+            node
+            for node in tree.nodes.values()
+            if (node.ok or node.kind == "root") and not tree.pruned(node, self.prune_after)
+        ]
+        if len(tree.root.children) >= self.root_children and len(nodes) > 1:
+            nodes = [node for node in nodes if node.kind != "root"]
+        return nodes or [tree.root]
+
+
+class EpsilonGreedy(Greedy):
+    def __init__(
+        self, rng: random.Random, epsilon: float = 0.3, root_children: int = 4, prune_after: int = 3
+    ) -> None:
+        super().__init__(root_children, prune_after)
+        self.rng, self.epsilon = rng, epsilon
+
+    def select(self, tree: Tree) -> Node:
+        leaves = [
+            leaf
+            for leaf in tree.leaves()
+            if leaf.kind != "root" and leaf.source and not self._given_up(tree, leaf)
+        ]
+        if leaves and self.rng.random() < self.epsilon:
+            return self.rng.choice(sorted(leaves, key=lambda leaf: leaf.id))
+        return super().select(tree)
+
+    def _given_up(self, tree: Tree, leaf: Node) -> bool:
+        parent = tree.nodes[leaf.parent] if leaf.parent else None
+        return parent is not None and tree.pruned(parent, self.prune_after)
+
+
+def make_strategy(name: str, rng: random.Random, epsilon: float = 0.3) -> Strategy:
+    if name == "greedy":
+        return Greedy()
+    if name == "epsilon-greedy":
+        return EpsilonGreedy(rng, epsilon)
+    raise ValueError(f"unknown search strategy {name!r}: greedy or epsilon-greedy")

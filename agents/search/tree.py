@@ -1,0 +1,118 @@
+"""The search tree: the reference at the root, every attempt a node under the one it grew from.
+
+A node's score is its kernel's median time (lower is better); a node whose candidate failed
+(or whose role failed to produce one) scores +inf. The tree is plain data: it is saved in the
+trajectory after every step and rebuilt from it on resume.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from agents.llm.client import Role
+from harness.records import EvalResult, Status
+
+NodeKind = Literal["root", "offline", "improve", "debug"]
+
+
+class LLMCall(BaseModel):
+    """One role's call to the model, as the trajectory keeps it."""
+
+    role: Role
+    temperature: float | None
+    text: str = Field(description="The reply, as received (capped).")
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
+    seconds: float = 0.0
+    attempts: int = 1
+    error: str = Field(default="", description="Why the call failed, if it did.")
+
+
+class Node(BaseModel):
+    """One attempt: where it came from, what the roles said, what the harness found."""
+
+    id: str
+    parent: str | None = None
+    kind: NodeKind
+    source: str = Field(default="", description="The candidate's source (the root: none).")
+    plan: str = Field(default="", description="The grounded plan the coder followed.")
+    failure: str = Field(default="", description="Why no candidate came of it (a role's failure).")
+    result: EvalResult | None = None
+    calls: list[LLMCall] = Field(default_factory=list)
+    children: list[str] = Field(default_factory=list)
+    seconds: dict[str, float] = Field(
+        default_factory=dict, description="Wall time of this step: llm, build, check, time."
+    )
+
+    @property
+    def ok(self) -> bool:
+        return self.result is not None and self.result.status is Status.ok
+
+    @property
+    def score_ms(self) -> float:
+        """Median time of its kernel; +inf when it failed."""
+        if self.ok and self.result is not None and self.result.candidate is not None:
+            return self.result.candidate.median_ms
+        return math.inf
+
+
+class Tree(BaseModel):
+    """Nodes by id; the root is the reference (its score: eager's time, once known)."""
+
+    nodes: dict[str, Node] = Field(default_factory=dict)
+    root_ms: float = Field(default=math.inf, description="Eager's median time: the root's score.")
+
+    @classmethod
+    def rooted(cls) -> Tree:
+        return cls(nodes={"0": Node(id="0", kind="root")})
+
+    @property
+    def root(self) -> Node:
+        return self.nodes["0"]
+
+    def add(self, parent: Node, kind: NodeKind, **fields) -> Node:
+        node = Node(
+            id=f"{parent.id}.{len(parent.children) + 1}", parent=parent.id, kind=kind, **fields
+        )
+        self.nodes[node.id] = node
+        parent.children.append(node.id)
+        return node
+
+    def score(self, node: Node) -> float:
+        return self.root_ms if node.kind == "root" else node.score_ms
+
+    def children(self, node: Node) -> list[Node]:
+        return [self.nodes[child] for child in node.children]
+
+    def siblings(self, node: Node) -> list[Node]:
+        if node.parent is None:
+            return []
+        return [n for n in self.children(self.nodes[node.parent]) if n.id != node.id]
+
+    def cousins(self, node: Node) -> list[Node]:
+        """Children of the node's siblings."""
+        return [cousin for sibling in self.siblings(node) for cousin in self.children(sibling)]
+
+    def leaves(self) -> list[Node]:
+        return [node for node in self.nodes.values() if not node.children]
+
+    def leaderboard(self, top: int) -> list[Node]:
+        """The fastest verified nodes, fastest first."""
+        verified = [node for node in self.nodes.values() if node.ok]
+        return sorted(verified, key=lambda node: node.score_ms)[:top]
+
+    def best(self) -> Node | None:
+        board = self.leaderboard(1)
+        return board[0] if board else None
+
+    def pruned(self, node: Node, after: int) -> bool:
+        """A subtree is given up once ``after`` or more children all failed."""
+        children = self.children(node)
+        return len(children) >= after and all(not child.ok for child in children)
+
+    def sources(self) -> set[str]:
+        return {node.source for node in self.nodes.values() if node.source}

@@ -1,0 +1,168 @@
+"""One step of the agent team on a node of the tree: planner then coder on a verified node
+(or the reference), the debugger on a failed one. What the roles said and how much it cost is
+recorded on the new node; what the harness finds is the loop's business."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from agents.context import (
+    KernelSummary,
+    Reference,
+    coder_window,
+    debugger_window,
+    planner_window,
+)
+from agents.feedback import node_feedback
+from agents.llm.client import LLMClient, LLMConfig, Reply, Role
+from agents.roles import coder, debugger, planner
+from agents.roles.records import Draft, Plan, RoleFailure
+from agents.search.tree import LLMCall, Node, Tree
+
+REPLY_CHARS_KEPT = 20_000  # of each reply, in the trajectory
+
+
+class TeamConfig(BaseModel):
+    """How the roles are asked."""
+
+    retries_per_role: int = Field(
+        default=1, description="Times a role is asked again at a step after an unusable reply."
+    )
+    leaderboard: int = Field(default=3, description="Best kernels the planner sees (top-r).")
+    context_tokens: int = Field(default=24_000, description="Token budget of a role's context.")
+
+
+class Proposal(BaseModel):
+    """What a step's roles produced for one new node: a source, or why there is none."""
+
+    kind: str
+    source: str = ""
+    plan: str = ""
+    failure: str = ""
+    calls: list[LLMCall] = Field(default_factory=list)
+
+
+class Team:
+    def __init__(
+        self, client: LLMClient, llm: LLMConfig, reference: Reference, config: TeamConfig
+    ) -> None:
+        self.client, self.llm, self.reference, self.config = client, llm, reference, config
+
+    def propose(self, tree: Tree, node: Node) -> Proposal:
+        """Improve a verified node (or the root); repair a failed one."""
+        if node.kind == "root" or node.ok:
+            return self.improve(tree, node)
+        return self.repair(tree, node)
+
+    def improve(self, tree: Tree, node: Node) -> Proposal:
+        proposal = Proposal(kind="improve")
+        selected = self.summary(tree, node)
+        window = planner_window(
+            self.reference,
+            selected,
+            profile=node_feedback(tree, node),
+            children=[self.summary(tree, child) for child in tree.children(node)],
+            top=[self.summary(tree, best) for best in tree.leaderboard(self.config.leaderboard)],
+            budget_tokens=self.config.context_tokens,
+        )
+        plan = self._ask("planner", lambda feedback: planner.plan(
+            self.client, window, self.llm, feedback=feedback), proposal)  # fmt: skip
+        if not isinstance(plan, Plan):
+            return proposal
+        proposal.plan = plan.text()
+        window = coder_window(
+            self.reference,
+            selected,
+            plan=proposal.plan,
+            children=window.children,
+            cousins=[self.summary(tree, cousin) for cousin in tree.cousins(node)],
+            budget_tokens=self.config.context_tokens,
+        )
+        draft = self._ask("coder", lambda feedback: coder.code(
+            self.client, window, self.llm, feedback=feedback), proposal)  # fmt: skip
+        if isinstance(draft, Draft):
+            proposal.source = draft.source
+        return proposal
+
+    def repair(self, tree: Tree, node: Node) -> Proposal:
+        proposal = Proposal(kind="debug", plan=node.plan)
+        window = debugger_window(
+            self.reference,
+            self.summary(tree, node),
+            plan=node.plan,
+            log=failure_log(node),
+            siblings=[self.summary(tree, sibling) for sibling in tree.siblings(node)],
+            budget_tokens=self.config.context_tokens,
+        )
+        draft = self._ask("debugger", lambda feedback: debugger.debug(
+            self.client, window, self.llm, feedback=feedback), proposal)  # fmt: skip
+        if isinstance(draft, Draft):
+            proposal.source = draft.source
+        return proposal
+
+    def _ask(self, role: Role, call, proposal: Proposal):
+        """Ask a role, again with the reason when its reply was unusable; record every call."""
+        feedback: RoleFailure | None = None
+        for _ in range(1 + self.config.retries_per_role):
+            outcome = call(feedback)
+            reply = outcome.reply if not isinstance(outcome, RoleFailure) else outcome.reply
+            proposal.calls.append(self._record(role, reply, outcome))
+            if not isinstance(outcome, RoleFailure):
+                return outcome
+            feedback = outcome
+            proposal.failure = f"{role}: {outcome.kind}: {outcome.detail}"
+            if outcome.kind == "llm_call_failed":
+                break  # the client already retried; the step ends here
+        return feedback
+
+    def _record(self, role: Role, reply: Reply | None, outcome) -> LLMCall:
+        error = f"{outcome.kind}: {outcome.detail}" if isinstance(outcome, RoleFailure) else ""
+        if reply is None:
+            return LLMCall(
+                role=role, temperature=self.llm.temperature_for(role), text="", error=error
+            )
+        return LLMCall(
+            role=role,
+            temperature=self.llm.temperature_for(role),
+            text=reply.text[:REPLY_CHARS_KEPT],
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            cost_usd=reply.cost_usd,
+            seconds=reply.seconds,
+            attempts=reply.attempts,
+            error=error,
+        )
+
+    def summary(self, tree: Tree, node: Node) -> KernelSummary:
+        """A node as a role sees it: the root is the reference module itself."""
+        if node.kind == "root":
+            return KernelSummary(
+                node_id=node.id,
+                code=self.reference.source,
+                status="reference",
+                speedup_vs_eager=1.0,
+            )
+        result = node.result
+        if result is None:
+            return KernelSummary(node_id=node.id, code=node.source, status="no_candidate",
+                                 detail=node.failure)  # fmt: skip
+        return KernelSummary(
+            node_id=node.id,
+            code=node.source,
+            status=result.status.value,
+            speedup_vs_eager=result.speedup_vs_eager,
+            detail=result.reason or "; ".join(c.name for c in result.checks if c.passed),
+        )
+
+
+def failure_log(node: Node) -> str:
+    """What the debugger reads: the verdict, the failed checks (the gate's reasons verbatim),
+    and the compiler or runtime log."""
+    result = node.result
+    if result is None:
+        return node.failure
+    failed = [f"{check.name}: {check.detail}" for check in result.checks if not check.passed]
+    parts = [f"status: {result.status.value}", f"reason: {result.reason}", *failed]
+    if result.log:
+        parts += ["log:", result.log]
+    return "\n".join(parts)

@@ -1,0 +1,109 @@
+"""The agent team end to end on cpu: the real ``openai`` client against the loopback server,
+the real roles, the real harness. The scripted replies hold a candidate that fails to build
+(the debugger repairs it), one the gate rejects and one that is wrong; the search goes on and
+the report holds the verified kernel. Replayed from its trajectory, the run grows the same tree.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from agents.llm.client import LLMConfig
+from agents.loop import SearchConfig
+from agents.replay import replay
+from agents.trajectory import Trajectory
+from bot.cli import main
+from tests.conftest import FIXTURES
+from tests.fake_openai import reply
+
+BEGINS, ENDS = "<<<IMPROVE BEGINS>>>", "<<<IMPROVE ENDS>>>"
+HONEST = (FIXTURES / "isolation_honest.py").read_text()
+PROJECT = """
+[tool.kernelpilot]
+[tool.kernelpilot.eval]
+compile_baseline = false
+time_budget_s = 0.2
+min_reps = 5
+max_reps = 50
+[tool.kernelpilot.search]
+strategy = "epsilon-greedy"
+epsilon = 1.0          # after the first step, always a random leaf: the path is known
+seed_offline = false   # the LLM's candidates only
+attempts = 4
+"""
+
+
+def plan(line: str, instruction: str) -> str:
+    return f"Fuse the pointwise ops.\n{BEGINS}\n{line}\n{ENDS}\n{instruction}\n"
+
+
+def code(source: str) -> str:
+    return f"Here is the kernel.\n```python\n{source}\n```\n"
+
+
+def script() -> list:
+    problem_line = "        return torch.tanh(x) * self.scale + x"
+    return [
+        # step 1, the reference: a plan, and a candidate that does not compile
+        reply(plan(problem_line, "One C++ loop for tanh, scale and add.")),
+        reply(code((FIXTURES / "bad" / "compile_error.py").read_text())),
+        # step 2, the build failure: the debugger's repair is verified
+        reply(code(HONEST)),
+        # step 3, the verified kernel: a plan, and a candidate the gate rejects
+        reply(plan("        return _ext.honest(x, self.scale)", "Read the scale from the env.")),
+        reply(code("import os\n" + HONEST)),
+        # step 4, the rejection: the debugger's version is wrong (one element off)
+        reply(code((FIXTURES / "isolation_wrong.py").read_text())),
+    ]
+
+
+def test_the_team_finds_a_verified_kernel_through_failures(fake_openai, tmp_path, monkeypatch):
+    fake_openai.push(*script())
+    (tmp_path / "pyproject.toml").write_text(PROJECT)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    env = {"OPENAI_BASE_URL": fake_openai.base_url, "OPENAI_API_KEY": "sk-test"}
+    result = CliRunner().invoke(
+        main,
+        ["optimize", str(FIXTURES / "scale_problem.py"), "--device", "cpu", "--llm", "openai",
+         "--model", "fake-model", "--seed", "3", "--out", str(out)],
+        env=env,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    row = json.loads((out / "report.json").read_text())["targets"][0]
+    assert row["status"] == "ok", row["reason"]
+    assert row["proposer"] == "fake-model" and row["attempts"] == 4 and row["tokens"] == 6 * 15
+    assert (out / "scale_problem_kernel.py").read_text() == HONEST
+
+    trajectory = Trajectory.load(Path(row["trajectory_file"]))
+    nodes = trajectory.tree.nodes
+    verdicts = {node_id: node.result.status.value for node_id, node in nodes.items() if node.result}
+    assert verdicts == {
+        "0.1": "build_error",
+        "0.1.1": "ok",
+        "0.1.1.1": "rejected",
+        "0.1.1.1.1": "incorrect",
+    }
+    assert [node.kind for node in nodes.values()] == ["root", "improve", "debug", "improve", "debug"]
+    gate_reason = nodes["0.1.1.1"].result.reason
+    assert "imports os" in gate_reason
+    assert trajectory.stopped == "budget reached: 4 attempts"
+    # Two roles at their own temperatures: planner 0.8, coder and debugger 0.1.
+    temperatures = [body["temperature"] for body in fake_openai.bodies]
+    assert temperatures == [0.8, 0.1, 0.1, 0.8, 0.1, 0.1]
+    # The debugger read the build log, and then the gate's reasons verbatim.
+    debugger_prompts = [body["messages"][-1]["content"] for body in fake_openai.bodies[2::3]]
+    assert "build_error" in debugger_prompts[0] and gate_reason in debugger_prompts[1]
+
+    again = replay(
+        trajectory,
+        LLMConfig(provider="openai", model="fake-model"),
+        SearchConfig(strategy="epsilon-greedy", epsilon=1.0, seed_offline=False, attempts=4),
+        tmp_path / "replayed.json",
+    )
+    shape = lambda t: [(n.id, n.kind, n.source, n.plan, n.result and n.result.status)  # noqa: E731
+                       for n in t.tree.nodes.values()]  # fmt: skip
+    assert shape(again) == shape(trajectory)
