@@ -84,7 +84,9 @@ def search(
 
 
 def pending(tree: Tree) -> list[Node]:
-    return [node for node in tree.nodes.values() if node.source and node.result is None]
+    """Candidates not evaluated yet (a repeat, recorded with its failure, never is)."""
+    return [node for node in tree.nodes.values() if node.source and node.result is None
+            and not node.failure]  # fmt: skip
 
 
 def grow(tree: Tree, parent: Node, proposal: Proposal, trajectory: Trajectory) -> Node:
@@ -102,7 +104,6 @@ def grow(tree: Tree, parent: Node, proposal: Proposal, trajectory: Trajectory) -
     trajectory.budget.charge(tokens, sum(costs) if costs else None, attempt=True)
     if earlier is not None:
         child.failure = f"the same candidate as node {earlier.id}: not built or run again"
-        child.result = earlier.result
     return child
 
 
@@ -110,7 +111,7 @@ def evaluate_children(
     problem: Problem, evaluator: CandidateEvaluator, tree: Tree, children: list[Node]
 ) -> None:
     """Build the new candidates in parallel, then check and time each (one device)."""
-    fresh = [child for child in children if child.source and child.result is None]
+    fresh = [c for c in children if c.source and c.result is None and not c.failure]
     if len(fresh) > 1:
         started = time.perf_counter()
         evaluator.prebuild(problem, [candidate(child) for child in fresh])
@@ -133,7 +134,14 @@ def status_line(trajectory: Trajectory, node: Node, children: list[Node]) -> str
     """One line per step: what grew from what, how it went, the best so far, the spend."""
     budget, best = trajectory.budget, trajectory.tree.best()
     outcomes = ", ".join(
-        f"{child.id} {child.result.status.value if child.result else 'no candidate'}"
+        f"{child.id} "
+        + (
+            child.result.status.value
+            if child.result
+            else "repeat"
+            if child.source
+            else "no candidate"
+        )
         for child in children
     )
     speedup = best.result.speedup_vs_eager if best and best.result else None

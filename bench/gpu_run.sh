@@ -63,7 +63,7 @@ kbref() {  # kbref SIDE OPTIONS...: bench_reference on .kb/problems, one column 
     --out "$OUT/kbref-$side.json"
 }
 for what in "$@"; do
-  if [ "$what" != build ] && [ "$what" != pack ] && [ "$what" != kbref ] && [ ! -d .kp-cache ]; then
+  if [ "$what" != build ] && [ "$what" != pack ] && [ "$what" != kbref ] && [ "$what" != scripted ] && [ ! -d .kp-cache ]; then
     echo "no build cache (.kp-cache): run the build stage or carry .kp-cache-parts"; exit 3
   fi
   case $what in
@@ -92,8 +92,14 @@ for what in "$@"; do
           *) echo "KP_KBREF_SIDES: before and/or after, not $side"; exit 2 ;;
         esac
       done ;;
+    scripted)  # the agent team on cuda with scripted replies (bench/scripted/README.md)
+      (cd bench/scripted && stage scripted 240 python3 -m bot.cli optimize \
+        ../../tests/redteam/problems/gelu_scale_residual.py --device cuda --llm scripted \
+        --script gelu_scale_residual_cuda.json --seed 1 --out /tmp/kp-scripted)
+      cp /tmp/kp-scripted/report.json "$OUT/scripted-report.json"
+      cp /tmp/kp-scripted/trajectory-*.json "$OUT/scripted-trajectory.json" ;;
     pack) tar -czf - .kp-cache | split -b 15m - "$OUT/kp-cache.tgz.part-"
           ls -la "$OUT"/kp-cache.tgz.part-* ;;
-    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, bench, overhead, timer, kbref, pack)"; exit 2 ;;
+    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, bench, overhead, timer, kbref, scripted, pack)"; exit 2 ;;
   esac
 done

@@ -40,6 +40,8 @@ def llm_config(provider: str, overrides: dict) -> LLMConfig:
     """[tool.kernelpilot.llm] with the run's flags on top, checked."""
     settings, pyproject = project()
     table = {**settings.llm, "provider": provider, **{k: v for k, v in overrides.items() if v}}
+    if provider == "scripted":
+        table.setdefault("model", "scripted")  # replies from a file: no model's name to show
     try:
         return LLMConfig.model_validate(table)
     except ValidationError as err:
