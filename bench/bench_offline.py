@@ -15,7 +15,6 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -26,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from agents.optimize import optimize_problem  # noqa: E402
 from bot.report import TargetReport  # noqa: E402
 from harness.config import EvalConfig  # noqa: E402
-from harness.devices import resolve_device  # noqa: E402
+from harness.devices import copy_bandwidth_gbs, resolve_device  # noqa: E402
 from harness.evaluate import Evaluator  # noqa: E402
 from harness.problem import problem_from_target  # noqa: E402
 
@@ -65,26 +64,6 @@ def get_inputs():
 def get_init_inputs():
     return []
 """
-
-
-def copy_bandwidth_gbs(device: str) -> float:
-    """Measured device copy bandwidth, bytes read plus bytes written, GB/s."""
-    numel = (1 << 28) if device == "cuda" else (1 << 25)
-    src = torch.randn(numel, device=device)
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    times = []
-    for _ in range(10):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        dst.copy_(src)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    times.sort()
-    return 2 * src.numel() * src.element_size() / times[len(times) // 2] / 1e9
 
 
 def chain_problems(device: str, folder: Path) -> list[tuple[str, str, int]]:
@@ -126,7 +105,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     device = resolve_device(args.device)
-    bandwidth = copy_bandwidth_gbs(device)
+    bandwidth = copy_bandwidth_gbs(device, (1 << 28) if device == "cuda" else (1 << 25))
     config = EvalConfig(
         time_budget_s=args.time_budget, compile_baseline=not args.no_compile_baseline
     )

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from agents.context import Reference
 from agents.llm import make_client
@@ -19,6 +20,8 @@ from agents.team import Team, TeamConfig
 from harness.config import ProjectConfig, find_pyproject, load_project_config
 from harness.errors import UserError
 from harness.records import Problem
+
+Checked = TypeVar("Checked", bound=BaseModel)
 
 
 def project() -> tuple[ProjectConfig, Path | None]:
@@ -42,31 +45,27 @@ def llm_config(provider: str, overrides: dict) -> LLMConfig:
     table = {**settings.llm, "provider": provider, **{k: v for k, v in overrides.items() if v}}
     if provider == "scripted":
         table.setdefault("model", "scripted")  # replies from a file: no model's name to show
-    try:
-        return LLMConfig.model_validate(table)
-    except ValidationError as err:
-        first = err.errors()[0]
-        key = ".".join(str(part) for part in first["loc"]) or "llm"
-        raise UserError(
-            f"invalid LLM setting: {first['msg']}",
-            where=f"{pyproject or 'command line'}: tool.kernelpilot.llm.{key}",
-            fix="see the README's LLM section for the keys and values",
-        ) from None
+    return _checked(LLMConfig, table, "llm", pyproject)
 
 
 def search_config(overrides: dict) -> SearchConfig:
     """[tool.kernelpilot.search] with the run's flags (--budget, --max-time, ...) on top."""
     settings, pyproject = project()
     table = {**settings.search, **{k: v for k, v in overrides.items() if v is not None}}
+    return _checked(SearchConfig, table, "search", pyproject)
+
+
+def _checked(model: type[Checked], table: dict, section: str, pyproject: Path | None) -> Checked:
+    """``table`` as a ``model``; a bad setting is a UserError naming its key."""
     try:
-        return SearchConfig.model_validate(table)
+        return model.model_validate(table)
     except ValidationError as err:
         first = err.errors()[0]
-        key = ".".join(str(part) for part in first["loc"]) or "search"
+        key = ".".join(str(part) for part in first["loc"]) or section
         raise UserError(
-            f"invalid search setting: {first['msg']}",
-            where=f"{pyproject or 'command line'}: tool.kernelpilot.search.{key}",
-            fix="see the README's search section for the keys and values",
+            f"invalid {section} setting: {first['msg']}",
+            where=f"{pyproject or 'command line'}: tool.kernelpilot.{section}.{key}",
+            fix=f"see the README's configuration section for the [tool.kernelpilot.{section}] keys",
         ) from None
 
 

@@ -47,3 +47,27 @@ def _nvcc() -> str | None:
     if home and (Path(home) / "bin" / "nvcc").exists():
         return str(Path(home) / "bin" / "nvcc")
     return shutil.which("nvcc")
+
+
+def copy_bandwidth_gbs(device: str, numel: int) -> float:
+    """The device's copy bandwidth, bytes read plus bytes written, GB/s: the median of ten
+    copies of ``numel`` float32 (after three to warm up), a size well past the caches."""
+    import time
+
+    import torch
+
+    source = torch.randn(numel, device=device)
+    target = torch.empty_like(source)
+    for _ in range(3):
+        target.copy_(source)
+    times = []
+    for _ in range(10):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        target.copy_(source)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - started)
+    times.sort()
+    return 2 * source.numel() * source.element_size() / times[len(times) // 2] / 1e9

@@ -26,6 +26,7 @@ from harness.cases import (
     input_digest,
     wide_scale,
 )
+from harness.devices import copy_bandwidth_gbs
 from harness.errors import UserError
 from harness.jobs import CaseSpec, ReferenceReport, WorkerJob, reference_file
 from harness.profiling import OpProfile, profile_forward
@@ -277,30 +278,13 @@ def _report(
         phase_seconds=run.phase.seconds,
         peak_device_bytes=torch.cuda.max_memory_allocated() if device == "cuda" else None,
         io_bytes=run.io_bytes,
-        copy_bandwidth_gbs=copy_bandwidth_gbs(device),
+        # The ceiling a memory-bound kernel is measured against in the planner's feedback.
+        copy_bandwidth_gbs=copy_bandwidth_gbs(device, (1 << 26) if device == "cuda" else (1 << 24)),
     )
 
 
 def _bytes(value) -> int:
     return value.numel() * value.element_size() if isinstance(value, torch.Tensor) else 0
-
-
-def copy_bandwidth_gbs(device: str) -> float:
-    """The device's copy bandwidth (read + write) over a copy too large for its caches: the
-    ceiling a memory-bound kernel is measured against in the planner's feedback."""
-    count = (1 << 26) if device == "cuda" else (1 << 24)  # 256 MiB / 64 MiB of float32
-    source = torch.empty(count, device=device)
-    target = torch.empty_like(source)
-    times = []
-    for _ in range(5):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        started = time.perf_counter()
-        target.copy_(source)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - started)
-    return 2 * source.numel() * source.element_size() / min(times) / 1e9
 
 
 def _renumber(extra: list[CaseSpec], first: int, job_dir: Path) -> None:
