@@ -1,0 +1,73 @@
+"""The search's pure parts: which node grows next, budgets, repeats (tables of cases)."""
+
+from __future__ import annotations
+
+import random
+
+from agents.loop import SearchConfig, grow, new_trajectory
+from agents.search.budget import Budget
+from agents.search.strategy import EpsilonGreedy, Greedy
+from agents.search.tree import Tree
+from agents.team import Proposal
+from harness.records import EvalResult, Problem, Status, TimingStats
+
+PROBLEM = Problem(name="p", source_path="p.py", class_name="Model", device="cpu", dtype="float32")
+
+
+def verdict(status: Status, ms: float | None = None) -> EvalResult:
+    timing = TimingStats(median_ms=ms, iqr_ms=0.0, min_ms=ms, samples=10) if ms else None
+    return EvalResult(status=status, candidate=timing)
+
+
+def tree_with(*children: tuple[str, Status, float | None]) -> Tree:
+    tree = Tree.rooted()
+    tree.root_ms = 1.0
+    for source, status, ms in children:
+        tree.add(tree.root, "improve", source=source, result=verdict(status, ms))
+    return tree
+
+
+def test_greedy_grows_the_fastest_verified_node():
+    tree = tree_with(("a", Status.ok, 0.8), ("b", Status.ok, 0.5), ("c", Status.incorrect, None))
+    assert Greedy().select(tree).source == "b"
+    slow = tree_with(("a", Status.ok, 2.0))
+    assert Greedy().select(slow).kind == "root"  # the reference is faster: grow from it
+
+
+def test_the_root_stops_growing_at_its_cap_and_failed_subtrees_are_given_up():
+    tree = tree_with(*[(f"s{n}", Status.ok, 3.0) for n in range(4)])
+    assert Greedy(root_children=4).select(tree).kind != "root"
+    node = tree.nodes["0.1"]
+    for n in range(3):
+        tree.add(node, "improve", source=f"f{n}", result=verdict(Status.build_error))
+    assert Greedy(root_children=4, prune_after=3).select(tree).id != "0.1"
+
+
+def test_epsilon_greedy_picks_a_random_leaf_with_a_candidate_or_the_best():
+    tree = tree_with(("a", Status.ok, 0.5), ("b", Status.build_error, None))
+    always = EpsilonGreedy(random.Random(0), epsilon=1.0)
+    picks = {always.select(tree).source for _ in range(40)}
+    assert picks == {"a", "b"}  # failed leaves too: the debugger repairs them
+    never = EpsilonGreedy(random.Random(0), epsilon=0.0)
+    assert {never.select(tree).source for _ in range(10)} == {"a"}
+
+
+def test_whichever_budget_ends_first_ends_the_search():
+    assert Budget(attempts=2, spent_attempts=2).exhausted() == "2 attempts"
+    assert Budget(max_tokens=100, spent_tokens=150).exhausted() == "100 tokens"
+    assert Budget(max_cost_usd=1.0, spent_cost_usd=1.5).exhausted() == "$1.00"
+    assert Budget(max_seconds=10, spent_seconds=11).exhausted() == "10 s of wall time"
+    assert Budget().exhausted() == ""
+
+
+def test_a_repeated_candidate_is_recorded_and_never_run_again():
+    from agents.search.tree import LLMCall
+
+    trajectory = new_trajectory(PROBLEM, "m", SearchConfig(), 1)
+    tree = trajectory.tree
+    call = LLMCall(role="coder", temperature=0.1, text="x", prompt_tokens=10, completion_tokens=5)
+    first = grow(tree, tree.root, Proposal(kind="improve", source="A", calls=[call]), trajectory)
+    first.result = verdict(Status.ok, 0.5)
+    again = grow(tree, first, Proposal(kind="improve", source="A", calls=[call]), trajectory)
+    assert again.result is None and again.failure.startswith("the same candidate as node 0.1")
+    assert trajectory.budget.spent_attempts == 2 and trajectory.budget.spent_tokens == 30
