@@ -44,6 +44,12 @@ class SearchConfig(BaseModel):
     seed_offline: bool = Field(
         default=True, description="The offline proposer's kernel is the root's first child."
     )
+    root_first: int = Field(
+        default=2,
+        ge=0,
+        description="The first children grow from the reference itself (the offline kernel "
+        "counts): the model's own design before it refines the best kernel.",
+    )
     attempts: int = Field(default=30, ge=1, description="Candidates per target, at most.")
     max_seconds: float | None = Field(default=None, description="Wall time per target.")
     max_tokens: int | None = Field(default=None, description="LLM tokens per target.")
@@ -66,7 +72,8 @@ def search(
         evaluate_children(problem, evaluator, tree, pending(tree))
         while not (stop := budget.exhausted()):
             rng = random.Random(f"{trajectory.seed}:{trajectory.steps}")  # the same on resume
-            node = make_strategy(config.strategy, rng, config.epsilon).select(tree)
+            strategy = make_strategy(config.strategy, rng, config.epsilon, config.root_first)
+            node = strategy.select(tree)
             proposals = [team.propose(tree, node) for _ in range(config.width)]
             children = [grow(tree, node, proposal, trajectory) for proposal in proposals]
             evaluate_children(problem, evaluator, tree, children)

@@ -32,6 +32,7 @@ max_reps = 50
 strategy = "epsilon-greedy"
 epsilon = 1.0          # after the first step, always a random leaf: the path is known
 seed_offline = false   # the LLM's candidates only
+root_first = 1         # then the path goes on from the first child
 attempts = 4
 """
 
@@ -101,7 +102,8 @@ def test_the_team_finds_a_verified_kernel_through_failures(fake_openai, tmp_path
     again = replay(
         trajectory,
         LLMConfig(provider="openai", model="fake-model"),
-        SearchConfig(strategy="epsilon-greedy", epsilon=1.0, seed_offline=False, attempts=4),
+        SearchConfig(strategy="epsilon-greedy", epsilon=1.0, seed_offline=False, root_first=1,
+                     attempts=4),
         tmp_path / "replayed.json",
     )
     shape = lambda t: [(n.id, n.kind, n.source, n.plan, n.result and n.result.status)  # noqa: E731

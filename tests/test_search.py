@@ -71,3 +71,11 @@ def test_a_repeated_candidate_is_recorded_and_never_run_again():
     again = grow(tree, first, Proposal(kind="improve", source="A", calls=[call]), trajectory)
     assert again.result is None and again.failure.startswith("the same candidate as node 0.1")
     assert trajectory.budget.spent_attempts == 2 and trajectory.budget.spent_tokens == 30
+
+
+def test_the_first_children_grow_from_the_reference_even_when_a_kernel_is_faster():
+    tree = tree_with(("offline", Status.ok, 0.5))  # the offline kernel beats eager
+    assert Greedy(root_first=2).select(tree).kind == "root"
+    assert EpsilonGreedy(random.Random(0), epsilon=1.0, root_first=2).select(tree).kind == "root"
+    tree.add(tree.root, "improve", source="llm", result=verdict(Status.ok, 0.7))
+    assert Greedy(root_first=2).select(tree).source == "offline"

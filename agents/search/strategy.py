@@ -19,11 +19,20 @@ class Strategy(Protocol):
 
 
 class Greedy:
-    def __init__(self, root_children: int = 4, prune_after: int = 3) -> None:
+    def __init__(self, root_children: int = 4, prune_after: int = 3, root_first: int = 2) -> None:
         self.root_children, self.prune_after = root_children, prune_after
+        self.root_first = root_first
 
     def select(self, tree: Tree) -> Node:
+        if self.root_due(tree):
+            return tree.root
         return min(self.open_nodes(tree), key=tree.score)
+
+    def root_due(self, tree: Tree) -> bool:
+        """The first ``root_first`` children grow from the reference itself (the offline
+        kernel is one): the model designs its own kernel from the original before it refines
+        the best one."""
+        return len(tree.root.children) < self.root_first
 
     def open_nodes(self, tree: Tree) -> list[Node]:
         """Nodes that may still grow: verified ones (the root under its cap) not pruned."""
@@ -39,12 +48,19 @@ class Greedy:
 
 class EpsilonGreedy(Greedy):
     def __init__(
-        self, rng: random.Random, epsilon: float = 0.3, root_children: int = 4, prune_after: int = 3
+        self,
+        rng: random.Random,
+        epsilon: float = 0.3,
+        root_children: int = 4,
+        prune_after: int = 3,
+        root_first: int = 2,
     ) -> None:
-        super().__init__(root_children, prune_after)
+        super().__init__(root_children, prune_after, root_first)
         self.rng, self.epsilon = rng, epsilon
 
     def select(self, tree: Tree) -> Node:
+        if self.root_due(tree):
+            return tree.root
         leaves = [
             leaf
             for leaf in tree.leaves()
@@ -59,9 +75,11 @@ class EpsilonGreedy(Greedy):
         return parent is not None and tree.pruned(parent, self.prune_after)
 
 
-def make_strategy(name: str, rng: random.Random, epsilon: float = 0.3) -> Strategy:
+def make_strategy(
+    name: str, rng: random.Random, epsilon: float = 0.3, root_first: int = 2
+) -> Strategy:
     if name == "greedy":
-        return Greedy()
+        return Greedy(root_first=root_first)
     if name == "epsilon-greedy":
-        return EpsilonGreedy(rng, epsilon)
+        return EpsilonGreedy(rng, epsilon, root_first=root_first)
     raise ValueError(f"unknown search strategy {name!r}: greedy or epsilon-greedy")
