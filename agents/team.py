@@ -17,6 +17,7 @@ from agents.feedback import node_feedback
 from agents.llm.client import LLMClient, LLMConfig, Reply, Role
 from agents.roles import coder, debugger, planner
 from agents.roles.records import Draft, Plan, RoleFailure
+from agents.roles.render import render
 from agents.search.tree import LLMCall, Node, Tree
 
 REPLY_CHARS_KEPT = 20_000  # of each reply, in the trajectory
@@ -67,9 +68,15 @@ class Team:
         )
         plan = self._ask("planner", lambda feedback: planner.plan(
             self.client, window, self.llm, feedback=feedback), proposal)  # fmt: skip
-        if not isinstance(plan, Plan):
+        if isinstance(plan, Plan):
+            proposal.plan = plan.text()
+        elif isinstance(plan, RoleFailure) and plan.kind != "llm_call_failed":
+            # Recorded as the planner's failure; the coder still works on the selected code
+            # with what the planner said (models that ignore the span markers are common).
+            text = plan.reply.text[:REPLY_CHARS_KEPT] if plan.reply else ""
+            proposal.plan = render("plan_ungrounded", {"detail": plan.kind, "text": text})
+        else:
             return proposal
-        proposal.plan = plan.text()
         window = coder_window(
             self.reference,
             selected,
@@ -81,7 +88,8 @@ class Team:
         draft = self._ask("coder", lambda feedback: coder.code(
             self.client, window, self.llm, feedback=feedback), proposal)  # fmt: skip
         if isinstance(draft, Draft):
-            proposal.source = draft.source
+            # A candidate came of it: the planner's failure, if any, stays on its call.
+            proposal.source, proposal.failure = draft.source, ""
         return proposal
 
     def repair(self, tree: Tree, node: Node) -> Proposal:
@@ -97,7 +105,7 @@ class Team:
         draft = self._ask("debugger", lambda feedback: debugger.debug(
             self.client, window, self.llm, feedback=feedback), proposal)  # fmt: skip
         if isinstance(draft, Draft):
-            proposal.source = draft.source
+            proposal.source, proposal.failure = draft.source, ""
         return proposal
 
     def _ask(self, role: Role, call, proposal: Proposal):

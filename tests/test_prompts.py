@@ -60,6 +60,7 @@ VALUES: dict[str, dict[str, str]] = {
     "kernel": {"node_id": "n4", "status": "incorrect", "speedup": "n/a",
                "detail": "max error 0.3 at seed 7", "code": CANDIDATE},
     "plan": {"summary": "Fuse the elementwise tail", "spans": "Change 1: ..."},
+    "plan_ungrounded": {"detail": "no_plan", "text": "Fuse everything into one kernel."},
     "plan_span": {"number": "1", "begins": BEGINS, "ends": ENDS,
                   "code": "        y = self.linear(x)", "instruction": "Keep it a library call."},
     "retry": {"detail": "The reply had no ```python code block."},

@@ -79,3 +79,22 @@ def test_the_first_children_grow_from_the_reference_even_when_a_kernel_is_faster
     assert EpsilonGreedy(random.Random(0), epsilon=1.0, root_first=2).select(tree).kind == "root"
     tree.add(tree.root, "improve", source="llm", result=verdict(Status.ok, 0.7))
     assert Greedy(root_first=2).select(tree).source == "offline"
+
+
+def test_a_plan_without_markers_is_a_recorded_failure_and_the_coder_still_works(tmp_path):
+    from agents.context import Reference
+    from agents.llm.client import LLMConfig
+    from agents.llm.scripted import ScriptedClient, ScriptedReply
+    from agents.team import Team, TeamConfig
+
+    candidate = "Here.\n```python\nimport torch\n\n\nclass ModelNew(torch.nn.Module):\n    pass\n```\n"
+    client = ScriptedClient([ScriptedReply(text="Just fuse it all."),
+                             ScriptedReply(text="Fuse everything, really."),
+                             ScriptedReply(text=candidate)])  # fmt: skip
+    reference = Reference(source="class Model:\n    pass\n", device="cpu")
+    team = Team(client, LLMConfig(provider="openai", model="m"), reference, TeamConfig())
+    proposal = team.propose(Tree.rooted(), Tree.rooted().root)
+    assert proposal.failure == "" and proposal.calls[0].error.startswith("no_plan")
+    assert "class ModelNew" in proposal.source and "Fuse everything, really." in proposal.plan
+    assert [call.role for call in proposal.calls] == ["planner", "planner", "coder"]
+    assert client.temperatures == [0.8, 0.8, 0.1]
