@@ -120,6 +120,13 @@ def _run(verbose: bool, action) -> None:
             traceback.print_exc()
         click.echo(err.render(), err=True)
         sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo(
+            "\ninterrupted: the report and each search's trajectory (--resume) hold what was "
+            "done",
+            err=True,
+        )
+        sys.exit(130)
 
 
 @click.group()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from agents.llm.client import LLMConfig
+from agents.llm.client import LLMConfig, LLMFatalError
 from agents.loop import SearchConfig
 from agents.trajectory import Trajectory
 from bot.render import write_report
@@ -148,6 +148,8 @@ def optimize_target(
         )
     except WeakSpecError as err:
         return TargetReport.failed(problem.name, problem.device, "weak_spec", err.render())
+    except LLMFatalError:  # a bad key, an unknown model: no other target would fare better
+        raise
     except UserError as err:  # this target's fault: report it, go on with the others
         progress(err.render())
         return TargetReport.failed(problem.name, problem.device, "error", err.render())

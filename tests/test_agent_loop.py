@@ -109,3 +109,22 @@ def test_the_team_finds_a_verified_kernel_through_failures(fake_openai, tmp_path
     shape = lambda t: [(n.id, n.kind, n.source, n.plan, n.result and n.result.status)  # noqa: E731
                        for n in t.tree.nodes.values()]  # fmt: skip
     assert shape(again) == shape(trajectory)
+
+
+def test_a_bad_key_stops_the_run_at_once_with_what_to_fix(fake_openai, tmp_path, monkeypatch):
+    from tests.fake_openai import unauthorized
+
+    fake_openai.push(unauthorized())
+    (tmp_path / "pyproject.toml").write_text(PROJECT)
+    monkeypatch.chdir(tmp_path)
+    target = str(FIXTURES / "scale_problem.py")
+    result = CliRunner().invoke(
+        main,
+        ["optimize", target, target, "--device", "cpu", "--llm", "openai", "--out",
+         str(tmp_path / "out")],
+        env={"OPENAI_BASE_URL": fake_openai.base_url, "OPENAI_API_KEY": "sk-secret-key"},
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "error:" in result.output and "fix:" in result.output
+    assert "sk-secret-key" not in result.output
+    assert len(fake_openai.requests) == 1  # not retried, and the second target never asked
