@@ -38,6 +38,12 @@ def node_feedback(tree: Tree, node: Node) -> str:
                 f"{100 * achieved / result.copy_bandwidth_gbs:.0f}% of this device's measured "
                 f"copy bandwidth ({result.copy_bandwidth_gbs:.0f} GB/s)."
             )
+    if result.time_breakdown:
+        unit = "device time per kernel" if result.device == "cuda" else "CPU time per operator"
+        lines.append(f"One profiled call ({unit}):")
+        lines += [
+            f"  {microseconds:10.1f} us  {name}" for name, microseconds in result.time_breakdown
+        ]
     failed = [f"{check.name}: {check.detail}" for check in result.checks if not check.passed]
     if failed:
         lines.append("Failed checks: " + "; ".join(failed))

@@ -247,6 +247,7 @@ class Evaluator:
             input_mode="strengthened" if data.report.strengthened else "as_given",
             seeds=data.seeds,
             phase_seconds=report.phase_seconds,
+            time_breakdown=report.time_breakdown,
             io_bytes=data.report.io_bytes,
             copy_bandwidth_gbs=data.report.copy_bandwidth_gbs,
         )

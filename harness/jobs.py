@@ -109,6 +109,10 @@ class CandidateReport(BaseModel):
         default_factory=dict,
         description="Wall time in the worker: eager_alone, build, check, timing, profile.",
     )
+    time_breakdown: list[tuple[str, float]] = Field(
+        default_factory=list,
+        description="One profiled call: (kernel or operator, microseconds), largest first.",
+    )
 
 
 class CheckFailed(Exception):

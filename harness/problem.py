@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 import sys
+import textwrap
 import types
 from pathlib import Path
 
@@ -154,20 +156,43 @@ def _parse(path: Path) -> ast.Module:
 
 
 def _defines(path: Path, name: str) -> bool:
-    tree = _parse(path)
+    return defines_function(_parse(path), name)
+
+
+def defines_function(tree: ast.Module, name: str) -> bool:
+    """A top-level ``def name`` in a parsed file: how a KernelBench-style ``get_inputs`` beside a
+    class is recognized, here and by the bot's change detection (which parses a commit's blob)."""
     return any(
         isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name
         for node in tree.body
     )
 
 
+def target_toml(file: str, class_name: str, init_comment: str = "constructor arguments") -> str:
+    """The ``[[tool.kernelpilot.targets]]`` lines for a module with no way to build inputs.
+
+    One text for the CLI's error and the bot's PR comment, so both tell the user the same thing.
+    ``file`` is relative to the pyproject.toml the lines go into; strings are TOML-escaped.
+    """
+    return "\n".join(
+        [
+            "[[tool.kernelpilot.targets]]",
+            f"module = {_toml_string(f'{file}:{class_name}')}",
+            f"init_args = []   # {init_comment}",
+            f"inputs = {_toml_string(f'{file}:make_inputs')}   # or a list of shapes, e.g. [[8, 1024]]",
+        ]
+    )
+
+
+def _toml_string(text: str) -> str:
+    # A JSON string is a valid TOML basic string (same escapes); paths may hold quotes.
+    return json.dumps(text, ensure_ascii=False)
+
+
 def _missing_inputs_fix(path: Path, class_name: str) -> str:
+    block = textwrap.indent(target_toml(path.name, class_name), "    ")
     return (
-        "add to pyproject.toml:\n"
-        "    [[tool.kernelpilot.targets]]\n"
-        f'    module = "{path.name}:{class_name}"\n'
-        f'    inputs = "{path.name}:make_inputs"   # or a list of shapes, e.g. [[8, 1024]]\n'
-        "    init_args = []\n"
+        f"add to pyproject.toml:\n{block}\n"
         "  or define get_inputs() (and get_init_inputs()) beside the class"
     )
 

@@ -160,11 +160,40 @@ FAMILY_OF = {op: family for family, ops in LIBRARY_FAMILIES.items() for op in op
 
 
 class OpProfile:
-    """Top-level aten ops (called from Python or from C++) and CUDA kernels of one forward."""
+    """Top-level aten ops (called from Python or from C++) and CUDA kernels of one forward,
+    and where its time went: (name, microseconds) of the largest kernels on cuda (device
+    time), of the largest operators on cpu (their own CPU time)."""
 
-    def __init__(self, aten_ops: list[str], cuda_kernels: list[str]) -> None:
+    def __init__(
+        self,
+        aten_ops: list[str],
+        cuda_kernels: list[str],
+        breakdown: list[tuple[str, float]] | None = None,
+    ) -> None:
         self.aten_ops = aten_ops
         self.cuda_kernels = cuda_kernels
+        self.breakdown = breakdown or []
+
+
+BREAKDOWN_ROWS = 8
+
+
+def time_breakdown(prof, device: str) -> list[tuple[str, float]]:
+    """The largest items of a profile by time: kernels' device time on cuda, operators' own
+    CPU time on cpu (an extension's function is an operator there too)."""
+    rows = []
+    for event in prof.key_averages():
+        if device == "cuda":
+            if event.device_type != torch.autograd.DeviceType.CUDA:
+                continue
+            spent = event.device_time_total
+        else:
+            if event.key == FORWARD_RANGE:
+                continue
+            spent = event.self_cpu_time_total
+        if spent > 0:
+            rows.append((event.key[:120], float(spent)))
+    return sorted(rows, key=lambda row: -row[1])[:BREAKDOWN_ROWS]
 
 
 FORWARD_RANGE = "kernelpilot::forward"
@@ -180,7 +209,7 @@ def profile_forward(fn, inputs: list, device: str) -> OpProfile:
         if device == "cuda":
             torch.cuda.synchronize()
     kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return OpProfile(forward_ops(prof), kernels)
+    return OpProfile(forward_ops(prof), kernels, time_breakdown(prof, device))
 
 
 def forward_ops(prof) -> list[str]:

@@ -133,6 +133,10 @@ class EvalResult(BaseModel):
         default_factory=list, description="The correctness seeds it was judged on."
     )
     io_bytes: int = Field(default=0, description="Bytes of one call's inputs and outputs.")
+    time_breakdown: list[tuple[str, float]] = Field(
+        default_factory=list,
+        description="One profiled call: (kernel on cuda, operator on cpu; microseconds).",
+    )
     phase_seconds: dict[str, float] = Field(
         default_factory=dict,
         description="Where its evaluation's wall time went: build, check, timing, ...",

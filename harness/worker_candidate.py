@@ -114,7 +114,7 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[int], bool]) 
         # as well, and on cuda it leaves CUPTI attached to the process (kineto tears it down
         # only with TEARDOWN_CUPTI=1), which slows every later launch: taken before timing,
         # it made eager beside the candidate 1.6-2x slower than eager alone on an H100.
-        _check_profile(job, model, report.checks)
+        _check_profile(job, model, report)
         clock.lap("profile")
         report.phase_seconds = phases
         return report
@@ -255,10 +255,14 @@ def _poison_fill(spec: CaseSpec) -> float:
     return 3.0 if spec.kind == "repeat" else float("nan")
 
 
-def _check_profile(job: WorkerJob, model, checks: list[Check]) -> None:
+def _check_profile(job: WorkerJob, model, report: CandidateReport) -> None:
+    """The last call, profiled (CUDA kernels too): no PyTorch compute beyond the reference's
+    library ops, its own kernels launched; and where the call's time went, for the planner."""
+    checks = report.checks
     inputs = make_inputs(job.problem, job.cases[0].seed, job.strengthened)
     with torch.no_grad():
         profile = profiling.profile_forward(model, inputs, job.problem.device)
+    report.time_breakdown = profile.breakdown
     problem = profiling.pytorch_compute_problems(profile.aten_ops, job.reference_ops)
     if problem:
         raise CheckFailed(Status.rejected, "no_pytorch_compute", problem)

@@ -98,6 +98,10 @@ def test_the_team_finds_a_verified_kernel_through_failures(fake_openai, tmp_path
     # The debugger read the build log, and then the gate's reasons verbatim.
     debugger_prompts = [body["messages"][-1]["content"] for body in fake_openai.bodies[2::3]]
     assert "build_error" in debugger_prompts[0] and gate_reason in debugger_prompts[1]
+    # The planner is told what the harness measured about the kernel it improves.
+    planner_prompt = fake_openai.bodies[3]["messages"][-1]["content"]
+    assert "Speedup vs eager" in planner_prompt and "One profiled call" in planner_prompt
+    assert nodes["0.1.1"].result.time_breakdown
 
     again = replay(
         trajectory,
