@@ -1,0 +1,99 @@
+"""Greedy vs epsilon-greedy on the same simulated runs: the real search loop, a simulated team
+and a simulated evaluator (no LLM, no builds), many seeds.
+
+Each proposal from a node is a kernel whose time above a floor (the memory-bound limit, 0.3 of
+the reference's time) is its parent's times a factor drawn from the run's seed (most attempts a
+bit slower or faster, some much faster, a share failing), and a failed kernel's repair
+succeeds with a set chance. What is compared: the best speedup over the
+reference after the budget, over the same seeds for both strategies.
+
+    python bench/bench_strategies.py [--runs 200] [--attempts 30] [--epsilon 0.3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agents.loop import SearchConfig, new_trajectory, search  # noqa: E402
+from agents.search.tree import Node, Tree  # noqa: E402
+from agents.team import Proposal  # noqa: E402
+from harness.records import Candidate, EvalResult, Problem, Status, TimingStats  # noqa: E402
+
+PROBLEM = Problem(
+    name="sim", source_path="sim.py", class_name="Model", device="cpu", dtype="float32"
+)
+REFERENCE_MS = 1.0
+FLOOR_MS = 0.3  # no kernel beats the memory-bound limit: the best speedup is 3.33x
+
+
+class SimTeam:
+    """Proposals whose (hidden) kernel time is drawn from the run's random stream."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng, self.made = rng, 0
+
+    def propose(self, tree: Tree, node: Node) -> Proposal:
+        self.made += 1
+        base = REFERENCE_MS if node.kind == "root" or not node.ok else node.score_ms
+        if node.kind != "root" and not node.ok:  # the debugger: repairs most failures
+            fails = self.rng.random() < 0.4
+            factor = self.rng.uniform(0.8, 1.2)
+        else:
+            fails = self.rng.random() < 0.35
+            factor = self.rng.choice([self.rng.uniform(0.85, 1.3), self.rng.uniform(0.4, 0.8)])
+        ms = float("nan") if fails else FLOOR_MS + (base - FLOOR_MS) * factor
+        return Proposal(kind="debug" if not node.ok and node.kind != "root" else "improve",
+                        source=f"# kernel {self.made}: {ms}")  # fmt: skip
+
+
+class SimEvaluator:
+    def prebuild(self, problem: Problem, candidates: list[Candidate]) -> None:
+        pass
+
+    def evaluate(self, problem: Problem, candidate: Candidate) -> EvalResult:
+        ms = float(candidate.source.rsplit(": ", 1)[1])
+        if ms != ms:  # nan: a failed candidate
+            return EvalResult(status=Status.incorrect)
+        timing = TimingStats(median_ms=ms, iqr_ms=0.0, min_ms=ms, samples=10)
+        eager = TimingStats(median_ms=REFERENCE_MS, iqr_ms=0.0, min_ms=REFERENCE_MS, samples=10)
+        return EvalResult(status=Status.ok, candidate=timing, eager=eager)
+
+
+def best_speedup(strategy: str, seed: int, attempts: int, epsilon: float, out: Path) -> float:
+    config = SearchConfig(strategy=strategy, epsilon=epsilon, attempts=attempts, seed_offline=False)
+    trajectory = new_trajectory(PROBLEM, "sim", config, seed)
+    team = SimTeam(random.Random(seed))  # the same proposals' draws for both strategies
+    search(PROBLEM, SimEvaluator(), team, trajectory, out, config, lambda line: None)  # type: ignore[arg-type]
+    best = trajectory.tree.best()
+    return REFERENCE_MS / best.score_ms if best else 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200, help="Seeds per strategy.")
+    parser.add_argument("--attempts", type=int, default=30, help="Budget per run.")
+    parser.add_argument("--epsilon", type=float, default=0.3)
+    args = parser.parse_args()
+    out = Path(tempfile.mkdtemp(prefix="kp-strategies-")) / "trajectory.json"
+    print(f"{args.runs} simulated runs of {args.attempts} attempts each, epsilon {args.epsilon}, "
+          f"ceiling {REFERENCE_MS / FLOOR_MS:.2f}x")  # fmt: skip
+    print("| strategy | median best speedup | mean | worst | best |")
+    print("|---|---|---|---|---|")
+    for strategy in ("greedy", "epsilon-greedy"):
+        speedups = [best_speedup(strategy, seed, args.attempts, args.epsilon, out)
+                    for seed in range(args.runs)]  # fmt: skip
+        print(
+            f"| {strategy} | {statistics.median(speedups):.2f}x | "
+            f"{statistics.mean(speedups):.2f}x | {min(speedups):.2f}x | {max(speedups):.2f}x |"
+        )
+
+
+if __name__ == "__main__":
+    main()
