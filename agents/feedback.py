@@ -38,6 +38,13 @@ def node_feedback(tree: Tree, node: Node) -> str:
                 f"{100 * achieved / result.copy_bandwidth_gbs:.0f}% of this device's measured "
                 f"copy bandwidth ({result.copy_bandwidth_gbs:.0f} GB/s)."
             )
+        if result.flops and result.matmul_tflops:
+            rate = result.flops / (result.candidate.median_ms / 1e3) / 1e12
+            lines.append(
+                f"The reference's matmul/conv work is {result.flops / 1e9:.2f} GFLOP per call: "
+                f"{rate:.1f} TFLOP/s, {100 * rate / result.matmul_tflops:.0f}% of this device's "
+                f"measured matmul rate ({result.matmul_tflops:.1f} TFLOP/s)."
+            )
     if result.time_breakdown:
         unit = "device time per kernel" if result.device == "cuda" else "CPU time per operator"
         lines.append(f"One profiled call ({unit}):")

@@ -71,3 +71,28 @@ def copy_bandwidth_gbs(device: str, numel: int) -> float:
         times.append(time.perf_counter() - started)
     times.sort()
     return 2 * source.numel() * source.element_size() / times[len(times) // 2] / 1e9
+
+
+def matmul_tflops(device: str, dtype: str) -> float:
+    """The device's matrix-multiply rate in ``dtype`` (TFLOP/s, the median of five square
+    products after a warm-up): the ceiling a compute-bound kernel is measured against."""
+    import time
+
+    import torch
+
+    size = 4096 if device == "cuda" else 1024
+    kind = getattr(torch, dtype)
+    a = torch.randn(size, size, device=device, dtype=kind)
+    b = torch.randn(size, size, device=device, dtype=kind)
+    a @ b
+    times = []
+    for _ in range(5):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        a @ b
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - started)
+    times.sort()
+    return 2 * size**3 / times[len(times) // 2] / 1e12

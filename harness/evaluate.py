@@ -250,6 +250,8 @@ class Evaluator:
             time_breakdown=report.time_breakdown,
             io_bytes=data.report.io_bytes,
             copy_bandwidth_gbs=data.report.copy_bandwidth_gbs,
+            flops=data.report.flops,
+            matmul_tflops=data.report.matmul_tflops,
         )
         if result.status is Status.ok:
             self._judge_timing(result)

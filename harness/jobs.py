@@ -80,6 +80,12 @@ class ReferenceReport(BaseModel):
     copy_bandwidth_gbs: float | None = Field(
         default=None, description="The device's measured copy bandwidth (a large copy), GB/s."
     )
+    flops: int = Field(
+        default=0, description="Matmul/conv/attention FLOPs of one forward (torch's counter)."
+    )
+    matmul_tflops: float | None = Field(
+        default=None, description="The device's measured matmul rate in the problem's dtype."
+    )
     aten_ops: list[str] = Field(default_factory=list)
     cuda_kernels: list[str] = Field(default_factory=list)
     network_isolated: bool = False

@@ -144,6 +144,10 @@ class EvalResult(BaseModel):
     copy_bandwidth_gbs: float | None = Field(
         default=None, description="The device's measured copy bandwidth, GB/s (a ceiling)."
     )
+    flops: int = Field(default=0, description="Matmul/conv FLOPs of one call of the reference.")
+    matmul_tflops: float | None = Field(
+        default=None, description="The device's measured matmul rate, TFLOP/s (a ceiling)."
+    )
 
     @property
     def speedup_vs_eager(self) -> float | None:

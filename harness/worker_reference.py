@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from harness.audit import NullAnswerAudit, nondeterminism_finding
 from harness.cases import (
@@ -26,7 +27,7 @@ from harness.cases import (
     input_digest,
     wide_scale,
 )
-from harness.devices import copy_bandwidth_gbs
+from harness.devices import copy_bandwidth_gbs, matmul_tflops
 from harness.errors import UserError
 from harness.jobs import CaseSpec, ReferenceReport, WorkerJob, reference_file
 from harness.profiling import OpProfile, profile_forward
@@ -82,6 +83,7 @@ class ReferenceRun:
         self.on_cuda = self.problem.device == "cuda"
         self.first_outputs: list[torch.Tensor] | None = None
         self.io_bytes = 0
+        self.flops = 0
         with self.phase("construct"):
             self.base = build_reference(self.problem, job.seeds[0])
 
@@ -185,6 +187,9 @@ class ReferenceRun:
                 inputs,
                 self.problem.device,
             )
+            with FlopCounterMode(display=False) as counter:
+                self.forward(self.base, inputs, spec.name)
+            self.flops = int(counter.get_total_flops())
             first, self.first_outputs = self.first_outputs, None
             bitwise = all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
             finding = None if bitwise else nondeterminism_finding(first, again, self.tol)
@@ -280,6 +285,8 @@ def _report(
         io_bytes=run.io_bytes,
         # The ceiling a memory-bound kernel is measured against in the planner's feedback.
         copy_bandwidth_gbs=copy_bandwidth_gbs(device, (1 << 26) if device == "cuda" else (1 << 24)),
+        flops=run.flops,
+        matmul_tflops=matmul_tflops(device, run.problem.dtype) if run.flops else None,
     )
 
 

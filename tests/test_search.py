@@ -98,3 +98,18 @@ def test_a_plan_without_markers_is_a_recorded_failure_and_the_coder_still_works(
     assert "class ModelNew" in proposal.source and "Fuse everything, really." in proposal.plan
     assert [call.role for call in proposal.calls] == ["planner", "planner", "coder"]
     assert client.temperatures == [0.8, 0.8, 0.1]
+
+
+def test_the_planner_is_told_how_close_the_kernel_is_to_the_devices_ceilings():
+    from agents.feedback import node_feedback
+
+    tree = tree_with(("a", Status.ok, 0.5))
+    result = tree.nodes["0.1"].result
+    result.eager = TimingStats(median_ms=1.0, iqr_ms=0.0, min_ms=1.0, samples=10)
+    result.io_bytes, result.copy_bandwidth_gbs = 1_000_000_000, 4000.0  # 1 GB in 0.5 ms
+    result.flops, result.matmul_tflops = 10**12, 50.0  # 1 TFLOP in 0.5 ms
+    result.time_breakdown = [("fused_kernel", 480.0)]
+    text = node_feedback(tree, tree.nodes["0.1"])
+    assert "2000 GB/s, 50% of this device's measured copy bandwidth" in text
+    assert "2.0 TFLOP/s" not in text and "2000.0 TFLOP/s" in text
+    assert "480.0 us  fused_kernel" in text
