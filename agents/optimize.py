@@ -43,6 +43,12 @@ def optimize_problem(
     say = progress or evaluator.progress
     evaluator.reference(problem)  # audit first: a weak spec stops here, before any build
     trajectory = resume
+    if trajectory is not None:  # the limits of this run, on what the earlier one spent
+        trajectory.budget = trajectory.budget.model_copy(
+            update={"attempts": config.attempts, "max_seconds": config.max_seconds,
+                    "max_tokens": config.max_tokens, "max_cost_usd": config.max_cost_usd}
+        )  # fmt: skip
+        trajectory.stopped = ""
     if trajectory is None:
         say(f"{problem.name}: proposing fused kernels (offline proposer)")
         proposal = propose(problem)

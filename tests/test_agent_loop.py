@@ -132,3 +132,28 @@ def test_a_bad_key_stops_the_run_at_once_with_what_to_fix(fake_openai, tmp_path,
     assert "error:" in result.output and "fix:" in result.output
     assert "sk-secret-key" not in result.output
     assert len(fake_openai.requests) == 1  # not retried, and the second target never asked
+
+
+def test_a_resumed_search_goes_on_where_it_stopped(fake_openai, tmp_path, monkeypatch):
+    replies = script()
+    fake_openai.push(*replies[:3])  # two steps: the build error and its repair
+    (tmp_path / "pyproject.toml").write_text(PROJECT)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    env = {"OPENAI_BASE_URL": fake_openai.base_url, "OPENAI_API_KEY": "sk-test"}
+    common = ["--device", "cpu", "--llm", "openai", "--model", "fake-model", "--out", str(out)]
+    first = CliRunner().invoke(
+        main, ["optimize", str(FIXTURES / "scale_problem.py"), "--budget", "2", "--seed", "3",
+               *common], env=env)  # fmt: skip
+    assert first.exit_code == 0, first.output
+    saved = out / "trajectory-scale_problem.json"
+    assert list(Trajectory.load(saved).tree.nodes) == ["0", "0.1", "0.1.1"]
+
+    fake_openai.push(*replies[3:])  # only what the last two steps ask
+    second = CliRunner().invoke(main, ["optimize", "--resume", str(saved), "--budget", "4",
+                                       *common], env=env)  # fmt: skip
+    assert second.exit_code == 0, second.output
+    resumed = Trajectory.load(saved)
+    assert list(resumed.tree.nodes) == ["0", "0.1", "0.1.1", "0.1.1.1", "0.1.1.1.1"]
+    assert resumed.budget.spent_attempts == 4 and len(fake_openai.requests) == 6
+    assert resumed.tree.nodes["0.1.1"].result.status.value == "ok"  # kept, not run again
