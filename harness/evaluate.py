@@ -17,19 +17,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
-import torch
-
 from harness.accept import accept, baseline_disturbance, confirm_disturbance, honest_baseline
 from harness.buildcache import default_cache_dir
 from harness.config import EvalConfig
 from harness.errors import UserError
 from harness.gate import check_python
-from harness.jobs import CandidateReport, WorkerJob, outputs_file
+from harness.jobs import CandidateReport, WorkerJob
 from harness.problem import problem_from_target
+from harness.receive import CaseReceiver
 from harness.records import AuditReport, Candidate, Check, EvalResult, Problem, Status
 from harness.reference import ReferenceData, reference_data
 from harness.sandbox import WorkerOutcome, run_worker
-from harness.streams import STREAM_HINT
 from harness.tolerance import CaseComparer, CaseComparison
 
 
@@ -167,38 +165,6 @@ class Evaluator:
         job_dir = Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=self.work_dir))
         (job_dir / "job.json").write_text(job.model_dump_json())
 
-        def on_outputs(body: object) -> bool:
-            """One case's outputs, in order: compared here, where no candidate code runs."""
-            assert data is not None and comparer is not None
-            number = comparer.compared
-            if (
-                not isinstance(body, dict)
-                or body.get("case") != number
-                or number >= len(data.cases)
-            ):
-                comparer.failed = f"the worker announced outputs out of order ({body!r})"
-                return False
-            spec = data.cases[number]
-            path = job_dir / outputs_file(number)
-            if not path.is_file():
-                comparer.failed = f"{spec.name}: the worker announced outputs it did not write"
-                return False
-            produced = torch.load(path, weights_only=True)
-            path.unlink()
-            if not isinstance(produced, list) or not all(type(t) is torch.Tensor for t in produced):
-                comparer.failed = f"{spec.name}: the outputs file holds no list of tensors"
-                return False
-            repeat = spec.kind == "repeat"
-            if comparer.add(spec.name, produced, data.outputs(spec), repeat):
-                return True
-            if repeat and spec.async_stream and comparer.check != "deterministic_outputs":
-                comparer.failed = (
-                    f"{comparer.failed}: right on the same inputs and parameters on the default "
-                    "stream, wrong when they were still being produced on a busy non-default "
-                    f"current stream at the call: {STREAM_HINT}"
-                )
-            return False
-
         memory = config.memory_limit_gb if problem.device == "cpu" else None
         if mode == "build":
             timeout = config.build_timeout_s
@@ -206,7 +172,8 @@ class Evaluator:
             timeout = config.run_timeout_s
         else:
             timeout = config.build_timeout_s + config.run_timeout_s
-        outcome = run_worker(job_dir, timeout, memory, on_outputs if data else None)
+        receiver = CaseReceiver(data, comparer, job_dir) if data and comparer else None
+        outcome = run_worker(job_dir, timeout, memory, receiver)
         return _candidate_report(outcome, problem, timeout)
 
     def _result(

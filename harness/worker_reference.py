@@ -19,6 +19,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from harness.audit import NullAnswerAudit, nondeterminism_finding
+from harness.case_plan import extra_specs, renumber, repeat_spec, seed_specs
 from harness.cases import (
     build_reference,
     case_inputs,
@@ -87,23 +88,10 @@ class ReferenceRun:
         with self.phase("construct"):
             self.base = build_reference(self.problem, job.seeds[0])
 
-    def seed_specs(self) -> list[CaseSpec]:
-        return [
-            CaseSpec(
-                name=f"seed {seed} ({'initial' if number == 0 else 'perturbed'} parameters)",
-                kind="seed",
-                seed=seed,
-                params_seed=None if number == 0 else seed,
-                reference_case=number,
-                async_stream=self.on_cuda and number > 0,
-            )
-            for number, seed in enumerate(self.job.seeds)
-        ]
-
     def run_seed_cases(self, strengthened: bool) -> tuple[list[CaseSpec], NullAnswerAudit, str]:
         """The seed cases, audited as they go; the last item names a non-finite case, if any."""
         audit = NullAnswerAudit(self.tol)
-        specs = self.seed_specs()
+        specs = seed_specs(self.job.seeds, self.on_cuda)
         for spec in specs:
             outputs = self.run_case(spec, strengthened, audit)
             if outputs is None:
@@ -195,35 +183,6 @@ class ReferenceRun:
             finding = None if bitwise else nondeterminism_finding(first, again, self.tol)
         return finding, bitwise, ops
 
-    def extra_specs(self, first: CaseSpec) -> list[CaseSpec]:
-        """The repeat of the first case, other shapes, a wide range, other memory layouts."""
-        config, seed = self.job.config, self.job.seeds[0]
-        base = len(self.job.seeds)
-        specs = [
-            CaseSpec(
-                name=f"seed {seed} again, inputs produced asynchronously on a busy stream",
-                kind="repeat",
-                seed=seed,
-                reference_case=0,
-                async_stream=self.on_cuda,
-                input_digest=first.input_digest,
-                output_meta=first.output_meta,
-            )
-        ]
-        extra = [
-            CaseSpec(name="other shapes", kind="variant", seed=seed, variant=v, reference_case=0)
-            for v in range(1, config.shape_variants + 1)
-        ]
-        if config.wide_range:
-            extra.append(CaseSpec(name="inputs scaled", kind="wide", seed=seed, reference_case=0))
-        if config.strided_inputs:
-            name = "inputs in other memory layouts"
-            extra.append(CaseSpec(name=name, kind="strided", seed=seed, reference_case=0))
-        for number, spec in enumerate(extra):
-            spec.reference_case = base + number
-            spec.async_stream = self.on_cuda
-        return specs + extra
-
     def run_extra(self, spec: CaseSpec, strengthened: bool) -> bool:
         """An extra case; False where the module refuses its inputs or its outputs are not
         finite (not a case the module is meant for)."""
@@ -255,12 +214,13 @@ def run_reference(job: WorkerJob, job_dir: Path) -> ReferenceReport:
             specs, strengthened = stronger, True
         else:  # the files hold the stronger draw: write the cases as given again
             specs, _, _ = run.run_seed_cases(False)
-    repeat, *extra = run.extra_specs(specs[0])
+    repeat = repeat_spec(specs[0], run.on_cuda)
+    extra = extra_specs(job.seeds, job.config, run.on_cuda)
     kept = [spec for spec in extra if run.run_extra(spec, strengthened)]
     # The repeat comes second: same inputs and parameters as the first case, so a failure
     # there (and not in the first) is the stream order or memory never written.
     cases = [specs[0], repeat, *specs[1:], *kept]
-    _renumber(kept, len(specs), job_dir)
+    renumber(kept, len(specs), job_dir)
     return _report(run, report, strengthened, cases, bitwise, ops)
 
 
@@ -292,14 +252,6 @@ def _report(
 
 def _bytes(value) -> int:
     return value.numel() * value.element_size() if isinstance(value, torch.Tensor) else 0
-
-
-def _renumber(extra: list[CaseSpec], first: int, job_dir: Path) -> None:
-    """Extra cases that were dropped leave gaps in the files' numbers: close them."""
-    for number, spec in enumerate(extra, start=first):
-        if spec.reference_case != number:
-            (job_dir / reference_file(spec.reference_case)).rename(job_dir / reference_file(number))
-            spec.reference_case = number
 
 
 def _on_host(tensor: torch.Tensor) -> torch.Tensor:
