@@ -55,3 +55,17 @@ def fake_openai():
 
     with FakeOpenAI() as server:
         yield server
+
+
+@pytest.fixture
+def fake_github():
+    """A stateful GitHub REST API on 127.0.0.1 (tests/fake_github.py), stopped after the test.
+
+    Point PyGithub at ``fake_github.base_url`` (``fake_github.client(token)`` does, without
+    PyGithub's request throttling); a bug of the fake itself (a 500 it answered) fails the test.
+    """
+    from tests.fake_github import FakeGitHub
+
+    with FakeGitHub() as server:
+        yield server
+        assert not server.errors, f"fake_github answered 500 for its own bugs: {server.errors}"
