@@ -16,10 +16,7 @@ with no common commit, a broken ``[tool.kernelpilot]``) is a ``UserError``. The 
 from __future__ import annotations
 
 import ast
-import os
 import posixpath
-import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -27,6 +24,19 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from bot.git import (
+    MAX_FILE_BYTES,
+    REGULAR_MODES,
+    DiffEntry,
+    changed_lines,
+    check_repository,
+    decoded_path,
+    diff_entries,
+    find_merge_base,
+    git,
+    read_blobs,
+    resolve,
+)
 from bot.modules import (
     ClassChange,
     ModuleIndex,
@@ -43,10 +53,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-MAX_FILE_BYTES = 1_000_000  # a .py file larger than this is generated, not a hand-written module
 KERNELBENCH_INPUTS = {"get_inputs", "get_init_inputs"}
-REGULAR_MODES = ("100644", "100755")  # not a link (120000) or a submodule (160000)
-_HUNK = re.compile(rb"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
 
 
 class ChangedFile(BaseModel):
@@ -126,10 +133,10 @@ def detect_changes(repo: Path, base: str, head: str, max_targets: int = 20) -> C
             f"max_targets is {max_targets}", where="detect_changes", fix="give 0 or more targets"
         )
     repo = repo.resolve()
-    _check_repository(repo)
-    base_sha, head_sha = _resolve(repo, base, "base"), _resolve(repo, head, "head")
-    merge_base = _merge_base(repo, base_sha, head_sha, base, head)
-    entries = [entry for entry in _diff(repo, merge_base, head_sha) if entry.is_python()]
+    check_repository(repo)
+    base_sha, head_sha = resolve(repo, base, "base"), resolve(repo, head, "head")
+    merge_base = find_merge_base(repo, base_sha, head_sha, base, head)
+    entries = [entry for entry in diff_entries(repo, merge_base, head_sha) if entry.is_python()]
     files = _HeadFiles(repo, head_sha, [entry.new_blob for entry in entries if entry.readable()])
     index = ModuleIndex(files)
     found: list[ChangedModule] = []
@@ -148,7 +155,7 @@ def detect_changes(repo: Path, base: str, head: str, max_targets: int = 20) -> C
         head_sha=head_sha,
         merge_base=merge_base,
         max_targets=max_targets,
-        files=[entry.record() for entry in entries],
+        files=[_file_record(entry) for entry in entries],
         modules=modules,
         skipped_files=skipped,
         over_cap=over_cap,
@@ -176,7 +183,7 @@ def _apply_cap(
 
 
 def _examine(
-    repo: Path, entry: _DiffEntry, files: _HeadFiles, index: ModuleIndex
+    repo: Path, entry: DiffEntry, files: _HeadFiles, index: ModuleIndex
 ) -> list[ChangedModule] | SkippedFile:
     """The changed modules of one file, or why it was skipped."""
     if entry.status == "D" or not entry.path.endswith(".py"):
@@ -192,7 +199,7 @@ def _examine(
     if entry.status == "A":
         changed = set(range(1, len(text.splitlines()) + 1))
     else:
-        changed = _changed_lines(repo, entry.old_blob, entry.new_blob)
+        changed = changed_lines(repo, entry.old_blob, entry.new_blob)
     project = _project_for(files, entry.path)
     configured = {cls for path, cls in project.targets if path == entry.path}
     classes = index.module_classes(entry.path, tree, also=configured)
@@ -226,21 +233,6 @@ def _module_record(
     relative = posixpath.relpath(path, project.folder or ".")
     toml = target_toml(relative, change.class_name, init_signature(node) or "constructor arguments")
     return record.model_copy(update={"missing_config": toml, "config_path": project.pyproject})
-
-
-def _changed_lines(repo: Path, old_blob: str, new_blob: str) -> set[int]:
-    """Head line numbers the diff adds or replaces. A pure deletion counts as a change on the
-    head line just above it (line 1 at the top), so removing a statement changes its block."""
-    diff = _git(
-        repo, ["diff", "-U0", "--no-color", "--no-ext-diff", "--no-textconv", old_blob, new_blob]
-    )
-    changed: set[int] = set()
-    for line in diff.splitlines():
-        match = _HUNK.match(line)
-        if match:
-            start, count = int(match[1]), int(match[2] if match[2] is not None else 1)
-            changed.update(range(start, start + count) if count else [max(start, 1)])
-    return changed
 
 
 # --- the configuration in head -----------------------------------------------------------------
@@ -295,47 +287,6 @@ def _read_project(pyproject: str, text: str, head_sha: str) -> _Project | None:
     return _Project(pyproject, folder, frozenset(targets))
 
 
-# --- git ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _DiffEntry:
-    """One line of ``git diff --raw``: blobs are addressed by SHA, never by (untrusted) path."""
-
-    status: str  # A, M, D, R, T (one letter; R without its score)
-    path: str  # head path; for a deletion, the base path
-    old_path: str | None
-    old_blob: str
-    new_blob: str
-    new_mode: str
-
-    def is_python(self) -> bool:
-        return self.path.endswith(".py") or (self.old_path or "").endswith(".py")
-
-    def readable(self) -> bool:
-        """Head has this file as a regular .py file (not deleted, not a link or submodule)."""
-        return self.status != "D" and self.path.endswith(".py") and self.new_mode in REGULAR_MODES
-
-    def record(self) -> ChangedFile:
-        status = {"A": "added", "D": "deleted", "R": "renamed"}.get(self.status, "modified")
-        return ChangedFile(path=self.path, old_path=self.old_path, status=status)  # type: ignore[arg-type]
-
-
-def _diff(repo: Path, merge_base: str, head_sha: str) -> list[_DiffEntry]:
-    options = ["--raw", "-z", "-M", "--no-abbrev", "--no-color", "--no-ext-diff", "--no-textconv"]
-    fields = _git(repo, ["diff", *options, merge_base, head_sha]).split(b"\0")
-    entries = []
-    position = 0
-    while position < len(fields) and fields[position].startswith(b":"):
-        _, new_mode, old_blob, new_blob, status = fields[position][1:].decode().split(" ")
-        paths = 2 if status[0] in "RC" else 1
-        names = [_path(field) for field in fields[position + 1 : position + 1 + paths]]
-        position += 1 + paths
-        old_path, path = (names[0], names[1]) if paths == 2 else (None, names[0])
-        entries.append(_DiffEntry(status[0], path, old_path, old_blob, new_blob, new_mode))
-    return entries
-
-
 class _HeadFiles:
     """The head commit's files (``bot.modules.Sources``): listed once, read and parsed lazily
     and once each; the changed files are read up front in one ``git cat-file --batch``."""
@@ -343,14 +294,14 @@ class _HeadFiles:
     def __init__(self, repo: Path, head_sha: str, prefetch: list[str]) -> None:
         self._repo = repo
         self.head_sha = head_sha
-        listing = _git(repo, ["ls-tree", "-r", "-z", "--full-tree", head_sha]).split(b"\0")
+        listing = git(repo, ["ls-tree", "-r", "-z", "--full-tree", head_sha]).split(b"\0")
         self._blobs: dict[str, str] = {}
         for line in filter(None, listing):
             meta, _, name = line.partition(b"\t")
             mode, kind, sha = meta.decode().split(" ")
             if kind == "blob" and mode in REGULAR_MODES:
-                self._blobs[_path(name)] = sha
-        self._contents = _read_blobs(repo, prefetch)
+                self._blobs[decoded_path(name)] = sha
+        self._contents = read_blobs(repo, prefetch)
         self._loaded: dict[str, tuple[ast.Module, str] | SkippedFile] = {}
         self._projects: dict[str, _Project | None] = {}
 
@@ -381,7 +332,7 @@ class _HeadFiles:
     def _text(self, path: str) -> str | SkippedFile:
         sha = self._blobs[path]
         if sha not in self._contents:
-            self._contents.update(_read_blobs(self._repo, [sha]))
+            self._contents.update(read_blobs(self._repo, [sha]))
         content = self._contents[sha]
         if isinstance(content, int):
             reason = (
@@ -411,106 +362,6 @@ class _HeadFiles:
             return SkippedFile(path=path, kind="syntax_error", reason=reason)
 
 
-def _read_blobs(repo: Path, shas: list[str]) -> dict[str, bytes | int]:
-    """Blob contents by SHA in two git calls; a blob over MAX_FILE_BYTES is left unread and
-    stands as its size."""
-    shas = list(dict.fromkeys(shas))
-    if not shas:
-        return {}
-    listing = _git(repo, ["cat-file", "--batch-check"], stdin="\n".join(shas).encode() + b"\n")
-    sizes = [_blob_size(header) for header in listing.splitlines()]
-    result: dict[str, bytes | int] = {
-        sha: size for sha, size in zip(shas, sizes, strict=True) if size > MAX_FILE_BYTES
-    }
-    small = [sha for sha in shas if sha not in result]
-    if not small:
-        return result
-    output = _git(repo, ["cat-file", "--batch"], stdin="\n".join(small).encode() + b"\n")
-    position = 0
-    for sha in small:
-        header_end = output.index(b"\n", position)
-        size = _blob_size(output[position:header_end])
-        result[sha] = output[header_end + 1 : header_end + 1 + size]
-        position = header_end + 1 + size + 1  # the content is followed by a newline
-    return result
-
-
-def _blob_size(header: bytes) -> int:
-    """The size in a ``cat-file`` header ``<sha> blob <size>``; the SHAs came from git itself, so
-    anything else (``<sha> missing``: a corrupt or partial clone) is not the PR's fault."""
-    fields = header.decode(errors="replace").split()
-    if len(fields) != 3 or fields[1] != "blob":
-        raise RuntimeError(f"git cat-file could not read a blob: {' '.join(fields)}")
-    return int(fields[2])
-
-
-def _path(raw: bytes) -> str:
-    # Paths are bytes in git; an invalid UTF-8 name maps the same way everywhere it is looked up.
-    return raw.decode("utf-8", "replace")
-
-
-def _check_repository(repo: Path) -> None:
-    if not repo.is_dir():
-        raise UserError("no such folder", where=str(repo), fix="name the repository's folder")
-    result = _run(repo, ["rev-parse", "--git-dir"])
-    if result.returncode != 0:
-        raise UserError(
-            "not a git repository",
-            where=str(repo),
-            fix=f"run in a git checkout of the project (git said: {_said(result)})",
-        )
-
-
-def _resolve(repo: Path, ref: str, role: str) -> str:
-    """The commit a ref names; a ref that could read as an option is refused, not passed."""
-    if not ref or ref.startswith("-") or "\0" in ref:
-        raise UserError(
-            f"{role} ref {ref!r} is not a ref", where=str(repo), fix="name a branch, tag or commit"
-        )
-    result = _run(
-        repo, ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"]
-    )
-    if result.returncode != 0:
-        raise UserError(
-            f"unknown {role} ref {ref!r}",
-            where=f"git repository {repo}",
-            fix=f"fetch it first (git fetch origin {ref}; with actions/checkout, fetch-depth: 0) "
-            "or name an existing branch, tag or commit",
-        )
-    return result.stdout.decode().strip()
-
-
-def _merge_base(repo: Path, base_sha: str, head_sha: str, base: str, head: str) -> str:
-    result = _run(repo, ["merge-base", base_sha, head_sha])
-    if result.returncode != 0:
-        raise UserError(
-            f"base {base!r} and head {head!r} have no commit in common",
-            where=f"git repository {repo}",
-            fix="a shallow clone hides it: fetch the full history (git fetch --unshallow; with "
-            "actions/checkout, fetch-depth: 0), or compare against the branch the PR targets",
-        )
-    return result.stdout.decode().strip()
-
-
-def _git(repo: Path, args: list[str], stdin: bytes | None = None) -> bytes:
-    """git's output; a failure here is ours (the commits were checked), so it raises."""
-    result = _run(repo, args, stdin)
-    if result.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args)} failed in {repo}: {_said(result)}")
-    return result.stdout
-
-
-def _run(
-    repo: Path, args: list[str], stdin: bytes | None = None
-) -> subprocess.CompletedProcess[bytes]:
-    environment = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
-    try:
-        return subprocess.run(
-            ["git", *args], cwd=repo, input=stdin, capture_output=True, env=environment, check=False
-        )
-    except FileNotFoundError:
-        raise UserError("git is not installed", where="PATH", fix="install git") from None
-
-
-def _said(result: subprocess.CompletedProcess[bytes]) -> str:
-    return result.stderr.decode(errors="replace").strip() or f"exit {result.returncode}"
+def _file_record(entry: DiffEntry) -> ChangedFile:
+    status = {"A": "added", "D": "deleted", "R": "renamed"}.get(entry.status, "modified")
+    return ChangedFile(path=entry.path, old_path=entry.old_path, status=status)  # type: ignore[arg-type]
