@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from bot.git import (
     MAX_FILE_BYTES,
@@ -44,7 +44,7 @@ from bot.modules import (
     init_signature,
     kernelbench_class,
 )
-from harness.config import ProjectConfig
+from harness.config import project_config
 from harness.errors import UserError
 from harness.problem import defines_function, target_toml
 
@@ -269,16 +269,7 @@ def _read_project(pyproject: str, text: str, head_sha: str) -> _Project | None:
         raise UserError(f"not valid TOML: {err}", where=where, fix="fix the TOML syntax") from None
     if "kernelpilot" not in table:
         return None
-    try:
-        config = ProjectConfig.model_validate(table["kernelpilot"])
-    except ValidationError as err:
-        first = err.errors()[0]
-        key = ".".join(str(part) for part in first["loc"])
-        raise UserError(
-            f"invalid [tool.kernelpilot] setting: {first['msg']}",
-            where=f"{where}: tool.kernelpilot.{key}",
-            fix="see the README's configuration section for the allowed keys and values",
-        ) from None
+    config = project_config(table["kernelpilot"], where)
     folder = posixpath.dirname(pyproject)
     targets = set()
     for entry in config.targets:

@@ -126,6 +126,12 @@ def find_pyproject(start: Path) -> Path | None:
 
 def load_project_config(pyproject: Path) -> ProjectConfig:
     table = _read_toml(pyproject).get("tool", {}).get("kernelpilot", {})
+    return project_config(table, str(pyproject))
+
+
+def project_config(table: dict, where: str) -> ProjectConfig:
+    """A ``[tool.kernelpilot]`` table (from a file, or a file at a commit) as the checked
+    config; a bad key is a UserError naming it."""
     try:
         return ProjectConfig.model_validate(table)
     except ValidationError as err:
@@ -133,7 +139,7 @@ def load_project_config(pyproject: Path) -> ProjectConfig:
         key = ".".join(str(part) for part in first["loc"])
         raise UserError(
             f"invalid [tool.kernelpilot] setting: {first['msg']}",
-            where=f"{pyproject}: tool.kernelpilot.{key}",
+            where=f"{where}: tool.kernelpilot.{key}",
             fix="see the README's configuration section for the allowed keys and values",
         ) from None
 
