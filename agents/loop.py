@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -29,6 +30,8 @@ class CandidateEvaluator(Protocol):
     """What the loop needs of an evaluator (``harness.evaluate.Evaluator``, or a recorded one)."""
 
     def prebuild(self, problem: Problem, candidates: list[Candidate]) -> None: ...
+
+    def build(self, problem: Problem, candidate: Candidate) -> object: ...
 
     def evaluate(self, problem: Problem, candidate: Candidate) -> EvalResult: ...
 
@@ -117,20 +120,36 @@ def grow(tree: Tree, parent: Node, proposal: Proposal, trajectory: Trajectory) -
 def evaluate_children(
     problem: Problem, evaluator: CandidateEvaluator, tree: Tree, children: list[Node]
 ) -> None:
-    """Build the new candidates in parallel, then check and time each (one device)."""
+    """Build the new candidates in parallel; check and time them one at a time (one device).
+
+    On cuda the device does not wait for the slowest build: each candidate is checked and timed
+    as soon as its own build is done, while the others are still building on the host's cores.
+    On cpu the builds would take the cores the timing runs on, so all are built first.
+    """
     fresh = [c for c in children if c.source and c.result is None and not c.failure]
+    if len(fresh) > 1 and problem.device == "cuda":
+        with ThreadPoolExecutor(max_workers=len(fresh)) as pool:
+            builds = [pool.submit(evaluator.build, problem, candidate(child)) for child in fresh]
+            for child, build in zip(fresh, builds, strict=True):
+                build.result()  # this one's build; the later ones go on meanwhile
+                _evaluate(problem, evaluator, tree, child)
+        return
     if len(fresh) > 1:
         started = time.perf_counter()
         evaluator.prebuild(problem, [candidate(child) for child in fresh])
         for child in fresh:
             child.seconds["prebuild"] = (time.perf_counter() - started) / len(fresh)
     for child in fresh:
-        started = time.perf_counter()
-        child.result = evaluator.evaluate(problem, candidate(child))
-        child.seconds["evaluate"] = time.perf_counter() - started
-        child.seconds.update(child.result.phase_seconds)
-        if child.result.eager is not None:
-            tree.root_ms = honest_baseline(child.result.eager, child.result.eager_alone).median_ms
+        _evaluate(problem, evaluator, tree, child)
+
+
+def _evaluate(problem: Problem, evaluator: CandidateEvaluator, tree: Tree, child: Node) -> None:
+    started = time.perf_counter()
+    child.result = evaluator.evaluate(problem, candidate(child))
+    child.seconds["evaluate"] = time.perf_counter() - started
+    child.seconds.update(child.result.phase_seconds)
+    if child.result.eager is not None:
+        tree.root_ms = honest_baseline(child.result.eager, child.result.eager_alone).median_ms
 
 
 def candidate(node: Node) -> Candidate:

@@ -38,6 +38,9 @@ class RecordedEvaluator:
     def prebuild(self, problem: Problem, candidates: list[Candidate]) -> None:
         pass
 
+    def build(self, problem: Problem, candidate: Candidate) -> None:
+        pass
+
     def evaluate(self, problem: Problem, candidate: Candidate) -> EvalResult:
         return self.results[candidate.source]
 

@@ -57,6 +57,9 @@ class SimEvaluator:
     def prebuild(self, problem: Problem, candidates: list[Candidate]) -> None:
         pass
 
+    def build(self, problem: Problem, candidate: Candidate) -> None:
+        pass
+
     def evaluate(self, problem: Problem, candidate: Candidate) -> EvalResult:
         ms = float(candidate.source.rsplit(": ", 1)[1])
         if ms != ms:  # nan: a failed candidate

@@ -113,3 +113,32 @@ def test_the_planner_is_told_how_close_the_kernel_is_to_the_devices_ceilings():
     assert "2000 GB/s, 50% of this device's measured copy bandwidth" in text
     assert "2.0 TFLOP/s" not in text and "2000.0 TFLOP/s" in text
     assert "480.0 us  fused_kernel" in text
+
+
+def test_on_cuda_a_candidate_is_checked_while_the_next_ones_still_build():
+    import threading
+
+    from agents.loop import evaluate_children
+
+    first_evaluated = threading.Event()
+    order: list[str] = []
+
+    class Evaluator:
+        def prebuild(self, problem, candidates) -> None:
+            raise AssertionError("on cuda the builds are not all awaited first")
+
+        def build(self, problem, candidate) -> None:
+            if candidate.source == "B":  # still building while A is checked and timed
+                assert first_evaluated.wait(timeout=10), "A waited for B's build"
+            order.append(f"built {candidate.source}")
+
+        def evaluate(self, problem, candidate) -> EvalResult:
+            order.append(f"evaluated {candidate.source}")
+            first_evaluated.set()
+            return verdict(Status.ok, 0.5)
+
+    gpu = PROBLEM.model_copy(update={"device": "cuda"})
+    tree = Tree.rooted()
+    children = [tree.add(tree.root, "improve", source=source) for source in ("A", "B")]
+    evaluate_children(gpu, Evaluator(), tree, children)
+    assert order == ["built A", "evaluated A", "built B", "evaluated B"]
