@@ -53,7 +53,10 @@ def fake_openai():
     """A real OpenAI-compatible server on 127.0.0.1 (tests/fake_openai.py), stopped after the test."""
     from tests.fake_openai import FakeOpenAI
 
-    with FakeOpenAI() as server:
+    # Stopped after the test; the lifetime is only a bound for a server left running. The
+    # end-to-end search tests build and time real kernels: on a loaded 2-core machine they
+    # outlast 60 s, and a server gone mid-test turns the last steps into failed calls.
+    with FakeOpenAI(lifetime_s=1800.0) as server:
         yield server
 
 
