@@ -212,8 +212,8 @@ def run_reference(job: WorkerJob, job_dir: Path) -> ReferenceReport:
         report.strengthened_ok = not stronger_nonfinite and not stronger_audit.findings()
         if report.strengthened_ok:
             specs, strengthened = stronger, True
-        else:  # the files hold the stronger draw: write the cases as given again
-            specs, _, _ = run.run_seed_cases(False)
+    if report.weak and not report.strengthened_ok:  # refused: no case of it is ever run
+        return _report(run, report, strengthened, [], bitwise, ops)
     repeat = repeat_spec(specs[0], run.on_cuda)
     extra = extra_specs(job.seeds, job.config, run.on_cuda)
     kept = [spec for spec in extra if run.run_extra(spec, strengthened)]
