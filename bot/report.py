@@ -47,6 +47,9 @@ class TargetReport(BaseModel):
     max_abs_error: float | None = None
     rel_error: float | None = None
     input_mode: str = "as_given"
+    inputs: str = Field(default="", description="The forward's inputs: float32[8, 1024], ...")
+    plan: str = Field(default="", description="The plan the best kernel followed (shortened).")
+    kernel_source: str = Field(default="", description="The best verified candidate's source.")
     compile_baseline_error: str | None = None
     candidate_file: str | None = None
     checks: list[Check] = Field(default_factory=list)
@@ -70,6 +73,17 @@ class TargetReport(BaseModel):
         )
         self.cost_usd = budget.spent_cost_usd if priced else None
         self.trajectory_file = str(path) if path else None
+
+    @property
+    def improved(self) -> bool:
+        """Verified, faster than eager beyond the noise, and not slower than torch.compile
+        beyond it: the only kind of result offered to a user as a faster kernel."""
+        return (
+            self.status == "ok"
+            and self.faster_than_eager
+            and not self.slower_than_compile
+            and bool(self.kernel_source)
+        )
 
     @classmethod
     def failed(cls, target: str, device: str, status: str, reason: str) -> TargetReport:
@@ -106,6 +120,7 @@ class TargetReport(BaseModel):
             max_abs_error=result.max_abs_error,
             rel_error=result.rel_error,
             input_mode=result.input_mode,
+            inputs=result.input_summary,
             compile_baseline_error=result.compile_baseline_error,
             candidate_file=candidate_file,
             checks=result.checks,
@@ -115,8 +130,27 @@ class TargetReport(BaseModel):
 
 class Report(BaseModel):
     targets: list[TargetReport] = Field(default_factory=list)
+    review_speedup: float = Field(
+        default=10.0, description="eval.review_speedup: speedups above it ask for a human review."
+    )
+
+    def improved(self) -> list[TargetReport]:
+        return [row for row in self.targets if row.improved]
+
+    def best_speedup(self) -> float | None:
+        """The largest speedup over eager among the improved targets."""
+        speedups = [row.speedup_vs_eager or 0.0 for row in self.improved()]
+        return max(speedups) if speedups else None
+
+
+# A call that takes this much longer than the baseline is slower however noisy the timing
+# was: with one sample each the measured floor is infinite, and 0.43x is still no "noise".
+SLOWER_FLOOR_CAP = 0.5
 
 
 def _slower(verdict: Verdict | None) -> bool:
-    """Slower beyond the same noise floor that a speedup must clear to count as faster."""
-    return verdict is not None and verdict.speedup * (1 + verdict.noise_floor) < 1
+    """Slower beyond the same noise floor that a speedup must clear to count as faster
+    (capped: an infinite floor from too few samples must not hide a plainly slower kernel)."""
+    if verdict is None:
+        return False
+    return verdict.speedup * (1 + min(verdict.noise_floor, SLOWER_FLOOR_CAP)) < 1

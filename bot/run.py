@@ -102,8 +102,9 @@ def run_targets(
         {"attempts": options.attempts, "max_cost_usd": options.max_cost_usd,
          "max_seconds": options.max_seconds}
     )  # fmt: skip
-    evaluator = Evaluator(project_eval_config(options), seed, progress=progress)
-    report = Report()
+    config = project_eval_config(options)
+    evaluator = Evaluator(config, seed, progress=progress)
+    report = Report(review_speedup=config.review_speedup)
     for number, target in enumerate(targets, 1):
         if isinstance(target, TargetReport):
             report.targets.append(target)
@@ -161,6 +162,8 @@ def optimize_target(
         kernel_file.write_text(attempt.candidate.source)
         row = TargetReport.from_result(problem.name, attempt.result, str(kernel_file))
         row.reason = row.reason or attempt.reason
+        row.kernel_source = attempt.candidate.source
+        row.plan = attempt.candidate.note
     if attempt.trajectory is not None:
         row.add_search(attempt.trajectory, attempt.trajectory_file)
     return row

@@ -216,6 +216,7 @@ class Evaluator:
             phase_seconds=report.phase_seconds,
             time_breakdown=report.time_breakdown,
             io_bytes=data.report.io_bytes,
+            input_summary=data.report.input_summary,
             copy_bandwidth_gbs=data.report.copy_bandwidth_gbs,
             flops=data.report.flops,
             matmul_tflops=data.report.matmul_tflops,

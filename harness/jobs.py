@@ -77,6 +77,9 @@ class ReferenceReport(BaseModel):
         default=None, description="Peak device memory the reference worker allocated (cuda)."
     )
     io_bytes: int = Field(default=0, description="Bytes of the first case's inputs and outputs.")
+    input_summary: str = Field(
+        default="", description="The first case's inputs: dtype and shape of each."
+    )
     copy_bandwidth_gbs: float | None = Field(
         default=None, description="The device's measured copy bandwidth (a large copy), GB/s."
     )

@@ -133,6 +133,9 @@ class EvalResult(BaseModel):
         default_factory=list, description="The correctness seeds it was judged on."
     )
     io_bytes: int = Field(default=0, description="Bytes of one call's inputs and outputs.")
+    input_summary: str = Field(
+        default="", description="The forward's inputs, dtype and shape each: float32[8, 1024]."
+    )
     time_breakdown: list[tuple[str, float]] = Field(
         default_factory=list,
         description="One profiled call: (kernel on cuda, operator on cpu; microseconds).",

@@ -84,6 +84,7 @@ class ReferenceRun:
         self.on_cuda = self.problem.device == "cuda"
         self.first_outputs: list[torch.Tensor] | None = None
         self.io_bytes = 0
+        self.input_summary = ""
         self.flops = 0
         with self.phase("construct"):
             self.base = build_reference(self.problem, job.seeds[0])
@@ -127,6 +128,7 @@ class ReferenceRun:
         if spec.kind == "seed" and spec.reference_case == 0:
             self.first_outputs = outputs  # for the determinism run
             self.io_bytes = sum(_bytes(x) for x in [*inputs, *outputs])
+            self.input_summary = describe_inputs(inputs)
         with self.phase("store"):
             spec.input_digest = input_digest(inputs)
             spec.output_meta = [
@@ -243,11 +245,24 @@ def _report(
         phase_seconds=run.phase.seconds,
         peak_device_bytes=torch.cuda.max_memory_allocated() if device == "cuda" else None,
         io_bytes=run.io_bytes,
+        input_summary=run.input_summary,
         # The ceiling a memory-bound kernel is measured against in the planner's feedback.
         copy_bandwidth_gbs=copy_bandwidth_gbs(device, (1 << 26) if device == "cuda" else (1 << 24)),
         flops=run.flops,
         matmul_tflops=matmul_tflops(device, run.problem.dtype) if run.flops else None,
     )
+
+
+def describe_inputs(inputs: list) -> str:
+    """The forward's inputs as a reader of a report takes them: ``float32[8, 1024], 0.5``."""
+    parts = []
+    for value in inputs:
+        if isinstance(value, torch.Tensor):
+            dtype = str(value.dtype).removeprefix("torch.")
+            parts.append(f"{dtype}[{', '.join(str(size) for size in value.shape)}]")
+        else:
+            parts.append(repr(value)[:40])
+    return ", ".join(parts)
 
 
 def _bytes(value) -> int:

@@ -53,6 +53,19 @@ def test_a_ratio_below_one_beyond_the_noise_reads_slower(tmp_path, candidate_ms,
     assert row.slower_than_eager is cell.endswith("slower")
 
 
+def test_a_plainly_slower_kernel_reads_slower_even_when_too_few_samples_leave_no_floor(tmp_path):
+    from bot.render import table_rows
+    from bot.report import Report
+
+    one_sample = TimingStats(median_ms=2.3, iqr_ms=0.0, min_ms=2.3, samples=1)
+    result = EvalResult(status=Status.ok, eager=_stats(1.0), candidate=one_sample)
+    Evaluator(EvalConfig(), work_dir=tmp_path)._judge_timing(result)
+    assert result.vs_eager is not None and result.vs_eager.noise_floor == float("inf")
+    row = TargetReport.from_result("t", result, None)
+    assert table_rows(Report(targets=[row]))[0][5] == "0.43x slower"
+    assert not row.improved
+
+
 def test_the_projects_eval_settings_apply_to_targets_given_on_the_command_line(tmp_path):
     from bot.run import RunOptions, project_eval_config
 
