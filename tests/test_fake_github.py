@@ -8,12 +8,22 @@ way its ``GithubRetry`` does against github.com.
 
 from __future__ import annotations
 
+import base64
 import time
+from collections.abc import Callable
 
 import github
 import pytest
 import requests
-from github import Auth, ContentFile, Github, GithubException, GithubRetry
+from github import (
+    Auth,
+    ContentFile,
+    Github,
+    GithubException,
+    GithubRetry,
+    InputGitAuthor,
+    InputGitTreeElement,
+)
 from github.PullRequest import ReviewComment
 
 from tests.fake_github import FakeGitHub
@@ -146,6 +156,127 @@ def test_duplicates_get_githubs_422(server: FakeGitHub) -> None:
     assert pull_exists.value.data["errors"][0]["message"] == "A pull request already exists for acme:kp."
     with pytest.raises(GithubException, match="not a fast forward"):
         repo.get_git_ref("heads/kp").edit(sha)
+
+
+def test_git_data_commit_of_several_files_on_a_forced_branch_and_a_pull(server: FakeGitHub) -> None:
+    """What the follow-up PR does without a checkout: blobs, a tree on main's, a commit, the
+    branch forced onto it (a re-run starts over), then contents and the PR's files at it."""
+    repo = server.client("bot-token").get_repo(REPO)
+    branch = "kernelpilot/pr-7"
+    stale = repo.create_git_ref(f"refs/heads/{branch}", repo.get_branch("main").commit.sha)
+    repo.create_file("old_kernel.cu", "first run", "// v1\n", branch=branch)
+    base = repo.get_git_commit(repo.get_git_ref("heads/main").object.sha)
+    source = b"__global__ void k() {}\n"
+    kernel = repo.create_git_blob(base64.b64encode(source).decode(), "base64")
+    assert base64.b64decode(repo.get_git_blob(kernel.sha).content) == source
+    tree = repo.create_git_tree([
+        InputGitTreeElement("kernels/block.cu", "100644", "blob", sha=kernel.sha),
+        InputGitTreeElement(MODULE, "100644", "blob", content=HEAD_SOURCE),
+        InputGitTreeElement("bench.sh", "100755", "blob", content="#!/bin/sh\n"),
+        InputGitTreeElement("README.md", "100644", "blob", sha=None)], base_tree=base.tree)
+    assert [(e.path, e.type, e.mode) for e in tree.tree] == [
+        ("bench.sh", "blob", "100755"), ("kernels", "tree", "040000"), ("models", "tree", "040000")]
+    commit = repo.create_git_commit("kernelpilot: 1 kernel for #7", tree, [base])
+    assert (commit.tree.sha, [p.sha for p in commit.parents]) == (tree.sha, [base.sha])
+    assert (commit.author.name, commit.committer.email) == (
+        "kernelpilot-bot", "kernelpilot-bot@users.noreply.github.com")
+    assert repo.get_git_commit(commit.sha).message == "kernelpilot: 1 kernel for #7"
+
+    with pytest.raises(GithubException, match="Update is not a fast forward"):
+        stale.edit(commit.sha)  # the branch holds a commit the new one does not
+    stale.edit(commit.sha, force=True)
+    assert repo.get_branch(branch).commit.sha == commit.sha
+    kernel_file = repo.get_contents("kernels/block.cu", ref=branch)
+    assert isinstance(kernel_file, ContentFile.ContentFile)
+    assert (kernel_file.decoded_content, kernel_file.sha) == (source, kernel.sha)
+    with pytest.raises(github.UnknownObjectException):
+        repo.get_contents("README.md", ref=branch)
+    assert server.file(REPO, "old_kernel.cu", ref=branch) is None  # forced away
+    listed = repo.get_git_tree(branch, recursive=True).tree
+    assert [e.path for e in listed] == ["bench.sh", "kernels", "kernels/block.cu", "models",
+                                        "models/block.py"]
+    pull = repo.create_pull(title="kernelpilot: 1 kernel for #7", body="", head=branch, base="main")
+    assert pull.head.sha == commit.sha
+    assert [(f.filename, f.status) for f in pull.get_files()] == [
+        ("README.md", "removed"), ("bench.sh", "added"), ("kernels/block.cu", "added"),
+        (MODULE, "modified")]
+    module = repo.get_contents(MODULE, ref=branch)
+    assert isinstance(module, ContentFile.ContentFile)
+    repo.update_file(MODULE, "tune", HEAD_SOURCE + "# tuned\n", module.sha, branch=branch)
+    assert repo.get_git_tree(branch).tree[0].mode == "100755"  # a contents update keeps modes
+
+
+def test_git_data_ids_are_gits_and_shared_with_forks(server: FakeGitHub) -> None:
+    """Trees and commits get the ids git gives them (checked against ``git write-tree`` and
+    ``git commit-tree``), so a bot may compare them with a local clone's."""
+    server.add_repo("acme/empty")
+    gh = server.client("bot-token")
+    assert gh.get_repo("acme/empty").get_branch("main").commit.commit.tree.sha == (
+        "4b825dc642cb6eb9a060e54bf8d69288fbee4904")  # git's empty tree
+    repo = gh.get_repo(REPO)
+    tree = repo.create_git_tree([
+        InputGitTreeElement("models/block.py", "100644", "blob", content="import torch\n"),
+        InputGitTreeElement("run.sh", "100755", "blob", content="#!/bin/sh\n")])
+    assert tree.sha == "2fdf966397b0e78caf6b9c31bc6444530a0083d7"
+    author = InputGitAuthor("a", "a@b.c", "2026-01-31T12:00:00Z")
+    committer = InputGitAuthor("c", "c@d.e", "2026-01-31T14:00:00+01:00")  # 13:00 UTC
+    commit = repo.create_git_commit("msg", tree, [], author=author, committer=committer)
+    assert commit.sha == "a00cf80bfa1b0aae553f632f68e1e464085d825c"
+    assert commit.committer.date.isoformat() == "2026-01-31T13:00:00+00:00"
+    assert repo.get_commit(commit.sha).author is None  # an email of no GitHub user
+    server.fork(REPO, "alice")
+    fork = gh.get_repo("alice/models")
+    assert fork.get_git_commit(commit.sha).tree.sha == tree.sha
+    assert fork.get_git_tree(tree.sha).tree[0].path == "models"
+
+
+def test_git_data_writes_need_a_write_token(server: FakeGitHub) -> None:
+    repo = server.client("read-token").get_repo(REPO)
+    head = repo.get_git_commit(repo.get_branch("main").commit.sha)  # reading is allowed
+    item = InputGitTreeElement("x", "100644", "blob", content="x")
+    for write in (lambda: repo.create_git_blob("x", "utf-8"),
+                  lambda: repo.create_git_tree([item], base_tree=head.tree),
+                  lambda: repo.create_git_commit("x", head.tree, [head])):
+        with pytest.raises(GithubException) as refused:
+            write()
+        assert (refused.value.status, refused.value.data["message"]) == (
+            403, "Resource not accessible by integration")
+    assert [r.status for r in server.calls("POST", "/git/")] == [403, 403, 403]
+
+
+def test_git_data_unknown_objects_get_githubs_422_and_404(server: FakeGitHub) -> None:
+    """A commit, tree or blob of another repository is unknown here (each network has its own
+    objects): creating on it is 422, reading it 404."""
+    server.add_repo("acme/other", files={"other.py": "x = 1\n"})
+    gh = server.client("bot-token")
+    other = gh.get_repo("acme/other")
+    foreign = other.get_git_commit(other.get_branch("main").commit.sha)
+    repo = gh.get_repo(REPO)
+    head = repo.get_git_commit(repo.get_branch("main").commit.sha)
+
+    def refused(message: str, create: Callable[..., object], *args: object, **kwargs: object
+                ) -> None:
+        with pytest.raises(GithubException) as error:
+            create(*args, **kwargs)
+        assert (error.value.status, error.value.data["message"]) == (422, message)
+
+    refused("Parent SHA does not exist or is not a commit object",
+            repo.create_git_commit, "x", head.tree, [foreign])
+    refused("Tree SHA does not exist", repo.create_git_commit, "x", foreign.tree, [head])
+    refused("base_tree is not a valid tree oid", repo.create_git_tree, [], base_tree=foreign.tree)
+    missing = "0" * 40
+    for item, message in (
+            (InputGitTreeElement("k.cu", "100644", "blob", sha=missing),
+             f"tree.sha {missing} is not a valid blob"),
+            (InputGitTreeElement("/k.cu", "100644", "blob", ""),
+             "tree.path cannot start with a slash"),
+            (InputGitTreeElement("k.cu", "100664", "blob", ""), "Must supply a valid tree.mode")):
+        refused(message, repo.create_git_tree, [item])
+    for read in (repo.get_git_commit, repo.get_git_tree, repo.get_git_blob):
+        with pytest.raises(github.UnknownObjectException):
+            read(foreign.sha)
+    with pytest.raises(GithubException, match="Object does not exist"):
+        repo.create_git_ref("refs/heads/x", foreign.sha)
 
 
 def test_read_only_token_on_a_fork_pr_gets_403_once(server: FakeGitHub) -> None:

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import difflib
-import hashlib
 import re
 from typing import Any
 
+from .git import blob_sha
+
 HUNK = re.compile(r"^@@ -(?P<old>\d+)(?:,\d+)? \+(?P<new>\d+)(?:,\d+)? @@")
-
-
-def blob_sha(data: bytes) -> str:
-    """The git blob id, as GitHub reports a file's ``sha`` (and wants it back on update)."""
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def diff_files(base: dict[str, bytes], head: dict[str, bytes]) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from .diff import blob_sha
+from .git import Signature, blob_sha
 from .state import (
     LEVELS,
     Comment,
@@ -167,17 +167,57 @@ class Render:
         return body
 
     def commit(self, repo: Repo, commit: Commit) -> dict[str, Any]:
+        """A commit of the REST API (``/commits``): the git commit and the users it credits."""
         url = f"{self.api}/repos/{repo.full_name}/commits/{commit.sha}"
-        person = {"name": commit.author, "email": f"{commit.author}@users.noreply.github.com",
-                  "date": commit.at}
+        git = self.git_commit(repo, commit)
+        committer = (self.state.login_for(commit.committer_line.email) if commit.git_committer
+                     else commit.author)
         return {"sha": commit.sha, "node_id": f"C_{commit.sha}", "url": url,
-                "html_url": f"{self.html}/{repo.full_name}/commit/{commit.sha}",
-                "commit": {"message": commit.message, "author": person, "committer": person,
-                           "url": f"{self.api}/repos/{repo.full_name}/git/commits/{commit.sha}",
-                           "tree": {"sha": commit.sha, "url": url}},
-                "author": self.user(commit.author), "committer": self.user(commit.author),
+                "html_url": git["html_url"],
+                "commit": {key: git[key] for key in ("message", "author", "committer", "url",
+                                                     "tree", "verification")},
+                "author": self.user(commit.author) if commit.author else None,
+                "committer": self.user(committer) if committer else None,
                 "parents": [{"sha": sha, "url": f"{self.api}/repos/{repo.full_name}/commits/{sha}"}
                             for sha in commit.parents], "files": []}
+
+    def git_commit(self, repo: Repo, commit: Commit) -> dict[str, Any]:
+        """A commit of the Git Data API (``/git/commits``)."""
+        api, html = f"{self.api}/repos/{repo.full_name}", f"{self.html}/{repo.full_name}"
+
+        def person(line: Signature) -> dict[str, str]:
+            return {"name": line.name, "email": line.email, "date": line.date}
+
+        return {"sha": commit.sha, "node_id": f"C_{commit.sha}",
+                "url": f"{api}/git/commits/{commit.sha}", "html_url": f"{html}/commit/{commit.sha}",
+                "author": person(commit.author_line), "committer": person(commit.committer_line),
+                "tree": {"sha": commit.tree, "url": f"{api}/git/trees/{commit.tree}"},
+                "message": commit.message,
+                "parents": [{"sha": sha, "url": f"{api}/git/commits/{sha}",
+                             "html_url": f"{html}/commit/{sha}"} for sha in commit.parents],
+                "verification": {"verified": False, "reason": "unsigned", "signature": None,
+                                 "payload": None, "verified_at": None}}
+
+    def blob(self, repo: Repo, sha: str) -> dict[str, Any]:
+        data = repo.objects.blobs[sha]
+        return {"sha": sha, "node_id": f"B_{sha}", "size": len(data),
+                "url": f"{self.api}/repos/{repo.full_name}/git/blobs/{sha}",
+                "content": base64.encodebytes(data).decode(), "encoding": "base64"}
+
+    def tree(self, repo: Repo, sha: str, recursive: bool = False) -> dict[str, Any]:
+        """A tree's entries; with ``recursive`` those of its subtrees too, under full paths."""
+        objects = repo.objects
+        entries = (objects.walk(sha) if recursive
+                   else ((entry.name, entry) for entry in objects.trees[sha]))
+        api = f"{self.api}/repos/{repo.full_name}/git"
+        listed = []
+        for path, entry in entries:
+            item: dict[str, Any] = {"path": path, "mode": entry.mode, "type": entry.type,
+                                    "sha": entry.sha, "url": f"{api}/{entry.type}s/{entry.sha}"}
+            if entry.type == "blob":
+                item["size"] = len(objects.blobs[entry.sha])
+            listed.append(item)
+        return {"sha": sha, "url": f"{api}/trees/{sha}", "tree": listed, "truncated": False}
 
     def ref(self, repo: Repo, ref: str) -> dict[str, Any]:
         sha = repo.refs[ref]

@@ -47,14 +47,16 @@ class Seeding:
             return repo
 
     def fork(self, full_name: str, owner: str) -> Repo:
-        """``owner``'s fork of ``full_name``: same branches, commits shared with the parent."""
+        """``owner``'s fork of ``full_name``: same branches, commits and git objects shared with
+        the parent."""
         with self._lock:
             parent = self.state.repo(full_name)
             name = f"{owner}/{parent.name}"
             if name not in self.state.repos:
                 self.state.repos[name] = Repo(name, self.state.next_id(), parent.default_branch,
                                               parent.private, parent.full_name,
-                                              dict(parent.refs), parent.commits)
+                                              dict(parent.refs), parent.commits,
+                                              objects=parent.objects)
                 self.state.user(owner)
             return self.state.repos[name]
 

@@ -220,7 +220,6 @@ class FakeGitHub(Seeding):
                 "x-github-request-id": f"FAKE:{len(self.requests):04d}"}
 
 
-
 def _error(error: ApiError) -> Reply:
     return Reply(error.status, error.body())
 

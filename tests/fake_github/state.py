@@ -12,6 +12,7 @@ from typing import Any
 
 from .diff import diff_files
 from .errors import ApiError
+from .git import Objects, Signature
 
 RATE_LIMIT = 5000
 LEVELS = {"none": 0, "read": 1, "write": 2, "admin": 3}
@@ -20,6 +21,9 @@ LEVELS = {"none": 0, "read": 1, "write": 2, "admin": 3}
 def now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
+
+def noreply_email(login: str) -> str:
+    return f"{login}@users.noreply.github.com"
 
 
 @dataclass
@@ -36,8 +40,25 @@ class Commit:
     message: str
     parents: list[str]
     files: dict[str, bytes]  # the whole tree at this commit
-    author: str
+    author: str | None  # the GitHub user it is credited to (None: an author email of no user)
     at: str
+    tree: str = ""  # the root tree's sha (written to the objects when the commit is made)
+    modes: dict[str, str] = field(default_factory=dict)  # the paths whose mode is not 100644
+    # the git author and committer lines as given to POST git/commits; None: the author's
+    # noreply identity at ``at`` (for the committer line: the author line)
+    git_author: Signature | None = None
+    git_committer: Signature | None = None
+
+    @property
+    def author_line(self) -> Signature:
+        if self.git_author is not None:
+            return self.git_author
+        assert self.author is not None, "a commit without a git author is credited to a user"
+        return Signature(self.author, noreply_email(self.author), self.at)
+
+    @property
+    def committer_line(self) -> Signature:
+        return self.git_committer or self.author_line
 
 
 @dataclass
@@ -131,6 +152,7 @@ class Repo:
     parent: str | None = None
     refs: dict[str, str] = field(default_factory=dict)  # "refs/heads/main" -> sha
     commits: dict[str, Commit] = field(default_factory=dict)  # shared with forks, as on GitHub
+    objects: Objects = field(default_factory=Objects)  # the blobs and trees, shared likewise
     labels: dict[str, Label] = field(default_factory=dict)
     issues: dict[int, Issue] = field(default_factory=dict)
     comments: dict[int, Comment] = field(default_factory=dict)
@@ -220,11 +242,23 @@ class State:
 
     def commit(self, repo: Repo, parent: str | None, files: dict[str, bytes], message: str,
                author: str, sha: str | None = None) -> Commit:
+        """A commit of ``files`` (its tree written to the objects); the paths it keeps from
+        ``parent`` keep their modes."""
         number = self.next_id()
         sha = sha or hashlib.sha1(f"{parent}:{message}:{author}:{number}".encode()).hexdigest()
-        commit = Commit(sha, message, [parent] if parent else [], files, author, now())
+        kept = repo.commits[parent].modes if parent else {}
+        modes = {path: mode for path, mode in kept.items() if path in files}
+        commit = Commit(sha, message, [parent] if parent else [], files, author, now(),
+                        repo.objects.write_tree(files, modes), modes)
         repo.commits[sha] = commit
         return commit
+
+    def login_for(self, email: str) -> str | None:
+        """The user GitHub credits a commit line to: the one whose noreply address it is (the
+        ``login@`` or ``id+login@`` form), else None."""
+        local, _, domain = email.partition("@")
+        login = local.partition("+")[2] or local
+        return login if domain == "users.noreply.github.com" and login in self.users else None
 
     def pull_files(self, repo: Repo, issue: Issue) -> list[dict[str, Any]]:
         pull = issue.pull
@@ -235,13 +269,11 @@ class State:
         return diff_files(repo.tree(pull.base_ref), head.tree(head_sha(self, issue)))
 
 
-
 def head_sha(state: State, issue: Issue) -> str:
     pull = issue.pull
     assert pull is not None
     head = state.repos.get(pull.head_repo)
     return (head.refs.get(f"refs/heads/{pull.head_ref}") if head else None) or pull.head_sha
-
 
 
 def new_issue(state: State, repo: Repo, title: str, body: str | None, author: str,

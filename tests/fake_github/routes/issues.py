@@ -40,7 +40,6 @@ def list_issues(call: Call) -> Reply:
     return paged(call, [call.render.issue(repo, issue) for issue in issues])
 
 
-
 @route("POST", REPO + "/issues", write=True)
 def create_issue(call: Call) -> Reply:
     repo = call.repo

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import base64
 
-from ..diff import blob_sha
 from ..errors import ApiError
+from ..git import blob_sha
 from ..state import Commit, Repo
 from .base import REPO, Call, Reply, paged, route
 
