@@ -1,4 +1,5 @@
-"""The ``kernelpilot`` command line: optimize, evaluate, audit."""
+"""The ``kernelpilot`` command line: optimize, evaluate, audit (and, from ``bot.cli_github``,
+review and github gate|measure|publish)."""
 
 from __future__ import annotations
 
@@ -280,6 +281,9 @@ def audit(problem, device, dtype, seed, verbose) -> None:
 
     _run(verbose, action)
 
+
+# The pull-request commands (review, github gate|measure|publish) register themselves on main.
+from bot import cli_github  # noqa: E402,F401
 
 if __name__ == "__main__":
     main()

@@ -36,6 +36,7 @@ class PublishOutcome(BaseModel):
     comment_url: str | None = None
     followup_url: str | None = None
     problems: list[str] = []
+    skipped: list[str] = []
     read_only: str | None = None
 
 
@@ -126,7 +127,7 @@ def _optimize(
     if results.changes is not None and not targets:
         results.report = Report()
         return
-    resolved = resolve_targets([f"{repo / target}" for target in targets], options)
+    resolved = resolve_targets([f"{repo / target}" for target in targets], options, start=repo)
     results.report = run_targets(resolved, options, progress)
     for item, row in zip(resolved, results.report.targets, strict=True):
         if isinstance(item, Problem):
@@ -190,7 +191,7 @@ def publish(
         _attempt(outcome, lambda: setattr(outcome, "comment_url", writer.upsert_comment(body)))
         notes = review_notes(results, outcome.followup_url)
         if notes and outcome.read_only is None:
-            _attempt(outcome, lambda: outcome.problems.extend(writer.upsert_review(notes, results.commit)))
+            _attempt(outcome, lambda: outcome.skipped.extend(writer.upsert_review(notes, results.commit)))
     summary = body
     if outcome.read_only:
         summary = (
@@ -201,6 +202,8 @@ def publish(
         )
     add_summary(env.summary_file, summary)
     set_outputs(env.output_file, {"followup-pr-url": outcome.followup_url or ""})
+    for line in outcome.skipped:
+        progress(f"publish: no review comment: {line}")
     for line in [outcome.read_only, *outcome.problems]:
         if line:
             progress(f"publish: {line}")

@@ -64,11 +64,13 @@ def project_eval_config(options: RunOptions, start: Path | None = None) -> EvalC
     return config.model_copy(update=updates)
 
 
-def resolve_targets(targets: list[str], options: RunOptions) -> list[Problem | TargetReport]:
+def resolve_targets(
+    targets: list[str], options: RunOptions, start: Path | None = None
+) -> list[Problem | TargetReport]:
     """Each target as a Problem, or as an error row saying why it could not be resolved.
-    No target: every target configured in the nearest project."""
+    No target: every target configured in the nearest project (from ``start``, or here)."""
     if not targets:
-        pyproject = find_pyproject(Path.cwd())
+        pyproject = find_pyproject(start or Path.cwd())
         if pyproject is None:
             raise UserError(
                 "no target given and no pyproject.toml with [tool.kernelpilot] here or above",

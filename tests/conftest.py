@@ -62,7 +62,7 @@ def fake_openai():
 
 @pytest.fixture
 def fake_github():
-    """A stateful GitHub REST API on 127.0.0.1 (tests/fake_github.py), stopped after the test.
+    """A stateful GitHub REST API on 127.0.0.1 (the tests/fake_github package), stopped after the test.
 
     Point PyGithub at ``fake_github.base_url`` (``fake_github.client(token)`` does, without
     PyGithub's request throttling); a bug of the fake itself (a 500 it answered) fails the test.

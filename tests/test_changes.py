@@ -6,10 +6,7 @@ from the files (detection reads the AST of the head commit's objects only).
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -17,21 +14,12 @@ import pytest
 from bot.changes import ChangedModule, ChangeReport, detect_changes
 from harness.config import TargetConfig
 from harness.errors import UserError
+from tests.gitrepo import commit, git, init
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
-
-# Identity and settings for the test commits, independent of the machine's git configuration.
-GIT_ENV = {
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_AUTHOR_NAME": "test",
-    "GIT_AUTHOR_EMAIL": "test@example.com",
-    "GIT_COMMITTER_NAME": "test",
-    "GIT_COMMITTER_EMAIL": "test@example.com",
-}
 
 BLOCK = """\
 import torch
@@ -59,39 +47,9 @@ def unrelated(a):
 """
 
 
-def git(repo: Path, *args: str) -> str:
-    result = subprocess.run(
-        ["git", *args],
-        cwd=repo,
-        env={**os.environ, **GIT_ENV},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return result.stdout.strip()
-
-
-def commit(repo: Path, files: dict[str, str | bytes | None], message: str = "change") -> str:
-    """Write (str/bytes), or delete (None), the files and commit them; the new commit's SHA."""
-    for name, content in files.items():
-        path = repo / name
-        if content is None:
-            path.unlink()
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(textwrap.dedent(content))
-    git(repo, "add", "--all")
-    git(repo, "commit", "--quiet", "--allow-empty", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
-
-
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    git(tmp_path, "init", "--quiet", "--initial-branch=main")
-    return tmp_path
+    return init(tmp_path)
 
 
 def pr(repo: Path, base: dict, head: dict, max_targets: int = 20) -> ChangeReport:

@@ -1,0 +1,208 @@
+"""``kernelpilot review`` (the pull-request flow on a local repository) and ``kernelpilot
+github gate|measure|publish`` (the three jobs of the GitHub workflow; the action calls them).
+
+The action passes its inputs as environment variables (``KERNELPILOT_*``), never as text in a
+shell command; each option names its variable in ``--help``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from bot.actions_io import commands_stopped
+from bot.cli import DEVICE, DTYPE, NO_COMPILE, OUT, SEED, VERBOSE, _options, _progress, _run, main
+from bot.comment import render_comment
+from bot.event import actions_env, load_event
+from bot.pr import DEFAULT_MAX_TARGETS, gate, measure, publish, review_local
+from harness.devices import check_toolchain
+
+MAX_TARGETS = click.option(
+    "--max-targets",
+    type=click.IntRange(min=0),
+    default=DEFAULT_MAX_TARGETS,
+    show_default=True,
+    envvar="KERNELPILOT_MAX_TARGETS",
+    help="Changed modules optimized per run; the rest are listed in the comment "
+    "[env: KERNELPILOT_MAX_TARGETS].",
+)
+
+
+def _llm_flags(command):
+    for option in reversed([
+        click.option("--llm", type=click.Choice(["auto", "offline", "openai", "scripted"]),
+                     default="auto", show_default=True, envvar="KERNELPILOT_LLM",
+                     help="Who proposes kernels (see `kernelpilot optimize --help`) "
+                     "[env: KERNELPILOT_LLM]."),
+        click.option("--model", default=None, envvar="KERNELPILOT_MODEL",
+                     help="LLM model name [env: KERNELPILOT_MODEL]."),
+        click.option("--script", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     default=None, envvar="KERNELPILOT_SCRIPT",
+                     help="Replies for --llm scripted [env: KERNELPILOT_SCRIPT]."),
+        click.option("--budget", type=click.IntRange(min=1), default=None,
+                     envvar="KERNELPILOT_BUDGET",
+                     help="Candidates to try per module [env: KERNELPILOT_BUDGET]."),
+        click.option("--max-cost", type=float, default=None, envvar="KERNELPILOT_MAX_COST",
+                     help="Stop a module's search at this LLM cost in USD "
+                     "[env: KERNELPILOT_MAX_COST]."),
+    ]):  # fmt: skip
+        command = option(command)
+    return command
+
+
+def _run_options(device, dtype, out_dir, seed, no_compile, llm, model, script, budget, max_cost):
+    options = _options(device, dtype, out_dir, seed, no_compile, None)
+    return options.model_copy(
+        update={"llm": llm, "model": model, "script": script, "attempts": budget,
+                "max_cost_usd": max_cost}
+    )  # fmt: skip
+
+
+@main.command()
+@click.option("--base", required=True, help="The branch or commit the changes are compared to.")
+@click.option("--head", default="HEAD", show_default=True, help="The commit with the changes.")
+@click.option(
+    "--repo",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="The git repository.",
+)
+@DEVICE
+@DTYPE
+@OUT
+@SEED
+@NO_COMPILE
+@MAX_TARGETS
+@_llm_flags
+@VERBOSE
+def review(
+    base, head, repo, device, dtype, out_dir, seed, no_compile_baseline, max_targets,
+    llm, model, script, budget, max_cost, verbose,
+) -> None:  # fmt: skip
+    """Run the pull-request flow locally: find the nn.Modules changed between BASE and HEAD,
+    optimize them, and print the comment kernelpilot would post. Touches no GitHub.
+
+    Exits 0 when every changed module ran (a module without a faster kernel is not an error),
+    1 when one failed, 2 on bad input.
+    """
+
+    def action() -> None:
+        options = _run_options(
+            device, dtype, out_dir, seed, no_compile_baseline, llm, model, script, budget, max_cost
+        )
+        check_toolchain(options.device)
+        results = review_local(repo, base, head, options, _progress, max_targets)
+        click.echo(render_comment(results))
+        click.echo(f"wrote {out_dir}/results.json, report.md, junit.xml", err=True)
+        if any(row.status not in ("ok", "no_candidate") for row in results.report.targets):
+            sys.exit(1)
+
+    _run(verbose, action)
+
+
+@main.group(name="github")
+def github_group() -> None:
+    """The GitHub workflow's jobs: gate, measure, publish (run inside GitHub Actions)."""
+
+
+@github_group.command(name="gate")
+@click.option(
+    "--approval-label",
+    default="kernelpilot-approved",
+    show_default=True,
+    envvar="KERNELPILOT_APPROVAL_LABEL",
+    help="The label a maintainer adds to let a fork's code run [env: KERNELPILOT_APPROVAL_LABEL].",
+)
+@VERBOSE
+def gate_command(approval_label, verbose) -> None:
+    """Decide whether this pull request's code may run on the runner; writes the step outputs
+    run (true/false) and sha (the commit to check out). Runs no pull-request code. A fork runs
+    only after a maintainer adds the approval label, on the head of that moment; a later push
+    removes the label (needs GITHUB_TOKEN with pull-requests: write)."""
+    _run(verbose, lambda: gate(load_event(), actions_env(), approval_label, _progress))
+
+
+@github_group.command(name="measure")
+@click.option(
+    "--out", "out_dir", type=click.Path(path_type=Path), default=Path("kernelpilot-results"),
+    show_default=True, envvar="KERNELPILOT_RESULTS",
+    help="Folder for results.json (the publish job's input), reports and kernels "
+    "[env: KERNELPILOT_RESULTS].",
+)  # fmt: skip
+@click.option(
+    "--repo", type=click.Path(exists=True, file_okay=False, path_type=Path), default=Path("."),
+    show_default=True, envvar="KERNELPILOT_REPO",
+    help="The checkout of the pull request's head, with its base commit [env: KERNELPILOT_REPO].",
+)  # fmt: skip
+@click.option(
+    "--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+    envvar="KERNELPILOT_DEVICE", help="Where kernels run [env: KERNELPILOT_DEVICE].",
+)  # fmt: skip
+@click.option(
+    "--targets", default="", envvar="KERNELPILOT_TARGETS",
+    help="A manual run's targets, space-separated (path.py:Class or KernelBench files); the "
+    "workflow_dispatch input 'targets' wins; none: every configured target "
+    "[env: KERNELPILOT_TARGETS].",
+)  # fmt: skip
+@SEED
+@NO_COMPILE
+@MAX_TARGETS
+@_llm_flags
+@VERBOSE
+def measure_command(
+    out_dir, repo, device, targets, seed, no_compile_baseline, max_targets,
+    llm, model, script, budget, max_cost, verbose,
+) -> None:  # fmt: skip
+    """Optimize the modules this event asks for (a pull request's changed modules, or a manual
+    run's targets) and write results.json, the job summary and the step outputs improved and
+    best-speedup. Makes no write to GitHub. Output from the pull request's code cannot issue
+    workflow commands."""
+
+    def action() -> None:
+        options = _run_options(
+            device, None, out_dir, seed, no_compile_baseline, llm, model, script, budget, max_cost
+        )
+        event = load_event()
+        if event.dispatch is not None and not event.dispatch.targets:
+            event.dispatch.targets = targets.split()
+        check_toolchain(options.device)
+        with commands_stopped():
+            results = measure(event, actions_env(), repo, options, _progress, max_targets)
+        improved = len(results.report.improved())
+        click.echo(f"{len(results.report.targets)} module(s) measured, {improved} improved")
+        if any(row.status not in ("ok", "no_candidate") for row in results.report.targets):
+            sys.exit(1)
+
+    _run(verbose, action)
+
+
+@github_group.command(name="publish")
+@click.option(
+    "--results", "results_dir", type=click.Path(path_type=Path),
+    default=Path("kernelpilot-results"), show_default=True, envvar="KERNELPILOT_RESULTS",
+    help="The measure job's results folder (its artifact) [env: KERNELPILOT_RESULTS].",
+)  # fmt: skip
+@click.option(
+    "--open-pr/--no-open-pr", default=True, show_default=True, envvar="KERNELPILOT_OPEN_PR",
+    help="Open or update the follow-up pull request with the kernels [env: KERNELPILOT_OPEN_PR].",
+)  # fmt: skip
+@VERBOSE
+def publish_command(results_dir, open_pr, verbose) -> None:
+    """Post the measure job's results: the sticky comment, review comments on the improved
+    classes and the follow-up pull request (needs GITHUB_TOKEN with pull-requests: write and
+    contents: write). Never imports the pull request's code. A read-only token falls back to
+    the job summary; exits 1 when another write failed."""
+
+    def action() -> None:
+        outcome = publish(load_event(), actions_env(), results_dir, open_pr, _progress)
+        if outcome.comment_url:
+            click.echo(f"comment: {outcome.comment_url}")
+        if outcome.followup_url:
+            click.echo(f"follow-up pull request: {outcome.followup_url}")
+        if outcome.problems:
+            sys.exit(1)
+
+    _run(verbose, action)

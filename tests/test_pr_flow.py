@@ -1,0 +1,209 @@
+"""The pull-request flow end to end on cpu: a real git repository, the real CLI in subprocesses
+(``kernelpilot github gate|measure|publish``, as the workflow's jobs run it), the real PyGithub
+client against the fake GitHub server, real compilation and timing.
+
+The measuring job runs once per module (it builds and times a kernel, about a minute); each
+test seeds its own fake server with the same commits, so the results apply to every one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bot.comment import MARKER
+from tests.fake_github import FakeGitHub
+from tests.gitrepo import commit, git, init
+
+REPO = "acme/models"
+NUMBER = 7
+BOT = "github-actions[bot]"
+MODULE = """\
+import torch
+from torch import nn
+
+
+class Activation(nn.Module):
+    \"\"\"A pointwise chain: eager passes over memory once per op, a fused kernel once.\"\"\"
+
+    def __init__(self, dim):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(dim))
+        self.shift = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        y = x * self.scale + self.shift
+        return torch.tanh(y) * torch.sigmoid(y) + 0.5 * y
+
+
+def make_inputs():
+    return [torch.randn(32, 64, 1024)]
+"""
+CHANGED = MODULE.replace("+ 0.5 * y\n", "+ 0.5 * y * y - torch.relu(-y)\n").replace(
+    "once per op", "once per op (seven ops)"
+)  # the docstring too: the class line is then in the diff, where a review comment may go
+PROJECT = """\
+[tool.kernelpilot]
+device = "cpu"
+[tool.kernelpilot.eval]
+compile_baseline = false
+time_budget_s = 0.5
+[[tool.kernelpilot.targets]]
+module = "models/act.py:Activation"
+init_args = [1024]
+inputs = "models/act.py:make_inputs"
+"""
+CLASS_LINE = MODULE.splitlines().index("class Activation(nn.Module):") + 1
+
+
+class Project:
+    """The local checkout: main (base) and feature (head) with a changed module."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = init(root)
+        self.base_files = {"pyproject.toml": PROJECT, "models/act.py": MODULE,
+                           "tests/__init__.py": ""}  # fmt: skip
+        self.base = commit(root, self.base_files, "base")
+        git(root, "checkout", "--quiet", "-b", "feature")
+        self.head_files = {"models/act.py": CHANGED}
+        self.head = commit(root, self.head_files, "faster activation")
+
+    def seed(self, fake: FakeGitHub, fork: bool = False, labels: tuple[str, ...] = ()) -> None:
+        """The same commits on the fake server, and pull request 7 from feature into main."""
+        fake.add_user("maintainer-token", "maintainer", "write")
+        fake.add_user("reader-token", "reader", "read")
+        fake.add_user("gh-token", BOT, "write")
+        fake.add_user("ro-token", "read-only[bot]", "read")
+        fake.add_repo(REPO)
+        fake.push(REPO, "main", self.base_files, "base", sha=self.base)
+        fake.add_pull(REPO, NUMBER, head_ref="feature", head_sha=self.head, fork=fork,
+                      head_files=self.head_files, labels=labels, author="contributor")  # fmt: skip
+
+
+class Job:
+    """One job of the workflow: the CLI with GitHub Actions' environment."""
+
+    def __init__(self, tmp: Path, fake: FakeGitHub, event: dict, name: str = "pull_request_target",
+                 token: str | None = "gh-token") -> None:  # fmt: skip
+        self.tmp = tmp
+        tmp.mkdir(parents=True, exist_ok=True)
+        (tmp / "event.json").write_text(json.dumps(event))
+        self.output = tmp / "output.txt"
+        self.summary = tmp / "summary.md"
+        self.env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("GITHUB_", "OPENAI_", "KERNELPILOT_"))
+        }
+        self.env.update({
+            "GITHUB_EVENT_NAME": name, "GITHUB_EVENT_PATH": str(tmp / "event.json"),
+            "GITHUB_REPOSITORY": REPO, "GITHUB_API_URL": fake.base_url, "GITHUB_RUN_ID": "42",
+            "GITHUB_SERVER_URL": fake.root, "GITHUB_OUTPUT": str(self.output),
+            "GITHUB_STEP_SUMMARY": str(self.summary),
+        })  # fmt: skip
+        if token:
+            self.env["GITHUB_TOKEN"] = token
+
+    def run(self, *args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", "from bot.cli import main; main()", "github", *args],
+            cwd=cwd or self.tmp, env={**self.env, **env}, capture_output=True, text=True,
+            timeout=900,
+        )  # fmt: skip
+
+    def outputs(self) -> dict[str, str]:
+        """GITHUB_OUTPUT's name<<DELIMITER blocks."""
+        values: dict[str, str] = {}
+        lines = self.output.read_text().splitlines() if self.output.exists() else []
+        index = 0
+        while index < len(lines):
+            name, _, delimiter = lines[index].partition("<<")
+            end = lines.index(delimiter, index + 1)
+            values[name] = "\n".join(lines[index + 1 : end])
+            index = end + 1
+        return values
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Project:
+    return Project(tmp_path_factory.mktemp("checkout"))
+
+
+@pytest.fixture(scope="module")
+def measured(project: Project, tmp_path_factory) -> Path:
+    """The measuring job's results folder for pull request 7 at the head (offline proposer)."""
+    tmp = tmp_path_factory.mktemp("measure")
+    with FakeGitHub() as fake:
+        project.seed(fake)
+        job = Job(tmp, fake, fake.pull_event(REPO, NUMBER, "opened"), token=None)
+        done = job.run("measure", "--out", str(tmp / "results"), "--seed", "1", cwd=project.root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "::stop-commands::" in done.stdout  # the PR's output cannot issue workflow commands
+    assert job.outputs()["improved"] == "1"
+    return tmp / "results"
+
+
+def ours(fake: FakeGitHub) -> list:
+    return [c for c in fake.comments(REPO, NUMBER) if c.body.startswith(MARKER)]
+
+
+def followups(fake: FakeGitHub) -> list:
+    return [i for i in fake.repo(REPO).issues.values()
+            if i.pull is not None and i.pull.head_ref == "kernelpilot/pr-7"]  # fmt: skip
+
+
+def test_a_same_repo_pull_request_gets_one_comment_a_review_and_a_followup(
+    project, measured, fake_github, tmp_path
+):
+    project.seed(fake_github)
+    job = Job(tmp_path / "gate", fake_github, fake_github.pull_event(REPO, NUMBER, "opened"))
+    assert job.run("gate").returncode == 0
+    assert job.outputs()["run"] == "true" and job.outputs()["sha"] == project.head
+
+    publish = Job(tmp_path / "publish", fake_github, fake_github.pull_event(REPO, NUMBER))
+    done = publish.run("publish", "--results", str(measured))
+    assert done.returncode == 0, done.stderr[-3000:]
+    [comment] = ours(fake_github)
+    assert comment.author == BOT
+    assert "models/act.py:Activation" in comment.body and "✅ faster" in comment.body
+    assert "float32[32, 64, 1024]" in comment.body
+    [followup] = followups(fake_github)
+    assert followup.pull.base_ref == "feature"  # into the pull request's own branch
+    assert publish.outputs()["followup-pr-url"].endswith(f"/pull/{followup.number}")
+    assert f"/pull/{followup.number}" in comment.body
+    kernel = fake_github.file(REPO, "models/act_kernelpilot.py", "kernelpilot/pr-7").decode()
+    assert kernel.startswith("# kernelpilot-verified: models/act.py:Activation")
+    assert project.head in kernel and "ActivationKernelpilot = ModelNew" in kernel
+    test_file = fake_github.file(REPO, "tests/test_act_kernelpilot.py", "kernelpilot/pr-7")
+    [review] = fake_github.repo(REPO).review_comments.values()
+    assert (review.path, review.line) == ("models/act.py", CLASS_LINE)
+    assert "faster than eager" in review.body and f"/pull/{followup.number}" in review.body
+
+    # A second run edits; it creates nothing new.
+    posts = len(fake_github.calls("POST"))
+    again = Job(tmp_path / "again", fake_github, fake_github.pull_event(REPO, NUMBER))
+    assert again.run("publish", "--results", str(measured)).returncode == 0
+    assert len(ours(fake_github)) == 1 and len(followups(fake_github)) == 1
+    assert len(fake_github.repo(REPO).review_comments) == 1
+    made = [call.path for call in fake_github.calls("POST")[posts:]]
+    assert made == [f"/repos/{REPO}/git/trees"]  # the same tree: no new commit, nothing new
+
+    # The follow-up's test passes in the repository, with the follow-up's files in it.
+    (project.root / "models/act_kernelpilot.py").write_text(kernel)
+    (project.root / "tests/test_act_kernelpilot.py").write_bytes(test_file)
+    try:
+        tested = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+             "tests/test_act_kernelpilot.py"],
+            cwd=project.root, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+    finally:
+        (project.root / "models/act_kernelpilot.py").unlink()
+        (project.root / "tests/test_act_kernelpilot.py").unlink()
+    assert tested.returncode == 0, tested.stdout[-3000:]
+    assert "1 passed" in tested.stdout
