@@ -207,3 +207,130 @@ def test_a_same_repo_pull_request_gets_one_comment_a_review_and_a_followup(
         (project.root / "tests/test_act_kernelpilot.py").unlink()
     assert tested.returncode == 0, tested.stdout[-3000:]
     assert "1 passed" in tested.stdout
+
+
+def test_a_push_updates_the_comment_and_moves_the_followup_onto_the_new_head(
+    project, measured, fake_github, tmp_path
+):
+    project.seed(fake_github)
+    first = Job(tmp_path / "first", fake_github, fake_github.pull_event(REPO, NUMBER))
+    assert first.run("publish", "--results", str(measured)).returncode == 0
+    [followup] = followups(fake_github)
+
+    # The author pushes again: the module changes once more.
+    newer = CHANGED.replace("0.5 * y * y", "0.25 * y * y")
+    head2 = commit(project.root, {"models/act.py": newer}, "tune")
+    try:
+        fake_github.push(REPO, "feature", {"models/act.py": newer}, "tune", sha=head2)
+        event = fake_github.pull_event(REPO, NUMBER, "synchronize")
+        job = Job(tmp_path / "second", fake_github, event, token=None)
+        done = job.run("measure", "--out", str(tmp_path / "results"), "--seed", "2",
+                       cwd=project.root)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        publish = Job(tmp_path / "publish2", fake_github, event)
+        assert publish.run("publish", "--results", str(tmp_path / "results")).returncode == 0
+    finally:
+        git(project.root, "reset", "--quiet", "--hard", project.head)
+
+    [comment] = ours(fake_github)
+    assert head2[:12] in comment.body and project.head[:12] not in comment.body
+    assert followups(fake_github) == [followup]
+    branch = fake_github.repo(REPO).refs["refs/heads/kernelpilot/pr-7"]
+    assert fake_github.repo(REPO).commits[branch].parents == [head2]
+    assert head2 in fake_github.file(REPO, "models/act_kernelpilot.py", "kernelpilot/pr-7").decode()
+
+
+def fork_event(fake: FakeGitHub, action: str, label: str | None = None, sender: str = "contributor"):
+    return fake.pull_event(REPO, NUMBER, action, label=label, sender=sender)
+
+
+def test_a_forks_code_does_not_run_without_the_label_and_the_comment_says_why(
+    project, fake_github, tmp_path
+):
+    project.seed(fake_github, fork=True)
+    job = Job(tmp_path, fake_github, fork_event(fake_github, "opened"))
+    assert job.run("gate").returncode == 0
+    assert job.outputs()["run"] == "false" and job.outputs()["sha"] == ""
+    [comment] = ours(fake_github)
+    assert "kernelpilot-approved" in comment.body and "fork" in comment.body
+
+
+def test_a_maintainers_label_approves_the_head_of_that_moment(project, fake_github, tmp_path):
+    project.seed(fake_github, fork=True, labels=("kernelpilot-approved",))
+    event = fork_event(fake_github, "labeled", "kernelpilot-approved", sender="maintainer")
+    job = Job(tmp_path, fake_github, event)
+    assert job.run("gate").returncode == 0
+    assert job.outputs() == {
+        "run": "true", "sha": project.head,
+        "reason": f"fork approved by maintainer at {project.head[:12]}",
+    }  # fmt: skip
+
+
+def test_a_label_from_someone_without_write_access_approves_nothing(
+    project, fake_github, tmp_path
+):
+    project.seed(fake_github, fork=True, labels=("kernelpilot-approved",))
+    event = fork_event(fake_github, "labeled", "kernelpilot-approved", sender="reader")
+    job = Job(tmp_path, fake_github, event)
+    assert job.run("gate").returncode == 0
+    assert job.outputs()["run"] == "false"
+
+
+def test_a_push_after_approval_removes_the_label_and_asks_again(project, fake_github, tmp_path):
+    project.seed(fake_github, fork=True, labels=("kernelpilot-approved",))
+    fake_github.push(f"contributor/{REPO.split('/')[1]}", "feature", {"models/act.py": MODULE},
+                     "sneaky")  # fmt: skip
+    job = Job(tmp_path, fake_github, fork_event(fake_github, "synchronize"))
+    assert job.run("gate").returncode == 0
+    assert job.outputs()["run"] == "false"
+    assert "kernelpilot-approved" not in fake_github.issue(REPO, NUMBER).labels
+    [comment] = ours(fake_github)
+    assert "New commits were pushed after approval" in comment.body
+
+
+@pytest.mark.parametrize("how", ["read-only token", "403 on the comment"])
+def test_a_refused_write_falls_back_to_the_job_summary(
+    project, measured, fake_github, tmp_path, how
+):
+    project.seed(fake_github)
+    token = "ro-token" if how == "read-only token" else "gh-token"
+    if how == "403 on the comment":
+        fake_github.fail_next("POST", r"/issues/\d+/comments$", 403, "Resource not accessible by integration")
+    job = Job(tmp_path, fake_github, fake_github.pull_event(REPO, NUMBER), token=token)
+    done = job.run("publish", "--results", str(measured), "--no-open-pr")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "403" in done.stderr and ours(fake_github) == []
+    summary = job.summary.read_text()
+    assert "could not write to the pull request" in summary
+    assert "models/act.py:Activation" in summary and "✅ faster" in summary
+
+
+def test_a_secondary_rate_limit_is_waited_out(project, measured, fake_github, tmp_path):
+    project.seed(fake_github)
+    fake_github.secondary_rate_limit("POST", r"/issues/\d+/comments$", retry_after=1)
+    job = Job(tmp_path, fake_github, fake_github.pull_event(REPO, NUMBER))
+    done = job.run("publish", "--results", str(measured), "--no-open-pr")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(ours(fake_github)) == 1
+
+
+def test_results_for_another_pull_request_or_commit_are_refused(
+    project, measured, fake_github, tmp_path
+):
+    project.seed(fake_github)
+    fake_github.push(REPO, "feature", {"models/act.py": MODULE}, "newer")
+    job = Job(tmp_path, fake_github, fake_github.pull_event(REPO, NUMBER, "synchronize"))
+    done = job.run("publish", "--results", str(measured))
+    assert done.returncode == 2
+    assert "results are for commit" in done.stderr and "this run is for" in done.stderr
+    assert ours(fake_github) == [] and followups(fake_github) == []
+
+
+def test_measure_refuses_a_checkout_that_is_not_the_approved_head(project, fake_github, tmp_path):
+    project.seed(fake_github)
+    event = fake_github.pull_event(REPO, NUMBER)
+    event["pull_request"]["head"]["sha"] = project.base
+    job = Job(tmp_path, fake_github, event, token=None)
+    done = job.run("measure", "--out", str(tmp_path / "out"), cwd=project.root)
+    assert done.returncode == 2
+    assert "the approved head is" in done.stderr
