@@ -18,6 +18,7 @@ import pytest
 
 from bot.comment import MARKER
 from tests.fake_github import FakeGitHub
+from tests.fake_openai import reply
 from tests.gitrepo import commit, git, init
 
 REPO = "acme/models"
@@ -334,3 +335,41 @@ def test_measure_refuses_a_checkout_that_is_not_the_approved_head(project, fake_
     done = job.run("measure", "--out", str(tmp_path / "out"), cwd=project.root)
     assert done.returncode == 2
     assert "the approved head is" in done.stderr
+
+
+def test_the_llm_team_through_an_openai_compatible_server_runs_the_same_flow(
+    fake_github, fake_openai, tmp_path
+):
+    """The measuring job as the action runs it with an LLM key: the real openai client against
+    the loopback server, whose planner and coder replies are scripted."""
+    from agents.offline import propose
+    from harness.problem import problem_from_target
+
+    (tmp_path / "checkout").mkdir()
+    project = Project(tmp_path / "checkout")
+    search = "[tool.kernelpilot.search]\nseed_offline = false\nattempts = 1\n"
+    project.head = commit(project.root, {"pyproject.toml": PROJECT + search}, "llm only")
+    project.head_files["pyproject.toml"] = PROJECT + search
+    project.seed(fake_github)
+    problem = problem_from_target(f"{project.root}/models/act.py:Activation", "cpu", None)
+    line = "        return torch.tanh(y) * torch.sigmoid(y) + 0.5 * y * y - torch.relu(-y)"
+    plan = f"Fuse the chain.\n<<<IMPROVE BEGINS>>>\n{line}\n<<<IMPROVE ENDS>>>\nOne loop.\n"
+    kernel = propose(problem).candidate.source
+    fake_openai.push(reply(plan), reply(f"```python\n{kernel}\n```\n"))
+
+    event = fake_github.pull_event(REPO, NUMBER)
+    job = Job(tmp_path / "measure", fake_github, event, token=None)
+    done = job.run(
+        "measure", "--out", str(tmp_path / "results"), "--seed", "3", cwd=project.root,
+        OPENAI_BASE_URL=fake_openai.base_url, OPENAI_API_KEY="sk-test",
+        KERNELPILOT_MODEL="fake-model",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(fake_openai.bodies) == 2 and fake_openai.bodies[0]["model"] == "fake-model"
+    publish = Job(tmp_path / "publish", fake_github, event)
+    assert publish.run("publish", "--results", str(tmp_path / "results")).returncode == 0
+    [comment] = ours(fake_github)
+    assert "proposer `fake-model`" in comment.body and "Fuse the chain." in comment.body
+    [followup] = followups(fake_github)
+    shipped = fake_github.file(REPO, "models/act_kernelpilot.py", "kernelpilot/pr-7").decode()
+    assert kernel.strip() in shipped
