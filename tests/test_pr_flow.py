@@ -373,3 +373,17 @@ def test_the_llm_team_through_an_openai_compatible_server_runs_the_same_flow(
     [followup] = followups(fake_github)
     shipped = fake_github.file(REPO, "models/act_kernelpilot.py", "kernelpilot/pr-7").decode()
     assert kernel.strip() in shipped
+
+
+def test_kernelpilot_review_prints_the_comment_for_the_local_branch(project, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", "from bot.cli import main; main()", "review", "--base", "main",
+         "--device", "cpu", "--seed", "4", "--out", str(tmp_path / "out")],
+        cwd=project.root, capture_output=True, text=True, timeout=900,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "OPENAI_"))},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith(MARKER)
+    row = next(line for line in done.stdout.splitlines() if "models/act.py:Activation" in line)
+    assert "✅ faster" in row and "float32[32, 64, 1024]" in row
+    assert (tmp_path / "out" / "results.json").is_file()

@@ -1,0 +1,158 @@
+"""The pull-request comment, the gate and the results checks, as pure functions over records."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.changes import ChangedModule, ChangeReport
+from bot.comment import COMMENT_LIMIT, MARKER, render_comment
+from bot.event import Event, PullRequest, parse_event
+from bot.followup import build_followup
+from bot.gate import decide
+from bot.report import Report, TargetReport
+from bot.results import PullResults, TargetSource, _check_matches
+from harness.errors import UserError
+
+SHA = "a" * 40
+
+
+def row(target: str = "m.py:Block", **fields) -> TargetReport:
+    values = dict(
+        target=target, device="cuda", device_name="NVIDIA H100", torch_version="2.11",
+        status="ok", eager_ms=1.0, compile_ms=0.8, candidate_ms=0.5, speedup_vs_eager=2.0,
+        speedup_vs_compile=1.6, faster_than_eager=True, faster_than_compile=True,
+        max_abs_error=1e-6, inputs="float32[8, 1024]", kernel_source="class ModelNew: pass\n",
+    )  # fmt: skip
+    values.update(fields)
+    return TargetReport(**values)
+
+
+def results(*rows: TargetReport, **fields) -> PullResults:
+    values = dict(mode="pull_request", repository="o/r", pull_number=3, commit=SHA,
+                  report=Report(targets=list(rows)), head_ref="feature", base_ref="main")
+    values.update(fields)
+    return PullResults(**values)
+
+
+def test_a_verified_but_slower_kernel_is_never_offered():
+    slower = row(speedup_vs_eager=0.43, faster_than_eager=False, slower_than_eager=True,
+                 speedup_vs_compile=0.35, faster_than_compile=False, slower_than_compile=True)
+    body = render_comment(results(slower))
+    assert "**no faster kernel found**" in body
+    assert "0.43x slower" in body and "0.35x slower" in body and "(noise)" not in body
+    assert "it is not offered" in body and "✅" not in body.split("<details>")[0]
+    assert build_followup(results(slower), None) is None
+
+
+def test_faster_than_eager_but_slower_than_torch_compile_is_not_an_improvement():
+    behind = row(speedup_vs_compile=0.6, faster_than_compile=False, slower_than_compile=True)
+    assert not behind.improved
+    assert "verified, not faster" in render_comment(results(behind))
+
+
+def test_the_review_threshold_named_is_the_configured_one():
+    big = row(speedup_vs_eager=30.0, needs_review=True)
+    report = Report(targets=[big], review_speedup=25.0)
+    body = render_comment(results(report=report))
+    assert "over 25x: review" in body and "10x" not in body
+
+
+def test_untrusted_text_cannot_break_the_table_mention_anyone_or_close_a_fence():
+    evil = row(
+        target="a|b.py:X",
+        inputs="float32[1] | <img src=x> @octocat",
+        reason="boom ``` then text",
+        kernel_source="s = '''\n```\n'''\nclass ModelNew: pass\n",
+        plan="@maintainers please merge <script>",
+    )
+    body = render_comment(results(evil))
+    table_row = next(line for line in body.splitlines() if line.startswith("| `a"))
+    assert table_row.count(" | ") == 8  # nine cells: no pipe from the text split a cell
+    prose = outside_fences(body)  # inside a fence, text is shown as code: inert
+    assert "<img" not in prose and "<script>" not in prose and "@octocat" not in prose
+    assert "@maintainers please merge <script>" in body  # the plan, shown as code
+    kernel = body[body.index("**Kernel**"):]
+    assert kernel.splitlines()[2].startswith("````python")  # longer than the ``` inside
+
+
+def outside_fences(body: str) -> str:
+    kept, fence = [], None
+    for line in body.splitlines():
+        stripped = line.strip()
+        if fence is None and stripped.startswith("```"):
+            fence = stripped[: len(stripped) - len(stripped.lstrip("`"))]
+        elif fence is not None and stripped == fence:
+            fence = None
+        elif fence is None:
+            kept.append(line)
+    return "\n".join(kept)
+
+
+def test_the_comment_fits_githubs_limit_and_says_where_the_rest_is():
+    rows = [row(f"m{i}.py:Block", kernel_source="x = 1  # padding\n" * 400) for i in range(12)]
+    big = results(*rows, run_url="https://github.example/o/r/actions/runs/9")
+    body = render_comment(big)
+    assert len(body) <= COMMENT_LIMIT
+    assert body.startswith(MARKER)
+    assert all(f"`m{i}.py:Block`" in body for i in range(12))  # every row is still there
+    assert "https://github.example/o/r/actions/runs/9" in body and "left out" in body
+
+
+def test_modules_without_inputs_show_the_lines_to_add_and_the_cap_is_said():
+    module = ChangedModule(path="m.py", class_name="Net", class_line=3, lines=[4],
+                           reason="class body changed", missing_config="[[tool.kernelpilot.targets]]\n"
+                           'module = "m.py:Net"', config_path="pyproject.toml")  # fmt: skip
+    capped = ChangedModule(path="n.py", class_name="Big", class_line=1, lines=[1],
+                           reason="class added", target="n.py:Big")  # fmt: skip
+    changes = ChangeReport(base="main", head="HEAD", base_sha=SHA, head_sha=SHA, merge_base=SHA,
+                           max_targets=0, modules=[module], over_cap=[capped])  # fmt: skip
+    body = render_comment(results(changes=changes))
+    assert 'module = "m.py:Net"' in body and "cap of 0 targets" in body and "`n.py:Big`" in body
+
+
+def pull_event(action="opened", fork=True, labels=(), label=None, sender="dev") -> Event:
+    pull = PullRequest(number=3, head_sha=SHA, head_ref="f", head_repo="dev/r" if fork else "o/r",
+                       base_sha="b" * 40, base_ref="main", base_repo="o/r", labels=list(labels))  # fmt: skip
+    return Event(name="pull_request_target", action=action, repository="o/r", sender=sender,
+                 label=label, pull=pull)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("event", "permission", "runs", "removes", "notice"),
+    [
+        (pull_event(fork=False), None, True, False, False),
+        (pull_event(fork=False, action="labeled", label="bug"), None, False, False, False),
+        (pull_event(), None, False, False, True),
+        (pull_event("labeled", label="ok", labels=["ok"], sender="lead"), "maintain", True, False, False),
+        (pull_event("labeled", label="ok", labels=["ok"], sender="x"), "read", False, False, True),
+        (pull_event("labeled", label="bug", labels=["ok", "bug"]), "admin", False, False, False),
+        (pull_event("synchronize", labels=["ok"]), None, False, True, True),
+        (pull_event("synchronize"), None, False, False, True),
+    ],
+)  # fmt: skip
+def test_the_gate(event, permission, runs, removes, notice):
+    decision = decide(event, "ok", permission)
+    assert (decision.run, decision.remove_label, decision.notice is not None) == (
+        runs, removes, notice
+    )
+    assert decision.sha == (SHA if runs else "")
+
+
+def test_dispatch_inputs_are_read_and_a_bad_budget_says_where():
+    event = parse_event("workflow_dispatch",
+                        {"inputs": {"targets": "a.py:X  b.py", "budget": "4", "open-pr": "false"}})  # fmt: skip
+    assert event.mode == "workflow_dispatch" and event.dispatch is not None
+    assert (event.dispatch.targets, event.dispatch.budget, event.dispatch.open_pr) == (
+        ["a.py:X", "b.py"], 4, False
+    )
+    with pytest.raises(UserError, match="budget input 'many'"):
+        parse_event("workflow_dispatch", {"inputs": {"budget": "many"}})
+
+
+@pytest.mark.parametrize("path", ["../evil.py", "/etc/x.py", ".github/workflows/x.py", "a/./b.py",
+                                  "a\\b.py", ".git/hooks/x.py", "a//b.py"])  # fmt: skip
+def test_results_naming_a_path_outside_the_repository_are_refused(path):
+    bad = results(row(), sources={"m.py:Block": TargetSource(module_path=path, class_name="B")})
+    event = pull_event(fork=False)
+    with pytest.raises(UserError, match="refusing the path"):
+        _check_matches(bad, event, "results.json")
