@@ -57,8 +57,14 @@ def act_binary() -> str | None:
 
 
 def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, env={**os.environ, **GIT_ENV}, text=True,
-                          capture_output=True, check=False)
+    done = subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        env={**os.environ, **GIT_ENV},
+        text=True,
+        capture_output=True,
+        check=False,
+    )
     if done.returncode:
         raise RuntimeError(f"git {' '.join(args)} in {cwd} failed:\n{done.stderr}")
     return done.stdout.strip()
@@ -72,8 +78,12 @@ def pinned_actions(workflow: Path) -> list[tuple[str, str]]:
 def copy_kernelpilot(dest: Path) -> Path:
     """This working tree's files (tracked, or untracked and not ignored) copied to ``dest``: what
     a runner downloads for ``uses: owner/kernelpilot@sha``, without the virtual environment."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            cwd=ROOT, capture_output=True, check=True).stdout
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
     for name in filter(None, listed.decode().split("\0")):
         source = ROOT / name
         if source.is_file():
@@ -89,7 +99,10 @@ class ActResult:
 
     def job_succeeded(self, job: str) -> bool:
         """act prints ``[<workflow>/<job name>] 🏁  Job succeeded`` for each job that ran."""
-        return re.search(rf"\[[^\]]*/{re.escape(job)}[^\]]*\]\s+🏁\s+Job succeeded", self.log) is not None
+        return (
+            re.search(rf"\[[^\]]*/{re.escape(job)}[^\]]*\]\s+🏁\s+Job succeeded", self.log)
+            is not None
+        )
 
 
 class ActRunner:
@@ -114,10 +127,21 @@ class ActRunner:
             git(path, "config", "uploadpack.allowAnySHA1InWant", "true")
         return path
 
-    def run(self, workflow: str, event_name: str, event: Mapping[str, object], checkout: Path, *,
-            actions: Mapping[str, Path], actor: str, secrets: Mapping[str, str] | None = None,
-            variables: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None,
-            python: str | None = None, timeout: float = 1200.0) -> ActResult:
+    def run(
+        self,
+        workflow: str,
+        event_name: str,
+        event: Mapping[str, object],
+        checkout: Path,
+        *,
+        actions: Mapping[str, Path],
+        actor: str,
+        secrets: Mapping[str, str] | None = None,
+        variables: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+        python: str | None = None,
+        timeout: float = 1200.0,
+    ) -> ActResult:
         """Run ``workflow`` (a path inside ``checkout``) on ``event_name`` with ``event``.
 
         ``actions`` maps the workflow's own ``owner/repo`` actions to folders (the third-party
@@ -146,12 +170,14 @@ class ActRunner:
             "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
             **(env or {}),
         }
+        # Host mode for every runner label the workflows use; no network: actions come only
+        # from --local-repository folders, and act's cache server stays off.
         command = [
             act, event_name, "-W", workflow, "-e", str(event_file), "--actor", actor,
             "--action-cache-path", str(self.cache), "--action-offline-mode", "--no-cache-server",
             "--defaultbranch", "main",
             "-P", "self-hosted=-self-hosted", "-P", "ubuntu-latest=-self-hosted",
-        ]
+        ]  # fmt: skip
         folders = {**THIRD_PARTY, **actions}
         for repo, sha in pinned_actions(checkout / workflow):
             assert repo in folders, f"{workflow} uses {repo}@{sha}: map it to a local folder"
@@ -162,7 +188,14 @@ class ActRunner:
             command += ["-s", f"{name}={value}"]
         for name, value in (variables or {}).items():
             command += ["--var", f"{name}={value}"]
-        done = subprocess.run(command, cwd=checkout, stdin=subprocess.DEVNULL, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
-                              check=False)
+        done = subprocess.run(
+            command,
+            cwd=checkout,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            check=False,
+        )
         return ActResult(done.returncode, done.stdout)
