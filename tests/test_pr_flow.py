@@ -54,6 +54,7 @@ device = "cpu"
 [tool.kernelpilot.eval]
 compile_baseline = false
 time_budget_s = 0.5
+review_speedup = 1000  # the fused chain runs 6-13x faster here: no review flag in these tests
 [[tool.kernelpilot.targets]]
 module = "models/act.py:Activation"
 init_args = [1024]
