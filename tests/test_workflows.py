@@ -9,7 +9,6 @@ working tree and the third-party actions onto stand-ins (tests/act/runner.py say
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 import shutil
@@ -299,8 +298,10 @@ inputs = "models/act.py:make_inputs"
 
 def has_github_commands() -> bool:
     """Whether the CLI has `kernelpilot github gate|measure|publish`, which the action calls."""
-    from bot.cli import main
-
+    try:
+        from bot.cli import main
+    except ImportError:  # the CLI half-written by another change: the act tests wait for it
+        return False
     group = main.commands.get("github")
     return group is not None and {"gate", "measure", "publish"} <= set(
         getattr(group, "commands", {})
@@ -448,6 +449,8 @@ def test_pull_request_workflow_from_a_fork_runs_after_approval(act_github, tmp_p
 @needs_act
 @needs_github_cli
 def test_dispatch_workflow_opens_a_pull_request_with_the_kernels(act_github, tmp_path):
+    """The example workflow_dispatch workflow: its inputs name the target; the branch's code is
+    measured by the read-only job, and the writing job opens a pull request with the kernels."""
     repo = UserRepository(tmp_path, act_github, ["kernelpilot-dispatch.yml"])
     event = {
         "inputs": {"targets": "models/act.py:Activation", "budget": "", "model": "",
@@ -458,9 +461,7 @@ def test_dispatch_workflow_opens_a_pull_request_with_the_kernels(act_github, tmp
         "sender": {"login": "maintainer"},
         "workflow": ".github/workflows/kernelpilot-dispatch.yml",
     }  # fmt: skip
-    result = repo.run(
-        "kernelpilot-dispatch.yml", "workflow_dispatch", copy.deepcopy(event), actor="maintainer"
-    )
+    result = repo.run("kernelpilot-dispatch.yml", "workflow_dispatch", event, actor="maintainer")
     assert result.job_succeeded("Measure") and result.job_succeeded("Publish")
     [followup] = repo.followups()
     assert followup.base.ref == "main"
