@@ -122,7 +122,11 @@ def gate_command(approval_label, verbose) -> None:
     run (true/false) and sha (the commit to check out). Runs no pull-request code. A fork runs
     only after a maintainer adds the approval label, on the head of that moment; a later push
     removes the label (needs GITHUB_TOKEN with pull-requests: write)."""
-    _run(verbose, lambda: gate(load_event(), actions_env(), approval_label, _progress))
+    def action() -> None:
+        with commands_stopped():
+            gate(load_event(), actions_env(), approval_label, _progress)
+
+    _run(verbose, action)
 
 
 @github_group.command(name="measure")
@@ -189,15 +193,25 @@ def measure_command(
     "--open-pr/--no-open-pr", default=True, show_default=True, envvar="KERNELPILOT_OPEN_PR",
     help="Open or update the follow-up pull request with the kernels [env: KERNELPILOT_OPEN_PR].",
 )  # fmt: skip
+@click.option(
+    "--comment-without-modules/--no-comment-without-modules", default=True, show_default=True,
+    envvar="KERNELPILOT_COMMENT_WITHOUT_MODULES",
+    help="Comment on a pull request that changed no nn.Module (a comment already there is "
+    "always kept up to date) [env: KERNELPILOT_COMMENT_WITHOUT_MODULES].",
+)  # fmt: skip
 @VERBOSE
-def publish_command(results_dir, open_pr, verbose) -> None:
+def publish_command(results_dir, open_pr, comment_without_modules, verbose) -> None:
     """Post the measure job's results: the sticky comment, review comments on the improved
     classes and the follow-up pull request (needs GITHUB_TOKEN with pull-requests: write and
     contents: write). Never imports the pull request's code. A read-only token falls back to
     the job summary; exits 1 when another write failed."""
 
     def action() -> None:
-        outcome = publish(load_event(), actions_env(), results_dir, open_pr, _progress)
+        with commands_stopped():
+            outcome = publish(
+                load_event(), actions_env(), results_dir, open_pr, _progress,
+                comment_without_modules,
+            )  # fmt: skip
         if outcome.comment_url:
             click.echo(f"comment: {outcome.comment_url}")
         if outcome.followup_url:

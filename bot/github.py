@@ -65,7 +65,7 @@ def connect(api_url: str, token: str, secondary_rate_wait: float = 60.0) -> Gith
 def failure(err: Exception, what: str) -> Exception:
     """A PyGithub or urllib3 error as ReadOnly or WriteFailed, saying what was being done."""
     if isinstance(err, GithubException):
-        message = err.data.get("message") if isinstance(err.data, dict) else err.data
+        message = _message(err)
         if err.status == 403 and not github.Requester.Requester.isRateLimitError(str(message)):
             return ReadOnly(f"{what}: GitHub answered 403 ({message}): the token cannot write here")
         return WriteFailed(f"{what}: GitHub answered {err.status} ({message})")
@@ -101,15 +101,15 @@ class PullWriter:
         login = self.own_login()
         return user.login == login if login else user.type == "Bot"
 
-    def upsert_comment(self, body: str) -> str:
-        """Edit the sticky comment, or create it; its URL."""
+    def upsert_comment(self, body: str, create: bool = True) -> str | None:
+        """Edit the sticky comment, or create it (unless ``create`` is False); its URL."""
         try:
             for comment in self.pull.get_issue_comments():
                 if self._ours(comment.user, comment.body, MARKER):
                     if comment.body != body:
                         comment.edit(body)
                     return comment.html_url
-            return self.pull.create_issue_comment(body).html_url
+            return self.pull.create_issue_comment(body).html_url if create else None
         except (GithubException, RetryError) as err:
             raise failure(err, "writing the pull request comment") from None
 
@@ -143,13 +143,18 @@ class PullWriter:
                 else:
                     skipped.append(f"{note.path}:{note.line} is not in the diff")
             if new:
-                self.pull.create_review(
-                    commit=self.repo.get_commit(commit_sha),
-                    body="kernelpilot found faster kernels for these classes "
-                    "(details in the kernelpilot comment).",
-                    event="COMMENT",
-                    comments=new,
-                )
+                try:
+                    self.pull.create_review(
+                        commit=self.repo.get_commit(commit_sha),
+                        body="kernelpilot found faster kernels for these classes "
+                        "(details in the kernelpilot comment).",
+                        event="COMMENT",
+                        comments=new,
+                    )
+                except GithubException as err:
+                    if err.status != 422:  # the diff moved on meanwhile: no review this time
+                        raise
+                    skipped.append(f"GitHub refused the review: {_message(err)}")
         except (GithubException, RetryError) as err:
             raise failure(err, "writing the review comments") from None
         return skipped
@@ -200,12 +205,27 @@ def upsert_followup(
             if pull.title != followup.title or pull.body != followup.body or pull.base.ref != base_branch:
                 pull.edit(title=followup.title, body=followup.body, base=base_branch)
             return pull.html_url
-        pull = repo.create_pull(
-            base=base_branch, head=followup.branch, title=followup.title, body=followup.body
-        )
+        try:
+            pull = repo.create_pull(
+                base=base_branch, head=followup.branch, title=followup.title, body=followup.body
+            )
+        except GithubException as err:  # 422: another run opened it meanwhile
+            if err.status != 422:
+                raise
+            opened = list(repo.get_pulls(state="open", head=f"{owner}:{followup.branch}"))
+            if not opened:
+                raise
+            pull = opened[0]
         return pull.html_url
     except (GithubException, RetryError) as err:
         raise failure(err, f"writing the follow-up pull request ({followup.branch})") from None
+
+
+def _message(err: GithubException) -> str:
+    data = err.data
+    message = data.get("message") if isinstance(data, dict) else data
+    errors = data.get("errors") if isinstance(data, dict) else None
+    return f"{message} {errors}" if errors else str(message)
 
 
 def _patch_lines(patch: str | None) -> set[int]:

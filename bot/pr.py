@@ -164,10 +164,19 @@ def _test_dir(repo: Path) -> str | None:
 
 
 def publish(
-    event: Event, env: ActionsEnv, results_dir: Path, open_pr: bool, progress: Progress
+    event: Event,
+    env: ActionsEnv,
+    results_dir: Path,
+    open_pr: bool,
+    progress: Progress,
+    comment_without_modules: bool = True,
 ) -> PublishOutcome:
-    """Post what the measuring job found. A read-only token falls back to the job summary."""
+    """Post what the measuring job found. A read-only token falls back to the job summary.
+    A pull request that changed no module gets the short comment only if asked
+    (``comment_without_modules``) or if it had a comment already (it changed modules before)."""
     results = load_results(results_dir, event)
+    if event.dispatch is not None:
+        open_pr = open_pr and event.dispatch.open_pr
     results.run_url = env.run_url or results.run_url  # this job's own word, not the artifact's
     if env.token is None:
         raise UserError(
@@ -188,7 +197,11 @@ def publish(
     body = render_comment(results, outcome.followup_url)
     if event.pull is not None:
         writer = PullWriter(client, event.repository, event.pull.number)
-        _attempt(outcome, lambda: setattr(outcome, "comment_url", writer.upsert_comment(body)))
+        quiet = not comment_without_modules and not (results.changes and results.changes.modules)
+        _attempt(
+            outcome,
+            lambda: setattr(outcome, "comment_url", writer.upsert_comment(body, create=not quiet)),
+        )
         notes = review_notes(results, outcome.followup_url)
         if notes and outcome.read_only is None:
             _attempt(outcome, lambda: outcome.skipped.extend(writer.upsert_review(notes, results.commit)))
@@ -204,9 +217,10 @@ def publish(
     set_outputs(env.output_file, {"followup-pr-url": outcome.followup_url or ""})
     for line in outcome.skipped:
         progress(f"publish: no review comment: {line}")
-    for line in [outcome.read_only, *outcome.problems]:
-        if line:
-            progress(f"publish: {line}")
+    if outcome.read_only:
+        progress(f"publish: {outcome.read_only}")
+    for problem in outcome.problems:
+        progress(f"publish: {problem}")
     return outcome
 
 

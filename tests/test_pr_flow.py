@@ -388,3 +388,37 @@ def test_kernelpilot_review_prints_the_comment_for_the_local_branch(project, tmp
     row = next(line for line in done.stdout.splitlines() if "models/act.py:Activation" in line)
     assert "✅ faster" in row and "float32[32, 64, 1024]" in row
     assert (tmp_path / "out" / "results.json").is_file()
+
+
+def test_a_pull_request_without_module_changes_gets_a_short_comment_or_none(
+    fake_github, tmp_path
+):
+    (tmp_path / "checkout").mkdir()
+    project = Project(tmp_path / "checkout")
+    git(project.root, "reset", "--quiet", "--hard", project.base)
+    project.head = commit(project.root, {"README.md": "docs only\n"}, "docs")
+    project.head_files = {"README.md": "docs only\n"}
+    project.seed(fake_github)
+    event = fake_github.pull_event(REPO, NUMBER)
+    measure = Job(tmp_path / "measure", fake_github, event, token=None)
+    done = measure.run("measure", "--out", str(tmp_path / "results"), cwd=project.root)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    quiet = Job(tmp_path / "quiet", fake_github, event)
+    done = quiet.run("publish", "--results", str(tmp_path / "results"),
+                     "--no-comment-without-modules")  # fmt: skip
+    assert done.returncode == 0 and ours(fake_github) == []
+    said = Job(tmp_path / "said", fake_github, event)
+    assert said.run("publish", "--results", str(tmp_path / "results")).returncode == 0
+    [comment] = ours(fake_github)
+    assert "No `nn.Module` changed" in comment.body and followups(fake_github) == []
+
+
+def test_a_refused_review_does_not_stop_the_comment(project, measured, fake_github, tmp_path):
+    project.seed(fake_github)
+    fake_github.fail_next("POST", r"/pulls/\d+/reviews$", 422, "Line could not be resolved")
+    job = Job(tmp_path, fake_github, fake_github.pull_event(REPO, NUMBER))
+    done = job.run("publish", "--results", str(measured), "--no-open-pr")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "GitHub refused the review" in done.stderr
+    assert len(ours(fake_github)) == 1
