@@ -100,7 +100,8 @@ for what in "$@"; do
       cp /tmp/kp-scripted/report.json "$OUT/scripted-report.json"
       cp /tmp/kp-scripted/trajectory-*.json "$OUT/scripted-trajectory.json" ;;
     prflow)  # the PR flow against the fake GitHub on a cuda module (bench/gpu_pr_flow.py)
-      stage prflow 540 python3 bench/gpu_pr_flow.py --out "$OUT/prflow" ;;
+      stage prflow 540 python3 bench/gpu_pr_flow.py --out "$OUT/prflow"
+      tar -czf "$OUT/prflow.tgz" -C "$OUT" prflow && rm -rf "$OUT/prflow" ;;  # one file comes back
     pack) tar -czf - .kp-cache | split -b 15m - "$OUT/kp-cache.tgz.part-"
           ls -la "$OUT"/kp-cache.tgz.part-* ;;
     *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, bench, overhead, timer, kbref, scripted, prflow, pack)"; exit 2 ;;
