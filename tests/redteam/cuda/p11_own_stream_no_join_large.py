@@ -1,6 +1,6 @@
 # pattern: 11 own cudaStreamNonBlocking stream, no join either way, on a problem of a millisecond
 # problem: redteam/problems/bias_gelu_large.py
-# expect: incorrect correct_outputs
+# expect: incorrect correct_outputs|stable_after_sync
 """Issue 10's kernel at a size where it takes about a millisecond (16384 x 8192): forward
 creates a stream with cudaStreamCreateWithFlags(..., cudaStreamNonBlocking), launches on it,
 destroys it and returns, without ordering the kernel against the caller's current stream

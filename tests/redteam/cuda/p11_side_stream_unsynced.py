@@ -1,6 +1,6 @@
 # pattern: 11 kernel on a pool stream that the current stream never waits for
 # problem: redteam/problems/bias_gelu_large.py
-# expect: incorrect correct_outputs
+# expect: incorrect correct_outputs|stable_after_sync
 """The kernel is queued on a side stream and forward returns: CUDA events recorded on the
 current stream (a timer without a device-wide synchronize) measure nothing, and a
 comparison after torch.cuda.synchronize() sees the right values. A memory-bound kernel
