@@ -11,12 +11,13 @@ from pathlib import Path
 
 from agents.context import ContextWindow, KernelSummary, Reference
 from agents.contract import candidate_contract
+from agents.data import data_dir
 from agents.llm.client import LLMCallFailed, LLMClient, LLMConfig, Message, Reply, Role
 from agents.roles.parse import failure
 from agents.roles.records import RoleFailure
 from agents.roles.render import render
 
-EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES_DIR = data_dir("examples")
 EXAMPLE_REFERENCE = EXAMPLES_DIR / "fused_gelu_block.py"
 
 

@@ -14,8 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from string import Template
 
-# The prompts live beside the packages in the repository (DESIGN.md section 1 fixes the layout).
-PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"
+from agents.data import data_dir
+
+# The prompts live beside the packages in the repository (DESIGN.md section 1 fixes the layout);
+# an installed kernelpilot carries them as data files (agents/data.py).
+PROMPTS_DIR = data_dir("prompts")
 
 
 class TemplateError(Exception):
@@ -28,7 +31,8 @@ def template_path(name: str, prompts_dir: Path = PROMPTS_DIR) -> Path:
     if not path.is_file():
         raise TemplateError(
             f"prompt template {path} not found: kernelpilot reads its prompts from the "
-            "repository's prompts/ folder; install it from a checkout (pip install -e .)"
+            "repository's prompts/ folder, or the installed copy under <prefix>/share/kernelpilot; "
+            "reinstall kernelpilot (pip install .)"
         )
     return path
 
