@@ -14,6 +14,7 @@ from agents.trajectory import Trajectory
 from bot.render import render_terminal, write_report
 from bot.report import Report, TargetReport
 from bot.run import RunOptions, project_eval_config, resolve_targets, run_targets
+from bot.team import project
 from harness.devices import check_toolchain, resolve_device
 from harness.errors import UserError
 from harness.evaluate import Evaluator
@@ -25,7 +26,8 @@ DEVICE = click.option(
     type=click.Choice(["auto", "cpu", "cuda"]),
     default="auto",
     show_default=True,
-    help="Where kernels run: auto picks cuda when a GPU is visible.",
+    help="Where kernels run: auto takes [tool.kernelpilot] device, and picks cuda when a GPU is "
+    "visible if that is auto too.",
 )
 DTYPE = click.option(
     "--dtype",
@@ -197,9 +199,14 @@ def optimize(
     _run(verbose, action)
 
 
-def _options(device, dtype, out_dir, seed, no_compile: bool, budget) -> RunOptions:
+def _options(device, dtype, out_dir, seed, no_compile: bool, budget, start=None) -> RunOptions:
+    """The run's options; ``--device auto`` defers to the project's ``device`` setting (which is
+    itself auto by default), found from ``start`` (default: here)."""
+    if device == "auto":
+        device = project(start)[0].device
     return RunOptions(
         device=resolve_device(device),
+        project_dir=start,
         dtype=dtype,
         out_dir=out_dir,
         seed=seed,

@@ -52,8 +52,10 @@ def _llm_flags(command):
     return command
 
 
-def _run_options(device, dtype, out_dir, seed, no_compile, llm, model, script, budget, max_cost):
-    options = _options(device, dtype, out_dir, seed, no_compile, None)
+def _run_options(
+    device, dtype, out_dir, seed, no_compile, llm, model, script, budget, max_cost, repo
+):  # fmt: skip
+    options = _options(device, dtype, out_dir, seed, no_compile, None, start=repo.resolve())
     return options.model_copy(
         update={"llm": llm, "model": model, "script": script, "attempts": budget,
                 "max_cost_usd": max_cost}
@@ -91,8 +93,9 @@ def review(
 
     def action() -> None:
         options = _run_options(
-            device, dtype, out_dir, seed, no_compile_baseline, llm, model, script, budget, max_cost
-        )
+            device, dtype, out_dir, seed, no_compile_baseline, llm, model, script, budget, max_cost,
+            repo,
+        )  # fmt: skip
         check_toolchain(options.device)
         results = review_local(repo, base, head, options, _progress, max_targets)
         click.echo(render_comment(results))
@@ -143,7 +146,9 @@ def gate_command(approval_label, verbose) -> None:
 )  # fmt: skip
 @click.option(
     "--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-    envvar="KERNELPILOT_DEVICE", help="Where kernels run [env: KERNELPILOT_DEVICE].",
+    envvar="KERNELPILOT_DEVICE",
+    help="Where kernels run: auto takes the project's device setting, then cuda if a GPU is "
+    "visible [env: KERNELPILOT_DEVICE].",
 )  # fmt: skip
 @click.option(
     "--targets", default="", envvar="KERNELPILOT_TARGETS",
@@ -167,8 +172,9 @@ def measure_command(
 
     def action() -> None:
         options = _run_options(
-            device, None, out_dir, seed, no_compile_baseline, llm, model, script, budget, max_cost
-        )
+            device, None, out_dir, seed, no_compile_baseline, llm, model, script, budget, max_cost,
+            repo,
+        )  # fmt: skip
         event = load_event()
         if event.mode == "schedule":  # not a failure: nothing was asked that this version does
             click.echo(NIGHTLY_NOT_YET, err=True)

@@ -30,7 +30,7 @@ def _speedup(value: float | None, faster: bool, slower: bool, review: bool) -> s
         return "-"
     if review:
         return f"{value:.2f}x ⚠ review"
-    return f"{value:.2f}x" + ("" if faster else " slower" if slower else " (noise)")
+    return f"{value:.2f}x" + ("" if faster else " slower" if slower else " (within noise)")
 
 
 def table_rows(report: Report) -> list[list[str]]:

@@ -46,6 +46,9 @@ class RunOptions(BaseModel):
     max_cost_usd: float | None = Field(default=None, description="Override search.max_cost_usd.")
     max_seconds: float | None = Field(default=None, description="Override search.max_seconds.")
     resume: Path | None = Field(default=None, description="A trajectory to continue.")
+    project_dir: Path | None = Field(
+        default=None, description="Where the project's pyproject.toml is looked for (None: here)."
+    )
 
 
 Progress = Callable[[str], None]
@@ -54,7 +57,7 @@ Progress = Callable[[str], None]
 def project_eval_config(options: RunOptions, start: Path | None = None) -> EvalConfig:
     """The nearest project's ``[tool.kernelpilot.eval]`` (defaults without one), with the
     run's overrides: every command verifies and times under the project's settings."""
-    pyproject = find_pyproject(start or Path.cwd())
+    pyproject = find_pyproject(start or options.project_dir or Path.cwd())
     config = load_project_config(pyproject).eval if pyproject else EvalConfig()
     updates: dict = {}
     if options.compile_baseline is not None:
@@ -97,12 +100,17 @@ def run_targets(
     seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**31)
     if resume is not None:
         seed = resume.seed
-    provider = choose_llm(options.llm, project()[0].llm)
-    llm = None if provider == "offline" else llm_config(provider, _llm_overrides(options))
+    provider = choose_llm(options.llm, project(options.project_dir)[0].llm)
+    llm = (
+        None
+        if provider == "offline"
+        else llm_config(provider, _llm_overrides(options), options.project_dir)
+    )
     progress(f"proposer: {'offline (no LLM)' if llm is None else f'LLM team, {llm.model}'}")
     search = search_config(
         {"attempts": options.attempts, "max_cost_usd": options.max_cost_usd,
-         "max_seconds": options.max_seconds}
+         "max_seconds": options.max_seconds},
+        options.project_dir,
     )  # fmt: skip
     config = project_eval_config(options)
     evaluator = Evaluator(config, seed, progress=progress)

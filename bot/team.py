@@ -24,8 +24,9 @@ from harness.records import Problem
 Checked = TypeVar("Checked", bound=BaseModel)
 
 
-def project() -> tuple[ProjectConfig, Path | None]:
-    pyproject = find_pyproject(Path.cwd())
+def project(start: Path | None = None) -> tuple[ProjectConfig, Path | None]:
+    """The nearest project's settings, looked for from ``start`` (default: here)."""
+    pyproject = find_pyproject(start or Path.cwd())
     return (load_project_config(pyproject) if pyproject else ProjectConfig()), pyproject
 
 
@@ -39,18 +40,18 @@ def choose_llm(asked: str, project_llm: dict) -> str:
     return "openai" if configured or project_llm else "offline"
 
 
-def llm_config(provider: str, overrides: dict) -> LLMConfig:
+def llm_config(provider: str, overrides: dict, start: Path | None = None) -> LLMConfig:
     """[tool.kernelpilot.llm] with the run's flags on top, checked."""
-    settings, pyproject = project()
+    settings, pyproject = project(start)
     table = {**settings.llm, "provider": provider, **{k: v for k, v in overrides.items() if v}}
     if provider == "scripted":
         table.setdefault("model", "scripted")  # replies from a file: no model's name to show
     return _checked(LLMConfig, table, "llm", pyproject)
 
 
-def search_config(overrides: dict) -> SearchConfig:
+def search_config(overrides: dict, start: Path | None = None) -> SearchConfig:
     """[tool.kernelpilot.search] with the run's flags (--budget, --max-time, ...) on top."""
-    settings, pyproject = project()
+    settings, pyproject = project(start)
     table = {**settings.search, **{k: v for k, v in overrides.items() if v is not None}}
     return _checked(SearchConfig, table, "search", pyproject)
 

@@ -40,7 +40,7 @@ def test_eager_ms_is_the_baseline_the_speedup_is_taken_against(
 
 @pytest.mark.parametrize(
     ("candidate_ms", "cell"),
-    [(1.2, "0.83x slower"), (1.02, "0.98x (noise)"), (0.5, "2.00x")],
+    [(1.2, "0.83x slower"), (1.02, "0.98x (within noise)"), (0.5, "2.00x")],
 )
 def test_a_ratio_below_one_beyond_the_noise_reads_slower(tmp_path, candidate_ms, cell):
     from bot.render import table_rows
@@ -76,3 +76,18 @@ def test_the_projects_eval_settings_apply_to_targets_given_on_the_command_line(t
     options = RunOptions(device="cpu", time_budget_s=0.5)
     config = project_eval_config(options, start=tmp_path / "sub")
     assert config.seeds == 7 and config.time_budget_s == 0.5  # the flag wins over the file
+
+
+def test_device_auto_defers_to_the_projects_device_setting(tmp_path):
+    import torch
+
+    from bot.cli import _options
+    from harness.errors import UserError
+
+    (tmp_path / "pyproject.toml").write_text('[tool.kernelpilot]\ndevice = "cuda"\n')
+    if torch.cuda.is_available():
+        assert _options("auto", None, tmp_path, None, False, None, start=tmp_path).device == "cuda"
+    else:  # the project asks for cuda: no silent fall back to cpu
+        with pytest.raises(UserError, match="--device cuda, but PyTorch sees no CUDA GPU"):
+            _options("auto", None, tmp_path, None, False, None, start=tmp_path)
+    assert _options("cpu", None, tmp_path, None, False, None, start=tmp_path).device == "cpu"
