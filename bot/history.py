@@ -1,0 +1,172 @@
+"""The nightly history: one record per benchmark per night, kept in the repository on a data
+branch (``kernelpilot-data`` by default) as ``history/<benchmark>.jsonl``, one JSON object a line.
+
+Written through PyGithub's Git Data API, so no checkout is needed and any token with
+``contents: write`` does: the night's records are appended to the branch's files in one new
+commit, and the branch is moved with a fast-forward-only update. When another run moved it
+first (GitHub's 422 "not a fast forward"), the files are read again from the new tip and the
+records appended there: two runs at once lose no record. A branch that does not exist yet is
+created with the first night's commit.
+
+A line that does not parse (a hand edit, a merge gone wrong) is reported with its file and
+line number and left as it is; the other lines and the night's new records are kept.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterable
+
+from github import GithubException, InputGitTreeElement
+from github.Repository import Repository
+from pydantic import BaseModel, Field, ValidationError
+
+DEFAULT_BRANCH = "kernelpilot-data"
+FOLDER = "history"
+ATTEMPTS = 5
+
+
+class Record(BaseModel):
+    """One benchmark's night."""
+
+    benchmark: str = Field(description="'target:path.py:Class' or 'kernel:path_kernelpilot.py'.")
+    night: str = Field(description="The date, YYYY-MM-DD (UTC).")
+    commit: str
+    run_url: str = ""
+    device: str
+    device_name: str = ""
+    driver: str = ""
+    torch: str = ""
+    cuda: str | None = None
+    status: str = Field(description="ok, stale, failed, or a harness status.")
+    time_ms: float | None = Field(default=None, description="The benchmark's median time.")
+    iqr_ms: float = 0.0
+    remeasured_ms: list[float] = Field(
+        default_factory=list, description="The same night's re-measurements of a suspect."
+    )
+    eager_ms: float | None = None
+    compile_ms: float | None = None
+    note: str = ""
+
+    @property
+    def setup(self) -> str:
+        """What must stay the same for two nights to be one series."""
+        return f"{self.device_name or self.device}|driver {self.driver}|torch {self.torch}|cuda {self.cuda}"
+
+
+class Problem(BaseModel):
+    """A line of a history file that could not be read."""
+
+    path: str
+    line: int
+    error: str
+
+
+class History(BaseModel):
+    records: dict[str, list[Record]] = Field(default_factory=dict, description="By benchmark.")
+    problems: list[Problem] = Field(default_factory=list)
+    tip: str | None = Field(default=None, description="The data branch's commit read.")
+
+
+def file_of(benchmark: str) -> str:
+    """The history file of a benchmark: its name made safe for a path."""
+    return f"{FOLDER}/{re.sub(r'[^A-Za-z0-9._-]+', '_', benchmark).strip('_')}.jsonl"
+
+
+def parse_lines(path: str, text: str) -> tuple[list[Record], list[Problem]]:
+    records, problems = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(Record.model_validate_json(line))
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            problems.append(Problem(path=path, line=number, error=f"{first['msg']} ({where})"))
+    return records, problems
+
+
+class HistoryStore:
+    """The data branch of one repository, read and appended to through the GitHub API."""
+
+    def __init__(self, repo: Repository, branch: str = DEFAULT_BRANCH) -> None:
+        self.repo = repo
+        self.branch = branch
+
+    def load(self) -> History:
+        tip = self._tip()
+        history = History(tip=tip)
+        if tip is None:
+            return history
+        for path, text in self._files(tip).items():
+            records, problems = parse_lines(path, text)
+            history.problems += problems
+            for record in records:
+                history.records.setdefault(record.benchmark, []).append(record)
+        return history
+
+    def append(self, records: Iterable[Record], message: str) -> str:
+        """Append the records to their files in one commit on the branch; its sha."""
+        new = list(records)
+        for _ in range(ATTEMPTS):
+            tip = self._tip()
+            files = self._files(tip) if tip else {}
+            lines: dict[str, list[str]] = {}
+            for record in new:
+                lines.setdefault(file_of(record.benchmark), []).append(record.model_dump_json())
+            elements = []
+            for path, added in lines.items():
+                old = files.get(path, "")
+                text = old + ("" if not old or old.endswith("\n") else "\n") + "\n".join(added)
+                elements.append(InputGitTreeElement(path, "100644", "blob", content=text + "\n"))
+            if tip is None:
+                tree = self.repo.create_git_tree(elements)
+                commit = self.repo.create_git_commit(message, tree, [])
+                try:
+                    self.repo.create_git_ref(f"refs/heads/{self.branch}", commit.sha)
+                    return commit.sha
+                except GithubException as err:
+                    if err.status != 422:  # created by another run meanwhile: append to it
+                        raise
+                    continue
+            parent = self.repo.get_git_commit(tip)
+            tree = self.repo.create_git_tree(elements, base_tree=parent.tree)
+            commit = self.repo.create_git_commit(message, tree, [parent])
+            try:
+                self.repo.get_git_ref(f"heads/{self.branch}").edit(commit.sha, force=False)
+                return commit.sha
+            except GithubException as err:
+                if err.status != 422:  # moved by another run: read its tip again
+                    raise
+        raise HistoryConflict(
+            f"the data branch {self.branch} kept moving: {ATTEMPTS} attempts to append failed"
+        )
+
+    def _tip(self) -> str | None:
+        try:
+            return self.repo.get_git_ref(f"heads/{self.branch}").object.sha
+        except GithubException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def _files(self, tip: str) -> dict[str, str]:
+        tree = self.repo.get_git_tree(tip, recursive=True)
+        files = {}
+        for entry in tree.tree:
+            if entry.type == "blob" and entry.path.startswith(f"{FOLDER}/") and entry.path.endswith(".jsonl"):
+                blob = self.repo.get_git_blob(entry.sha)
+                files[entry.path] = _decode(blob.content, blob.encoding)
+        return files
+
+
+class HistoryConflict(Exception):
+    pass
+
+
+def _decode(content: str, encoding: str) -> str:
+    if encoding == "base64":
+        return base64.b64decode(content).decode("utf-8", errors="replace")
+    return content
