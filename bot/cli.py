@@ -290,7 +290,7 @@ def audit(problem, device, dtype, seed, verbose) -> None:
 
 
 # The pull-request commands (review, github gate|measure|publish) register themselves on main.
-from bot import cli_github  # noqa: E402,F401
+from bot import cli_github, cli_nightly  # noqa: E402,F401
 
 if __name__ == "__main__":
     main()

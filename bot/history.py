@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Iterable
+from pathlib import Path
 
 from github import GithubException, InputGitTreeElement
 from github.Repository import Repository
@@ -170,3 +171,29 @@ def _decode(content: str, encoding: str) -> str:
     if encoding == "base64":
         return base64.b64decode(content).decode("utf-8", errors="replace")
     return content
+
+
+class LocalStore:
+    """The same history in a local folder (``history/<benchmark>.jsonl`` under it): for runs
+    without GitHub and for ``kernelpilot history`` on a checkout of the data branch."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def load(self) -> History:
+        history = History()
+        for path in sorted((self.folder / FOLDER).glob("*.jsonl")):
+            name = path.relative_to(self.folder).as_posix()
+            records, problems = parse_lines(name, path.read_text(errors="replace"))
+            history.problems += problems
+            for record in records:
+                history.records.setdefault(record.benchmark, []).append(record)
+        return history
+
+    def append(self, records: Iterable[Record], message: str = "") -> str:
+        for record in records:
+            path = self.folder / file_of(record.benchmark)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a", encoding="utf-8") as out:
+                out.write(record.model_dump_json() + "\n")
+        return str(self.folder)

@@ -56,6 +56,14 @@ def search_config(overrides: dict, start: Path | None = None) -> SearchConfig:
     return _checked(SearchConfig, table, "search", pyproject)
 
 
+def nightly_config(start: Path | None = None):
+    """[tool.kernelpilot.nightly], checked."""
+    from bot.regression import RegressionConfig
+
+    settings, pyproject = project(start)
+    return _checked(RegressionConfig, settings.nightly, "nightly", pyproject)
+
+
 def _checked(model: type[Checked], table: dict, section: str, pyproject: Path | None) -> Checked:
     """``table`` as a ``model``; a bad setting is a UserError naming its key."""
     try:

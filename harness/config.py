@@ -113,6 +113,11 @@ class ProjectConfig(BaseModel):
         default_factory=dict,
         description="[tool.kernelpilot.search]: strategy, budgets (checked by agents.loop).",
     )
+    nightly: dict = Field(
+        default_factory=dict,
+        description="[tool.kernelpilot.nightly]: regression thresholds (checked by "
+        "bot.regression.RegressionConfig).",
+    )
 
 
 def find_pyproject(start: Path) -> Path | None:

@@ -1,0 +1,144 @@
+"""``kernelpilot nightly`` (re-verify and time the shipped kernels, record the night, judge it)
+and ``kernelpilot history`` (a benchmark's recorded nights)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from bot.actions_io import add_summary, commands_stopped
+from bot.cli import NO_COMPILE, SEED, VERBOSE, _options, _progress, _run, main
+from bot.event import actions_env
+from bot.history import DEFAULT_BRANCH, FOLDER, HistoryStore, LocalStore, file_of, parse_lines
+from bot.nightly import render_junit, render_table, run_nightly
+from bot.run import project_eval_config
+from bot.team import nightly_config
+from harness.devices import check_toolchain
+from harness.errors import UserError
+
+REPO = click.option(
+    "--repo", type=click.Path(exists=True, file_okay=False, path_type=Path), default=Path("."),
+    show_default=True, help="The checkout (the default branch, with full history).",
+)  # fmt: skip
+BRANCH = click.option(
+    "--branch", default=DEFAULT_BRANCH, show_default=True, envvar="KERNELPILOT_DATA_BRANCH",
+    help="The data branch holding the history [env: KERNELPILOT_DATA_BRANCH].",
+)  # fmt: skip
+HISTORY_DIR = click.option(
+    "--history-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="Keep the history in this local folder instead of the data branch on GitHub.",
+)  # fmt: skip
+
+
+@main.command()
+@REPO
+@click.option(
+    "--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+    envvar="KERNELPILOT_DEVICE",
+    help="Where kernels run: auto takes the project's device setting, then cuda if a GPU is "
+    "visible [env: KERNELPILOT_DEVICE].",
+)  # fmt: skip
+@BRANCH
+@HISTORY_DIR
+@click.option(
+    "--out", "out_dir", type=click.Path(path_type=Path), default=Path("kernelpilot-nightly"),
+    show_default=True, help="Folder for nightly.md, nightly.json and junit.xml.",
+)  # fmt: skip
+@SEED
+@NO_COMPILE
+@VERBOSE
+def nightly(repo, device, branch, history_dir, out_dir, seed, no_compile_baseline, verbose) -> None:
+    """Re-verify and time every kernel the repository ships (files whose first line is
+    '# kernelpilot-verified: path.py:Class'), record the night in the history and judge it
+    against the nights before (thresholds: [tool.kernelpilot.nightly]). A kernel whose class
+    changed since it was verified is reported stale, with the commit that changed it.
+
+    The history is the data branch on GitHub (GITHUB_TOKEN and GITHUB_REPOSITORY set, as in
+    Actions; GITHUB_API_URL for GitHub Enterprise), or --history-dir. Exits 1 when a kernel is
+    stale, fails verification or got slower past the fail level; an alert alone exits 0.
+    """
+
+    def action() -> None:
+        options = _options(device, None, out_dir, seed, no_compile_baseline, None, start=repo.resolve())
+        check_toolchain(options.device)
+        store = _store(history_dir, branch)
+        with commands_stopped():
+            report = run_nightly(
+                repo, options.device, store, project_eval_config(options), nightly_config(repo.resolve()),
+                _progress, seed,
+            )  # fmt: skip
+        out_dir.mkdir(parents=True, exist_ok=True)
+        table = render_table(report)
+        (out_dir / "nightly.md").write_text(table)
+        (out_dir / "nightly.json").write_text(report.model_dump_json(indent=2))
+        (out_dir / "junit.xml").write_text(render_junit(report))
+        if os.environ.get("GITHUB_STEP_SUMMARY"):
+            add_summary(Path(os.environ["GITHUB_STEP_SUMMARY"]), table)
+        click.echo(table)
+        if any(row.status in ("stale", "failed", "fail") for row in report.rows):
+            sys.exit(1)
+
+    _run(verbose, action)
+
+
+def _store(history_dir: Path | None, branch: str):
+    if history_dir is not None:
+        return LocalStore(history_dir)
+    if not (os.environ.get("GITHUB_TOKEN") and os.environ.get("GITHUB_REPOSITORY")):
+        raise UserError(
+            "no history to write to: GITHUB_TOKEN and GITHUB_REPOSITORY are not set",
+            fix="run in GitHub Actions (contents: write), or give --history-dir FOLDER",
+        )
+    from bot.github import connect
+
+    env = actions_env()
+    assert env.token is not None
+    client = connect(env.api_url, env.token.get_secret_value())
+    return HistoryStore(client.get_repo(env.repository), branch)
+
+
+@main.command()
+@click.argument("benchmark")
+@REPO
+@BRANCH
+@HISTORY_DIR
+@VERBOSE
+def history(benchmark, repo, branch, history_dir, verbose) -> None:
+    """Print BENCHMARK's recorded nights ('kernel:path_kernelpilot.py'), from --history-dir or
+    from the data branch of the local repository (BRANCH, else origin/BRANCH)."""
+
+    def action() -> None:
+        path = file_of(benchmark)
+        text = _read_history(path, repo, branch, history_dir)
+        records, problems = parse_lines(path, text)
+        click.echo(f"{benchmark}: {len(records)} night(s)")
+        click.echo(f"{'night':<11} {'commit':<12} {'status':<8} {'time ms':>10} {'iqr ms':>9}  setup")
+        for r in records:
+            time = "-" if r.time_ms is None else f"{r.time_ms:.4f}"
+            click.echo(f"{r.night:<11} {r.commit[:12]:<12} {r.status:<8} {time:>10} {r.iqr_ms:>9.4f}  {r.setup}")
+        for problem in problems:
+            click.echo(f"unreadable: {problem.path}:{problem.line}: {problem.error}", err=True)
+
+    _run(verbose, action)
+
+
+def _read_history(path: str, repo: Path, branch: str, history_dir: Path | None) -> str:
+    if history_dir is not None:
+        file = history_dir / path
+        if not file.is_file():
+            raise UserError("no history for this benchmark", where=str(file),
+                            fix=f"list {history_dir / FOLDER} for the benchmarks recorded")  # fmt: skip
+        return file.read_text(errors="replace")
+    for ref in (branch, f"origin/{branch}"):
+        done = subprocess.run(["git", "show", f"{ref}:{path}"], cwd=repo, capture_output=True, check=False)
+        if done.returncode == 0:
+            return done.stdout.decode(errors="replace")
+    raise UserError(
+        f"no {path} on {branch} or origin/{branch}",
+        where=str(repo),
+        fix=f"git fetch origin {branch}, or give --history-dir",
+    )

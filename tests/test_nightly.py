@@ -1,0 +1,107 @@
+"""The nightly run on cpu over a repository that ships a kernel: a real verified kernel (from the
+pull-request flow's follow-up) merged into the checkout, re-verified and timed for real each
+night; earlier nights are seeded numbers, judged by the regression rule; a change to the
+module makes the kernel stale."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bot.followup import build_followup
+from bot.history import LocalStore, Record
+from bot.results import PullResults
+from tests.gitrepo import commit, git
+from tests.prflow import CHANGED, Project
+
+KERNEL = "models/act_kernelpilot.py"
+BENCHMARK = f"kernel:{KERNEL}"
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "OPENAI_"))}
+    return subprocess.run(
+        [sys.executable, "-c", "from bot.cli import main; main()", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory) -> Project:
+    """A checkout whose main branch has the module and kernelpilot's merged follow-up."""
+    root = tmp_path_factory.mktemp("shipping")
+    project = Project(root)
+    out = root.parent / f"{root.name}-review"
+    done = cli("review", "--base", "main", "--device", "cpu", "--seed", "1", "--out", str(out),
+               cwd=project.root)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = PullResults.model_validate_json((out / "results.json").read_text())
+    followup = build_followup(results, results.test_dir)
+    assert followup is not None
+    commit(project.root, {file.path: file.content for file in followup.files}, "merge follow-up")
+    return project
+
+
+def night(date: str, time_ms: float, setup: Record) -> Record:
+    return setup.model_copy(update={"night": date, "time_ms": time_ms, "iqr_ms": 0.01 * time_ms,
+                                    "remeasured_ms": []})  # fmt: skip
+
+
+def test_a_night_records_and_judges_the_shipped_kernel(shipped, tmp_path):
+    history = tmp_path / "history"
+    done = cli("nightly", "--device", "cpu", "--history-dir", str(history), "--out",
+               str(tmp_path / "n1"), "--no-compile-baseline", "--seed", "2", cwd=shipped.root)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    [first] = LocalStore(history).load().records[BENCHMARK]
+    assert first.status == "ok" and first.time_ms and first.eager_ms
+    assert first.time_ms < first.eager_ms  # the shipped kernel is still the faster one
+    report = json.loads((tmp_path / "n1" / "nightly.json").read_text())
+    assert report["rows"][0]["verdict"]["level"] == "too_few"
+    assert 'failures="0"' in (tmp_path / "n1" / "junit.xml").read_text()
+
+    # Seeded earlier nights, a fiftieth of the first night's time (a loaded 2-core machine
+    # moves a cpu timing by 4x): tonight looks far slower, is measured again, stays slower,
+    # and fails.
+    seeded = history / "seeded"
+    LocalStore(seeded).append(
+        [night(f"2026-11-{day:02d}", first.time_ms / 50, first) for day in range(10, 18)]
+    )
+    done = cli("nightly", "--device", "cpu", "--history-dir", str(seeded), "--out",
+               str(tmp_path / "n2"), "--no-compile-baseline", "--seed", "3", cwd=shipped.root)  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    tonight = LocalStore(seeded).load().records[BENCHMARK][-1]
+    assert len(tonight.remeasured_ms) == 1  # confirmed by a second measurement in the run
+    row = json.loads((tmp_path / "n2" / "nightly.json").read_text())["rows"][0]
+    assert row["status"] == "fail" and "vs the last nights" in row["reason"]
+    assert 'failures="1"' in (tmp_path / "n2" / "junit.xml").read_text()
+
+    printed = cli("history", BENCHMARK, "--history-dir", str(seeded), cwd=shipped.root)
+    assert printed.returncode == 0 and "9 night(s)" in printed.stdout
+    assert "2026-11-10" in printed.stdout
+
+
+def test_a_kernel_whose_class_changed_is_stale_with_the_commit_that_changed_it(shipped, tmp_path):
+    head = git(shipped.root, "rev-parse", "HEAD")
+    try:
+        changed = commit(shipped.root, {"models/act.py": CHANGED.replace("0.5 * y * y", "0.3 * y * y")},
+                         "retune")  # fmt: skip
+        done = cli("nightly", "--device", "cpu", "--history-dir", str(tmp_path / "h"), "--out",
+                   str(tmp_path / "n"), "--no-compile-baseline", cwd=shipped.root)  # fmt: skip
+        assert done.returncode == 1, done.stderr[-3000:]
+        [record] = LocalStore(tmp_path / "h").load().records[BENCHMARK]
+        assert record.status == "stale" and changed[:12] in record.note
+        assert "Activation changed since" in record.note
+
+        deleted = commit(shipped.root, {"models/act.py": None}, "remove the module")
+        done = cli("nightly", "--device", "cpu", "--history-dir", str(tmp_path / "h"), "--out",
+                   str(tmp_path / "n"), "--no-compile-baseline", cwd=shipped.root)  # fmt: skip
+        assert done.returncode == 1
+        record = LocalStore(tmp_path / "h").load().records[BENCHMARK][-1]
+        assert "was deleted" in record.note and deleted[:12] in record.note
+    finally:
+        git(shipped.root, "reset", "--quiet", "--hard", head)
