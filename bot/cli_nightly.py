@@ -48,10 +48,17 @@ HISTORY_DIR = click.option(
     "--out", "out_dir", type=click.Path(path_type=Path), default=Path("kernelpilot-nightly"),
     show_default=True, help="Folder for nightly.md, nightly.json and junit.xml.",
 )  # fmt: skip
+@click.option(
+    "--issue/--no-issue", default=True, show_default=True,
+    help="With the history on GitHub: keep one issue up to date with the regressions and stale "
+    "kernels (opened, edited, closed when they are gone).",
+)  # fmt: skip
 @SEED
 @NO_COMPILE
 @VERBOSE
-def nightly(repo, device, branch, history_dir, out_dir, seed, no_compile_baseline, verbose) -> None:
+def nightly(
+    repo, device, branch, history_dir, out_dir, issue, seed, no_compile_baseline, verbose
+) -> None:
     """Re-verify and time every kernel the repository ships (files whose first line is
     '# kernelpilot-verified: path.py:Class'), record the night in the history and judge it
     against the nights before (thresholds: [tool.kernelpilot.nightly]). A kernel whose class
@@ -71,6 +78,12 @@ def nightly(repo, device, branch, history_dir, out_dir, seed, no_compile_baselin
                 repo, options.device, store, project_eval_config(options), nightly_config(repo.resolve()),
                 _progress, seed,
             )  # fmt: skip
+        if issue and isinstance(store, HistoryStore) and store.client is not None:
+            from bot.nightly_issue import upkeep_issue
+
+            url = upkeep_issue(store.client, store.repo, report)
+            if url:
+                click.echo(f"nightly issue: {url}", err=True)
         out_dir.mkdir(parents=True, exist_ok=True)
         table = render_table(report)
         (out_dir / "nightly.md").write_text(table)
@@ -98,7 +111,7 @@ def _store(history_dir: Path | None, branch: str):
     env = actions_env()
     assert env.token is not None
     client = connect(env.api_url, env.token.get_secret_value())
-    return HistoryStore(client.get_repo(env.repository), branch)
+    return HistoryStore(client.get_repo(env.repository), branch, client)
 
 
 @main.command()

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from github import GithubException, InputGitTreeElement
+from github import Github, GithubException, InputGitTreeElement
 from github.Repository import Repository
 from pydantic import BaseModel, Field, ValidationError
 
@@ -92,9 +92,12 @@ def parse_lines(path: str, text: str) -> tuple[list[Record], list[Problem]]:
 class HistoryStore:
     """The data branch of one repository, read and appended to through the GitHub API."""
 
-    def __init__(self, repo: Repository, branch: str = DEFAULT_BRANCH) -> None:
+    def __init__(
+        self, repo: Repository, branch: str = DEFAULT_BRANCH, client: Github | None = None
+    ) -> None:
         self.repo = repo
         self.branch = branch
+        self.client = client  # the client ``repo`` came from (the nightly issue uses it)
 
     def load(self) -> History:
         tip = self._tip()

@@ -1,0 +1,58 @@
+"""One issue, kept up to date, for what the nightly run found: opened on the first night with a
+regression or a stale kernel, edited on the nights after (never a second issue), and closed
+with a comment on the first night with none. Found again by its marker and its author, like
+the pull request's sticky comment.
+"""
+
+from __future__ import annotations
+
+from github import Github, GithubException
+from github.Repository import Repository
+from requests.exceptions import RetryError
+
+from bot.github import failure
+from bot.nightly import NightlyReport, render_table
+
+MARKER = "<!-- kernelpilot:nightly -->"
+
+
+def upkeep_issue(client: Github, repo: Repository, report: NightlyReport) -> str | None:
+    """Open, edit or close the nightly issue; its URL (None when there is none to show)."""
+    try:
+        existing = _find(client, repo)
+        problems = [row for row in report.rows if row.failed]
+        if not problems:
+            if existing is not None:
+                existing.create_comment(
+                    f"No regression and no stale kernel on {report.night} at "
+                    f"`{report.commit[:12]}`: closing."
+                )
+                existing.edit(state="closed")
+                return existing.html_url
+            return None
+        stale = sum(row.status == "stale" for row in problems)
+        slower = len(problems) - stale
+        title = f"kernelpilot nightly: {slower} slower or failing, {stale} stale"
+        body = f"{MARKER}\n{render_table(report)}"
+        if existing is None:
+            return repo.create_issue(title=title, body=body).html_url
+        if existing.title != title or existing.body != body:
+            existing.edit(title=title, body=body)
+        return existing.html_url
+    except (GithubException, RetryError) as err:
+        raise failure(err, "keeping the nightly issue up to date") from None
+
+
+def _find(client: Github, repo: Repository):
+    try:
+        login: str | None = client.get_user().login
+    except GithubException as err:
+        if err.status not in (401, 403):
+            raise
+        login = None  # an installation token: a Bot's issue with the marker is ours
+    for issue in repo.get_issues(state="open"):
+        if issue.pull_request is not None or not (issue.body or "").startswith(MARKER):
+            continue
+        if (issue.user.login == login) if login else issue.user.type == "Bot":
+            return issue
+    return None
