@@ -13,8 +13,17 @@ import click
 from bot.actions_io import add_summary, commands_stopped
 from bot.cli import NO_COMPILE, SEED, VERBOSE, _options, _progress, _run, main
 from bot.event import actions_env
-from bot.history import DEFAULT_BRANCH, FOLDER, HistoryStore, LocalStore, file_of, parse_lines
+from bot.history import (
+    DEFAULT_BRANCH,
+    FOLDER,
+    HistoryStore,
+    LocalStore,
+    file_of,
+    parse_lines,
+    plot_of,
+)
 from bot.nightly import render_junit, render_table, run_nightly
+from bot.plot import plot_png
 from bot.run import project_eval_config
 from bot.team import nightly_config
 from harness.devices import check_toolchain
@@ -78,24 +87,38 @@ def nightly(
                 repo, options.device, store, project_eval_config(options), nightly_config(repo.resolve()),
                 _progress, seed,
             )  # fmt: skip
-        if issue and isinstance(store, HistoryStore) and store.client is not None:
-            from bot.nightly_issue import upkeep_issue
-
-            url = upkeep_issue(store.client, store.repo, report)
-            if url:
-                click.echo(f"nightly issue: {url}", err=True)
+        plot_url = _plot_url(branch) if isinstance(store, HistoryStore) else None
         out_dir.mkdir(parents=True, exist_ok=True)
-        table = render_table(report)
+        table = render_table(report, plot_url)
         (out_dir / "nightly.md").write_text(table)
         (out_dir / "nightly.json").write_text(report.model_dump_json(indent=2))
         (out_dir / "junit.xml").write_text(render_junit(report))
         if os.environ.get("GITHUB_STEP_SUMMARY"):
             add_summary(Path(os.environ["GITHUB_STEP_SUMMARY"]), table)
         click.echo(table)
+        if issue and isinstance(store, HistoryStore) and store.client is not None:
+            from bot.github import ReadOnly, WriteFailed
+            from bot.nightly_issue import upkeep_issue
+
+            try:  # the night is recorded and reported already: a refused issue write is said
+                url = upkeep_issue(store.client, store.repo, report, plot_url)
+            except (ReadOnly, WriteFailed) as err:
+                click.echo(f"nightly issue not updated: {err}", err=True)
+                sys.exit(1)
+            if url:
+                click.echo(f"nightly issue: {url}", err=True)
         if any(row.status in ("stale", "failed", "fail") for row in report.rows):
             sys.exit(1)
 
     _run(verbose, action)
+
+
+def _plot_url(branch: str):
+    """A plot on the data branch as GitHub shows it (in the issue and the job summary)."""
+    env = actions_env()
+    return lambda benchmark: (
+        f"{env.server_url}/{env.repository}/blob/{branch}/{plot_of(benchmark)}?raw=true"
+    )
 
 
 def _store(history_dir: Path | None, branch: str):
@@ -119,10 +142,15 @@ def _store(history_dir: Path | None, branch: str):
 @REPO
 @BRANCH
 @HISTORY_DIR
+@click.option(
+    "--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="Write the series as a PNG here [default: <benchmark>.png].",
+)  # fmt: skip
 @VERBOSE
-def history(benchmark, repo, branch, history_dir, verbose) -> None:
+def history(benchmark, repo, branch, history_dir, plot_file, verbose) -> None:
     """Print BENCHMARK's recorded nights ('kernel:path_kernelpilot.py'), from --history-dir or
-    from the data branch of the local repository (BRANCH, else origin/BRANCH)."""
+    from the data branch of the local repository (BRANCH, else origin/BRANCH), and write its
+    plot."""
 
     def action() -> None:
         path = file_of(benchmark)
@@ -135,6 +163,9 @@ def history(benchmark, repo, branch, history_dir, verbose) -> None:
             click.echo(f"{r.night:<11} {r.commit[:12]:<12} {r.status:<8} {time:>10} {r.iqr_ms:>9.4f}  {r.setup}")
         for problem in problems:
             click.echo(f"unreadable: {problem.path}:{problem.line}: {problem.error}", err=True)
+        target = plot_file or Path(Path(plot_of(benchmark)).name)
+        target.write_bytes(plot_png(benchmark, records))
+        click.echo(f"wrote {target}")
 
     _run(verbose, action)
 

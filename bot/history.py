@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 DEFAULT_BRANCH = "kernelpilot-data"
 FOLDER = "history"
+PLOTS = "plots"
 ATTEMPTS = 5
 
 
@@ -70,9 +71,18 @@ class History(BaseModel):
     tip: str | None = Field(default=None, description="The data branch's commit read.")
 
 
+def _slug(benchmark: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", benchmark).strip("_")
+
+
 def file_of(benchmark: str) -> str:
     """The history file of a benchmark: its name made safe for a path."""
-    return f"{FOLDER}/{re.sub(r'[^A-Za-z0-9._-]+', '_', benchmark).strip('_')}.jsonl"
+    return f"{FOLDER}/{_slug(benchmark)}.jsonl"
+
+
+def plot_of(benchmark: str) -> str:
+    """Where a benchmark's plot is kept beside its history."""
+    return f"{PLOTS}/{_slug(benchmark)}.png"
 
 
 def parse_lines(path: str, text: str) -> tuple[list[Record], list[Problem]]:
@@ -111,9 +121,16 @@ class HistoryStore:
                 history.records.setdefault(record.benchmark, []).append(record)
         return history
 
-    def append(self, records: Iterable[Record], message: str) -> str:
-        """Append the records to their files in one commit on the branch; its sha."""
+    def append(
+        self, records: Iterable[Record], message: str, plots: dict[str, bytes] | None = None
+    ) -> str:
+        """Append the records to their files, and put ``plots`` (path: PNG), in one commit on
+        the branch; its sha."""
         new = list(records)
+        images = [
+            InputGitTreeElement(path, "100644", "blob", sha=self._blob(data))
+            for path, data in (plots or {}).items()
+        ]
         for _ in range(ATTEMPTS):
             tip = self._tip()
             files = self._files(tip) if tip else {}
@@ -125,6 +142,7 @@ class HistoryStore:
                 old = files.get(path, "")
                 text = old + ("" if not old or old.endswith("\n") else "\n") + "\n".join(added)
                 elements.append(InputGitTreeElement(path, "100644", "blob", content=text + "\n"))
+            elements += images
             if tip is None:
                 tree = self.repo.create_git_tree(elements)
                 commit = self.repo.create_git_commit(message, tree, [])
@@ -147,6 +165,9 @@ class HistoryStore:
         raise HistoryConflict(
             f"the data branch {self.branch} kept moving: {ATTEMPTS} attempts to append failed"
         )
+
+    def _blob(self, data: bytes) -> str:
+        return self.repo.create_git_blob(base64.b64encode(data).decode(), "base64").sha
 
     def _tip(self) -> str | None:
         try:
@@ -193,7 +214,12 @@ class LocalStore:
                 history.records.setdefault(record.benchmark, []).append(record)
         return history
 
-    def append(self, records: Iterable[Record], message: str = "") -> str:
+    def append(
+        self, records: Iterable[Record], message: str = "", plots: dict[str, bytes] | None = None
+    ) -> str:
+        for path_text, data in (plots or {}).items():
+            (self.folder / path_text).parent.mkdir(parents=True, exist_ok=True)
+            (self.folder / path_text).write_bytes(data)
         for record in records:
             path = self.folder / file_of(record.benchmark)
             path.parent.mkdir(parents=True, exist_ok=True)

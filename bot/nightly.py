@@ -21,7 +21,8 @@ from typing import Any, Protocol
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 from pydantic import BaseModel, Field
 
-from bot.history import History, Record
+from bot.history import History, Record, plot_of
+from bot.plot import plot_png
 from bot.regression import Night, RegressionConfig, Verdict, assess
 from bot.shipped import ShippedKernel, find_shipped, head_commit, staleness
 from harness.config import EvalConfig
@@ -36,7 +37,9 @@ Progress = Callable[[str], None]
 class Store(Protocol):
     def load(self) -> History: ...
 
-    def append(self, records: list[Record], message: str) -> str: ...
+    def append(
+        self, records: list[Record], message: str, plots: dict[str, bytes] | None = None
+    ) -> str: ...
 
 
 class NightlyRow(BaseModel):
@@ -84,7 +87,15 @@ def run_nightly(
             row = _judge(row, history.records.get(kernel.benchmark, []), rule, kernel, evaluator, repo, device)
         report.rows.append(row)
     if report.rows:
-        report.stored = store.append([row.record for row in report.rows], f"nightly {night} at {commit[:12]}")
+        plots = {
+            plot_of(row.benchmark): plot_png(
+                row.benchmark, [*history.records.get(row.benchmark, []), row.record]
+            )
+            for row in report.rows
+        }
+        report.stored = store.append(
+            [row.record for row in report.rows], f"nightly {night} at {commit[:12]}", plots
+        )
     return report
 
 
@@ -185,7 +196,8 @@ def render_junit(report: NightlyReport) -> str:
     return to_xml_report_string([TestSuite("kernelpilot-nightly", cases)])
 
 
-def render_table(report: NightlyReport) -> str:
+def render_table(report: NightlyReport, plot_url: Callable[[str], str] | None = None) -> str:
+    """The night as markdown; ``plot_url(benchmark)``: where its plot can be seen, if anywhere."""
     lines = [
         f"## kernelpilot nightly, {report.night} at `{report.commit[:12]}`",
         "",
@@ -202,6 +214,9 @@ def render_table(report: NightlyReport) -> str:
     for row in report.rows:
         if row.reason:
             lines.append(f"\n- `{row.benchmark}`: {row.reason}")
+    if plot_url is not None:
+        lines.append("")
+        lines += [f"![{row.benchmark}]({plot_url(row.benchmark)})" for row in report.rows]
     if report.history_problems:
         lines += ["", "History lines that could not be read (left as they are):"]
         lines += [f"- {problem}" for problem in report.history_problems]

@@ -6,6 +6,8 @@ the pull request's sticky comment.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from github import Github, GithubException
 from github.Repository import Repository
 from requests.exceptions import RetryError
@@ -16,7 +18,9 @@ from bot.nightly import NightlyReport, render_table
 MARKER = "<!-- kernelpilot:nightly -->"
 
 
-def upkeep_issue(client: Github, repo: Repository, report: NightlyReport) -> str | None:
+def upkeep_issue(
+    client: Github, repo: Repository, report: NightlyReport, plot_url: Callable[[str], str] | None = None
+) -> str | None:
     """Open, edit or close the nightly issue; its URL (None when there is none to show)."""
     try:
         existing = _find(client, repo)
@@ -33,7 +37,7 @@ def upkeep_issue(client: Github, repo: Repository, report: NightlyReport) -> str
         stale = sum(row.status == "stale" for row in problems)
         slower = len(problems) - stale
         title = f"kernelpilot nightly: {slower} slower or failing, {stale} stale"
-        body = f"{MARKER}\n{render_table(report)}"
+        body = f"{MARKER}\n{render_table(report, plot_url)}"
         if existing is None:
             return repo.create_issue(title=title, body=body).html_url
         if existing.title != title or existing.body != body:

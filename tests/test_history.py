@@ -37,6 +37,10 @@ def test_the_first_night_creates_the_branch_and_later_nights_append(fake_github)
     assert [r.night for r in loaded.records["kernel:m_kernelpilot.py"]] == ["2026-11-21"]
     assert loaded.problems == []
     assert fake_github.file(REPO, "README.md", "kernelpilot-data") is None  # an orphan branch
+    png = bytes(range(256))  # binary: it must travel as base64
+    history.append([record("target:m.py:Net", "2026-11-22", 1.0)], "night 3",
+                   {"plots/target_m.py_Net.png": png})  # fmt: skip
+    assert fake_github.file(REPO, "plots/target_m.py_Net.png", "kernelpilot-data") == png
     assert fake_github.file(REPO, "README.md") == b"models\n"
 
 

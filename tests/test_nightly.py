@@ -21,6 +21,7 @@ from tests.prflow import CHANGED, Project
 
 KERNEL = "models/act_kernelpilot.py"
 BENCHMARK = f"kernel:{KERNEL}"
+PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -80,9 +81,12 @@ def test_a_night_records_and_judges_the_shipped_kernel(shipped, tmp_path):
     assert row["status"] == "fail" and "vs the last nights" in row["reason"]
     assert 'failures="1"' in (tmp_path / "n2" / "junit.xml").read_text()
 
-    printed = cli("history", BENCHMARK, "--history-dir", str(seeded), cwd=shipped.root)
+    assert (seeded / "plots" / "kernel_models_act_kernelpilot.py.png").read_bytes()[:8] == PNG
+    printed = cli("history", BENCHMARK, "--history-dir", str(seeded), "--plot",
+                  str(tmp_path / "series.png"), cwd=shipped.root)  # fmt: skip
     assert printed.returncode == 0 and "9 night(s)" in printed.stdout
     assert "2026-11-10" in printed.stdout
+    assert (tmp_path / "series.png").read_bytes()[:8] == PNG
 
 
 def test_a_kernel_whose_class_changed_is_stale_with_the_commit_that_changed_it(shipped, tmp_path):
