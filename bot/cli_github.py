@@ -16,7 +16,7 @@ from bot.actions_io import add_summary, commands_stopped
 from bot.cli import DEVICE, DTYPE, NO_COMPILE, OUT, SEED, VERBOSE, _options, _progress, _run, main
 from bot.comment import render_comment
 from bot.event import actions_env, load_event
-from bot.pr import DEFAULT_MAX_TARGETS, NIGHTLY_NOT_YET, gate, measure, publish, review_local
+from bot.pr import DEFAULT_MAX_TARGETS, NIGHTLY_ELSEWHERE, gate, measure, publish, review_local
 from harness.devices import check_toolchain
 
 MAX_TARGETS = click.option(
@@ -177,8 +177,8 @@ def measure_command(
         )  # fmt: skip
         event = load_event()
         if event.mode == "schedule":  # not a failure: nothing was asked that this version does
-            click.echo(NIGHTLY_NOT_YET, err=True)
-            add_summary(actions_env().summary_file, NIGHTLY_NOT_YET)
+            click.echo(NIGHTLY_ELSEWHERE, err=True)
+            add_summary(actions_env().summary_file, NIGHTLY_ELSEWHERE)
             return
         if event.dispatch is not None and not event.dispatch.targets:
             event.dispatch.targets = targets.split()

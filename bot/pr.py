@@ -30,9 +30,10 @@ from harness.errors import UserError
 from harness.records import Problem
 
 DEFAULT_MAX_TARGETS = 20
-NIGHTLY_NOT_YET = (
-    "kernelpilot: the nightly benchmark (the schedule event) is not yet available in this "
-    "version; this run measured nothing. The pull_request and workflow_dispatch flows work."
+NIGHTLY_ELSEWHERE = (
+    "kernelpilot: a schedule event is the nightly benchmark, which `kernelpilot nightly` runs "
+    "(the action's mode: nightly, examples/workflows/kernelpilot-nightly.yml); measure has "
+    "nothing to do for it."
 )
 
 

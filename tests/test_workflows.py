@@ -30,6 +30,9 @@ PROJECT_WORKFLOWS = sorted((ROOT / ".github/workflows").glob("*.yml"))
 EXAMPLES = sorted((ROOT / "examples/workflows").glob("*.yml"))
 WORKFLOWS = PROJECT_WORKFLOWS + EXAMPLES
 KERNELPILOT_WORKFLOWS = [w for w in WORKFLOWS if w.name.startswith("kernelpilot-")]
+# The workflows whose jobs run code that is not the default branch's (a PR's, a dispatched ref's).
+MEASURING_WORKFLOWS = [w for w in KERNELPILOT_WORKFLOWS if "nightly" not in w.name]
+NIGHTLY_WORKFLOWS = [w for w in KERNELPILOT_WORKFLOWS if "nightly" in w.name]
 PLACEHOLDER = "your-org/kernelpilot@" + "0" * 40
 TRUSTED_CHECKOUT_PATH = ".kernelpilot"
 APPROVAL_LABEL = "kernelpilot:approved"
@@ -184,7 +187,7 @@ def test_least_privilege_and_one_run_at_a_time(path):
                 assert step["with"]["persist-credentials"] is False, f"{path.name}: {job_id}"
 
 
-@pytest.mark.parametrize("path", KERNELPILOT_WORKFLOWS, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", MEASURING_WORKFLOWS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_the_job_that_runs_pr_code_can_only_read(path):
     workflow = load(path)
     [(job_id, job)] = jobs_running(workflow, "measure")
@@ -193,6 +196,18 @@ def test_the_job_that_runs_pr_code_can_only_read(path):
     assert "github.token" not in text and "GITHUB_TOKEN" not in text
     assert re.findall(r"secrets\.(\w+)", text) == ["OPENAI_API_KEY"]
     assert job["runs-on"] == ["self-hosted", "gpu"]
+
+
+@pytest.mark.parametrize("path", NIGHTLY_WORKFLOWS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_nightly_runs_only_the_default_branch_with_the_writes_it_needs(path):
+    workflow = load(path)
+    assert set(workflow["on"]) == {"schedule"}  # never a pull request's code with this token
+    [(job_id, job)] = jobs_running(workflow, "nightly")
+    assert job["permissions"] == {"contents": "write", "issues": "write"}, job_id
+    assert "OPENAI_API_KEY" not in json.dumps(job)  # no LLM: it measures what is shipped
+    for step in job["steps"]:
+        if is_checkout(step):
+            assert "ref" not in step.get("with", {}) and step["with"]["persist-credentials"] is False
 
 
 @pytest.mark.parametrize("path", KERNELPILOT_WORKFLOWS, ids=lambda p: str(p.relative_to(ROOT)))
