@@ -449,3 +449,59 @@ def test_dispatch_workflow_opens_a_pull_request_with_the_kernels(fake_github, tm
     assert followup.base.ref == "main"
     kernel_files = [f.filename for f in followup.get_files()]
     assert any(name.startswith("models/") and "kernelpilot" in name for name in kernel_files)
+
+
+@pytest.mark.slow
+def test_nightly_workflow_records_the_shipped_kernel_and_opens_an_issue_once_it_is_stale(
+    fake_github, tmp_path
+):
+    """The example nightly workflow on a schedule event: the kernel a merged follow-up shipped
+    (verified for real by `kernelpilot review`) is re-verified and recorded on the data branch
+    with its plot; after its module changes, the night reports it stale and opens the issue."""
+    from bot.followup import build_followup
+    from bot.results import PullResults
+
+    repo = UserRepository(tmp_path, fake_github, ["kernelpilot-nightly.yml"])
+    git(repo.checkout, "checkout", "-q", "feature")
+    done = subprocess.run(
+        [sys.executable, "-c", "from bot.cli import main; main()", "review", "--base", "main",
+         "--device", "cpu", "--seed", "1", "--out", str(tmp_path / "review")],
+        cwd=repo.checkout, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = PullResults.model_validate_json((tmp_path / "review" / "results.json").read_text())
+    followup = build_followup(results, results.test_dir)
+    assert followup is not None
+    git(repo.checkout, "checkout", "-q", "main")
+    git(repo.checkout, "merge", "-q", "--ff-only", "feature")
+    shipped = {f.path: f.content for f in followup.files}
+    merged = repo.commit(shipped, "merge kernelpilot's follow-up")
+
+    def publish_main(sha: str, files: dict[str, str]) -> None:
+        git(repo.checkout, "push", "-q", str(repo.act.remote(REPO)), "main")
+        fake_github.push(REPO, "main", files, "main moved", sha=sha)
+
+    publish_main(merged, {**repo.head_files, **shipped})
+    event = {"schedule": "17 3 * * *", "repository": {"full_name": REPO, "name": "models",
+             "owner": {"login": "acme"}, "default_branch": "main"}}  # fmt: skip
+    result = repo.run("kernelpilot-nightly.yml", "schedule", event, actor="maintainer")
+    assert result.job_succeeded("Nightly benchmark")
+    history = "history/kernel_models_act_kernelpilot.py.jsonl"
+    [night] = fake_github.file(REPO, history, "kernelpilot-data").decode().splitlines()
+    assert json.loads(night)["status"] == "ok" and json.loads(night)["commit"] == merged
+    png = fake_github.file(REPO, "plots/kernel_models_act_kernelpilot.py.png", "kernelpilot-data")
+    assert png is not None and png.startswith(b"\x89PNG")
+    assert [i for i in fake_github.repo(REPO).issues.values() if i.pull is None] == []
+
+    changed = CHANGED.replace("0.5 * y * y", "0.3 * y * y")
+    retuned = repo.commit({"models/act.py": changed}, "retune the activation")
+    publish_main(retuned, {"models/act.py": changed})
+    stale = repo.act.run(".github/workflows/kernelpilot-nightly.yml", "schedule", event,
+                         repo.checkout, actions={"your-org/kernelpilot": repo.kernelpilot},
+                         actor="maintainer", secrets={"GITHUB_TOKEN": "actions-token"})  # fmt: skip
+    assert stale.returncode != 0  # a stale kernel fails the night
+    nights = fake_github.file(REPO, history, "kernelpilot-data").decode().splitlines()
+    assert json.loads(nights[-1])["status"] == "stale" and retuned[:12] in json.loads(nights[-1])["note"]
+    [issue] = [i for i in fake_github.repo(REPO).issues.values() if i.pull is None]
+    assert issue.title == "kernelpilot nightly: 0 slower or failing, 1 stale"
+    assert "kernelpilot-data/plots/kernel_models_act_kernelpilot.py.png" in issue.body
