@@ -18,7 +18,8 @@
 # $OUT/kbref-before.json and kbref-after.json; KP_KBREF_SIDES: "before after" by default, one
 # side per device call at KP_KBREF_LIMIT=500 s a side; KP_KBREF_ARGS, e.g. --only 26_GELU_),
 # prflow (the pull-request flow against the fake GitHub on a cuda module: bench/gpu_pr_flow.py,
-# its comment, review and follow-up files into $OUT/prflow), pack (the build cache,
+# its comment, review and follow-up files into $OUT/prflow), nightly (bench/gpu_nightly.py: three
+# nights over a shipped kernel, the history and its plot into $OUT/nightly), pack (the build cache,
 # .kp-cache/ in the working tree (git-ignored), into $OUT in parts of 15 MB: a machine is bare
 # at each start, so the cache travels back here and out again with the next call's carry;
 # ninja then finds every build up to date).
@@ -64,7 +65,7 @@ kbref() {  # kbref SIDE OPTIONS...: bench_reference on .kb/problems, one column 
     --out "$OUT/kbref-$side.json"
 }
 for what in "$@"; do
-  if [ "$what" != build ] && [ "$what" != pack ] && [ "$what" != kbref ] && [ "$what" != scripted ] && [ "$what" != prflow ] && [ ! -d .kp-cache ]; then
+  if [ "$what" != build ] && [ "$what" != pack ] && [ "$what" != kbref ] && [ "$what" != scripted ] && [ "$what" != prflow ] && [ "$what" != nightly ] && [ ! -d .kp-cache ]; then
     echo "no build cache (.kp-cache): run the build stage or carry .kp-cache-parts"; exit 3
   fi
   case $what in
@@ -102,8 +103,11 @@ for what in "$@"; do
     prflow)  # the PR flow against the fake GitHub on a cuda module (bench/gpu_pr_flow.py)
       stage prflow 540 python3 bench/gpu_pr_flow.py --out "$OUT/prflow"
       tar -czf "$OUT/prflow.tgz" -C "$OUT" prflow && rm -rf "$OUT/prflow" ;;  # one file comes back
+    nightly)  # the nightly run over a shipped kernel, three nights (bench/gpu_nightly.py)
+      stage nightly 540 python3 bench/gpu_nightly.py --out "$OUT/nightly"
+      tar -czf "$OUT/nightly.tgz" -C "$OUT" nightly && rm -rf "$OUT/nightly" ;;
     pack) tar -czf - .kp-cache | split -b 15m - "$OUT/kp-cache.tgz.part-"
           ls -la "$OUT"/kp-cache.tgz.part-* ;;
-    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, bench, overhead, timer, kbref, scripted, prflow, pack)"; exit 2 ;;
+    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, bench, overhead, timer, kbref, scripted, prflow, nightly, pack)"; exit 2 ;;
   esac
 done
