@@ -9,7 +9,9 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   "pydantic==2.*" "pydantic-core" "annotated-types" "typing-inspection" "typing-extensions" \
   "click==8.*" "junit-xml==1.9" "six" "pytest==8.*" "pluggy" "iniconfig" "packaging" \
   "PyGithub==2.*" "requests" "urllib3" "charset-normalizer" "idna" "certifi" "PyJWT" \
-  "cryptography" "cffi" "pycparser" "PyNaCl"
+  "cryptography" "cffi" "pycparser" "PyNaCl" \
+  "matplotlib" "numpy" "pillow" "fonttools" "kiwisolver" "contourpy" "cycler" "pyparsing" \
+  "python-dateutil"
 # pydantic pins the exact pydantic-core it needs: keep only that one.
 core=$(unzip -p .whl/pydantic-2*.whl '*/METADATA' | sed -n 's/^Requires-Dist: pydantic-core==\([0-9.]*\).*/\1/p')
 find .whl -name 'pydantic_core-*' ! -name "pydantic_core-${core}-*" -delete

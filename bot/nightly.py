@@ -30,6 +30,7 @@ from harness.errors import UserError
 from harness.evaluate import Evaluator
 from harness.problem import problem_from_target
 from harness.records import Candidate, EvalResult
+from harness.worker import device_name
 
 Progress = Callable[[str], None]
 
@@ -104,7 +105,7 @@ def _benchmark(
     night: str, run_url: str, progress: Progress,
 ) -> NightlyRow:  # fmt: skip
     base: dict[str, Any] = dict(benchmark=kernel.benchmark, night=night, commit=commit,
-                                run_url=run_url, device=device)  # fmt: skip
+                                run_url=run_url, device=device, **_setup(device))  # fmt: skip
     stale = staleness(repo, kernel)
     if stale.stale:
         reason = f"stale: {stale.reason}" + (f" (commit {stale.commit[:12]})" if stale.commit else "")
@@ -130,15 +131,17 @@ def _measure(repo: Path, kernel: ShippedKernel, device: str, evaluator: Evaluato
     return evaluator.evaluate(problem, Candidate(source=source, origin="shipped"))
 
 
-def _record(base: dict[str, Any], result: EvalResult) -> Record:
+def _setup(device: str) -> dict[str, Any]:
+    """The machine setup every record of the night names (stale ones too)."""
     import torch
 
+    return {"device_name": device_name(device), "driver": _driver(), "torch": torch.__version__,
+            "cuda": torch.version.cuda}  # fmt: skip
+
+
+def _record(base: dict[str, Any], result: EvalResult) -> Record:
     return Record(
-        **base,
-        device_name=result.device_name,
-        driver=_driver(),
-        torch=result.torch_version,
-        cuda=torch.version.cuda,
+        **{**base, "device_name": result.device_name or base["device_name"]},
         status=result.status.value,
         time_ms=result.candidate.median_ms if result.candidate else None,
         iqr_ms=result.candidate.iqr_ms if result.candidate else 0.0,
