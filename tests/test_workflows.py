@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from tests.act.runner import ActRunner, copy_kernelpilot, git
+from tests.prflow import CHANGED, MODULE, PROJECT
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -276,39 +277,7 @@ def test_ci_still_runs_the_test_command():
 
 REPO = "acme/models"
 NUMBER = 3
-MODULE = """\
-import torch
-from torch import nn
-
-
-class Activation(nn.Module):
-    \"\"\"A pointwise chain: eager passes over memory once per op, a fused kernel once.\"\"\"
-
-    def __init__(self, dim):
-        super().__init__()
-        self.scale = nn.Parameter(torch.ones(dim))
-        self.shift = nn.Parameter(torch.zeros(dim))
-
-    def forward(self, x):
-        y = x * self.scale + self.shift
-        return torch.tanh(y) * torch.sigmoid(y) + 0.5 * y
-
-
-def make_inputs():
-    return [torch.randn(32, 64, 1024)]
-"""
-CHANGED = MODULE.replace("+ 0.5 * y\n", "+ 0.5 * y * y - torch.relu(-y)\n")
-PROJECT = """\
-[tool.kernelpilot]
-device = "cpu"
-[tool.kernelpilot.eval]
-compile_baseline = false
-time_budget_s = 0.5
-[[tool.kernelpilot.targets]]
-module = "models/act.py:Activation"
-init_args = [1024]
-inputs = "models/act.py:make_inputs"
-"""
+# The module, its change and the project are the PR-flow tests' own (tests/prflow.py).
 
 
 
