@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel
 
@@ -30,6 +32,7 @@ from harness.errors import UserError
 from harness.records import Problem
 
 DEFAULT_MAX_TARGETS = 20
+Written = TypeVar("Written")
 NIGHTLY_ELSEWHERE = (
     "kernelpilot: a schedule event is the nightly benchmark, which `kernelpilot nightly` runs "
     "(the action's mode: nightly, examples/workflows/kernelpilot-nightly.yml); measure has "
@@ -188,22 +191,18 @@ def publish(
     followup = build_followup(results, results.test_dir) if open_pr else None
     if followup is not None:
         into = results.base_ref if results.fork or not results.head_ref else results.head_ref
-        _attempt(
-            outcome,
-            lambda: setattr(outcome, "followup_url", upsert_followup(
-                client, event.repository, into, results.commit, followup)),
-        )  # fmt: skip
+        outcome.followup_url = _attempt(
+            outcome, lambda: upsert_followup(client, event.repository, into, results.commit, followup)
+        )
     body = render_comment(results, outcome.followup_url)
     if event.pull is not None:
         writer = PullWriter(client, event.repository, event.pull.number)
         quiet = not comment_without_modules and not (results.changes and results.changes.modules)
-        _attempt(
-            outcome,
-            lambda: setattr(outcome, "comment_url", writer.upsert_comment(body, create=not quiet)),
-        )
+        outcome.comment_url = _attempt(outcome, lambda: writer.upsert_comment(body, not quiet))
         notes = review_notes(results, outcome.followup_url)
         if notes and outcome.read_only is None:
-            _attempt(outcome, lambda: outcome.skipped.extend(writer.upsert_review(notes, results.commit)))
+            skipped = _attempt(outcome, lambda: writer.upsert_review(notes, results.commit))
+            outcome.skipped += skipped or []
     summary = body
     if outcome.read_only:
         summary = (
@@ -223,14 +222,16 @@ def publish(
     return outcome
 
 
-def _attempt(outcome: PublishOutcome, write) -> None:
-    """One write; a read-only token or a refused write is noted, and the others still run."""
+def _attempt(outcome: PublishOutcome, write: Callable[[], Written]) -> Written | None:
+    """One write, its result; a read-only token or a refused write is noted (None), and the
+    others still run."""
     try:
-        write()
+        return write()
     except ReadOnly as err:
         outcome.read_only = outcome.read_only or str(err)
     except WriteFailed as err:
         outcome.problems.append(str(err))
+    return None
 
 
 def review_notes(results: PullResults, followup_url: str | None) -> list[LineNote]:
