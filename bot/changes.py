@@ -10,33 +10,28 @@ list arguments, refs are passed after ``--end-of-options``, and blobs are addres
 Bad input in the PR is reported per file (a syntax error, a binary or huge file, a deleted
 file) and the other files go on; bad input from whoever calls this (an unknown ref, histories
 with no common commit, a broken ``[tool.kernelpilot]``) is a ``UserError``. The AST side is
-``bot.modules``.
+``bot.modules``; the head commit's files and configuration, ``bot.head``.
 """
 
 from __future__ import annotations
 
 import ast
 import posixpath
-import sys
-from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from bot.git import (
-    MAX_FILE_BYTES,
     REGULAR_MODES,
     DiffEntry,
     changed_lines,
     check_repository,
-    decoded_path,
     diff_entries,
     find_merge_base,
-    git,
-    read_blobs,
     resolve,
 )
+from bot.head import HeadFiles, HeadProject, SkippedFile, project_for
 from bot.modules import (
     ClassChange,
     ModuleIndex,
@@ -44,14 +39,8 @@ from bot.modules import (
     init_signature,
     kernelbench_class,
 )
-from harness.config import project_config
 from harness.errors import UserError
 from harness.problem import defines_function, target_toml
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 KERNELBENCH_INPUTS = {"get_inputs", "get_init_inputs"}
 
@@ -64,14 +53,6 @@ class ChangedFile(BaseModel):
     )
     old_path: str | None = Field(default=None, description="The path in base, for a renamed file.")
     status: Literal["added", "modified", "renamed", "deleted"]
-
-
-class SkippedFile(BaseModel):
-    """A changed ``.py`` file whose modules could not be looked at, and why."""
-
-    path: str
-    kind: Literal["deleted", "syntax_error", "binary", "too_large", "not_a_file"]
-    reason: str = Field(description="One sentence for the PR comment.")
 
 
 class ChangedModule(BaseModel):
@@ -137,7 +118,7 @@ def detect_changes(repo: Path, base: str, head: str, max_targets: int = 20) -> C
     base_sha, head_sha = resolve(repo, base, "base"), resolve(repo, head, "head")
     merge_base = find_merge_base(repo, base_sha, head_sha, base, head)
     entries = [entry for entry in diff_entries(repo, merge_base, head_sha) if entry.is_python()]
-    files = _HeadFiles(repo, head_sha, [entry.new_blob for entry in entries if entry.readable()])
+    files = HeadFiles(repo, head_sha, [entry.new_blob for entry in entries if entry.readable()])
     index = ModuleIndex(files)
     found: list[ChangedModule] = []
     skipped: list[SkippedFile] = []
@@ -183,7 +164,7 @@ def _apply_cap(
 
 
 def _examine(
-    repo: Path, entry: DiffEntry, files: _HeadFiles, index: ModuleIndex
+    repo: Path, entry: DiffEntry, files: HeadFiles, index: ModuleIndex
 ) -> list[ChangedModule] | SkippedFile:
     """The changed modules of one file, or why it was skipped."""
     if entry.status == "D" or not entry.path.endswith(".py"):
@@ -200,7 +181,7 @@ def _examine(
         changed = set(range(1, len(text.splitlines()) + 1))
     else:
         changed = changed_lines(repo, entry.old_blob, entry.new_blob)
-    project = _project_for(files, entry.path)
+    project = project_for(files, entry.path)
     configured = {cls for path, cls in project.targets if path == entry.path}
     classes = index.module_classes(entry.path, tree, also=configured)
     inputs_class = kernelbench_class(classes) if defines_function(tree, "get_inputs") else None
@@ -213,7 +194,7 @@ def _examine(
 
 
 def _module_record(
-    path: str, change: ClassChange, node: ast.ClassDef, project: _Project, inputs_class: str | None
+    path: str, change: ClassChange, node: ast.ClassDef, project: HeadProject, inputs_class: str | None
 ) -> ChangedModule:
     record = ChangedModule(
         path=path,
@@ -233,124 +214,6 @@ def _module_record(
     relative = posixpath.relpath(path, project.folder or ".")
     toml = target_toml(relative, change.class_name, init_signature(node) or "constructor arguments")
     return record.model_copy(update={"missing_config": toml, "config_path": project.pyproject})
-
-
-# --- the configuration in head -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Project:
-    """The pyproject.toml that governs a file: its configured targets (repository paths)."""
-
-    pyproject: str
-    folder: str
-    targets: frozenset[tuple[str, str]]
-
-
-def _project_for(files: _HeadFiles, path: str) -> _Project:
-    """The nearest pyproject.toml at or above the file with a [tool.kernelpilot] table (as
-    ``harness.config.find_pyproject`` does on disk); without one, the nearest pyproject.toml,
-    or the repository root's, is where the missing lines go."""
-    folders = [str(parent).removeprefix(".") for parent in PurePosixPath(path).parents]
-    existing = [f for f in folders if files.exists(posixpath.join(f, "pyproject.toml"))]
-    for folder in existing:
-        project = files.project(posixpath.join(folder, "pyproject.toml"))
-        if project is not None:
-            return project
-    folder = existing[0] if existing else ""
-    return _Project(posixpath.join(folder, "pyproject.toml"), folder, frozenset())
-
-
-def _read_project(pyproject: str, text: str, head_sha: str) -> _Project | None:
-    where = f"{pyproject} at commit {head_sha[:12]}"
-    try:
-        table = tomllib.loads(text).get("tool", {})
-    except tomllib.TOMLDecodeError as err:
-        raise UserError(f"not valid TOML: {err}", where=where, fix="fix the TOML syntax") from None
-    if "kernelpilot" not in table:
-        return None
-    config = project_config(table["kernelpilot"], where)
-    folder = posixpath.dirname(pyproject)
-    targets = set()
-    for entry in config.targets:
-        file, _, class_name = entry.module.partition(":")
-        targets.add((posixpath.normpath(posixpath.join(folder, file)), class_name))
-    return _Project(pyproject, folder, frozenset(targets))
-
-
-class _HeadFiles:
-    """The head commit's files (``bot.modules.Sources``): listed once, read and parsed lazily
-    and once each; the changed files are read up front in one ``git cat-file --batch``."""
-
-    def __init__(self, repo: Path, head_sha: str, prefetch: list[str]) -> None:
-        self._repo = repo
-        self.head_sha = head_sha
-        listing = git(repo, ["ls-tree", "-r", "-z", "--full-tree", head_sha]).split(b"\0")
-        self._blobs: dict[str, str] = {}
-        for line in filter(None, listing):
-            meta, _, name = line.partition(b"\t")
-            mode, kind, sha = meta.decode().split(" ")
-            if kind == "blob" and mode in REGULAR_MODES:
-                self._blobs[decoded_path(name)] = sha
-        self._contents = read_blobs(repo, prefetch)
-        self._loaded: dict[str, tuple[ast.Module, str] | SkippedFile] = {}
-        self._projects: dict[str, _Project | None] = {}
-
-    def exists(self, path: str) -> bool:
-        return path in self._blobs
-
-    def parsed(self, path: str) -> ast.Module | None:
-        loaded = self.load(path) if path in self._blobs else None
-        return loaded[0] if isinstance(loaded, tuple) else None
-
-    def load(self, path: str) -> tuple[ast.Module, str] | SkippedFile:
-        """The parsed file and its text, or why it cannot be looked at."""
-        if path not in self._loaded:
-            self._loaded[path] = self._parse(path)
-        return self._loaded[path]
-
-    def project(self, pyproject: str) -> _Project | None:
-        if pyproject not in self._projects:
-            text = self._text(pyproject)
-            config = (
-                None
-                if isinstance(text, SkippedFile)
-                else _read_project(pyproject, text, self.head_sha)
-            )
-            self._projects[pyproject] = config
-        return self._projects[pyproject]
-
-    def _text(self, path: str) -> str | SkippedFile:
-        sha = self._blobs[path]
-        if sha not in self._contents:
-            self._contents.update(read_blobs(self._repo, [sha]))
-        content = self._contents[sha]
-        if isinstance(content, int):
-            reason = (
-                f"{content:,} bytes, over the {MAX_FILE_BYTES:,}-byte limit: skipped as generated"
-            )
-            return SkippedFile(path=path, kind="too_large", reason=reason)
-        try:
-            if b"\0" in content:
-                raise UnicodeDecodeError("utf-8", content, 0, 1, "NUL byte")
-            return content.decode("utf-8-sig")
-        except UnicodeDecodeError:
-            return SkippedFile(path=path, kind="binary", reason="binary or not UTF-8: skipped")
-
-    def _parse(self, path: str) -> tuple[ast.Module, str] | SkippedFile:
-        text = self._text(path)
-        if isinstance(text, SkippedFile):
-            return text
-        try:
-            return ast.parse(text, filename=path), text
-        except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
-            line = getattr(err, "lineno", None)
-            message = getattr(err, "msg", None) or type(err).__name__
-            where = f" at line {line}" if line else ""
-            reason = (
-                f"syntax error{where}: {message}; its modules are not looked at until it parses"
-            )
-            return SkippedFile(path=path, kind="syntax_error", reason=reason)
 
 
 def _file_record(entry: DiffEntry) -> ChangedFile:
