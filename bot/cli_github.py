@@ -19,6 +19,12 @@ from bot.event import actions_env, load_event
 from bot.pr import DEFAULT_MAX_TARGETS, NIGHTLY_ELSEWHERE, gate, measure, publish, review_local
 from harness.devices import check_toolchain
 
+DEVICE_ENV = click.option(
+    "--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+    envvar="KERNELPILOT_DEVICE",
+    help="Where kernels run: auto takes the project's device setting, then cuda if a GPU is "
+    "visible [env: KERNELPILOT_DEVICE].",
+)  # fmt: skip
 MAX_TARGETS = click.option(
     "--max-targets",
     type=click.IntRange(min=0),
@@ -144,12 +150,7 @@ def gate_command(approval_label, verbose) -> None:
     show_default=True, envvar="KERNELPILOT_REPO",
     help="The checkout of the pull request's head, with its base commit [env: KERNELPILOT_REPO].",
 )  # fmt: skip
-@click.option(
-    "--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-    envvar="KERNELPILOT_DEVICE",
-    help="Where kernels run: auto takes the project's device setting, then cuda if a GPU is "
-    "visible [env: KERNELPILOT_DEVICE].",
-)  # fmt: skip
+@DEVICE_ENV
 @click.option(
     "--targets", default="", envvar="KERNELPILOT_TARGETS",
     help="A manual run's targets, space-separated (path.py:Class or KernelBench files); the "

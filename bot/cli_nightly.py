@@ -12,6 +12,7 @@ import click
 
 from bot.actions_io import add_summary, commands_stopped
 from bot.cli import NO_COMPILE, SEED, VERBOSE, _options, _progress, _run, main
+from bot.cli_github import DEVICE_ENV
 from bot.event import actions_env
 from bot.history import (
     DEFAULT_BRANCH,
@@ -45,12 +46,7 @@ HISTORY_DIR = click.option(
 
 @main.command()
 @REPO
-@click.option(
-    "--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-    envvar="KERNELPILOT_DEVICE",
-    help="Where kernels run: auto takes the project's device setting, then cuda if a GPU is "
-    "visible [env: KERNELPILOT_DEVICE].",
-)  # fmt: skip
+@DEVICE_ENV
 @BRANCH
 @HISTORY_DIR
 @click.option(

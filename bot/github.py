@@ -83,23 +83,12 @@ class PullWriter:
         self.pull: PullRequest = self.repo.get_pull(number)
         self._login: str | None | bool = False  # False: not asked yet
 
-    def own_login(self) -> str | None:
-        """The token's user; None for an installation token (GITHUB_TOKEN, an App), which may
-        not read ``/user``: its comments are then known by the marker on a Bot's comment."""
-        if self._login is False:
-            try:
-                self._login = self.client.get_user().login
-            except GithubException as err:
-                if err.status not in (401, 403):
-                    raise
-                self._login = None
-        return self._login  # type: ignore[return-value]
-
     def _ours(self, user, body: str, marker: str) -> bool:
         if not (body or "").startswith(marker):
             return False
-        login = self.own_login()
-        return user.login == login if login else user.type == "Bot"
+        if self._login is False:
+            self._login = own_login(self.client)
+        return written_by(user, self._login)  # type: ignore[arg-type]
 
     def upsert_comment(self, body: str, create: bool = True) -> str | None:
         """Edit the sticky comment, or create it (unless ``create`` is False); its URL."""
@@ -172,6 +161,22 @@ class PullWriter:
         except GithubException as err:
             if err.status != 404:  # already gone
                 raise failure(err, f"removing the label {name!r}") from None
+
+
+def own_login(client: Github) -> str | None:
+    """The token's user; None for an installation token (GITHUB_TOKEN, an App), which may not
+    read ``/user``: what it wrote is then known by kernelpilot's marker on a Bot's text."""
+    try:
+        return client.get_user().login
+    except GithubException as err:
+        if err.status not in (401, 403):
+            raise
+        return None
+
+
+def written_by(user, login: str | None) -> bool:
+    """Whether ``user`` is the token's user (``own_login``), or a Bot when that is unknown."""
+    return user.login == login if login else user.type == "Bot"
 
 
 def upsert_followup(

@@ -12,7 +12,7 @@ from github import Github, GithubException
 from github.Repository import Repository
 from requests.exceptions import RetryError
 
-from bot.github import failure
+from bot.github import failure, own_login, written_by
 from bot.nightly import NightlyReport, render_table
 
 MARKER = "<!-- kernelpilot:nightly -->"
@@ -48,15 +48,10 @@ def upkeep_issue(
 
 
 def _find(client: Github, repo: Repository):
-    try:
-        login: str | None = client.get_user().login
-    except GithubException as err:
-        if err.status not in (401, 403):
-            raise
-        login = None  # an installation token: a Bot's issue with the marker is ours
+    login = own_login(client)
     for issue in repo.get_issues(state="open"):
         if issue.pull_request is not None or not (issue.body or "").startswith(MARKER):
             continue
-        if (issue.user.login == login) if login else issue.user.type == "Bot":
+        if written_by(issue.user, login):
             return issue
     return None
