@@ -48,7 +48,7 @@ class CaseSpec(BaseModel):
 
 
 class WorkerJob(BaseModel):
-    mode: Literal["reference", "build", "evaluate"]
+    mode: Literal["reference", "build", "evaluate", "baseline"]
     problem: Problem
     config: EvalConfig
     cache_dir: Path
@@ -121,6 +121,26 @@ class CandidateReport(BaseModel):
     time_breakdown: list[tuple[str, float]] = Field(
         default_factory=list,
         description="One profiled call: (kernel or operator, microseconds), largest first.",
+    )
+
+
+class BaselineReport(BaseModel):
+    """What a baseline worker measured: eager and ``torch.compile`` of the reference, no candidate.
+
+    The nightly job times a configured target that has no shipped kernel with it.
+    """
+
+    eager: TimingStats
+    compiled: TimingStats | None = None
+    compile_baseline_error: str | None = None
+    network_isolated: bool = False
+    device_name: str = ""
+    torch_version: str = ""
+    input_summary: str = Field(
+        default="", description="The forward's inputs, dtype and shape each: float32[8, 1024]."
+    )
+    phase_seconds: dict[str, float] = Field(
+        default_factory=dict, description="Wall time in the worker: setup, compile, timing."
     )
 
 

@@ -19,7 +19,13 @@ from typing import TextIO
 import torch
 
 from harness.errors import UserError
-from harness.jobs import CandidateReport, ReferenceReport, UserErrorReport, WorkerJob
+from harness.jobs import (
+    BaselineReport,
+    CandidateReport,
+    ReferenceReport,
+    UserErrorReport,
+    WorkerJob,
+)
 from harness.sandbox import network_isolated
 
 
@@ -47,12 +53,16 @@ def _outputs_ready(channel: TextIO, case: int) -> bool:
 
 
 def run(job: WorkerJob, job_dir: Path, channel: TextIO) -> tuple[str, dict]:
-    report: ReferenceReport | CandidateReport
+    report: ReferenceReport | CandidateReport | BaselineReport
     try:
         if job.mode == "reference":
             from harness.worker_reference import run_reference
 
             report = run_reference(job, job_dir)
+        elif job.mode == "baseline":
+            from harness.worker_baseline import run_baseline
+
+            report = run_baseline(job)
         else:
             from harness.worker_candidate import run_build, run_evaluate
 
