@@ -1,4 +1,5 @@
-"""``kernelpilot nightly`` (re-verify and time the shipped kernels, record the night, judge it)
+"""``kernelpilot nightly`` (re-verify and time the shipped kernels, time the configured targets
+that ship none, record the night, judge it)
 and ``kernelpilot history`` (a benchmark's recorded nights)."""
 
 from __future__ import annotations
@@ -64,14 +65,18 @@ HISTORY_DIR = click.option(
 def nightly(
     repo, device, branch, history_dir, out_dir, issue, seed, no_compile_baseline, verbose
 ) -> None:
-    """Re-verify and time every kernel the repository ships (files whose first line is
-    '# kernelpilot-verified: path.py:Class'), record the night in the history and judge it
-    against the nights before (thresholds: [tool.kernelpilot.nightly]). A kernel whose class
-    changed since it was verified is reported stale, with the commit that changed it.
+    """Benchmark the repository every night: re-verify and time every kernel it ships (files
+    whose first line is '# kernelpilot-verified: path.py:Class') against eager and
+    torch.compile, and time eager and torch.compile of every configured target
+    ([[tool.kernelpilot.targets]]) that ships no kernel. Record the night in the history and
+    judge it against the nights before (thresholds: [tool.kernelpilot.nightly]). A kernel
+    whose class changed since it was verified is reported stale, with the commit that changed
+    it; a configured target whose file or class is gone is reported missing.
 
     The history is the data branch on GitHub (GITHUB_TOKEN and GITHUB_REPOSITORY set, as in
     Actions; GITHUB_API_URL for GitHub Enterprise), or --history-dir. Exits 1 when a kernel is
-    stale, fails verification or got slower past the fail level; an alert alone exits 0.
+    stale or fails verification, a target is missing or fails to run, or either got slower
+    past the fail level; an alert alone exits 0.
     """
 
     def action() -> None:
@@ -103,7 +108,7 @@ def nightly(
                 sys.exit(1)
             if url:
                 click.echo(f"nightly issue: {url}", err=True)
-        if any(row.status in ("stale", "failed", "fail") for row in report.rows):
+        if any(row.breaks_night for row in report.rows):
             sys.exit(1)
 
     _run(verbose, action)
@@ -144,19 +149,20 @@ def _store(history_dir: Path | None, branch: str):
 )  # fmt: skip
 @VERBOSE
 def history(benchmark, repo, branch, history_dir, plot_file, verbose) -> None:
-    """Print BENCHMARK's recorded nights ('kernel:path_kernelpilot.py'), from --history-dir or
-    from the data branch of the local repository (BRANCH, else origin/BRANCH), and write its
-    plot."""
+    """Print BENCHMARK's recorded nights ('kernel:path_kernelpilot.py', or 'target:path.py:Class'
+    for a configured target without a shipped kernel), from --history-dir or from the data
+    branch of the local repository (BRANCH, else origin/BRANCH), and write its plot."""
 
     def action() -> None:
         path = file_of(benchmark)
         text = _read_history(path, repo, branch, history_dir)
         records, problems = parse_lines(path, text)
         click.echo(f"{benchmark}: {len(records)} night(s)")
-        click.echo(f"{'night':<11} {'commit':<12} {'status':<8} {'time ms':>10} {'iqr ms':>9}  setup")
+        click.echo(f"{'night':<11} {'commit':<12} {'status':<8} {'kernel ms':>10} {'iqr ms':>9} "
+                   f"{'eager ms':>10} {'compile ms':>10}  setup")  # fmt: skip
         for r in records:
-            time = "-" if r.time_ms is None else f"{r.time_ms:.4f}"
-            click.echo(f"{r.night:<11} {r.commit[:12]:<12} {r.status:<8} {time:>10} {r.iqr_ms:>9.4f}  {r.setup}")
+            click.echo(f"{r.night:<11} {r.commit[:12]:<12} {r.status:<8} {_ms(r.time_ms):>10} "
+                       f"{r.iqr_ms:>9.4f} {_ms(r.eager_ms):>10} {_ms(r.compile_ms):>10}  {r.setup}")  # fmt: skip
         for problem in problems:
             click.echo(f"unreadable: {problem.path}:{problem.line}: {problem.error}", err=True)
         target = plot_file or Path(Path(plot_of(benchmark)).name)
@@ -164,6 +170,10 @@ def history(benchmark, repo, branch, history_dir, plot_file, verbose) -> None:
         click.echo(f"wrote {target}")
 
     _run(verbose, action)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
 
 
 def _read_history(path: str, repo: Path, branch: str, history_dir: Path | None) -> str:

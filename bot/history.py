@@ -18,6 +18,7 @@ import base64
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 from github import Github, GithubException, InputGitTreeElement
 from github.Repository import Repository
@@ -29,10 +30,21 @@ PLOTS = "plots"
 ATTEMPTS = 5
 
 
-class Record(BaseModel):
-    """One benchmark's night."""
+class Measure(NamedTuple):
+    """One timed thing of a night: its median, spread, and the night's re-measurements."""
 
-    benchmark: str = Field(description="'target:path.py:Class' or 'kernel:path_kernelpilot.py'.")
+    median_ms: float | None
+    iqr_ms: float
+    remeasured_ms: list[float]
+
+
+class Record(BaseModel):
+    """One benchmark's night. Fields added later have defaults: older lines still load."""
+
+    benchmark: str = Field(
+        description="'kernel:path_kernelpilot.py' (a shipped kernel), or 'target:path.py:Class' "
+        "(a configured target without one: eager and torch.compile only)."
+    )
     night: str = Field(description="The date, YYYY-MM-DD (UTC).")
     commit: str
     run_url: str = ""
@@ -42,14 +54,39 @@ class Record(BaseModel):
     torch: str = ""
     cuda: str | None = None
     status: str = Field(description="ok, stale, failed, or a harness status.")
-    time_ms: float | None = Field(default=None, description="The benchmark's median time.")
+    time_ms: float | None = Field(default=None, description="The kernel's median time.")
     iqr_ms: float = 0.0
     remeasured_ms: list[float] = Field(
-        default_factory=list, description="The same night's re-measurements of a suspect."
+        default_factory=list, description="The same night's re-measurements of a suspect kernel."
     )
     eager_ms: float | None = None
     compile_ms: float | None = None
+    eager_iqr_ms: float = 0.0
+    compile_iqr_ms: float = 0.0
+    remeasured_eager_ms: list[float] = Field(
+        default_factory=list, description="Re-measurements of a suspect target's eager time."
+    )
+    remeasured_compile_ms: list[float] = Field(
+        default_factory=list, description="Re-measurements of a suspect target's compiled time."
+    )
     note: str = ""
+
+    @property
+    def has_kernel(self) -> bool:
+        """A shipped kernel's night; else a configured target's, timed without a kernel."""
+        return self.benchmark.startswith("kernel:")
+
+    def measures(self) -> dict[str, Measure]:
+        """What a night is judged and plotted by: the kernel's time, or (a target without a
+        kernel) eager's and torch.compile's. The lists are the record's own: appended to."""
+        if self.has_kernel:
+            return {"kernel": Measure(self.time_ms, self.iqr_ms, self.remeasured_ms)}
+        return {
+            "eager": Measure(self.eager_ms, self.eager_iqr_ms, self.remeasured_eager_ms),
+            "torch.compile": Measure(
+                self.compile_ms, self.compile_iqr_ms, self.remeasured_compile_ms
+            ),
+        }
 
     @property
     def setup(self) -> str:

@@ -1,7 +1,7 @@
 """One issue, kept up to date, for what the nightly run found: opened on the first night with a
-regression or a stale kernel, edited on the nights after (never a second issue), and closed
-with a comment on the first night with none. Found again by its marker and its author, like
-the pull request's sticky comment.
+regression, a stale kernel or a missing target, edited on the nights after (never a second
+issue), and closed with a comment on the first night with none. Found again by its marker and
+its author, like the pull request's sticky comment.
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ def upkeep_issue(
         if not problems:
             if existing is not None:
                 existing.create_comment(
-                    f"No regression and no stale kernel on {report.night} at "
+                    f"No regression, no stale kernel and no missing target on {report.night} at "
                     f"`{report.commit[:12]}`: closing."
                 )
                 existing.edit(state="closed")
                 return existing.html_url
             return None
-        stale = sum(row.status == "stale" for row in problems)
-        slower = len(problems) - stale
-        title = f"kernelpilot nightly: {slower} slower or failing, {stale} stale"
+        gone = sum(row.status in ("stale", "missing") for row in problems)
+        slower = len(problems) - gone
+        title = f"kernelpilot nightly: {slower} slower or failing, {gone} stale or missing"
         body = f"{MARKER}\n{render_table(report, plot_url)}"
         if existing is None:
             return repo.create_issue(title=title, body=body).html_url

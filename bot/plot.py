@@ -1,12 +1,13 @@
-"""A benchmark's history as a PNG: each night's median time with its spread, the nights of one
-setup (device, driver, torch, CUDA) joined by a line and a new series marked where the setup
-changed, and the nights that were not ok (stale, failed) marked at the bottom."""
+"""A benchmark's history as a PNG: each night's median time with its spread (a kernel's; or, for
+a configured target without a kernel, eager's and torch.compile's, a line each), the nights of
+one setup (device, driver, torch, CUDA) joined by a line and a new series marked where the
+setup changed, and the nights that were not ok (stale, missing, failed) marked at the bottom."""
 
 from __future__ import annotations
 
 import io
 
-from bot.history import Record
+from bot.history import Measure, Record
 
 
 def plot_png(benchmark: str, records: list[Record]) -> bytes:
@@ -18,16 +19,18 @@ def plot_png(benchmark: str, records: list[Record]) -> bytes:
 
     figure, axes = plt.subplots(figsize=(8, 3.6), dpi=100)
     try:
-        timed = [(i, r) for i, r in enumerate(records) if r.status == "ok" and r.time_ms]
-        series: dict[str, list[tuple[int, Record]]] = {}
-        for index, record in timed:
-            series.setdefault(record.setup, []).append((index, record))
-        for setup, points in series.items():
-            xs = [i for i, _ in points]
-            ys = [r.time_ms or 0.0 for _, r in points]
-            spreads = [r.iqr_ms / 2 for _, r in points]
-            axes.errorbar(xs, ys, yerr=spreads, marker="o", markersize=3, capsize=2,
-                          label=setup.replace("|", ", "))  # fmt: skip
+        series: dict[tuple[str, str], list[tuple[int, Measure]]] = {}
+        for index, record in enumerate(records):
+            if record.status != "ok":
+                continue
+            for name, measure in record.measures().items():
+                if measure.median_ms:
+                    series.setdefault((name, record.setup), []).append((index, measure))
+        for (name, setup), points in series.items():
+            label = setup.replace("|", ", ")
+            axes.errorbar([i for i, _ in points], [m.median_ms or 0.0 for _, m in points],
+                          yerr=[m.iqr_ms / 2 for _, m in points], marker="o", markersize=3,
+                          capsize=2, label=label if name == "kernel" else f"{name}, {label}")  # fmt: skip
         previous = None
         for index, record in enumerate(records):
             if record.status == "ok" and previous is not None and record.setup != previous:
@@ -36,7 +39,7 @@ def plot_png(benchmark: str, records: list[Record]) -> bytes:
                 previous = record.setup
         bad = [i for i, r in enumerate(records) if r.status != "ok"]
         if bad:
-            axes.scatter(bad, [0] * len(bad), marker="x", color="red", label="stale or failed")
+            axes.scatter(bad, [0] * len(bad), marker="x", color="red", label="stale, missing or failed")
         axes.set_title(benchmark, fontsize=10)
         axes.set_ylabel("median time (ms)")
         axes.set_ylim(bottom=0)

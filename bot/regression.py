@@ -93,13 +93,19 @@ def assess(nights: Sequence[Night], config: RegressionConfig | None = None) -> V
         )
     rolling = earlier[-config.window :]
     anchor = earlier[: config.window]
-    worst: Verdict | None = None
-    for name, base in (("the last nights", rolling), ("the series' first nights", anchor)):
-        verdict = _against(night, base, name, config)
-        if worst is None or _rank(verdict) > _rank(worst):
-            worst = verdict
-    assert worst is not None
-    return worst
+    return worst(
+        [
+            _against(night, base, name, config)
+            for name, base in (("the last nights", rolling), ("the series' first nights", anchor))
+        ]
+    )
+
+
+def worst(verdicts: Sequence[Verdict]) -> Verdict:
+    """The verdict to report of several (fail over alert over ok; then the larger slowdown);
+    suspect when any is."""
+    chosen = max(verdicts, key=_rank)
+    return chosen.model_copy(update={"suspect": any(v.suspect for v in verdicts)})
 
 
 def _against(night: Night, base: list[Night], name: str, config: RegressionConfig) -> Verdict:

@@ -73,10 +73,10 @@ def staleness(repo: Path, kernel: ShippedKernel, head: str = "HEAD") -> Stalenes
     """Whether ``kernel``'s class changed between its verified commit and ``head``."""
     if not (repo / kernel.module_path).is_file():
         return Staleness(stale=True, reason=f"its module {kernel.module_path} was deleted",
-                         commit=_last_change(repo, kernel.module_path, kernel.verified_at, head))  # fmt: skip
-    if not _defines_class(repo / kernel.module_path, kernel.class_name):
+                         commit=last_change(repo, kernel.module_path, kernel.verified_at, head))  # fmt: skip
+    if not defines_class(repo / kernel.module_path, kernel.class_name):
         return Staleness(stale=True, reason=f"{kernel.class_name} is no longer in {kernel.module_path}",
-                         commit=_last_change(repo, kernel.module_path, kernel.verified_at, head))  # fmt: skip
+                         commit=last_change(repo, kernel.module_path, kernel.verified_at, head))  # fmt: skip
     if kernel.verified_at is None:
         return Staleness(stale=True, reason="its header names no verified commit")
     if run_git(repo, ["cat-file", "-e", f"{kernel.verified_at}^{{commit}}"]).returncode != 0:
@@ -94,22 +94,25 @@ def staleness(repo: Path, kernel: ShippedKernel, head: str = "HEAD") -> Stalenes
             return Staleness(
                 stale=True,
                 reason=f"{kernel.class_name} changed since {kernel.verified_at[:12]}: {module.reason}",
-                commit=_last_change(repo, kernel.module_path, kernel.verified_at, head),
+                commit=last_change(repo, kernel.module_path, kernel.verified_at, head),
             )
     return Staleness(stale=False)
 
 
-def _last_change(repo: Path, path: str, since: str | None, head: str) -> str | None:
+def last_change(repo: Path, path: str, since: str | None, head: str) -> str | None:
+    """The last commit in ``since..head`` (all of ``head``'s history without ``since``) that
+    touched ``path``, a deletion included."""
     span = f"{since}..{head}" if since else head
     result = run_git(repo, ["log", "-1", "--format=%H", span, "--", path])
     return result.stdout.decode().strip() or None if result.returncode == 0 else None
 
 
-def _defines_class(path: Path, name: str) -> bool:
+def defines_class(path: Path, name: str) -> bool | None:
+    """Whether the file defines the class at its top level; None when it does not parse."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"))
     except (SyntaxError, UnicodeDecodeError):
-        return False
+        return None
     return any(isinstance(node, ast.ClassDef) and node.name == name for node in tree.body)
 
 

@@ -4,7 +4,7 @@ rest kept; two runs at once lose no record."""
 
 from __future__ import annotations
 
-from bot.history import HistoryStore, Record, file_of
+from bot.history import HistoryStore, LocalStore, Record, file_of, parse_lines
 
 REPO = "acme/models"
 
@@ -91,3 +91,33 @@ def test_two_first_nights_at_once_both_land(fake_github):
     first.append([record("target:m.py:Net", "2026-11-20", 1.0)], "this run")
     loaded = first.load().records
     assert set(loaded) == {"kernel:k.py", "target:m.py:Net"}
+
+
+# A line as the H100 run of session 10 wrote it (bench/results/h100-2026-11-25-s10), before
+# records had the spreads and re-measurements of eager and torch.compile.
+OLD_LINE = (
+    '{"benchmark":"kernel:models/act_kernelpilot.py","night":"2026-11-25","commit":"555797ab8ca2'
+    '81d921eedb8f80eeeecc345a8f6e","run_url":"","device":"cuda","device_name":"NVIDIA H100 80GB '
+    'HBM3","driver":"580.159.04","torch":"2.11.0+cu130","cuda":"13.0","status":"ok","time_ms":0.'
+    '11102399975061417,"iqr_ms":0.027816003188490868,"remeasured_ms":[],"eager_ms":0.6893280148'
+    '506165,"compile_ms":0.2139360010623932,"note":""}'
+)
+
+
+def test_a_line_written_before_targets_were_measured_still_loads(tmp_path):
+    records, problems = parse_lines("history/kernel_models_act_kernelpilot.py.jsonl", OLD_LINE + "\n")
+    assert problems == []
+    [old] = records
+    assert old.has_kernel and old.eager_iqr_ms == 0.0 and old.remeasured_eager_ms == []
+    assert old.measures()["kernel"].median_ms == old.time_ms == 0.11102399975061417
+    store = LocalStore(tmp_path)
+    store.append([old])
+    target = record("target:models/act.py:Activation", "2026-11-26", 0.0).model_copy(
+        update={"time_ms": None, "eager_ms": 0.69, "compile_ms": 0.21}
+    )
+    store.append([target])
+    loaded = store.load().records
+    assert loaded["kernel:models/act_kernelpilot.py"] == [old]
+    [again] = loaded["target:models/act.py:Activation"]
+    assert not again.has_kernel and set(again.measures()) == {"eager", "torch.compile"}
+    assert again.measures()["eager"].median_ms == 0.69

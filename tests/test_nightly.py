@@ -109,3 +109,62 @@ def test_a_kernel_whose_class_changed_is_stale_with_the_commit_that_changed_it(s
         assert "was deleted" in record.note and deleted[:12] in record.note
     finally:
         git(shipped.root, "reset", "--quiet", "--hard", head)
+
+
+BROKEN = """\
+from torch import nn
+
+
+class Broken(nn.Module):
+    def __init__(self):
+        super().__init__()
+        raise RuntimeError("needs a checkpoint that is not there")
+
+    def forward(self, x):
+        return x
+"""
+MORE_TARGETS = """
+[[tool.kernelpilot.targets]]
+module = "models/extra.py:Extra"
+inputs = [[4, 8]]
+[[tool.kernelpilot.targets]]
+module = "models/broken.py:Broken"
+inputs = [[4, 8]]
+"""
+
+
+def test_a_deleted_target_is_missing_and_a_broken_one_failed_while_the_kernel_is_recorded(
+    shipped, tmp_path
+):
+    head = git(shipped.root, "rev-parse", "HEAD")
+    extra = "from torch import nn\n\n\nclass Extra(nn.Identity):\n    pass\n"
+    try:
+        pyproject = (shipped.root / "pyproject.toml").read_text() + MORE_TARGETS
+        commit(shipped.root, {"pyproject.toml": pyproject, "models/extra.py": extra,
+                              "models/broken.py": BROKEN}, "two more targets")  # fmt: skip
+        deleted = commit(shipped.root, {"models/extra.py": None}, "remove Extra")
+        done = cli("nightly", "--device", "cpu", "--history-dir", str(tmp_path / "h"), "--out",
+                   str(tmp_path / "n"), "--no-compile-baseline", "--seed", "4", cwd=shipped.root)  # fmt: skip
+        assert done.returncode == 1, done.stderr[-3000:]
+        records = LocalStore(tmp_path / "h").load().records
+        assert set(records) == {BENCHMARK, "target:models/extra.py:Extra",
+                                "target:models/broken.py:Broken"}  # the shipped target: once  # fmt: skip
+        assert records[BENCHMARK][0].status == "ok" and records[BENCHMARK][0].time_ms
+        [gone] = records["target:models/extra.py:Extra"]
+        assert gone.status == "missing" and "models/extra.py does not exist" in gone.note
+        assert deleted[:12] in gone.note and "tool.kernelpilot.targets" in gone.note
+        assert f"deleted by commit {deleted[:12]}" in gone.note
+        assert "remove the [[tool.kernelpilot.targets]] entry" in gone.note
+        [broken] = records["target:models/broken.py:Broken"]
+        assert broken.status == "failed" and "needs a checkpoint that is not there" in broken.note
+        assert "models/broken.py" in broken.note and "fix:" in broken.note
+
+        report = json.loads((tmp_path / "n" / "nightly.json").read_text())
+        assert [row["status"] for row in report["rows"]] == ["ok", "missing", "failed"]
+        table = (tmp_path / "n" / "nightly.md").read_text()
+        assert "| `target:models/extra.py:Extra` | missing | — | - | - | - |" in table
+        assert "  - where: pyproject.toml: tool.kernelpilot.targets module = " in table
+        junit = (tmp_path / "n" / "junit.xml").read_text()
+        assert 'failures="2"' in junit and 'type="missing"' in junit
+    finally:
+        git(shipped.root, "reset", "--quiet", "--hard", head)

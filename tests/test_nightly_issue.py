@@ -40,12 +40,12 @@ def test_the_issue_is_opened_kept_up_to_date_and_closed(fake_github):
     url = upkeep_issue(client, repo, report("2026-11-21", "alert", "ok"))
     [issue] = ours(fake_github)
     assert url and url.endswith(f"/issues/{issue.number}")
-    assert issue.title == "kernelpilot nightly: 1 slower or failing, 0 stale"
+    assert issue.title == "kernelpilot nightly: 1 slower or failing, 0 stale or missing"
     assert "alert on 2026-11-21" in issue.body
 
     upkeep_issue(client, repo, report("2026-11-22", "alert", "stale"))
     [issue] = ours(fake_github)  # edited, not a second one
-    assert issue.title.endswith("1 slower or failing, 1 stale") and "2026-11-22" in issue.body
+    assert issue.title.endswith("1 slower or failing, 1 stale or missing") and "2026-11-22" in issue.body
 
     upkeep_issue(client, repo, report("2026-11-23", "ok", "ok"))
     [issue] = ours(fake_github)
@@ -65,4 +65,22 @@ def test_someone_elses_issue_quoting_the_marker_is_left_alone(fake_github):
     client = fake_github.client("gh-token")
     upkeep_issue(client, client.get_repo(REPO), report("2026-11-21", "alert"))
     assert sorted(i.title for i in ours(fake_github)) == [
-        "copied", "kernelpilot nightly: 1 slower or failing, 0 stale"]  # fmt: skip
+        "copied", "kernelpilot nightly: 1 slower or failing, 0 stale or missing"]  # fmt: skip
+
+
+def test_a_missing_target_counts_with_the_stale_kernels_and_shows_no_kernel_time(fake_github):
+    fake_github.add_user("gh-token", "github-actions[bot]", "write")
+    fake_github.add_repo(REPO)
+    client = fake_github.client("gh-token")
+    night = report("2026-11-21", "stale")
+    gone = "error: the configured target's file m.py does not exist\n  where: pyproject.toml\n  fix: restore it"
+    night.rows.append(
+        NightlyRow(benchmark="target:m.py:Net", status="missing", reason=gone,
+                   record=Record(benchmark="target:m.py:Net", night=night.night, commit="c" * 40,
+                                 device="cuda", status="missing", note=gone))  # fmt: skip
+    )
+    upkeep_issue(client, client.get_repo(REPO), night)
+    [issue] = ours(fake_github)
+    assert issue.title == "kernelpilot nightly: 0 slower or failing, 2 stale or missing"
+    assert "| `target:m.py:Net` | missing | — | - | - | - |" in issue.body
+    assert "\n  - where: pyproject.toml\n  - fix: restore it" in issue.body

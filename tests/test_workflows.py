@@ -472,5 +472,5 @@ def test_nightly_workflow_records_the_shipped_kernel_and_opens_an_issue_once_it_
     nights = fake_github.file(REPO, history, "kernelpilot-data").decode().splitlines()
     assert json.loads(nights[-1])["status"] == "stale" and retuned[:12] in json.loads(nights[-1])["note"]
     [issue] = [i for i in fake_github.repo(REPO).issues.values() if i.pull is None]
-    assert issue.title == "kernelpilot nightly: 0 slower or failing, 1 stale"
+    assert issue.title == "kernelpilot nightly: 0 slower or failing, 1 stale or missing"
     assert "kernelpilot-data/plots/kernel_models_act_kernelpilot.py.png" in issue.body

@@ -1,0 +1,134 @@
+"""The nightly run over a configured target that ships no kernel: eager and torch.compile of
+its module timed for real in a baseline worker (no candidate), recorded in the history, and
+judged by the regression rule on its eager time; the harness's baseline worker on its own."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bot.configured import configured_targets, missing
+from bot.history import LocalStore
+from harness.baseline import time_baselines
+from harness.config import EvalConfig
+from harness.errors import UserError
+from harness.problem import problem_from_target
+from tests.gitrepo import commit, init
+from tests.test_nightly import PNG, cli
+
+BENCHMARK = "target:models/scale.py:Scale"
+MODULE = """\
+import time
+
+import torch
+from torch import nn
+
+
+class Scale(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return torch.tanh(x * self.weight) + x
+
+
+class Sleepy(nn.Module):
+    def forward(self, x):
+        time.sleep(60)
+        return x
+"""
+PROJECT = """\
+[tool.kernelpilot]
+device = "cpu"
+[tool.kernelpilot.eval]
+time_budget_s = 0.05
+warmup = 1
+min_reps = 5
+[[tool.kernelpilot.targets]]
+module = "models/scale.py:Scale"
+init_args = [256]
+inputs = [[16, 256]]
+"""
+
+
+@pytest.fixture(scope="module")
+def configured(tmp_path_factory):
+    root = init(tmp_path_factory.mktemp("configured"))
+    commit(root, {"pyproject.toml": PROJECT, "models/scale.py": MODULE}, "a configured target")
+    return root
+
+
+def test_a_target_without_a_kernel_has_eager_and_compile_timed_and_judged(configured, tmp_path):
+    history = tmp_path / "history"
+    done = cli("nightly", "--device", "cpu", "--history-dir", str(history), "--out",
+               str(tmp_path / "n1"), "--seed", "2", cwd=configured)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    [first] = LocalStore(history).load().records[BENCHMARK]
+    assert first.status == "ok" and first.time_ms is None
+    assert first.eager_ms and first.compile_ms and first.eager_iqr_ms >= 0
+    assert first.device_name and first.torch
+    table = (tmp_path / "n1" / "nightly.md").read_text()
+    assert (
+        f"| `{BENCHMARK}` | ok | — | {first.eager_ms:.3f} ms | {first.compile_ms:.3f} ms |" in table
+    )
+    junit = (tmp_path / "n1" / "junit.xml").read_text()
+    assert 'failures="0"' in junit and "no shipped kernel: eager" in junit
+    assert (history / "plots" / "target_models_scale.py_Scale.png").read_bytes()[:8] == PNG
+
+    # Earlier nights a fiftieth of tonight's eager time: tonight's eager is measured again,
+    # stays slower, and fails the night (torch.compile off: eager alone is judged).
+    seeded = tmp_path / "seeded"
+    LocalStore(seeded).append(
+        [first.model_copy(update={"night": f"2026-11-{day:02d}", "eager_ms": first.eager_ms / 50,
+                                  "eager_iqr_ms": first.eager_ms / 5000, "compile_ms": None})
+         for day in range(10, 18)]
+    )  # fmt: skip
+    done = cli("nightly", "--device", "cpu", "--history-dir", str(seeded), "--out",
+               str(tmp_path / "n2"), "--no-compile-baseline", "--seed", "3", cwd=configured)  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    tonight = LocalStore(seeded).load().records[BENCHMARK][-1]
+    assert len(tonight.remeasured_eager_ms) == 1 and tonight.compile_ms is None
+    row = json.loads((tmp_path / "n2" / "nightly.json").read_text())["rows"][0]
+    assert row["status"] == "fail" and row["reason"].startswith("eager +")
+    printed = cli("history", BENCHMARK, "--history-dir", str(seeded), cwd=configured)
+    assert printed.returncode == 0 and "9 night(s)" in printed.stdout
+    assert f"{tonight.eager_ms:.4f}" in printed.stdout
+
+
+def test_the_baseline_worker_times_eager_alone_and_reports_a_hung_module(configured):
+    config = EvalConfig(compile_baseline=False, time_budget_s=0.05, warmup=1, min_reps=3)
+    problem = problem_from_target(str(configured / "models/scale.py:Scale"), "cpu", None)
+    report = time_baselines(problem, config, seed=1)
+    assert report.eager.samples >= 3 and report.compiled is None
+    assert report.input_summary == "float32[16, 256]" and report.torch_version
+
+    sleepy = problem.model_copy(update={"class_name": "Sleepy", "name": "Sleepy", "init_args": []})
+    with pytest.raises(UserError) as caught:
+        time_baselines(sleepy, config.model_copy(update={"run_timeout_s": 8}), seed=1)
+    assert "took longer than" in caught.value.what and "Sleepy" in caught.value.where
+    assert "run_timeout_s" in caught.value.fix
+
+
+def test_a_target_is_missing_when_its_file_or_its_class_is_gone(tmp_path):
+    root = init(tmp_path)
+    commit(root, {"pyproject.toml": PROJECT.replace("models/scale.py", "src/../models/scale.py"),
+                  "models/scale.py": MODULE}, "base")  # fmt: skip
+    [target] = configured_targets(root)
+    assert (target.module_path, target.benchmark) == ("models/scale.py", BENCHMARK)
+    assert missing(root, target) is None
+    renamed = commit(root, {"models/scale.py": MODULE.replace("class Scale", "class Scaled")})
+    gone = missing(root, target)
+    assert gone is not None and gone.what == (
+        f"Scale is no longer defined in models/scale.py (the file last changed in commit {renamed[:12]})"
+    )
+    assert (
+        gone.where
+        == "pyproject.toml: tool.kernelpilot.targets module = 'src/../models/scale.py:Scale'"
+    )
+    commit(root, {"models/scale.py": "class Scale(:\n"})  # does not parse: loading says why
+    assert missing(root, target) is None
+    deleted = commit(root, {"models/scale.py": None})
+    gone = missing(root, target)
+    assert gone is not None and f"does not exist (deleted by commit {deleted[:12]})" in gone.what
