@@ -191,8 +191,10 @@ def _baseline_record(tonight: Tonight, target: ConfiguredTarget) -> Record:
     problem = problem_from_target(
         f"{tonight.repo / target.module_path}:{target.class_name}", tonight.device, None
     )
-    tonight.progress(f"{target.benchmark}: eager and torch.compile, no shipped kernel")
-    report = time_baselines(problem, tonight.evaluator.config, tonight.seed)
+    config = tonight.evaluator.config
+    timed = "eager and torch.compile" if config.compile_baseline else "eager"
+    tonight.progress(f"{target.benchmark}: no shipped kernel: timing {timed}")
+    report = time_baselines(problem, config, tonight.seed)
     compiled = report.compiled
     return tonight.record(
         target.benchmark,
