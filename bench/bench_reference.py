@@ -1,8 +1,10 @@
 """Reference + audit time of KernelBench problems, against the goal of issue 10.
 
-For each problem file, the wall time of ``reference_data(problem, EvalConfig())`` end to end
-(the reference worker's start, the cases, the audit, the case files, reading them back), and
-the yardstick it is held to:
+For each problem file, the wall time of ``Evaluator(EvalConfig()).reference(problem)`` end to
+end, what a search waits for before its first candidate: the reference worker's start, the
+cases, the audit, the case files where outputs are stored, and where a comparator worker makes
+them again per candidate (the default on cuda), its start beside it until it is up. The
+yardstick it is held to:
 
     goal = worker start + 3 x (the cases' own input generation and eager forwards)
 
@@ -190,27 +192,32 @@ class SmiPeak:
 
 
 def measure_reference(path: Path, device: str, work: Path) -> dict:
-    """reference_data end to end; a UserError is the verdict, any other exception a bug."""
+    """``Evaluator.reference`` end to end (with the comparator worker up, where the harness
+    has one); a UserError is the verdict, any other exception a bug."""
     from harness.config import EvalConfig
     from harness.errors import UserError
+    from harness.evaluate import Evaluator
     from harness.problem import problem_from_target
-    from harness.reference import reference_data
 
     row: dict = {"verdict": "ok", "ok": True}
     with SmiPeak(device) as smi:
         start = time.perf_counter()
         try:
             problem = problem_from_target(str(path), device, "float32")
-            data = reference_data(problem, EvalConfig(), seed=0, work_dir=work)
+            evaluator = Evaluator(EvalConfig(), seed=0, work_dir=work)
+            data = evaluator.reference(problem)
         except UserError as err:
             row.update(verdict=err.render(), ok=False)
         except Exception as err:  # a bug in the harness: recorded, and the table goes on
             row.update(verdict=f"bug: {type(err).__name__}: {err}", ok=False)
         row["reference_s"] = time.perf_counter() - start
+        if row["ok"] and hasattr(evaluator, "close"):  # older checkouts have no comparator
+            evaluator.close()
     row["smi_peak_bytes"] = smi.bytes_used()
     if row["ok"]:
         row.update(_report_fields(data.report))
-        del data  # the reference outputs: gigabytes in this process
+        row["recomputed"] = getattr(data, "recomputed", False)
+        del data, evaluator  # stored reference outputs: gigabytes in this process
     return row
 
 

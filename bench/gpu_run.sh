@@ -2,6 +2,8 @@
 # The GPU runs, in stages that each fit one device call (10 minutes at most).
 #
 #   here:  bash bench/fetch_gpu_wheels.sh          # once: .whl/ (git-ignored)
+#   (KP_WHEELS=DIR installs DIR/*.whl instead: a smaller set, without matplotlib's, leaves room
+#   in a call's 64 MiB carry for .kp-cache-parts; only the nightly stage plots)
 #   there: run(carry=[".whl"], command="bash bench/gpu_run.sh build gpu pack")  # <= 560 s
 #   here:  rm -rf .kp-cache-parts && mkdir .kp-cache-parts && cp <files_at>/kp-cache.tgz.part-* .kp-cache-parts/
 #   there: run(carry=[".whl", ".kp-cache-parts"], command="bash bench/gpu_run.sh redteam")
@@ -28,7 +30,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/kp-out}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
+  --target /tmp/site "${KP_WHEELS:-.whl}"/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 KERNELPILOT_CACHE=$PWD/.kp-cache
 {
   nvidia-smi

@@ -60,9 +60,12 @@ def extra_specs(seeds: list[int], config: EvalConfig, on_cuda: bool) -> list[Cas
     return extra
 
 
-def renumber(extra: list[CaseSpec], first: int, job_dir: Path) -> None:
-    """Extra cases that were dropped leave gaps in the files' numbers: close them."""
+def renumber(extra: list[CaseSpec], first: int, job_dir: Path | None) -> None:
+    """Extra cases that were dropped leave gaps in the numbers: close them (in the names of
+    the reference's files too, where it stored them in ``job_dir``)."""
     for number, spec in enumerate(extra, start=first):
         if spec.reference_case != number:
-            (job_dir / reference_file(spec.reference_case)).rename(job_dir / reference_file(number))
+            if job_dir is not None:
+                old, new = reference_file(spec.reference_case), reference_file(number)
+                (job_dir / old).rename(job_dir / new)
             spec.reference_case = number

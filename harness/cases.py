@@ -21,12 +21,17 @@ from harness.records import Problem
 
 
 def build_reference(problem: Problem, seed: int) -> torch.nn.Module:
-    """The reference module in eval mode, on the problem's device and dtype."""
+    """The reference module in eval mode, on the problem's device and dtype.
+
+    On cuda it is constructed on the device (``torch.device`` as the default): initializing a
+    32768 x 32768 Linear takes 9 s on the host and milliseconds there. Every worker builds it
+    the same way from the same seed, so they all hold the same parameters; a constructor that
+    cannot run there (it calls ``.numpy()``, say) is built on the host, in every worker alike.
+    """
     cls = reference_class(problem)
     args, kwargs = init_arguments(problem)
-    torch.manual_seed(seed)
     try:
-        module = cls(*args, **kwargs)
+        module = _construct(cls, args, kwargs, seed, problem.device)
     except Exception as err:
         raise UserError(
             f"constructing {problem.class_name}(*{args!r}, **{kwargs!r}) raised "
@@ -35,6 +40,20 @@ def build_reference(problem: Problem, seed: int) -> torch.nn.Module:
             fix="check get_init_inputs() or init_args/init_kwargs in [tool.kernelpilot]",
         ) from err
     return module.to(device=problem.device, dtype=DTYPES[problem.dtype]).eval()
+
+
+def _construct(cls, args: list, kwargs: dict, seed: int, device: str) -> torch.nn.Module:
+    if device == "cuda":
+        torch.manual_seed(seed)
+        try:
+            with torch.device(device):
+                return cls(*args, **kwargs)
+        except torch.OutOfMemoryError:
+            raise  # not a reason to build it otherwise: other workers may not have run out
+        except Exception:  # the same in every worker: each takes the host path below alike
+            pass
+    torch.manual_seed(seed)
+    return cls(*args, **kwargs)
 
 
 def perturb_parameters(module: torch.nn.Module, seed: int) -> None:
@@ -256,6 +275,25 @@ def case_module(base: torch.nn.Module, spec: CaseSpec) -> torch.nn.Module:
 
 
 DIGEST_SAMPLE = 4096
+
+
+def params_digest(module: torch.nn.Module) -> str:
+    """A digest of a module's parameters and buffers (as ``input_digest`` samples them): every
+    worker builds the reference again and must get the reference worker's."""
+    return input_digest(list(module.state_dict().values()))
+
+
+def check_params(module: torch.nn.Module, expected: str, problem: Problem) -> None:
+    """Raise a UserError when ``module`` was built with other parameters than the reference
+    worker's (``expected``; empty: nothing to check)."""
+    if expected and params_digest(module) != expected:
+        raise UserError(
+            "constructing the module gave other parameters in another worker for the same "
+            "seed: every worker builds it again and must get the same",
+            where=f"{problem.source_path}:{problem.class_name}.__init__",
+            fix="draw every random value in __init__ with torch (seeded by the harness), not "
+            "with numpy's or Python's random",
+        )
 
 
 def input_digest(inputs: list) -> str:

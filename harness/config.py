@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -73,6 +74,21 @@ class EvalConfig(BaseModel):
     cache_dir: Path | None = Field(
         default=None, description="Build cache; default $KERNELPILOT_CACHE or ~/.cache/kernelpilot."
     )
+    reference_outputs: Literal["auto", "stored", "recomputed"] = Field(
+        default="auto",
+        description=(
+            "stored: the reference worker keeps every case's outputs on the host for the "
+            "comparisons; recomputed: a comparator worker runs the reference again next to each "
+            "candidate and compares on the device (no outputs leave it); auto: recomputed on "
+            "cuda, stored on cpu (where running the reference again costs more than storing)."
+        ),
+    )
+
+    def recomputes(self, device: str) -> bool:
+        """Whether reference outputs are made again per candidate (see reference_outputs)."""
+        if self.reference_outputs == "auto":
+            return device == "cuda"
+        return self.reference_outputs == "recomputed"
 
 
 class TargetConfig(BaseModel):

@@ -19,14 +19,15 @@ from typing import Literal
 
 from harness.accept import accept, baseline_disturbance, confirm_disturbance, honest_baseline
 from harness.buildcache import default_cache_dir
+from harness.comparator import Comparator, ComparatorStopped
 from harness.config import EvalConfig
 from harness.errors import UserError
 from harness.gate import check_python
 from harness.jobs import CandidateReport, WorkerJob
 from harness.problem import problem_from_target
-from harness.receive import CaseReceiver
+from harness.receive import CaseReceiver, Receiver
 from harness.records import AuditReport, Candidate, Check, EvalResult, Problem, Status
-from harness.reference import ReferenceData, reference_data
+from harness.reference import ReferenceData, draw_seeds, reference_data
 from harness.sandbox import WorkerOutcome, run_worker
 from harness.tolerance import CaseComparer, CaseComparison
 
@@ -60,22 +61,70 @@ class Evaluator:
         self.cache_dir = self.config.cache_dir or default_cache_dir()
         self.progress = progress or (lambda message: None)
         self._references: dict[str, ReferenceData] = {}
+        # Per problem where reference outputs are made again per candidate (on cuda): its
+        # comparator worker, kept for the problem's candidates; stopped with the evaluator.
+        self._comparators: dict[str, Comparator] = {}
+        weakref.finalize(self, _close_all, self._comparators)
         # Per candidate (by content): the gate's reasons and the build's outcome, each found
         # once. A failed build is never built again; a built one is in the build cache.
         self._gate: dict[str, list[str]] = {}
         self._builds: dict[str, CandidateReport] = {}
 
     def reference(self, problem: Problem) -> ReferenceData:
-        """Reference cases and audit; raises WeakSpecError on a spec a null answer passes."""
+        """Reference cases and audit; raises WeakSpecError on a spec a null answer passes.
+        Where the comparator makes reference outputs again per candidate, it starts beside the
+        reference worker and is up when this returns."""
         key = problem.model_dump_json()
         if key not in self._references:
             self.progress(f"{problem.name}: computing reference outputs and auditing the spec")
-            data = reference_data(problem, self.config, self.seed, self.work_dir)
-            audit = data.report.audit
-            if audit.weak and not data.report.strengthened:
-                raise WeakSpecError(audit, f"{problem.source_path}:{problem.class_name}")
+            seeds = draw_seeds(self.config, self.seed)
+            recompute = self.config.recomputes(problem.device)
+            comparator = self._start_comparator(problem, seeds) if recompute else None
+            try:
+                data = reference_data(problem, self.config, work_dir=self.work_dir, seeds=seeds)
+                audit = data.report.audit
+                if audit.weak and not data.report.strengthened:
+                    raise WeakSpecError(audit, f"{problem.source_path}:{problem.class_name}")
+                if comparator is not None:
+                    self._set_up(comparator, data)
+            except BaseException:
+                if comparator is not None:
+                    comparator.close()
+                raise
             self._references[key] = data
+            if comparator is not None:
+                self._comparators[key] = comparator
         return self._references[key]
+
+    def _start_comparator(self, problem: Problem, seeds: list[int]) -> Comparator:
+        return Comparator(problem, self.config, seeds, self.work_dir, self.cache_dir)
+
+    def _set_up(self, comparator: Comparator, data: ReferenceData) -> None:
+        try:
+            comparator.setup(data.report)
+        except ComparatorStopped as err:
+            log = comparator.close()
+            raise UserError(
+                f"the comparator worker could not start ({err}):\n{log[-3000:]}",
+                where=f"{comparator.problem.source_path}:{comparator.problem.class_name}",
+                fix='set eval.reference_outputs = "stored" in [tool.kernelpilot] to compare '
+                "in the parent instead, and report this log",
+            ) from err
+
+    def _comparator(self, problem: Problem, data: ReferenceData) -> Comparator:
+        """The problem's comparator, started again if a candidate's outputs ended it."""
+        key = problem.model_dump_json()
+        comparator = self._comparators[key]
+        if not comparator.alive():
+            comparator.close()
+            comparator = self._start_comparator(problem, data.seeds)
+            self._set_up(comparator, data)
+            self._comparators[key] = comparator
+        return comparator
+
+    def close(self) -> None:
+        """Stop the comparator workers (also done when the evaluator is collected)."""
+        _close_all(self._comparators)
 
     def prebuild(self, problem: Problem, candidates: list[Candidate]) -> None:
         """Build candidates' kernels in parallel worker processes, filling the build cache."""
@@ -136,10 +185,24 @@ class Evaluator:
         )
 
     def _evaluate_once(self, problem: Problem, candidate: Candidate, data: ReferenceData):
-        comparer = CaseComparer(problem, len(data.cases), data.report.bitwise_deterministic)
-        report = self._run_candidate(problem, candidate, "evaluate", data, comparer)
-        comparison = comparer.result() if comparer.compared or comparer.failed else None
-        return self._result(problem, data, report, comparison)
+        if data.recomputed:
+            comparator = self._comparator(problem, data)
+            receivers: list[Receiver] = []
+
+            def receiver(job_dir: Path) -> Receiver:
+                receivers.append(comparator.begin(job_dir))
+                return receivers[-1]
+
+            report = self._run_candidate(problem, candidate, "evaluate", data, receiver)
+            comparison = receivers[0].result() if receivers else None
+            kernels = comparator.reference_kernels
+        else:
+            comparer = CaseComparer(problem, len(data.cases), data.report.bitwise_deterministic)
+            stored = CaseReceiver(data, comparer)
+            report = self._run_candidate(problem, candidate, "evaluate", data, stored.at)
+            comparison = stored.result()
+            kernels = data.report.cuda_kernels.copy
+        return self._result(problem, data, report, comparison, kernels)
 
     def _run_candidate(
         self,
@@ -147,7 +210,7 @@ class Evaluator:
         candidate: Candidate,
         mode: Literal["build", "evaluate"],
         data: ReferenceData | None,
-        comparer: CaseComparer | None = None,
+        receiver: Callable[[Path], Receiver] | None = None,
     ) -> CandidateReport:
         config = self.config
         job = WorkerJob(
@@ -160,7 +223,8 @@ class Evaluator:
             cases=data.cases if data else [],
             strengthened=data.report.strengthened if data else False,
             reference_ops=data.report.aten_ops if data else [],
-            reference_kernels=data.report.cuda_kernels if data else [],
+            params_digest=data.report.params_digest if data else "",
+            recompute=data.recomputed if data else False,
         )
         job_dir = Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=self.work_dir))
         (job_dir / "job.json").write_text(job.model_dump_json())
@@ -172,8 +236,7 @@ class Evaluator:
             timeout = config.run_timeout_s
         else:
             timeout = config.build_timeout_s + config.run_timeout_s
-        receiver = CaseReceiver(data, comparer, job_dir) if data and comparer else None
-        outcome = run_worker(job_dir, timeout, memory, receiver)
+        outcome = run_worker(job_dir, timeout, memory, receiver(job_dir) if receiver else None)
         return _candidate_report(outcome, problem, timeout)
 
     def _result(
@@ -182,6 +245,7 @@ class Evaluator:
         data: ReferenceData,
         report: CandidateReport,
         comparison: CaseComparison | None,
+        reference_kernels: Callable[[], list[str]],
     ) -> EvalResult:
         checks = list(report.checks)
         status, reason = report.status, report.reason
@@ -196,6 +260,8 @@ class Evaluator:
         elif status is None:  # only the parent's own comparison can make a candidate correct
             status = Status.runtime_error
             reason = "the worker reported success without handing its outputs over for comparison"
+        if status is None and report.cuda_kernels:
+            status, reason = _own_kernels(checks, report.cuda_kernels, reference_kernels)
         result = EvalResult(
             status=status or Status.ok,
             reason=reason,
@@ -259,6 +325,31 @@ class Evaluator:
         )
         if result.compiled:
             result.vs_compile = accept(candidate, result.compiled, floor, review)
+
+
+def _own_kernels(
+    checks: list[Check], launched: list[str], reference_kernels: Callable[[], list[str]]
+) -> tuple[Status | None, str]:
+    """Whether the candidate's profiled call launched a CUDA kernel of its own, one the
+    reference does not launch (its kernels profiled once per problem, asked for only here)."""
+    try:
+        own = sorted(set(launched) - set(reference_kernels()))
+    except ComparatorStopped as err:
+        return Status.runtime_error, f"the reference's kernels could not be profiled: {err}"
+    kept = [check for check in checks if check.name != "launches_own_kernel"]
+    if own:
+        detail = f"own CUDA kernels: {', '.join(own)[:200]}"
+        checks[:] = [*kept, Check(name="launches_own_kernel", passed=True, detail=detail)]
+        return None, ""
+    detail = "the profiler saw only kernels the reference also launches"
+    checks[:] = [*kept, Check(name="launches_own_kernel", passed=False, detail=detail)]
+    return Status.rejected, detail
+
+
+def _close_all(comparators: dict[str, Comparator]) -> None:
+    for comparator in comparators.values():
+        comparator.close()
+    comparators.clear()
 
 
 def _candidate_report(outcome: WorkerOutcome, problem: Problem, timeout: float) -> CandidateReport:

@@ -48,7 +48,7 @@ class CaseSpec(BaseModel):
 
 
 class WorkerJob(BaseModel):
-    mode: Literal["reference", "build", "evaluate", "baseline"]
+    mode: Literal["reference", "build", "evaluate", "baseline", "compare"]
     problem: Problem
     config: EvalConfig
     cache_dir: Path
@@ -58,7 +58,14 @@ class WorkerJob(BaseModel):
     cases: list[CaseSpec] = Field(default_factory=list)
     reference_deterministic: bool = False
     reference_ops: list[str] = Field(default_factory=list)
-    reference_kernels: list[str] = Field(default_factory=list)
+    params_digest: str = Field(
+        default="", description="The reference worker's parameters (cases.params_digest)."
+    )
+    recompute: bool = Field(
+        default=False,
+        description="Reference outputs are made again by a comparator worker next to each "
+        "candidate's (the reference worker stores none; see harness.comparator).",
+    )
 
 
 class ReferenceReport(BaseModel):
@@ -69,6 +76,9 @@ class ReferenceReport(BaseModel):
     cases: list[CaseSpec] = Field(default_factory=list)
     bitwise_deterministic: bool = Field(
         default=False, description="Two runs of the reference on the same inputs agree bit for bit."
+    )
+    params_digest: str = Field(
+        default="", description="The reference's parameters, for the other workers to check."
     )
     phase_seconds: dict[str, float] = Field(
         default_factory=dict, description="Where the reference worker's time went, by phase."
@@ -111,6 +121,11 @@ class CandidateReport(BaseModel):
         description="Eager timed in the same worker before any candidate code was loaded.",
     )
     compile_baseline_error: str | None = None
+    cuda_kernels: list[str] = Field(
+        default_factory=list,
+        description="The CUDA kernels the candidate's last (profiled) call launched: the parent "
+        "checks that one is its own, not a kernel the reference launches too.",
+    )
     network_isolated: bool = False
     device_name: str = ""
     torch_version: str = ""

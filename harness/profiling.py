@@ -199,17 +199,19 @@ def time_breakdown(prof, device: str) -> list[tuple[str, float]]:
 FORWARD_RANGE = "kernelpilot::forward"
 
 
-def profile_forward(fn, inputs: list, device: str) -> OpProfile:
+def profile_forward(fn, inputs: list, device: str, kernels: bool = True) -> OpProfile:
+    """One call of ``fn`` profiled: its aten ops, and on cuda (with ``kernels``) its CUDA
+    kernels. CUDA activity starts CUPTI (seconds, once per process) and leaves it attached."""
     activities = [torch.profiler.ProfilerActivity.CPU]
-    if device == "cuda":
+    if device == "cuda" and kernels:
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as prof:
         with torch.profiler.record_function(FORWARD_RANGE):
             fn(*inputs)
         if device == "cuda":
             torch.cuda.synchronize()
-    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return OpProfile(forward_ops(prof), kernels, time_breakdown(prof, device))
+    launched = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return OpProfile(forward_ops(prof), launched, time_breakdown(prof, device))
 
 
 def forward_ops(prof) -> list[str]:

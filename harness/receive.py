@@ -1,52 +1,90 @@
-"""The parent's side of a candidate worker's cases: each case's outputs, as the worker hands
-them over, loaded and compared here, where no candidate code runs.
+"""The trusted side of a candidate worker's cases: each case's outputs, as the worker hands them
+over, compared with the reference's where no candidate code runs.
 
-The worker announces each case on its channel; the announcement is untrusted (a candidate
-in that process could send anything), so the parent checks it names the next case, loads the
-file as plain tensors, removes it, and compares it with the reference's outputs of that case.
-The answer decides whether the worker goes on: the first wrong case ends the run.
+The worker announces each case on its channel; the announcement is untrusted (a candidate in
+that process could send anything), so the parent checks it names the next case before the
+outputs are read (``harness.handover``) and compared: here, with reference outputs the
+reference worker stored (``CaseReceiver``), or in the comparator worker, with reference
+outputs made again on the device (``harness.comparator``). The answer decides whether the
+worker goes on: the first wrong case ends the run.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from harness.jobs import outputs_file
-from harness.reference import ReferenceData
+from harness import handover
+from harness.jobs import CaseSpec
 from harness.streams import STREAM_HINT
-from harness.tolerance import CaseComparer
+from harness.tolerance import CaseComparer, CaseComparison
+
+if TYPE_CHECKING:
+    from harness.reference import ReferenceData
+
+
+class Receiver(Protocol):
+    """One candidate worker's announcements, answered in turn; then the comparison."""
+
+    def __call__(self, body: object) -> bool: ...
+
+    def result(self) -> CaseComparison | None: ...
+
+
+def next_case(comparer: CaseComparer, cases: list[CaseSpec], body: object) -> CaseSpec | None:
+    """The case an announcement must name (the next one), or None: out of order, recorded."""
+    number = comparer.compared
+    if not isinstance(body, dict) or body.get("case") != number or number >= len(cases):
+        comparer.failed = f"the worker announced outputs out of order ({str(body)[:200]})"
+        return None
+    return cases[number]
+
+
+def judge_case(
+    comparer: CaseComparer,
+    spec: CaseSpec,
+    produced: list[torch.Tensor],
+    expected: list[torch.Tensor],
+) -> bool:
+    """Compare one case; True: right, go on."""
+    repeat = spec.kind == "repeat"
+    if comparer.add(spec.name, produced, expected, repeat):
+        return True
+    if repeat and spec.async_stream and comparer.check != "deterministic_outputs":
+        comparer.failed = (
+            f"{comparer.failed}: right on the same inputs and parameters on the default "
+            "stream, wrong when they were still being produced on a busy non-default "
+            f"current stream at the call: {STREAM_HINT}"
+        )
+    return False
 
 
 class CaseReceiver:
-    def __init__(self, data: ReferenceData, comparer: CaseComparer, job_dir: Path) -> None:
-        self.data, self.comparer, self.job_dir = data, comparer, job_dir
+    """Cases compared in the parent, with the reference outputs the reference worker stored."""
+
+    def __init__(self, data: ReferenceData, comparer: CaseComparer) -> None:
+        self.data, self.comparer = data, comparer
+        self.job_dir = Path()
+
+    def at(self, job_dir: Path) -> CaseReceiver:
+        """This receiver, reading the outputs files of the worker in ``job_dir``."""
+        self.job_dir = job_dir
+        return self
 
     def __call__(self, body: object) -> bool:
-        """Compare the case ``body`` announces; True: right, go on."""
-        comparer, cases = self.comparer, self.data.cases
-        number = comparer.compared
-        if not isinstance(body, dict) or body.get("case") != number or number >= len(cases):
-            comparer.failed = f"the worker announced outputs out of order ({body!r})"
+        spec = next_case(self.comparer, self.data.cases, body)
+        if spec is None:
             return False
-        spec = cases[number]
-        path = self.job_dir / outputs_file(number)
-        if not path.is_file():
-            comparer.failed = f"{spec.name}: the worker announced outputs it did not write"
+        assert isinstance(body, dict)
+        try:
+            produced = handover.receive(body, self.job_dir, self.comparer.compared, "file")
+        except handover.HandoverError as err:
+            self.comparer.failed = f"{spec.name}: {err}"
             return False
-        produced = torch.load(path, weights_only=True)
-        path.unlink()
-        if not isinstance(produced, list) or not all(type(t) is torch.Tensor for t in produced):
-            comparer.failed = f"{spec.name}: the outputs file holds no list of tensors"
-            return False
-        repeat = spec.kind == "repeat"
-        if comparer.add(spec.name, produced, self.data.outputs(spec), repeat):
-            return True
-        if repeat and spec.async_stream and comparer.check != "deterministic_outputs":
-            comparer.failed = (
-                f"{comparer.failed}: right on the same inputs and parameters on the default "
-                "stream, wrong when they were still being produced on a busy non-default "
-                f"current stream at the call: {STREAM_HINT}"
-            )
-        return False
+        return judge_case(self.comparer, spec, produced, self.data.outputs(spec))
+
+    def result(self) -> CaseComparison | None:
+        comparer = self.comparer
+        return comparer.result() if comparer.compared or comparer.failed else None

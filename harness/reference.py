@@ -33,6 +33,7 @@ class ReferenceData:
     report: ReferenceReport
     seeds: list[int]
     files: dict[int, BinaryIO] = field(default_factory=dict)
+    recomputed: bool = False  # no files: a comparator makes the outputs again per candidate
 
     @property
     def cases(self) -> list[CaseSpec]:
@@ -60,15 +61,20 @@ def reference_data(
     config: EvalConfig | None = None,
     seed: int | None = None,
     work_dir: Path | None = None,
+    seeds: list[int] | None = None,
 ) -> ReferenceData:
+    """Run the reference worker: the cases, the audit, and (unless a comparator makes them
+    again, ``config.recomputes``) each case's reference outputs. ``seeds`` (else drawn from
+    ``seed``) are the correctness cases' seeds."""
     config = config or EvalConfig()
-    seeds = draw_seeds(config, seed)
+    seeds = seeds or draw_seeds(config, seed)
     job = WorkerJob(
         mode="reference",
         problem=problem,
         config=config,
         cache_dir=config.cache_dir or default_cache_dir(),
         seeds=seeds,
+        recompute=config.recomputes(problem.device),
     )
     job_dir = Path(tempfile.mkdtemp(prefix="reference-", dir=work_dir))
     (job_dir / "job.json").write_text(job.model_dump_json())
@@ -76,10 +82,10 @@ def reference_data(
     outcome = run_worker(job_dir, config.run_timeout_s, None, isolate_network=False)
     try:
         report = ReferenceReport.model_validate(_result(outcome, problem))
-        data = ReferenceData(report=report, seeds=seeds)
+        data = ReferenceData(report=report, seeds=seeds, recomputed=job.recompute)
         for number in sorted({spec.reference_case for spec in report.cases}):
-            path = job_dir / reference_file(number)
-            data.files[number] = path.open("rb")
+            if not data.recomputed:
+                data.files[number] = (job_dir / reference_file(number)).open("rb")
     finally:
         # Open files stay readable here; by name no candidate worker can reach them.
         shutil.rmtree(job_dir, ignore_errors=True)

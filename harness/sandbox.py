@@ -85,10 +85,22 @@ def run_worker(
     Each time the worker says a case's outputs are ready, ``on_outputs(body)`` (the message's
     body, untrusted) decides whether it goes on ("go" on its stdin) or stops.
     """
-    log_path = job_dir / "worker.log"
     started = time.monotonic()
+    process, reader = start_worker(job_dir, memory_limit_gb, isolate_network)
+    with reader:
+        timed_out = _wait(process, reader, started + timeout_s, on_outputs)
+        _kill_group(process)
+        reader.drain()
+    return _outcome(process, reader, timed_out, started, job_dir)
+
+
+def start_worker(
+    job_dir: Path, memory_limit_gb: float | None, isolate_network: bool
+) -> tuple[subprocess.Popen, ChannelReader]:
+    """Start ``python -m harness.worker job_dir FD``; its log goes to ``job_dir/worker.log``,
+    its messages come on the reader, its stdin is a pipe of ours."""
     read_end, write_end = os.pipe()
-    with log_path.open("wb") as log, os.fdopen(read_end, "rb", buffering=0) as channel:
+    with (job_dir / "worker.log").open("wb") as log:
         try:
             process = subprocess.Popen(
                 [sys.executable, "-m", "harness.worker", str(job_dir), str(write_end)],
@@ -101,12 +113,27 @@ def run_worker(
                 pass_fds=(write_end,),
                 preexec_fn=_limits(memory_limit_gb, isolate_network),
             )
+        except BaseException:
+            os.close(read_end)
+            raise
         finally:
             os.close(write_end)  # the worker holds the only write end: EOF when it is gone
-        reader = _ChannelReader(channel)
-        timed_out = _wait(process, reader, started + timeout_s, on_outputs)
+    return process, ChannelReader(os.fdopen(read_end, "rb", buffering=0))
+
+
+def stop_worker(
+    process: subprocess.Popen, reader: ChannelReader, started: float, job_dir: Path
+) -> WorkerOutcome:
+    """End a worker started with ``start_worker`` (killed if still running) and say how."""
+    with reader:
         _kill_group(process)
         reader.drain()
+    return _outcome(process, reader, False, started, job_dir)
+
+
+def _outcome(
+    process: subprocess.Popen, reader: ChannelReader, timed_out: bool, started: float, job_dir
+) -> WorkerOutcome:
     returncode = process.returncode
     signal_name = None
     if returncode is not None and returncode < 0:
@@ -115,14 +142,14 @@ def run_worker(
         returncode=returncode,
         timed_out=timed_out,
         seconds=time.monotonic() - started,
-        log_tail=read_tail(log_path),
+        log_tail=read_tail(job_dir / "worker.log"),
         signal_name=signal_name,
         messages=reader.messages,
         channel_error=reader.error,
     )
 
 
-class _ChannelReader:
+class ChannelReader:
     """Newline-delimited JSON messages from a worker's pipe, read as they arrive."""
 
     def __init__(self, channel) -> None:
@@ -132,6 +159,12 @@ class _ChannelReader:
         self.messages: list[dict] = []
         self.error: str | None = None
         self.closed = False
+
+    def __enter__(self) -> ChannelReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.channel.close()
 
     def poll(self, seconds: float) -> None:
         if self.closed or not select.select([self.channel], [], [], seconds)[0]:
@@ -164,7 +197,7 @@ class _ChannelReader:
                 break
 
 
-def _wait(process: subprocess.Popen, reader: _ChannelReader, deadline: float, on_outputs) -> bool:
+def _wait(process: subprocess.Popen, reader: ChannelReader, deadline: float, on_outputs) -> bool:
     """Wait for the worker, answering each of its outputs messages in turn; True when it ran
     out of time."""
     assert process.stdin is not None

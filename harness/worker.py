@@ -46,9 +46,10 @@ def send(channel: TextIO, kind: str, body: dict) -> None:
     channel.flush()
 
 
-def _outputs_ready(channel: TextIO, case: int) -> bool:
-    """Tell the parent that a case's outputs file is written; it answers whether to go on."""
-    send(channel, "outputs", {"case": case})
+def _outputs_ready(channel: TextIO, body: dict) -> bool:
+    """Tell the parent that a case's outputs are ready (``harness.handover``); it answers
+    whether to go on."""
+    send(channel, "outputs", body)
     return sys.stdin.readline().strip() == "go"
 
 
@@ -59,6 +60,11 @@ def run(job: WorkerJob, job_dir: Path, channel: TextIO) -> tuple[str, dict]:
             from harness.worker_reference import run_reference
 
             report = run_reference(job, job_dir)
+        elif job.mode == "compare":
+            from harness.worker_compare import run_compare
+
+            run_compare(job, lambda kind, body: send(channel, kind, body))
+            return "report", {}
         elif job.mode == "baseline":
             from harness.worker_baseline import run_baseline
 
@@ -69,7 +75,7 @@ def run(job: WorkerJob, job_dir: Path, channel: TextIO) -> tuple[str, dict]:
             if job.mode == "build":
                 report = run_build(job, job_dir)
             else:
-                report = run_evaluate(job, job_dir, lambda case: _outputs_ready(channel, case))
+                report = run_evaluate(job, job_dir, lambda body: _outputs_ready(channel, body))
     except UserError as err:
         return "user_error", UserErrorReport(
             what=err.what, where=err.where, fix=err.fix

@@ -4,8 +4,9 @@ It plans the verification cases (fresh inputs per seed, perturbed parameters, ot
 a repeat of the first case), computes the reference outputs, audits the spec, and profiles the
 reference's ops. Cases are made, run and dropped one at a time: device memory holds one case
 (and the previous case's outputs, for the audit), never all of them. Each case's reference
-outputs go to a file of their own, for the parent only; candidate workers get the case specs
-and draw the inputs again from their seeds.
+outputs go to a file of their own, for the parent only, unless a comparator worker makes them
+again beside each candidate (``job.recompute``, the default on cuda: nothing leaves the
+device); candidate workers get the case specs and draw the inputs again from their seeds.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from harness.cases import (
     case_module,
     copy_with_layout,
     input_digest,
+    params_digest,
     wide_scale,
 )
 from harness.devices import copy_bandwidth_gbs, matmul_tflops
@@ -129,13 +131,14 @@ class ReferenceRun:
             self.first_outputs = outputs  # for the determinism run
             self.io_bytes = sum(_bytes(x) for x in [*inputs, *outputs])
             self.input_summary = describe_inputs(inputs)
-        with self.phase("store"):
-            spec.input_digest = input_digest(inputs)
-            spec.output_meta = [
-                (list(out.shape), str(out.dtype).removeprefix("torch.")) for out in outputs
-            ]
-            cpu = [_on_host(out.detach()) for out in outputs]
-            torch.save(cpu, self.job_dir / reference_file(spec.reference_case))
+        spec.input_digest = input_digest(inputs)
+        spec.output_meta = [
+            (list(out.shape), str(out.dtype).removeprefix("torch.")) for out in outputs
+        ]
+        if not self.job.recompute:  # else: the comparator makes them again, on the device
+            with self.phase("store"):
+                cpu = [_on_host(out.detach()) for out in outputs]
+                torch.save(cpu, self.job_dir / reference_file(spec.reference_case))
         return outputs
 
     def forward(self, module: torch.nn.Module, inputs: list, case: str):
@@ -172,10 +175,13 @@ class ReferenceRun:
             # its inputs): a forward that draws random numbers (dropout left on) shows.
             torch.manual_seed(spec.seed ^ 0x5EED)
             again: list = []
+            # The CUDA kernels (for the candidates' own-kernel check) come from the comparator
+            # where there is one, late: CUPTI's start costs seconds.
             ops = profile_forward(
                 lambda *xs: again.extend(as_outputs(self.forward(self.base, xs, spec.name), "")),
                 inputs,
                 self.problem.device,
+                kernels=not self.job.recompute,
             )
             with FlopCounterMode(display=False) as counter:
                 self.forward(self.base, inputs, spec.name)
@@ -222,7 +228,7 @@ def run_reference(job: WorkerJob, job_dir: Path) -> ReferenceReport:
     # The repeat comes second: same inputs and parameters as the first case, so a failure
     # there (and not in the first) is the stream order or memory never written.
     cases = [specs[0], repeat, *specs[1:], *kept]
-    renumber(kept, len(specs), job_dir)
+    renumber(kept, len(specs), job_dir if not job.recompute else None)
     return _report(run, report, strengthened, cases, bitwise, ops)
 
 
@@ -240,6 +246,7 @@ def _report(
         strengthened=strengthened,
         cases=cases,
         bitwise_deterministic=bitwise,
+        params_digest=params_digest(run.base),
         aten_ops=ops.aten_ops,
         cuda_kernels=ops.cuda_kernels,
         phase_seconds=run.phase.seconds,

@@ -93,6 +93,32 @@ DEFENSES: list[Defense] = [
         "        elif False:  # only the parent's own comparison",
         ("tests/test_channel.py::test_success_without_the_parents_comparison_is_not_ok",),
     ),
+    Defense(
+        "own_cuda_kernel",
+        "harness/evaluate.py",
+        "    if own:\n",
+        "    if True:\n",
+        (
+            "tests/test_channel.py::test_a_cuda_candidate_needs_a_kernel_the_reference_does_not_launch",
+        ),
+    ),
+    Defense(
+        "comparator_must_finish",
+        "harness/comparator.py",
+        '                failed = f"the comparison did not finish: {err}"',
+        "                return None",
+        (
+            "tests/test_comparator.py::"
+            "test_a_comparator_that_dies_before_the_end_fails_a_candidate_it_answered",
+        ),
+    ),
+    Defense(
+        "ipc_handle_checked",
+        "harness/handover.py",
+        "    if len(shape) != len(stride) or any(n < 0 for n in shape) or any(s < 0 for s in stride):",
+        "    if False:",
+        ("tests/test_comparator.py", "-k", "untrusted_ipc"),
+    ),
     # --- static gates (harness/gate.py, native_gate.py, symbols.py, buildcache.py) ---------
     Defense(
         "gate_try_except",

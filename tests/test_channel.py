@@ -12,6 +12,7 @@ from harness.problem import problem_from_target
 from harness.records import AuditReport, Status
 from harness.reference import ReferenceData, reference_data
 from harness.sandbox import WorkerOutcome
+from harness.tolerance import CaseComparison
 from tests.conftest import FIXTURES, fast_config
 
 
@@ -56,7 +57,7 @@ def test_success_without_the_parents_comparison_is_not_ok():
         seeds=[1],
     )
     claimed = CandidateReport(status=None)  # "all checks passed", but no outputs were handed over
-    result = Evaluator(fast_config())._result(PROBLEM, data, claimed, comparison=None)
+    result = Evaluator(fast_config())._result(PROBLEM, data, claimed, None, list)
     assert result.status is Status.runtime_error
     assert "without handing its outputs over" in result.reason
 
@@ -83,3 +84,27 @@ def test_an_evaluator_removes_its_own_work_dir():
     del evaluator
     gc.collect()
     assert not work_dir.exists()
+
+
+def test_a_cuda_candidate_needs_a_kernel_the_reference_does_not_launch():
+    data = ReferenceData(
+        report=ReferenceReport(audit=AuditReport(problem="p", weak=False), strengthened=False),
+        seeds=[1],
+    )
+    comparison = CaseComparison(
+        failed=None, compared=1, checks=[], max_abs_error=0.0, rel_error=0.0
+    )
+    evaluator = Evaluator(fast_config())
+    borrowed = CandidateReport(cuda_kernels=["vectorized_elementwise_kernel<gelu>"])
+    result = evaluator._result(
+        PROBLEM, data, borrowed, comparison, lambda: ["vectorized_elementwise_kernel<gelu>"]
+    )
+    assert result.status is Status.rejected and "only kernels the reference" in result.reason
+    own = CandidateReport(cuda_kernels=["fused_gelu_kernel", "vectorized_elementwise_kernel<gelu>"])
+    result = evaluator._result(
+        PROBLEM, data, own, comparison, lambda: ["vectorized_elementwise_kernel<gelu>"]
+    )
+    assert result.status is Status.ok
+    assert any(
+        c.name == "launches_own_kernel" and "fused_gelu_kernel" in c.detail for c in result.checks
+    )

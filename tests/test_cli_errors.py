@@ -103,3 +103,18 @@ def test_optimize_keeps_measured_results_when_a_later_target_fails(tmp_path):
     assert [row["status"] for row in rows][1] == "error"
     assert rows[0]["status"] in ("ok", "no_candidate"), rows[0]
     assert "dataset missing" in rows[1]["reason"]
+
+
+@pytest.mark.parametrize("command", ["optimize", "github", "nightly", "history", "review"])
+def test_python_dash_m_bot_cli_has_every_command(command):
+    """``python -m bot.cli`` (how the GPU scripts and a user without the entry point run it)
+    imports cleanly and knows the commands other modules register."""
+    import subprocess
+    import sys
+
+    completed = subprocess.run(
+        [sys.executable, "-m", "bot.cli", command, "--help"],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert "Usage:" in completed.stdout

@@ -74,3 +74,37 @@ def test_async_inputs_are_still_being_produced_when_the_call_starts():
     torch.cuda.synchronize()
     assert skips.isnan().any(), "a kernel on another stream saw the inputs before the copy"
     assert waits.equal(raw[0]) and inputs[0].equal(raw[0])
+
+
+@pytest.mark.parametrize(
+    ("problem_file", "candidate_file", "expected"),
+    [
+        ("fixtures/scale_problem.py", "fixtures/gpu_honest.py", Status.ok),
+        (
+            "redteam/problems/bias_gelu.py",
+            "redteam/cuda/p05_capped_grid_no_stride.py",
+            Status.incorrect,
+        ),
+    ],
+)
+def test_outputs_handed_over_through_cuda_ipc_get_the_stored_outputs_verdict(
+    problem_file, candidate_file, expected
+):
+    """The comparator (reference outputs made again on the device, the candidate's outputs
+    mapped through CUDA IPC) and the parent (outputs stored on the host) agree."""
+    tests = ROOT / "tests"
+    problem = problem_from_target(str(tests / problem_file), "cuda", "float32")
+    candidate = Candidate(source=(tests / candidate_file).read_text())
+    verdicts = {}
+    for mode in ("recomputed", "stored"):
+        evaluator = Evaluator(fast_config(reference_outputs=mode), seed=7)
+        result = evaluator.evaluate(problem, candidate)
+        evaluator.close()
+        verdicts[mode] = (result.status, result.reason.split(":")[0])
+        if result.status is Status.ok:
+            assert any(
+                c.name == "launches_own_kernel" and "own CUDA kernels" in c.detail
+                for c in result.checks
+            )
+    assert verdicts["recomputed"] == verdicts["stored"]
+    assert verdicts["recomputed"][0] is expected, verdicts

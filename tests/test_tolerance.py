@@ -143,3 +143,31 @@ def test_an_error_spread_over_every_element_fails_the_relative_norm_alone():
     result = compare(out, REF, TOL)
     assert not result.passed and result.detail.startswith("relative error")
     assert (out - REF).abs().le(TOL.atol * REF.pow(2).mean().sqrt() + TOL.rtol * REF.abs()).all()
+
+
+def test_a_sample_proves_only_failures_that_the_full_comparison_finds():
+    from harness.tolerance import fails_on_sample
+
+    tol = tolerance_for("float32")
+    generator = torch.Generator().manual_seed(0)
+    reference = torch.randn(1 << 20, generator=generator)
+    right = reference + 1e-7 * torch.randn(1 << 20, generator=generator)
+    one_off = right.clone()
+    one_off[12345] += 1.0  # not a sampled element (every 16th is)
+    answers = {
+        "zeros": torch.zeros_like(reference),
+        "constant": torch.full_like(reference, float(reference.mean())),
+        "scaled": reference * 1.01,
+        "nan": torch.full_like(reference, float("nan")),
+        "right": right,
+        "one element off": one_off,
+    }
+    for name, answer in answers.items():
+        full = compare(answer, reference, tol, explain=False).passed
+        sampled = fails_on_sample(answer, reference, tol)
+        assert not (sampled and full), name  # a sampled failure is always a real one
+    assert fails_on_sample(answers["zeros"], reference, tol)
+    assert fails_on_sample(answers["constant"], reference, tol)
+    assert not fails_on_sample(right, reference, tol)
+    assert not fails_on_sample(one_off, reference, tol)  # the full comparison decides it
+    assert not compare(one_off, reference, tol).passed
