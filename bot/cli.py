@@ -29,6 +29,13 @@ DEVICE = click.option(
     help="Where kernels run: auto takes [tool.kernelpilot] device, and picks cuda when a GPU is "
     "visible if that is auto too.",
 )
+# The same, also read from the environment: the action's jobs set it (github measure, nightly).
+DEVICE_ENV = click.option(
+    "--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+    envvar="KERNELPILOT_DEVICE",
+    help="Where kernels run: auto takes the project's device setting, then cuda if a GPU is "
+    "visible [env: KERNELPILOT_DEVICE].",
+)  # fmt: skip
 DTYPE = click.option(
     "--dtype",
     type=click.Choice(["float32", "float16", "bfloat16"]),
@@ -292,5 +299,7 @@ def audit(problem, device, dtype, seed, verbose) -> None:
 # The pull-request commands (review, github gate|measure|publish) register themselves on main.
 from bot import cli_github, cli_nightly  # noqa: E402,F401
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # python -m bot.cli: the module's group, which has every command
+    from bot.cli import main as registered
+
+    registered()

@@ -13,18 +13,12 @@ from pathlib import Path
 import click
 
 from bot.actions_io import add_summary, commands_stopped
-from bot.cli import DEVICE, DTYPE, NO_COMPILE, OUT, SEED, VERBOSE, _options, _progress, _run, main
+from bot.cli import DEVICE, DEVICE_ENV, DTYPE, NO_COMPILE, OUT, SEED, VERBOSE, _options, _progress, _run, main
 from bot.comment import render_comment
 from bot.event import actions_env, load_event
 from bot.pr import DEFAULT_MAX_TARGETS, NIGHTLY_ELSEWHERE, gate, measure, publish, review_local
 from harness.devices import check_toolchain
 
-DEVICE_ENV = click.option(
-    "--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-    envvar="KERNELPILOT_DEVICE",
-    help="Where kernels run: auto takes the project's device setting, then cuda if a GPU is "
-    "visible [env: KERNELPILOT_DEVICE].",
-)  # fmt: skip
 MAX_TARGETS = click.option(
     "--max-targets",
     type=click.IntRange(min=0),

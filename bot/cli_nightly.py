@@ -12,8 +12,7 @@ from pathlib import Path
 import click
 
 from bot.actions_io import add_summary, commands_stopped
-from bot.cli import NO_COMPILE, SEED, VERBOSE, _options, _progress, _run, main
-from bot.cli_github import DEVICE_ENV
+from bot.cli import DEVICE_ENV, NO_COMPILE, SEED, VERBOSE, _options, _progress, _run, main
 from bot.event import actions_env
 from bot.history import (
     DEFAULT_BRANCH,
