@@ -32,6 +32,12 @@ mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site "${KP_WHEELS:-.whl}"/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 KERNELPILOT_CACHE=$PWD/.kp-cache
+# The machine's torch has no compiled bytecode (.pyc) where Python can use it, so every process
+# compiled the modules it imports from source: 5 s of the profiler's and torch.compile's imports
+# per worker (bench/NOTES.md, session 11). A pip-installed torch on a runner has them; a
+# bytecode cache of our own gives every worker here the same.
+export PYTHONPYCACHEPREFIX=/tmp/kp-pycache
+unset PYTHONDONTWRITEBYTECODE
 {
   nvidia-smi
   python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"

@@ -18,7 +18,7 @@ from harness.config import EvalConfig
 from harness.errors import UserError
 from harness.jobs import BaselineReport, WorkerJob
 from harness.records import Problem
-from harness.reference import _result, draw_seeds
+from harness.reference import draw_seeds, worker_result
 from harness.sandbox import run_worker
 
 
@@ -45,7 +45,7 @@ def time_baselines(
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)
     try:
-        report = BaselineReport.model_validate(_result(outcome, problem))
+        report = BaselineReport.model_validate(worker_result(outcome, problem))
     except UserError as err:
         raise UserError(
             f"timing eager and torch.compile without a kernel: {err.what}", err.where, err.fix

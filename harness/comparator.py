@@ -20,7 +20,7 @@ from harness.errors import UserError
 from harness.jobs import ReferenceReport, UserErrorReport, WorkerJob
 from harness.receive import next_case
 from harness.records import Problem
-from harness.sandbox import start_worker, stop_worker
+from harness.sandbox import read_tail, start_worker, stop_worker
 from harness.tolerance import CaseComparer, CaseComparison
 
 
@@ -122,7 +122,10 @@ class Comparator:
                 )
             if self.reader.closed or time.monotonic() > deadline:
                 how = "ended" if self.reader.closed else f"gave no answer in {self.timeout:.0f} s"
-                raise ComparatorStopped(f"the comparator worker {how}")
+                log = read_tail(self.job_dir / "worker.log", 1500).strip()
+                raise ComparatorStopped(
+                    f"the comparator worker {how}" + (f"; its log ends:\n{log}" if log else "")
+                )
             self.reader.poll(0.02)
 
 
@@ -152,9 +155,12 @@ class RemoteReceiver:
         return verdict.get("case") == number and verdict.get("go") is True
 
     def result(self) -> CaseComparison | None:
-        """The comparison (None when no case was announced); a stopped comparator or a case
-        out of order fails it."""
-        failed = self.order.failed or self.stopped
+        """The comparison (None when no case was announced). A case announced out of order
+        fails it as in the parent; a comparator that stopped fails it as ``stopped`` (the
+        candidate is not shown to be wrong, and not right either)."""
+        if self.order.failed is not None:
+            return self.order.result()
+        failed = self.stopped
         if failed is None:
             try:
                 self.comparator.ask({"end": True})
@@ -163,5 +169,7 @@ class RemoteReceiver:
                 failed = f"the comparison did not finish: {err}"
             else:
                 return comparison if comparison.compared or comparison.failed else None
-        self.order.failed = failed
-        return self.order.result()
+        self.order.failed, self.order.check = failed, "compared"
+        comparison = self.order.result()
+        comparison.stopped = True
+        return comparison

@@ -222,7 +222,6 @@ class Evaluator:
             seeds=data.seeds if data else [0],
             cases=data.cases if data else [],
             strengthened=data.report.strengthened if data else False,
-            reference_ops=data.report.aten_ops if data else [],
             params_digest=data.report.params_digest if data else "",
             recompute=data.recomputed if data else False,
         )
@@ -253,7 +252,8 @@ class Evaluator:
             checks[1:1] = comparison.checks
             # Outputs before a case that raised are compared too: wrong there comes first.
             if comparison.failed is not None and status in (None, Status.runtime_error):
-                status, reason = Status.incorrect, comparison.failed
+                wrong = Status.runtime_error if comparison.stopped else Status.incorrect
+                status, reason = wrong, comparison.failed
             elif comparison.compared < len(data.cases) and status is None:
                 status = Status.runtime_error
                 reason = f"outputs for {comparison.compared} of {len(data.cases)} cases"
@@ -284,7 +284,7 @@ class Evaluator:
             io_bytes=data.report.io_bytes,
             input_summary=data.report.input_summary,
             copy_bandwidth_gbs=data.report.copy_bandwidth_gbs,
-            flops=data.report.flops,
+            flops=report.flops,
             matmul_tflops=data.report.matmul_tflops,
         )
         if result.status is Status.ok:

@@ -56,14 +56,19 @@ def transport_for(device: str, recompute: bool) -> Transport:
     return "ipc" if device == "cuda" and recompute else "file"
 
 
-def send(outputs: list[torch.Tensor], job_dir: Path, case: int, transport: Transport) -> dict:
-    """Candidate side: make one case's outputs readable; returns the announcement's body."""
+def send(
+    outputs: list[torch.Tensor], job_dir: Path, case: int, transport: Transport, keep: list
+) -> dict:
+    """Candidate side: make one case's outputs readable; returns the announcement's body.
+    ``keep`` gets what must stay alive until the trusted side answered."""
     if transport == "file":
-        torch.save(
-            [copy_with_layout(out.detach(), "cpu") for out in outputs], job_dir / outputs_file(case)
-        )
+        cpu = [copy_with_layout(out.detach(), "cpu") for out in outputs]
+        torch.save(cpu, job_dir / outputs_file(case))
         return {"case": case}
-    return {"case": case, "ipc": [_share(out.detach()) for out in outputs]}
+    # Blocks the candidate no longer holds go back to the driver first: the comparator
+    # allocates beside this process (an honest kernel on a side stream left 72 GB cached).
+    torch.cuda.empty_cache()
+    return {"case": case, "ipc": [_share(out.detach(), keep) for out in outputs]}
 
 
 def receive(body: dict, job_dir: Path, case: int, transport: Transport) -> list[torch.Tensor]:
@@ -86,10 +91,17 @@ def receive(body: dict, job_dir: Path, case: int, transport: Transport) -> list[
     return produced
 
 
-def _share(tensor: torch.Tensor) -> dict:
+def _share(tensor: torch.Tensor, keep: list) -> dict:
     if tensor.device.type != "cuda":
         raise HandoverError(f"an output is on {tensor.device}, not on the cuda device")
-    storage = tensor.untyped_storage()
+    try:
+        shared = tensor.untyped_storage()._share_cuda_()
+    except RuntimeError:
+        # Memory PyTorch's allocator did not hand out (a kernel's own cudaMalloc wrapped with
+        # from_blob) has no IPC handle of its own: a copy of the values goes instead.
+        tensor = tensor.clone()
+        keep.append(tensor)
+        shared = tensor.untyped_storage()._share_cuda_()
     (
         device,
         handle,
@@ -99,7 +111,7 @@ def _share(tensor: torch.Tensor) -> dict:
         counter_offset,
         event_handle,
         event_sync_required,
-    ) = storage._share_cuda_()
+    ) = shared
     return {
         "dtype": str(tensor.dtype).removeprefix("torch."),
         "shape": list(tensor.shape),

@@ -57,7 +57,11 @@ class WorkerJob(BaseModel):
     candidate_source: str | None = None
     cases: list[CaseSpec] = Field(default_factory=list)
     reference_deterministic: bool = False
-    reference_ops: list[str] = Field(default_factory=list)
+    reference_ops: list[str] = Field(
+        default_factory=list,
+        description="The reference's top-level aten ops: the candidate worker profiles them "
+        "itself, before it loads the candidate.",
+    )
     params_digest: str = Field(
         default="", description="The reference worker's parameters (cases.params_digest)."
     )
@@ -93,14 +97,13 @@ class ReferenceReport(BaseModel):
     copy_bandwidth_gbs: float | None = Field(
         default=None, description="The device's measured copy bandwidth (a large copy), GB/s."
     )
-    flops: int = Field(
-        default=0, description="Matmul/conv/attention FLOPs of one forward (torch's counter)."
-    )
     matmul_tflops: float | None = Field(
         default=None, description="The device's measured matmul rate in the problem's dtype."
     )
-    aten_ops: list[str] = Field(default_factory=list)
-    cuda_kernels: list[str] = Field(default_factory=list)
+    cuda_kernels: list[str] = Field(
+        default_factory=list,
+        description="The reference's CUDA kernels (cuda, outputs stored; else the comparator's).",
+    )
     network_isolated: bool = False
     device_name: str = ""
     torch_version: str = ""
@@ -121,6 +124,9 @@ class CandidateReport(BaseModel):
         description="Eager timed in the same worker before any candidate code was loaded.",
     )
     compile_baseline_error: str | None = None
+    flops: int = Field(
+        default=0, description="Matmul/conv FLOPs of one reference forward (torch's counter)."
+    )
     cuda_kernels: list[str] = Field(
         default_factory=list,
         description="The CUDA kernels the candidate's last (profiled) call launched: the parent "

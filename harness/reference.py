@@ -81,7 +81,7 @@ def reference_data(
     # The reference is the user's own code: no memory limit beyond the machine's.
     outcome = run_worker(job_dir, config.run_timeout_s, None, isolate_network=False)
     try:
-        report = ReferenceReport.model_validate(_result(outcome, problem))
+        report = ReferenceReport.model_validate(worker_result(outcome, problem))
         data = ReferenceData(report=report, seeds=seeds, recomputed=job.recompute)
         for number in sorted({spec.reference_case for spec in report.cases}):
             if not data.recomputed:
@@ -93,7 +93,7 @@ def reference_data(
     return data
 
 
-def _result(outcome: WorkerOutcome, problem: Problem) -> dict:
+def worker_result(outcome: WorkerOutcome, problem: Problem) -> dict:
     """The reference worker's report, or a UserError that says what happened."""
     results = outcome.results()
     if len(results) == 1 and results[0]["kind"] == "user_error":

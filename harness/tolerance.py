@@ -29,6 +29,7 @@ class CaseComparison(BaseModel):
 
     failed: str | None  # the first failure: which case, which output, what
     compared: int  # cases compared (fewer than there are when a later case raised)
+    stopped: bool = False  # the comparison itself could not go on (the comparator stopped)
     checks: list[Check]
     max_abs_error: float | None
     rel_error: float | None

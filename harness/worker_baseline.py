@@ -19,7 +19,7 @@ from harness.cases import build_reference, make_inputs
 from harness.jobs import BaselineReport, WorkerJob
 from harness.timing import summarize
 from harness.worker_reference import describe_inputs
-from harness.worker_timing import TimedChecks, _compiled, _time_loop
+from harness.worker_timing import TimedChecks, compiled_baseline, time_loop
 
 
 def run_baseline(job: WorkerJob) -> BaselineReport:
@@ -33,7 +33,7 @@ def run_baseline(job: WorkerJob) -> BaselineReport:
     }
     compile_error = None
     if job.config.compile_baseline:
-        compiled = _compiled(job, base)
+        compiled = compiled_baseline(job, base)
         if isinstance(compiled, str):
             # A plain copy takes its place, so eager's surroundings do not depend on whether
             # torch.compile works tonight.
@@ -42,7 +42,7 @@ def run_baseline(job: WorkerJob) -> BaselineReport:
     phases["setup"] = time.perf_counter() - started
     samples: dict[str, list[float]] = {name: [] for name in implementations}
     with torch.no_grad():
-        _time_loop(job, implementations, samples, TimedChecks(job, stand_in=True))
+        time_loop(job, implementations, samples, TimedChecks(job, stand_in=True))
     phases["timing"] = time.perf_counter() - started - phases["setup"]
     return BaselineReport(
         eager=summarize(samples["eager"]),

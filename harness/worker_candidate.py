@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity
 from torch.utils import cpp_extension
+from torch.utils.flop_counter import FlopCounterMode
 
 from harness import guards, handover, profiling, streams
 from harness.buildcache import BuildFailed, CachedLoader
@@ -90,6 +91,9 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[dict], bool])
     check_params(base, job.params_digest, job.problem)
     eager_alone = time_eager_alone(job, base.state_dict())
     clock.lap("eager_alone")
+    # The reference's ops, which the checks below hold the candidate to, and its FLOPs, from
+    # one forward profiled here, before any candidate code is loaded into this process.
+    job.reference_ops, flops = _profile_reference(job, base)
     before = guards.snapshot(job.reference_ops)
     checks: list[Check] = []
     try:
@@ -101,9 +105,14 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[dict], bool])
         for number, spec in enumerate(job.cases):
             produced = _run_case(job, model, loader, spec, case_module(base, spec), checks)
             check_fresh(produced, previous, spec.name)
-            if not proceed(handover.send(produced, job_dir, number, transport)):
+            kept: list[torch.Tensor] = []  # copies the comparator reads: alive until it answered
+            go = proceed(handover.send(produced, job_dir, number, transport, kept))
+            del kept
+            if not go:
                 clock.lap("check")
-                return CandidateReport(checks=checks, eager_alone=eager_alone, phase_seconds=phases)
+                return CandidateReport(
+                    checks=checks, eager_alone=eager_alone, phase_seconds=phases, flops=flops
+                )
             previous = produced
         _pass_once(checks, "fresh_outputs", "each call returns newly allocated outputs")
         check_unpatched(job, before, checks, "import and correctness runs")
@@ -116,12 +125,22 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[dict], bool])
         # it made eager beside the candidate 1.6-2x slower than eager alone on an H100.
         _check_profile(job, model, report)
         clock.lap("profile")
-        report.phase_seconds = phases
+        report.phase_seconds, report.flops = phases, flops
         return report
     except CheckFailed as failure:
         report = _failed(failure, checks)
         report.phase_seconds = phases
         return report
+
+
+def _profile_reference(job: WorkerJob, base: torch.nn.Module) -> tuple[list[str], int]:
+    """The top-level aten ops and the matmul/conv FLOPs of one reference forward."""
+    inputs = make_inputs(job.problem, job.cases[0].seed, job.strengthened)
+    with torch.no_grad():
+        ops = profiling.profile_forward(base, inputs, job.problem.device, kernels=False)
+        with FlopCounterMode(display=False) as counter:
+            base(*inputs)
+    return ops.aten_ops, int(counter.get_total_flops())
 
 
 class _Clock:

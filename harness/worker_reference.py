@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from harness.audit import NullAnswerAudit, nondeterminism_finding
 from harness.case_plan import extra_specs, renumber, repeat_spec, seed_specs
@@ -87,7 +86,6 @@ class ReferenceRun:
         self.first_outputs: list[torch.Tensor] | None = None
         self.io_bytes = 0
         self.input_summary = ""
-        self.flops = 0
         with self.phase("construct"):
             self.base = build_reference(self.problem, job.seeds[0])
 
@@ -156,10 +154,13 @@ class ReferenceRun:
 
     def determinism(
         self, spec: CaseSpec, strengthened: bool
-    ) -> tuple[AuditFinding | None, bool, OpProfile]:
-        """Run the first case again, under the profiler: a finding if the two runs differ
-        beyond tolerance, whether they agree bit for bit (then a candidate must too: see the
-        'repeat' case), and the ops the reference runs."""
+    ) -> tuple[AuditFinding | None, bool, OpProfile | None]:
+        """Run the first case again: a finding if the two runs differ beyond tolerance, and
+        whether they agree bit for bit (then a candidate must too: see the 'repeat' case).
+        Where the parent compares with stored outputs on cuda, this run is also profiled for
+        the reference's CUDA kernels (else the comparator profiles them, later: CUPTI and the
+        profiler's imports cost seconds); its ops, for the candidates' checks, each candidate
+        worker profiles itself before it loads the candidate."""
         with self.phase("determinism"):
             inputs = case_inputs(self.problem, spec, strengthened)
             assert inputs is not None and self.first_outputs is not None
@@ -175,17 +176,15 @@ class ReferenceRun:
             # its inputs): a forward that draws random numbers (dropout left on) shows.
             torch.manual_seed(spec.seed ^ 0x5EED)
             again: list = []
-            # The CUDA kernels (for the candidates' own-kernel check) come from the comparator
-            # where there is one, late: CUPTI's start costs seconds.
-            ops = profile_forward(
-                lambda *xs: again.extend(as_outputs(self.forward(self.base, xs, spec.name), "")),
-                inputs,
-                self.problem.device,
-                kernels=not self.job.recompute,
-            )
-            with FlopCounterMode(display=False) as counter:
-                self.forward(self.base, inputs, spec.name)
-            self.flops = int(counter.get_total_flops())
+
+            def forward(*xs) -> None:
+                again.extend(as_outputs(self.forward(self.base, list(xs), spec.name), ""))
+
+            ops = None
+            if self.on_cuda and not self.job.recompute:
+                ops = profile_forward(forward, inputs, self.problem.device)
+            else:
+                forward(*inputs)
             first, self.first_outputs = self.first_outputs, None
             bitwise = all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
             finding = None if bitwise else nondeterminism_finding(first, again, self.tol)
@@ -238,7 +237,7 @@ def _report(
     strengthened: bool,
     cases: list[CaseSpec],
     bitwise: bool,
-    ops: OpProfile,
+    ops: OpProfile | None,
 ) -> ReferenceReport:
     device = run.problem.device
     return ReferenceReport(
@@ -247,16 +246,14 @@ def _report(
         cases=cases,
         bitwise_deterministic=bitwise,
         params_digest=params_digest(run.base),
-        aten_ops=ops.aten_ops,
-        cuda_kernels=ops.cuda_kernels,
+        cuda_kernels=ops.cuda_kernels if ops else [],
         phase_seconds=run.phase.seconds,
         peak_device_bytes=torch.cuda.max_memory_allocated() if device == "cuda" else None,
         io_bytes=run.io_bytes,
         input_summary=run.input_summary,
         # The ceiling a memory-bound kernel is measured against in the planner's feedback.
         copy_bandwidth_gbs=copy_bandwidth_gbs(device, (1 << 26) if device == "cuda" else (1 << 24)),
-        flops=run.flops,
-        matmul_tflops=matmul_tflops(device, run.problem.dtype) if run.flops else None,
+        matmul_tflops=matmul_tflops(device, run.problem.dtype),
     )
 
 

@@ -43,13 +43,13 @@ def time_eager_alone(job: WorkerJob, state: dict) -> TimingStats:
         # The compiled baseline itself, as beside the candidate: its host path (guards, the
         # wrapper) runs between eager's calls there too. A plain copy in its place made eager
         # alone 1.5x faster than beside an honest kernel on a 10-microsecond problem (H100).
-        compiled = _compiled(job, implementations["eager"])
+        compiled = compiled_baseline(job, implementations["eager"])
         implementations["compiled"] = (
             compiled if not isinstance(compiled, str) else _reference(job, state)
         )
     samples: dict[str, list[float]] = {name: [] for name in implementations}
     with torch.no_grad():
-        _time_loop(job, implementations, samples, TimedChecks(job, stand_in=True))
+        time_loop(job, implementations, samples, TimedChecks(job, stand_in=True))
     return summarize(samples["eager"])
 
 
@@ -71,7 +71,7 @@ def time_interleaved(
             _warm_compiled(job, implementations, report)
         before_timing = guards.snapshot(job.reference_ops)
         samples: dict[str, list[float]] = {name: [] for name in implementations}
-        _time_loop(job, implementations, samples, TimedChecks(job))
+        time_loop(job, implementations, samples, TimedChecks(job))
         check_unpatched(job, before_timing, checks, "timing")
     checks.append(
         Check(
@@ -202,7 +202,7 @@ class TimedChecks:
                 )
 
 
-def _time_loop(
+def time_loop(
     job: WorkerJob,
     implementations: dict,
     samples: dict[str, list[float]],
@@ -260,14 +260,14 @@ def _timing_inputs(job: WorkerJob) -> list:
 
 
 def _warm_compiled(job: WorkerJob, implementations: dict, report: CandidateReport) -> None:
-    compiled = _compiled(job, implementations["eager"])
+    compiled = compiled_baseline(job, implementations["eager"])
     if isinstance(compiled, str):  # the baseline, not the candidate: shown, never hidden
         report.compile_baseline_error = compiled
         return
     implementations["compiled"] = compiled
 
 
-def _compiled(job: WorkerJob, module: Callable) -> Callable | str:
+def compiled_baseline(job: WorkerJob, module: Callable) -> Callable | str:
     """``torch.compile(module)``, compiled by a first call; or why it could not be."""
     compiled = torch.compile(module)
     try:

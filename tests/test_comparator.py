@@ -78,6 +78,7 @@ def test_a_comparator_that_stops_answering_never_passes_a_candidate(one_candidat
     assert receiver({"case": 0}) is False
     result = receiver.result()
     assert result is not None and result.failed and "comparator" in result.failed
+    assert result.stopped  # a runtime error of the evaluation, not a wrong kernel
     assert data.recomputed and not data.files
 
 
@@ -152,7 +153,7 @@ def test_a_comparator_that_dies_before_the_end_fails_a_candidate_it_answered(
     module = case_module(build_reference(PROBLEM, data.seeds[0]), spec)
     with torch.no_grad():
         right = [module(*case_inputs(PROBLEM, spec, data.report.strengthened))]
-    assert receiver(handover.send(right, tmp_path, 0, "file")) is True
+    assert receiver(handover.send(right, tmp_path, 0, "file", [])) is True
     _kill(comparator)
     result = receiver.result()
     assert result is not None and result.failed and "did not finish" in result.failed

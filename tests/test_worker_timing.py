@@ -37,7 +37,7 @@ def _phase_calls(monkeypatch, run) -> list[str]:
     """What one timing phase did, in order: each timed call by its slot, each check by name."""
     calls: list[str] = []
     slots: dict[int, str] = {}
-    real_loop, real_timer = worker_timing._time_loop, Timer.__call__
+    real_loop, real_timer = worker_timing.time_loop, Timer.__call__
 
     def loop(job, implementations, samples, checks):
         slots.update({id(fn): name for name, fn in implementations.items()})
@@ -56,7 +56,7 @@ def _phase_calls(monkeypatch, run) -> list[str]:
 
         return check
 
-    monkeypatch.setattr(worker_timing, "_time_loop", loop)
+    monkeypatch.setattr(worker_timing, "time_loop", loop)
     monkeypatch.setattr(Timer, "__call__", timed)
     for name in ("before", "after_candidate", "against_eager"):
         monkeypatch.setattr(worker_timing.TimedChecks, name, spy(name))
