@@ -149,10 +149,13 @@ def _store(history_dir: Path | None, branch: str):
 @VERBOSE
 def history(benchmark, repo, branch, history_dir, plot_file, verbose) -> None:
     """Print BENCHMARK's recorded nights ('kernel:path_kernelpilot.py', or 'target:path.py:Class'
-    for a configured target without a shipped kernel), from --history-dir or from the data
-    branch of the local repository (BRANCH, else origin/BRANCH), and write its plot."""
+    for a configured target without a shipped kernel; the prefix may be left out), from
+    --history-dir or from the data branch of the local repository (BRANCH, else
+    origin/BRANCH), and write its plot."""
 
     def action() -> None:
+        nonlocal benchmark
+        benchmark = benchmark_name(benchmark)
         path = file_of(benchmark)
         text = _read_history(path, repo, branch, history_dir)
         records, problems = parse_lines(path, text)
@@ -161,7 +164,8 @@ def history(benchmark, repo, branch, history_dir, plot_file, verbose) -> None:
                    f"{'eager ms':>10} {'compile ms':>10}  setup")  # fmt: skip
         for r in records:
             click.echo(f"{r.night:<11} {r.commit[:12]:<12} {r.status:<8} {_ms(r.time_ms):>10} "
-                       f"{r.iqr_ms:>9.4f} {_ms(r.eager_ms):>10} {_ms(r.compile_ms):>10}  {r.setup}")  # fmt: skip
+                       f"{_ms(r.iqr_ms if r.has_kernel else None):>9} {_ms(r.eager_ms):>10} "
+                       f"{_ms(r.compile_ms):>10}  {r.setup}")  # fmt: skip
         for problem in problems:
             click.echo(f"unreadable: {problem.path}:{problem.line}: {problem.error}", err=True)
         target = plot_file or Path(Path(plot_of(benchmark)).name)
@@ -169,6 +173,16 @@ def history(benchmark, repo, branch, history_dir, plot_file, verbose) -> None:
         click.echo(f"wrote {target}")
 
     _run(verbose, action)
+
+
+def benchmark_name(given: str) -> str:
+    """A benchmark as the history names it: 'kernel:...' and 'target:...' as given; a shipped
+    kernel's file or a configured target ('path.py:Class') as typed from the config."""
+    if given.startswith(("kernel:", "target:")):
+        return given
+    if given.endswith("_kernelpilot.py"):
+        return f"kernel:{given}"
+    return f"target:{given}"
 
 
 def _ms(value: float | None) -> str:

@@ -124,6 +124,7 @@ def run_targets(
                 llm=llm, search=search, seed=seed, resume=resume, out_dir=options.out_dir
             )
             report.targets.append(optimize_target(target, evaluator, run, progress))
+            evaluator.release(target)  # its comparator's device memory, for the next target
         write_report(report, options.out_dir)  # after every target: nothing measured is lost
     return report
 

@@ -122,6 +122,17 @@ class Evaluator:
             self._comparators[key] = comparator
         return comparator
 
+    def release(self, problem: Problem) -> None:
+        """Done with ``problem``: stop its comparator (which holds the reference's parameters
+        on the device) and drop its reference data; asking again starts afresh."""
+        key = problem.model_dump_json()
+        comparator = self._comparators.pop(key, None)
+        if comparator is not None:
+            comparator.close()
+        data = self._references.pop(key, None)
+        for handle in data.files.values() if data else []:
+            handle.close()
+
     def close(self) -> None:
         """Stop the comparator workers (also done when the evaluator is collected)."""
         _close_all(self._comparators)

@@ -199,3 +199,16 @@ def test_a_constructor_that_is_not_seeded_by_torch_is_the_users_error(tmp_path: 
         assert "__init__" in caught.value.where and "random" in caught.value.fix
     finally:
         evaluator.close()
+
+
+def test_releasing_a_problem_stops_its_comparator(tmp_path: Path):
+    evaluator = Evaluator(fast_config(reference_outputs="recomputed"), seed=2, work_dir=tmp_path)
+    try:
+        evaluator.reference(PROBLEM)
+        (comparator,) = evaluator._comparators.values()
+        evaluator.release(PROBLEM)
+        assert comparator.process.poll() is not None and not evaluator._comparators
+        assert evaluator.reference(PROBLEM).recomputed  # asked again: a fresh one
+        assert next(iter(evaluator._comparators.values())).alive()
+    finally:
+        evaluator.close()
