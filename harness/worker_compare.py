@@ -55,6 +55,7 @@ class Comparator:
         self.strengthened = False
         self.deterministic = False
         self.comparer: CaseComparer | None = None
+        self.out_of_memory = False
 
     def kernels(self) -> list[str]:
         """The CUDA kernels one reference forward launches (on the first seed's inputs)."""
@@ -75,28 +76,50 @@ class Comparator:
             return "kernels", {"kernels": self.kernels()}
         if "begin" in request:
             self.comparer = CaseComparer(self.problem, len(self.cases), self.deterministic)
+            self.out_of_memory = False
             return None
         assert self.comparer is not None, "a case before 'begin'"
         if "end" in request:
-            return "comparison", self.comparer.result().model_dump()
+            comparison = self.comparer.result()
+            comparison.stopped = self.out_of_memory  # the harness's failure, not the kernel's
+            return "comparison", comparison.model_dump()
         number = int(request["case"])
         return "verdict", {"case": number, "go": self.judge(number, request)}
 
     def judge(self, number: int, request: dict) -> bool:
+        """One case: the reference's outputs first (its inputs dropped before the candidate's
+        outputs are copied in: one case's inputs, not also the outputs, at the peak), then the
+        candidate's, compared."""
         comparer, spec = self.comparer, self.cases[number]
         assert comparer is not None
+        expected: list[torch.Tensor] | None = None
+        produced: list[torch.Tensor] | None = None
         try:
+            expected = self.reference_outputs(spec)
             transport = handover.transport_for(self.problem.device, True)
             produced = handover.receive(request["body"], Path(request["dir"]), number, transport)
+            go = judge_case(comparer, spec, produced, expected)
         except handover.HandoverError as err:
             comparer.failed = f"{spec.name}: {err}"
             return False
-        expected = self.reference_outputs(spec)
-        go = judge_case(comparer, spec, produced, expected)
-        del produced, expected
-        if self.problem.device == "cuda":
-            torch.cuda.empty_cache()  # the candidate's worker runs beside: leave it the memory
+        except torch.OutOfMemoryError:
+            comparer.failed, self.out_of_memory = self._out_of_memory(spec), True
+            return False
+        finally:
+            expected = produced = None
+            if self.problem.device == "cuda":
+                torch.cuda.empty_cache()  # the candidate's worker runs beside: leave it memory
         return go
+
+    def _out_of_memory(self, spec: CaseSpec) -> str:
+        free, total = torch.cuda.mem_get_info()
+        return (
+            f"{spec.name}: the harness's comparator ran out of device memory comparing this "
+            f"case ({free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB, beside the "
+            "candidate's worker): not a fault of the kernel or the module; "
+            'eval.reference_outputs = "stored" compares on the host instead, and '
+            "eval.strided_inputs = false or eval.shape_variants = 0 drop the largest cases"
+        )
 
     def reference_outputs(self, spec: CaseSpec) -> list[torch.Tensor]:
         inputs = case_inputs(self.problem, spec, self.strengthened)
