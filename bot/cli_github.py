@@ -13,7 +13,19 @@ from pathlib import Path
 import click
 
 from bot.actions_io import add_summary, commands_stopped
-from bot.cli import DEVICE, DEVICE_ENV, DTYPE, NO_COMPILE, OUT, SEED, VERBOSE, _options, _progress, _run, main
+from bot.cli import (
+    DEVICE,
+    DEVICE_ENV,
+    DTYPE,
+    NO_COMPILE,
+    OUT,
+    SEED,
+    VERBOSE,
+    _options,
+    _progress,
+    _run,
+    main,
+)
 from bot.comment import render_comment
 from bot.event import actions_env, load_event
 from bot.pr import DEFAULT_MAX_TARGETS, NIGHTLY_ELSEWHERE, gate, measure, publish, review_local
