@@ -81,21 +81,21 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "one_result_per_channel",
-        "harness/evaluate.py",
+        "harness/verdict.py",
         "if len(results) > 1 or outcome.channel_error:",
         "if outcome.channel_error:",
         ("tests/test_channel.py::test_two_results_mean_a_tampered_channel",),
     ),
     Defense(
         "ok_only_by_parents_comparison",
-        "harness/evaluate.py",
-        "        elif status is None:  # only the parent's own comparison",
-        "        elif False:  # only the parent's own comparison",
+        "harness/verdict.py",
+        "    elif status is None:  # only the parent's own comparison",
+        "    elif False:  # only the parent's own comparison",
         ("tests/test_channel.py::test_success_without_the_parents_comparison_is_not_ok",),
     ),
     Defense(
         "own_cuda_kernel",
-        "harness/evaluate.py",
+        "harness/verdict.py",
         "    if own:\n",
         "    if True:\n",
         (

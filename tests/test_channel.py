@@ -6,13 +6,14 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
-from harness.evaluate import Evaluator, _candidate_report
+from harness.evaluate import Evaluator
 from harness.jobs import CandidateReport, ReferenceReport
 from harness.problem import problem_from_target
 from harness.records import AuditReport, Status
 from harness.reference import ReferenceData, reference_data
 from harness.sandbox import WorkerOutcome
 from harness.tolerance import CaseComparison
+from harness.verdict import candidate_report, eval_result
 from tests.conftest import FIXTURES, fast_config
 
 
@@ -30,24 +31,24 @@ PROBLEM = problem_from_target(str(FIXTURES / "scale_problem.py"), "cpu", "float3
 
 
 def test_one_result_is_the_report():
-    got = _candidate_report(outcome({"kind": "outputs"}, report_message(reason="x")), PROBLEM, 9)
+    got = candidate_report(outcome({"kind": "outputs"}, report_message(reason="x")), PROBLEM, 9)
     assert got.status is None and got.reason == "x"
 
 
 def test_two_results_mean_a_tampered_channel():
     forged = outcome(report_message(), report_message())
-    assert _candidate_report(forged, PROBLEM, 9).status is Status.rejected
+    assert candidate_report(forged, PROBLEM, 9).status is Status.rejected
 
 
 def test_an_unreadable_channel_is_rejected():
-    got = _candidate_report(outcome(channel_error="not JSON"), PROBLEM, 9)
+    got = candidate_report(outcome(channel_error="not JSON"), PROBLEM, 9)
     assert got.status is Status.rejected and "not JSON" in got.reason
 
 
 def test_no_result_is_a_dead_worker_or_a_timeout():
-    died = _candidate_report(outcome(returncode=-11, signal_name="SIGSEGV"), PROBLEM, 9)
+    died = candidate_report(outcome(returncode=-11, signal_name="SIGSEGV"), PROBLEM, 9)
     assert died.status is Status.runtime_error and "SIGSEGV" in died.reason
-    slow = _candidate_report(outcome(returncode=-9, timed_out=True), PROBLEM, 9)
+    slow = candidate_report(outcome(returncode=-9, timed_out=True), PROBLEM, 9)
     assert slow.status is Status.timeout
 
 
@@ -57,7 +58,7 @@ def test_success_without_the_parents_comparison_is_not_ok():
         seeds=[1],
     )
     claimed = CandidateReport(status=None)  # "all checks passed", but no outputs were handed over
-    result = Evaluator(fast_config())._result(PROBLEM, data, claimed, None, list)
+    result = eval_result(PROBLEM, fast_config(), data, claimed, None, list)
     assert result.status is Status.runtime_error
     assert "without handing its outputs over" in result.reason
 
@@ -94,15 +95,15 @@ def test_a_cuda_candidate_needs_a_kernel_the_reference_does_not_launch():
     comparison = CaseComparison(
         failed=None, compared=1, checks=[], max_abs_error=0.0, rel_error=0.0
     )
-    evaluator = Evaluator(fast_config())
+    config = fast_config()
     borrowed = CandidateReport(cuda_kernels=["vectorized_elementwise_kernel<gelu>"])
-    result = evaluator._result(
-        PROBLEM, data, borrowed, comparison, lambda: ["vectorized_elementwise_kernel<gelu>"]
+    result = eval_result(
+        PROBLEM, config, data, borrowed, comparison, lambda: ["vectorized_elementwise_kernel<gelu>"]
     )
     assert result.status is Status.rejected and "only kernels the reference" in result.reason
     own = CandidateReport(cuda_kernels=["fused_gelu_kernel", "vectorized_elementwise_kernel<gelu>"])
-    result = evaluator._result(
-        PROBLEM, data, own, comparison, lambda: ["vectorized_elementwise_kernel<gelu>"]
+    result = eval_result(
+        PROBLEM, config, data, own, comparison, lambda: ["vectorized_elementwise_kernel<gelu>"]
     )
     assert result.status is Status.ok
     assert any(

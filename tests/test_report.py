@@ -6,8 +6,8 @@ import pytest
 
 from bot.report import TargetReport
 from harness.config import EvalConfig
-from harness.evaluate import Evaluator
 from harness.records import EvalResult, Status, TimingStats
+from harness.verdict import judge_timing
 
 
 def _stats(median_ms: float) -> TimingStats:
@@ -30,7 +30,7 @@ def test_eager_ms_is_the_baseline_the_speedup_is_taken_against(
         compiled=_stats(1.5),
         candidate=_stats(1.0),
     )
-    Evaluator(EvalConfig(), work_dir=tmp_path)._judge_timing(result)
+    judge_timing(result, EvalConfig())
     row = TargetReport.from_result("t", result, None)
     assert row.eager_ms == expected_eager_ms
     assert row.eager_beside_ms == beside_ms and row.eager_alone_ms == alone_ms
@@ -47,7 +47,7 @@ def test_a_ratio_below_one_beyond_the_noise_reads_slower(tmp_path, candidate_ms,
     from bot.report import Report
 
     result = EvalResult(status=Status.ok, eager=_stats(1.0), candidate=_stats(candidate_ms))
-    Evaluator(EvalConfig(), work_dir=tmp_path)._judge_timing(result)
+    judge_timing(result, EvalConfig())
     row = TargetReport.from_result("t", result, None)
     assert table_rows(Report(targets=[row]))[0][5] == cell
     assert row.slower_than_eager is cell.endswith("slower")
@@ -59,7 +59,7 @@ def test_a_plainly_slower_kernel_reads_slower_even_when_too_few_samples_leave_no
 
     one_sample = TimingStats(median_ms=2.3, iqr_ms=0.0, min_ms=2.3, samples=1)
     result = EvalResult(status=Status.ok, eager=_stats(1.0), candidate=one_sample)
-    Evaluator(EvalConfig(), work_dir=tmp_path)._judge_timing(result)
+    judge_timing(result, EvalConfig())
     assert result.vs_eager is not None and result.vs_eager.noise_floor == float("inf")
     row = TargetReport.from_result("t", result, None)
     assert table_rows(Report(targets=[row]))[0][5] == "0.43x slower"
