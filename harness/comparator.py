@@ -81,10 +81,11 @@ class Comparator:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def begin(self, job_dir: Path) -> RemoteReceiver:
+    def begin(self) -> RemoteReceiver:
+        """A new candidate's comparisons (``at`` names its worker's folder)."""
         self.ask({"begin": True})
         assert self.report is not None
-        return RemoteReceiver(self, job_dir)
+        return RemoteReceiver(self)
 
     def close(self) -> str:
         """Stop the worker; its log's end (for a failure's reason)."""
@@ -133,12 +134,17 @@ class RemoteReceiver:
     """One candidate's cases, passed on to the comparator as the candidate worker announces
     them; the parent checks their order."""
 
-    def __init__(self, comparator: Comparator, job_dir: Path) -> None:
+    def __init__(self, comparator: Comparator) -> None:
         assert comparator.report is not None
-        self.comparator, self.job_dir = comparator, job_dir
+        self.comparator, self.job_dir = comparator, Path()
         self.cases = comparator.report.cases
         self.order = CaseComparer(comparator.problem, len(self.cases))  # counts, never compares
         self.stopped: str | None = None
+
+    def at(self, job_dir: Path) -> RemoteReceiver:
+        """This receiver, for the worker in ``job_dir`` (its outputs files, on cpu)."""
+        self.job_dir = job_dir
+        return self
 
     def __call__(self, body: object) -> bool:
         spec = next_case(self.order, self.cases, body)

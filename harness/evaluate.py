@@ -197,24 +197,15 @@ class Evaluator:
         )
 
     def _evaluate_once(self, problem: Problem, candidate: Candidate, data: ReferenceData):
+        receiver: Receiver
         if data.recomputed:
             comparator = self._comparator(problem, data)
-            receivers: list[Receiver] = []
-
-            def receiver(job_dir: Path) -> Receiver:
-                receivers.append(comparator.begin(job_dir))
-                return receivers[-1]
-
-            report = self._run_candidate(problem, candidate, "evaluate", data, receiver)
-            comparison = receivers[0].result() if receivers else None
-            kernels = comparator.reference_kernels
+            receiver, kernels = comparator.begin(), comparator.reference_kernels
         else:
             comparer = CaseComparer(problem, len(data.cases), data.report.bitwise_deterministic)
-            stored = CaseReceiver(data, comparer)
-            report = self._run_candidate(problem, candidate, "evaluate", data, stored.at)
-            comparison = stored.result()
-            kernels = data.report.cuda_kernels.copy
-        return eval_result(problem, self.config, data, report, comparison, kernels)
+            receiver, kernels = CaseReceiver(data, comparer), data.report.cuda_kernels.copy
+        report = self._run_candidate(problem, candidate, "evaluate", data, receiver)
+        return eval_result(problem, self.config, data, report, receiver.result(), kernels)
 
     def _run_candidate(
         self,
@@ -222,7 +213,7 @@ class Evaluator:
         candidate: Candidate,
         mode: Literal["build", "evaluate"],
         data: ReferenceData | None,
-        receiver: Callable[[Path], Receiver] | None = None,
+        receiver: Receiver | None = None,
     ) -> CandidateReport:
         config = self.config
         job = WorkerJob(
@@ -247,7 +238,7 @@ class Evaluator:
             timeout = config.run_timeout_s
         else:
             timeout = config.build_timeout_s + config.run_timeout_s
-        outcome = run_worker(job_dir, timeout, memory, receiver(job_dir) if receiver else None)
+        outcome = run_worker(job_dir, timeout, memory, receiver.at(job_dir) if receiver else None)
         return candidate_report(outcome, problem, timeout)
 
 def _close_all(comparators: dict[str, Comparator]) -> None:

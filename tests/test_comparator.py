@@ -63,7 +63,7 @@ def one_candidate(tmp_path: Path):
     evaluator = Evaluator(fast_config(reference_outputs="recomputed"), seed=5, work_dir=tmp_path)
     data = evaluator.reference(PROBLEM)
     (comparator,) = evaluator._comparators.values()
-    yield data, comparator, comparator.begin(tmp_path)
+    yield data, comparator, comparator.begin().at(tmp_path)
     evaluator.close()
 
 
