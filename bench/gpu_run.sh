@@ -21,7 +21,9 @@
 # side per device call at KP_KBREF_LIMIT=500 s a side; KP_KBREF_ARGS, e.g. --only 26_GELU_),
 # prflow (the pull-request flow against the fake GitHub on a cuda module: bench/gpu_pr_flow.py,
 # its comment, review and follow-up files into $OUT/prflow), nightly (bench/gpu_nightly.py: three
-# nights over a shipped kernel, the history and its plot into $OUT/nightly), pack (the build cache,
+# nights over a shipped kernel, the history and its plot into $OUT/nightly), probe (the honest
+# corpus once per KP_PROBE_VARIANTS word with every timed call recorded, GPU clocks and host load
+# beside: bench/analyze_probe.py reads it), pack (the build cache,
 # .kp-cache/ in the working tree (git-ignored), into $OUT in parts of 15 MB: a machine is bare
 # at each start, so the cache travels back here and out again with the next call's carry;
 # ninja then finds every build up to date).
@@ -114,8 +116,41 @@ for what in "$@"; do
     nightly)  # the nightly run over a shipped kernel, three nights (bench/gpu_nightly.py)
       stage nightly 540 python3 bench/gpu_nightly.py --out "$OUT/nightly"
       tar -czf "$OUT/nightly.tgz" -C "$OUT" nightly && rm -rf "$OUT/nightly" ;;
+    probe)  # why honest kernels are sometimes called disturbing (bench/NOTES.md, session 12):
+      # the honest corpus once per word of KP_PROBE_VARIANTS (control: as is; noprofile: no
+      # profiler before timing, bench/probe_hooks; teardown: TEARDOWN_CUPTI=1), every timing
+      # loop's raw calls recorded, GPU clocks and host load sampled beside; KP_PROBE_SCRIPT=1
+      # adds bench/probe_disturbance.py. bench/analyze_probe.py reads what comes back.
+      nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu,temperature.gpu,clocks_event_reasons.active \
+        --format=csv -lms 100 > "$OUT/probe-smi.csv" 2>&1 &
+      smi=$!
+      (while sleep 0.25; do echo "$(date +%s.%N) $(cat /proc/loadavg) $(head -1 /proc/stat)"; done) > "$OUT/probe-load.txt" &
+      load=$!
+      { lscpu; cat /sys/fs/cgroup/cpu.max; nvidia-smi -q -d PERFORMANCE,CLOCK; } > "$OUT/probe-host.txt" 2>&1
+      round=0
+      for variant in ${KP_PROBE_VARIANTS:-control control}; do
+        round=$((round + 1))
+        case $variant in
+          control) extra=() ;;
+          noprofile) extra=(KP_PROBE_NOPROFILE=1) ;;
+          teardown) extra=(TEARDOWN_CUPTI=1) ;;
+          *) echo "KP_PROBE_VARIANTS: control, noprofile or teardown, not $variant"; exit 2 ;;
+        esac
+        env "${extra[@]}" KP_PROBE_SAMPLES="$OUT/probe-samples/$round-$variant" \
+          PYTHONPATH="$PWD/bench/probe_hooks:$PYTHONPATH" \
+          timeout --signal=INT --kill-after=20 200 python3 -m pytest -q -m gpu -p no:cacheprovider \
+          tests/test_corpus.py -rA -k honest > "$OUT/probe-$round-$variant.log" 2>&1
+        echo "=== probe $round $variant: exit $?"; tail -n 3 "$OUT/probe-$round-$variant.log"
+      done
+      if [ "${KP_PROBE_SCRIPT:-0}" = 1 ]; then
+        KP_PROBE_SAMPLES="$OUT/probe-samples/script" PYTHONPATH="$PWD/bench/probe_hooks:$PYTHONPATH" \
+          stage probe 240 python3 bench/probe_disturbance.py --rounds 2 --out "$OUT/probe.json" \
+          tests/honest/cuda/*.py
+      fi
+      kill "$smi" "$load"
+      tar -czf "$OUT/probe-samples.tgz" -C "$OUT" probe-samples && rm -rf "$OUT/probe-samples" ;;
     pack) tar -czf - .kp-cache | split -b 15m - "$OUT/kp-cache.tgz.part-"
           ls -la "$OUT"/kp-cache.tgz.part-* ;;
-    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, bench, overhead, timer, kbref, scripted, prflow, nightly, pack)"; exit 2 ;;
+    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, bench, overhead, timer, kbref, scripted, prflow, nightly, probe, pack)"; exit 2 ;;
   esac
 done

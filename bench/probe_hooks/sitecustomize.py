@@ -1,0 +1,79 @@
+"""A diagnostic hook for bench/probe_disturbance.sh, never part of the product: with
+KP_PROBE_SAMPLES=DIR and this folder first on PYTHONPATH, every candidate worker writes each
+timing loop's raw per-call samples (wall-clock start of each call, milliseconds per call, which
+implementation) to DIR/<pid>-<n>.json. The harness's summaries keep only median, IQR and min.
+With KP_PROBE_NOPROFILE=1 as well, no profiler runs before the timing beside the candidate (the
+reference's ops are not profiled, the checked calls are not profiled; the checks that need them
+see no ops): does eager beside the candidate then match eager alone?
+"""
+
+import os
+
+if os.environ.get("KP_PROBE_SAMPLES"):
+    import json
+    import time
+    from pathlib import Path
+
+    import harness.worker_timing as worker_timing
+
+    _original_loop = worker_timing.time_loop
+    _loops = [0]
+
+    def _recording_loop(job, implementations, samples, checks):
+        names = {id(fn): name for name, fn in implementations.items()}
+        calls: list = []
+        original_call = worker_timing.Timer.__call__
+
+        def timed(self, fn, inputs):
+            started = time.time()
+            elapsed, output = original_call(self, fn, inputs)
+            calls.append([names.get(id(fn), "?"), started, elapsed])
+            return elapsed, output
+
+        worker_timing.Timer.__call__ = timed
+        began = time.time()
+        try:
+            _original_loop(job, implementations, samples, checks)
+        finally:
+            worker_timing.Timer.__call__ = original_call
+            _loops[0] += 1
+            record = {
+                "pid": os.getpid(),
+                "loop": "alone" if checks.stand_in else "beside",
+                "began": began,
+                "ended": time.time(),
+                "calls": calls,
+            }
+            folder = Path(os.environ["KP_PROBE_SAMPLES"])
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{os.getpid()}-{_loops[0]}.json").write_text(json.dumps(record))
+
+    worker_timing.time_loop = _recording_loop
+
+if os.environ.get("KP_PROBE_SAMPLES") and os.environ.get("KP_PROBE_NOPROFILE"):
+    import contextlib
+
+    import torch.profiler
+
+    import harness.worker_candidate as worker_candidate
+
+    _real_profile = torch.profiler.profile
+    _timing_began = [False]
+
+    class _NoEvents:
+        def events(self):
+            return []
+
+    def _profile(*args, **kwargs):
+        if _timing_began[0]:
+            return _real_profile(*args, **kwargs)
+        return contextlib.nullcontext(_NoEvents())
+
+    def _loop_then_profile(job, implementations, samples, checks):
+        if not checks.stand_in:
+            _timing_began[0] = True
+        return _recording_loop(job, implementations, samples, checks)
+
+    torch.profiler.profile = _profile
+    worker_candidate._profile_reference = lambda job, base: ([], 0)
+    worker_timing.time_loop = _loop_then_profile
