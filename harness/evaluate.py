@@ -30,7 +30,7 @@ from harness.records import AuditReport, Candidate, Check, EvalResult, Problem, 
 from harness.reference import ReferenceData, draw_seeds, reference_data
 from harness.sandbox import run_worker
 from harness.tolerance import CaseComparer
-from harness.verdict import candidate_report, eval_result
+from harness.verdict import candidate_report, checked_result, timed_result
 
 
 class WeakSpecError(UserError):
@@ -188,15 +188,28 @@ class Evaluator:
             )
         data = self.reference(problem)
         self.progress(f"{problem.name}: building, checking and timing a candidate")
+        checked, reference_ops, kernels = self._check(problem, candidate, data)
+        if checked.status is not Status.ok:
+            return checked
         return confirm_disturbance(
-            lambda: self._evaluate_once(problem, candidate, data),
+            lambda: timed_result(
+                checked,
+                self._run_candidate(problem, candidate, "time", data, reference_ops=reference_ops),
+                self.config,
+                kernels,
+            ),
             lambda: self.progress(
-                f"{problem.name}: the baseline ran slower beside the candidate; measuring again "
+                f"{problem.name}: the baseline ran slower beside the candidate; timing again "
                 "in a fresh worker"
             ),
         )
 
-    def _evaluate_once(self, problem: Problem, candidate: Candidate, data: ReferenceData):
+    def _check(
+        self, problem: Problem, candidate: Candidate, data: ReferenceData
+    ) -> tuple[EvalResult, list[str], Callable[[], list[str]]]:
+        """The checks' worker and the trusted comparison of its outputs: the verdict so far,
+        the reference's ops as that worker profiled them, and the reference's CUDA kernels
+        (asked for only if the candidate launched any)."""
         receiver: Receiver
         if data.recomputed:
             comparator = self._comparator(problem, data)
@@ -205,15 +218,17 @@ class Evaluator:
             comparer = CaseComparer(problem, len(data.cases), data.report.bitwise_deterministic)
             receiver, kernels = CaseReceiver(data, comparer), data.report.cuda_kernels.copy
         report = self._run_candidate(problem, candidate, "evaluate", data, receiver)
-        return eval_result(problem, self.config, data, report, receiver.result(), kernels)
+        checked = checked_result(problem, self.config, data, report, receiver.result())
+        return checked, report.reference_ops, kernels
 
     def _run_candidate(
         self,
         problem: Problem,
         candidate: Candidate,
-        mode: Literal["build", "evaluate"],
+        mode: Literal["build", "evaluate", "time"],
         data: ReferenceData | None,
         receiver: Receiver | None = None,
+        reference_ops: list[str] | None = None,
     ) -> CandidateReport:
         config = self.config
         job = WorkerJob(
@@ -227,6 +242,7 @@ class Evaluator:
             strengthened=data.report.strengthened if data else False,
             params_digest=data.report.params_digest if data else "",
             recompute=data.recomputed if data else False,
+            reference_ops=reference_ops or [],
         )
         job_dir = Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=self.work_dir))
         (job_dir / "job.json").write_text(job.model_dump_json())
@@ -240,6 +256,7 @@ class Evaluator:
             timeout = config.build_timeout_s + config.run_timeout_s
         outcome = run_worker(job_dir, timeout, memory, receiver.at(job_dir) if receiver else None)
         return candidate_report(outcome, problem, timeout)
+
 
 def _close_all(comparators: dict[str, Comparator]) -> None:
     for comparator in comparators.values():

@@ -48,7 +48,7 @@ class CaseSpec(BaseModel):
 
 
 class WorkerJob(BaseModel):
-    mode: Literal["reference", "build", "evaluate", "baseline", "compare"]
+    mode: Literal["reference", "build", "evaluate", "time", "baseline", "compare"]
     problem: Problem
     config: EvalConfig
     cache_dir: Path
@@ -59,8 +59,8 @@ class WorkerJob(BaseModel):
     reference_deterministic: bool = False
     reference_ops: list[str] = Field(
         default_factory=list,
-        description="The reference's top-level aten ops: the candidate worker profiles them "
-        "itself, before it loads the candidate.",
+        description="The reference's top-level aten ops: the checks' worker profiles them "
+        "itself, before it loads the candidate; the timing worker gets them from it.",
     )
     params_digest: str = Field(
         default="", description="The reference worker's parameters (cases.params_digest)."
@@ -123,7 +123,19 @@ class CandidateReport(BaseModel):
         default=None,
         description="Eager timed in the same worker before any candidate code was loaded.",
     )
+    eager_after: TimingStats | None = Field(
+        default=None,
+        description="Eager timed in the same worker after the candidate's timed calls.",
+    )
+    compiled_alone: TimingStats | None = Field(
+        default=None,
+        description="torch.compile timed in the same worker before the candidate was loaded.",
+    )
     compile_baseline_error: str | None = None
+    reference_ops: list[str] = Field(
+        default_factory=list,
+        description="The reference's top-level aten ops, as the checks' worker profiled them.",
+    )
     flops: int = Field(
         default=0, description="Matmul/conv FLOPs of one reference forward (torch's counter)."
     )
@@ -137,7 +149,8 @@ class CandidateReport(BaseModel):
     torch_version: str = ""
     phase_seconds: dict[str, float] = Field(
         default_factory=dict,
-        description="Wall time in the worker: eager_alone, build, check, timing, profile.",
+        description="Wall time in the worker: reference_profile, build, check (the checks' "
+        "worker); eager_alone, load, timing, profile (the timing worker).",
     )
     time_breakdown: list[tuple[str, float]] = Field(
         default_factory=list,

@@ -94,13 +94,37 @@ class Verdict(BaseModel):
     needs_review: bool
 
 
-class Disturbance(BaseModel):
-    """Eager timed beside the candidate vs eager timed alone (see ``harness.accept``)."""
+class Slowdown(BaseModel):
+    """One eager measurement over another (see ``harness.accept.slowdown``)."""
 
-    ratio: float = Field(description="Median beside the candidate over median alone.")
-    fastest_ratio: float = Field(description="Fastest call beside over fastest call alone.")
+    ratio: float = Field(description="Median over median.")
+    fastest_ratio: float = Field(description="Fastest call over fastest call.")
     allowed: float = Field(description="The largest ratio that counts as noise.")
-    disturbed: bool
+    beyond: bool = Field(description="Both ratios are above the allowed one.")
+
+    def describe(self, what: str, than: str) -> str:
+        return (
+            f"eager {what} took {self.ratio:.2f}x its time {than} (fastest call: "
+            f"{self.fastest_ratio:.2f}x; allowed: {self.allowed:.2f}x)"
+        )
+
+
+class Disturbance(BaseModel):
+    """Did the candidate slow the eager baseline down (see ``harness.accept``)?"""
+
+    lasting: Slowdown = Field(
+        description="Eager after the candidate's calls (or beside them, where not timed after) "
+        "over eager before the candidate was loaded: what the candidate left behind."
+    )
+    interleaved: Slowdown | None = Field(
+        default=None,
+        description="Eager beside the candidate's calls over eager after them: what each call "
+        "does to the next one, beyond running other code in between.",
+    )
+
+    @property
+    def disturbed(self) -> bool:
+        return self.lasting.beyond or (self.interleaved is not None and self.interleaved.beyond)
 
 
 class EvalResult(BaseModel):
@@ -120,6 +144,15 @@ class EvalResult(BaseModel):
     candidate: TimingStats | None = None
     eager_alone: TimingStats | None = Field(
         default=None, description="Eager timed in the worker before the candidate was loaded."
+    )
+    eager_after: TimingStats | None = Field(
+        default=None,
+        description="Eager timed in the same worker after the candidate's timed calls, the "
+        "candidate loaded but not called.",
+    )
+    compiled_alone: TimingStats | None = Field(
+        default=None,
+        description="torch.compile timed in the worker before the candidate was loaded.",
     )
     compile_baseline_error: str | None = Field(
         default=None, description="Why torch.compile could not be measured, if it could not."

@@ -1,4 +1,4 @@
-"""The verdict on a candidate, from what its worker reported and what the trusted comparison
+"""The verdict on a candidate, from what its workers reported and what the trusted comparison
 found: the status and reason, the checks in order, the own-kernel check, the baseline
 disturbance and the speedups (``harness.accept``'s pure rules). No process is run here.
 """
@@ -12,22 +12,21 @@ from harness.comparator import ComparatorStopped
 from harness.config import EvalConfig
 from harness.errors import UserError
 from harness.jobs import CandidateReport
-from harness.records import Check, EvalResult, Problem, Status
+from harness.records import Check, Disturbance, EvalResult, Problem, Status
 from harness.reference import ReferenceData
 from harness.sandbox import WorkerOutcome
 from harness.tolerance import CaseComparison
 
 
-def eval_result(
+def checked_result(
     problem: Problem,
     config: EvalConfig,
     data: ReferenceData,
     report: CandidateReport,
     comparison: CaseComparison | None,
-    reference_kernels: Callable[[], list[str]],
 ) -> EvalResult:
-    """The verdict on one candidate: its worker's report, the trusted comparison of its
-    outputs (``None``: there was none), its own-kernel check, then its timing."""
+    """The verdict of the checks: the checks' worker's report and the trusted comparison of
+    its outputs (``None``: there was none). ``ok`` here means: ready to be timed."""
     checks = list(report.checks)
     status, reason = report.status, report.reason
     if comparison is not None:
@@ -42,8 +41,6 @@ def eval_result(
     elif status is None:  # only the parent's own comparison can make a candidate correct
         status = Status.runtime_error
         reason = "the worker reported success without handing its outputs over for comparison"
-    if status is None and report.cuda_kernels:
-        status, reason = own_kernels(checks, report.cuda_kernels, reference_kernels)
     result = EvalResult(
         status=status or Status.ok,
         reason=reason,
@@ -54,33 +51,62 @@ def eval_result(
         torch_version=report.torch_version,
         max_abs_error=comparison.max_abs_error if comparison else None,
         rel_error=comparison.rel_error if comparison else None,
-        eager=report.eager,
-        eager_alone=report.eager_alone,
-        compiled=report.compiled,
-        candidate=report.candidate,
-        compile_baseline_error=report.compile_baseline_error,
         input_mode="strengthened" if data.report.strengthened else "as_given",
         seeds=data.seeds,
         phase_seconds=report.phase_seconds,
-        time_breakdown=report.time_breakdown,
         io_bytes=data.report.io_bytes,
         input_summary=data.report.input_summary,
         copy_bandwidth_gbs=data.report.copy_bandwidth_gbs,
         flops=report.flops,
         matmul_tflops=data.report.matmul_tflops,
     )
+    _network_check(result, report.network_isolated)
+    return result
+
+
+def timed_result(
+    checked: EvalResult,
+    report: CandidateReport,
+    config: EvalConfig,
+    reference_kernels: Callable[[], list[str]],
+) -> EvalResult:
+    """A checked candidate's verdict once its timing worker reported: the timing worker's
+    checks (a later check of the same name stands in for the earlier one), its own-kernel
+    check, the baseline disturbance and the speedups."""
+    result = checked.model_copy(deep=True)
+    network = next(c for c in result.checks if c.name == "network_isolated")
+    later = {check.name for check in report.checks}
+    result.checks = [c for c in result.checks if c.name not in later and c is not network]
+    result.checks += report.checks
+    result.phase_seconds |= report.phase_seconds
+    result.log = report.log or result.log
+    status, reason = report.status, report.reason
+    if status is None and report.cuda_kernels:
+        status, reason = own_kernels(result.checks, report.cuda_kernels, reference_kernels)
+    result.status, result.reason = status or Status.ok, reason
+    result.eager, result.eager_alone, result.eager_after = (
+        report.eager,
+        report.eager_alone,
+        report.eager_after,
+    )
+    result.compiled, result.compiled_alone = report.compiled, report.compiled_alone
+    result.candidate = report.candidate
+    result.compile_baseline_error = report.compile_baseline_error
+    result.time_breakdown = report.time_breakdown
     if result.status is Status.ok:
         judge_timing(result, config)
-    result.checks.append(
-        Check(
-            name="network_isolated",
-            passed=report.network_isolated,
-            detail="no network inside the worker"
-            if report.network_isolated
-            else "the OS did not allow a private network namespace",
-        )
-    )
+    _network_check(result, network.passed and report.network_isolated)
     return result
+
+
+def _network_check(result: EvalResult, isolated: bool) -> None:
+    detail = (
+        "no network inside the workers"
+        if isolated
+        else "the OS did not allow a private network namespace"
+    )
+    result.checks.append(Check(name="network_isolated", passed=isolated, detail=detail))
+
 
 def judge_timing(result: EvalResult, config: EvalConfig) -> None:
     """The baseline-disturbance check, then speedups against the honest baselines."""
@@ -88,12 +114,8 @@ def judge_timing(result: EvalResult, config: EvalConfig) -> None:
     if candidate is None or eager is None:
         return
     if result.eager_alone is not None:
-        disturbance = baseline_disturbance(eager, result.eager_alone)
-        detail = (
-            f"eager beside the candidate took {disturbance.ratio:.2f}x its time alone "
-            f"(fastest call: {disturbance.fastest_ratio:.2f}x; allowed: "
-            f"{disturbance.allowed:.2f}x)"
-        )
+        disturbance = baseline_disturbance(eager, result.eager_alone, result.eager_after)
+        detail = _describe(disturbance)
         result.checks.append(
             Check(name="baseline_undisturbed", passed=not disturbance.disturbed, detail=detail)
         )
@@ -102,11 +124,20 @@ def judge_timing(result: EvalResult, config: EvalConfig) -> None:
             result.reason = f"the candidate slows the baseline down: {detail}"
             return
     floor, review = config.noise_floor, config.review_speedup
-    result.vs_eager = accept(
-        candidate, honest_baseline(eager, result.eager_alone), floor, review
-    )
+    result.vs_eager = accept(candidate, honest_baseline(eager, result.eager_alone), floor, review)
     if result.compiled:
-        result.vs_compile = accept(candidate, result.compiled, floor, review)
+        result.vs_compile = accept(
+            candidate, honest_baseline(result.compiled, result.compiled_alone), floor, review
+        )
+
+
+def _describe(disturbance: Disturbance) -> str:
+    if disturbance.interleaved is None:
+        return disturbance.lasting.describe("beside the candidate", "alone")
+    return (
+        f"{disturbance.lasting.describe('after the candidate', 'before it was loaded')}; "
+        f"{disturbance.interleaved.describe('beside its calls', 'after them')}"
+    )
 
 
 def own_kernels(

@@ -70,10 +70,12 @@ def run(job: WorkerJob, job_dir: Path, channel: TextIO) -> tuple[str, dict]:
 
             report = run_baseline(job)
         else:
-            from harness.worker_candidate import run_build, run_evaluate
+            from harness.worker_candidate import run_build, run_evaluate, run_time
 
             if job.mode == "build":
                 report = run_build(job, job_dir)
+            elif job.mode == "time":
+                report = run_time(job, job_dir)
             else:
                 report = run_evaluate(job, job_dir, lambda body: _outputs_ready(channel, body))
     except UserError as err:

@@ -1,10 +1,13 @@
-"""Candidate worker: builds, checks and times one untrusted candidate in its own process.
+"""Candidate workers: build, check and time one untrusted candidate, each in its own process.
 
-Order of work: time eager alone (no candidate code in the process yet), snapshot what a cheat
-would patch, import the candidate under the counting ``load_inline``, construct it, run every
-case on guarded inputs over poisoned memory, hand the outputs to the parent for comparison,
-then (if the parent says so) time it interleaved with the eager and compiled reference
-(``harness.worker_timing``), and last profile one more call, CUDA kernels included.
+``evaluate`` (the checks): profile the reference (no candidate code in the process yet),
+snapshot what a cheat would patch, import the candidate under the counting ``load_inline``,
+construct it, run every case on guarded inputs over poisoned memory (each call profiled) and
+hand the outputs to the parent for comparison.
+``time`` (once the checks passed, in a fresh process where no profiler ran: a profiler
+session leaves a process slower): time eager alone, import the candidate, time it interleaved
+with the eager and compiled reference and eager after it (``harness.worker_timing``), and last
+profile one more call, CUDA kernels included.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from harness.gate import GateRejection
 from harness.jobs import CandidateReport, CaseSpec, CheckFailed, WorkerJob
 from harness.problem import DTYPES, init_arguments
 from harness.records import Check, Status
-from harness.worker_timing import check_fresh, check_unpatched, time_eager_alone, time_interleaved
+from harness.worker_timing import check_fresh, check_unpatched, time_interleaved, time_stand_ins
 
 
 def load_candidate(job: WorkerJob, job_dir: Path) -> tuple[torch.nn.Module, CachedLoader]:
@@ -81,21 +84,22 @@ def run_build(job: WorkerJob, job_dir: Path) -> CandidateReport:
 
 
 def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[dict], bool]) -> CandidateReport:
-    """``proceed(announcement)`` hands one case's outputs over (``harness.handover``); the
-    parent answers whether they were right: cases are compared one at a time, and the first
-    wrong one ends the run."""
+    """The checks. ``proceed(announcement)`` hands one case's outputs over
+    (``harness.handover``); the parent answers whether they were right: cases are compared
+    one at a time, and the first wrong one ends the run."""
     transport = handover.transport_for(job.problem.device, job.recompute)
     phases: dict[str, float] = {}
     clock = _Clock(phases)
     base = build_reference(job.problem, job.seeds[0])  # the user's code, before any candidate's
     check_params(base, job.params_digest, job.problem)
-    eager_alone = time_eager_alone(job, base.state_dict())
-    clock.lap("eager_alone")
-    # The reference's ops, which the checks below hold the candidate to, and its FLOPs, from
-    # one forward profiled here, before any candidate code is loaded into this process.
+    # The reference's ops, which the checks hold the candidate to (here and in its timing
+    # worker), and its FLOPs, from one forward profiled before any candidate code is loaded.
     job.reference_ops, flops = _profile_reference(job, base)
+    clock.lap("reference_profile")
     before = guards.snapshot(job.reference_ops)
     checks: list[Check] = []
+    report = CandidateReport(checks=checks, phase_seconds=phases, flops=flops)
+    report.reference_ops = job.reference_ops
     try:
         model, loader = load_candidate(job, job_dir)
         clock.lap("build")
@@ -110,27 +114,48 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[dict], bool])
             del kept
             if not go:
                 clock.lap("check")
-                return CandidateReport(
-                    checks=checks, eager_alone=eager_alone, phase_seconds=phases, flops=flops
-                )
+                return report
             previous = produced
         _pass_once(checks, "fresh_outputs", "each call returns newly allocated outputs")
         check_unpatched(job, before, checks, "import and correctness runs")
         clock.lap("check")
-        report = time_interleaved(job, model, base.state_dict(), checks, eager_alone)
-        clock.lap("timing")
-        # The full profile (CUDA kernels too) comes last: it profiles the calls after timing
-        # as well, and on cuda it leaves CUPTI attached to the process (kineto tears it down
-        # only with TEARDOWN_CUPTI=1), which slows every later launch: taken before timing,
-        # it made eager beside the candidate 1.6-2x slower than eager alone on an H100.
-        _check_profile(job, model, report)
-        clock.lap("profile")
-        report.phase_seconds, report.flops = phases, flops
         return report
     except CheckFailed as failure:
-        report = _failed(failure, checks)
+        failed = _failed(failure, checks)
+        failed.phase_seconds = phases
+        return failed
+
+
+def run_time(job: WorkerJob, job_dir: Path) -> CandidateReport:
+    """The timing, in a process of its own. ``job.reference_ops``: what the checks' worker
+    profiled; nothing is profiled here before the timing ends."""
+    phases: dict[str, float] = {}
+    clock = _Clock(phases)
+    base = build_reference(job.problem, job.seeds[0])
+    check_params(base, job.params_digest, job.problem)
+    state = base.state_dict()
+    alone = time_stand_ins(job, state, "alone")
+    clock.lap("eager_alone")
+    before = guards.snapshot(job.reference_ops)
+    checks: list[Check] = []
+    try:
+        model, _ = load_candidate(job, job_dir)
+        check_unpatched(job, before, checks, "import")
+        clock.lap("load")
+        report = time_interleaved(job, model, state, checks, alone)
+        clock.lap("timing")
+        # The full profile (CUDA kernels too) comes last: it profiles the calls after timing
+        # as well, and any profiler session leaves the process slower (on cuda, CUPTI stays
+        # attached unless kineto is told to tear it down): taken before timing, a CUDA one
+        # made eager beside the candidate 1.6-2x slower than eager alone on an H100.
+        _check_profile(job, model, report)
+        clock.lap("profile")
         report.phase_seconds = phases
         return report
+    except CheckFailed as failure:
+        failed = _failed(failure, checks)
+        failed.phase_seconds = phases
+        return failed
 
 
 def _profile_reference(job: WorkerJob, base: torch.nn.Module) -> tuple[list[str], int]:

@@ -1,24 +1,29 @@
-"""Timing inside the candidate worker.
+"""Timing inside the candidate's timing worker.
+
+The timing worker is a fresh process: the checks ran in another one. A profiler session, even
+a CPU-only one, leaves the process slower for the rest of its life (1.5-1.8x per call on a
+10-microsecond GPU problem, bench/NOTES.md), so no profiler runs here before the timing ends.
 
 Eager is first timed alone, before any candidate code is loaded into the process, in the very
 loop that later times it beside the candidate: copies of the reference stand in the
-candidate's place (going through the same per-call checks) and in the compiled baseline's, so
-the two eager measurements see the same work between calls and differ only by the candidate.
-(On a GPU most of a small problem's time is host work, which slows when other work runs
-between calls: eager timed back to back ran 1.5x faster than eager between checked calls on
-an H100. The compiled baseline itself is made only once a candidate proved correct: compiling
-takes seconds, and most candidates of a search fail before that.)
-After the correctness checks pass, the candidate, eager and ``torch.compile`` are timed
-interleaved, each timed call on inputs drawn from a seed drawn at that moment, and every timed
-candidate call is checked again (plain tensor outputs, no alias of an input, inputs
-unchanged, fresh memory, right against eager). The parent compares the two eager
-measurements: a candidate that slows the baselines down shows up there, whatever it did.
+candidate's place (going through the same per-call checks) and the compiled baseline is in its
+own, so the two eager measurements see the same work between calls and differ only by the
+candidate. (On a GPU most of a small problem's time is host work, which slows when other work
+runs between calls: eager timed back to back ran 1.5x faster than eager between checked calls
+on an H100.) Then the candidate, eager and ``torch.compile`` are timed interleaved, each timed
+call on inputs drawn from a seed drawn at that moment, and every timed candidate call is
+checked again (plain tensor outputs, no alias of an input, inputs unchanged, fresh memory,
+right against eager). Last, eager is timed once more the way it was timed alone, the
+candidate loaded but no longer called. The parent compares the three eager measurements
+(``harness.accept.baseline_disturbance``): a candidate that slows the baselines down shows up
+there, whatever it did.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import Literal
 
 import torch
 
@@ -31,26 +36,35 @@ from harness.tolerance import compare, tolerance_for
 
 _SEEDS = random.SystemRandom()
 
+Window = Literal["alone", "beside", "after"]
 
-def time_eager_alone(job: WorkerJob, state: dict) -> TimingStats:
-    """Eager timed before the candidate is imported: the baseline as nothing disturbed it,
-    with the same calls and checks around it as beside the candidate."""
+
+def time_stand_ins(
+    job: WorkerJob, state: dict, window: Window, compiled: Callable | None = None
+) -> dict[str, TimingStats]:
+    """Eager (and the compiled baseline) timed with a copy of the reference in the
+    candidate's place, with the same calls and checks around it as beside the candidate.
+
+    ``alone``: before the candidate is imported, the baseline as nothing disturbed it; the
+    compiled baseline is made here. ``after``: once the candidate's timed calls are done,
+    beside the same ``compiled`` as they were.
+    """
     implementations: dict[str, Callable] = {
         "candidate": _reference(job, state),  # checked like a candidate, never judged
         "eager": _reference(job, state),
     }
-    if job.config.compile_baseline:
+    if compiled is None and job.config.compile_baseline and window == "alone":
         # The compiled baseline itself, as beside the candidate: its host path (guards, the
         # wrapper) runs between eager's calls there too. A plain copy in its place made eager
         # alone 1.5x faster than beside an honest kernel on a 10-microsecond problem (H100).
-        compiled = compiled_baseline(job, implementations["eager"])
-        implementations["compiled"] = (
-            compiled if not isinstance(compiled, str) else _reference(job, state)
-        )
+        made = compiled_baseline(job, implementations["eager"])
+        compiled = made if not isinstance(made, str) else _reference(job, state)
+    if compiled is not None:
+        implementations["compiled"] = compiled
     samples: dict[str, list[float]] = {name: [] for name in implementations}
     with torch.no_grad():
-        time_loop(job, implementations, samples, TimedChecks(job, stand_in=True))
-    return summarize(samples["eager"])
+        time_loop(job, implementations, samples, TimedChecks(job, window))
+    return {name: summarize(samples[name]) for name in implementations if name != "candidate"}
 
 
 def time_interleaved(
@@ -58,12 +72,13 @@ def time_interleaved(
     model: torch.nn.Module,
     state: dict,
     checks: list[Check],
-    eager_alone: TimingStats,
+    alone: dict[str, TimingStats],
 ) -> CandidateReport:
-    """Candidate, eager and compiled reference interleaved; raises CheckFailed on a bad call."""
+    """Candidate, eager and compiled reference interleaved, then eager after; raises
+    CheckFailed on a bad call. ``alone``: what ``time_stand_ins`` measured before."""
     model.load_state_dict(state, strict=True)
     implementations: dict[str, Callable] = {"candidate": model, "eager": _reference(job, state)}
-    report = CandidateReport(eager_alone=eager_alone)
+    report = CandidateReport(eager_alone=alone["eager"], compiled_alone=alone.get("compiled"))
     with torch.no_grad():
         if job.config.compile_baseline:
             # Compiling rewraps torch functions; it runs before any timed candidate call, and
@@ -71,8 +86,9 @@ def time_interleaved(
             _warm_compiled(job, implementations, report)
         before_timing = guards.snapshot(job.reference_ops)
         samples: dict[str, list[float]] = {name: [] for name in implementations}
-        time_loop(job, implementations, samples, TimedChecks(job))
+        time_loop(job, implementations, samples, TimedChecks(job, "beside"))
         check_unpatched(job, before_timing, checks, "timing")
+    after = time_stand_ins(job, state, "after", implementations.get("compiled"))
     checks.append(
         Check(
             name="timed_outputs_correct",
@@ -84,6 +100,7 @@ def time_interleaved(
     report.checks = checks
     report.candidate = summarize(samples["candidate"])
     report.eager = summarize(samples["eager"])
+    report.eager_after = after["eager"]
     if "compiled" in samples:
         report.compiled = summarize(samples["compiled"])
     return report
@@ -137,13 +154,14 @@ def _reference(job: WorkerJob, state: dict) -> torch.nn.Module:
 class TimedChecks:
     """The checks on every timed candidate call (outside the timer).
 
-    With ``stand_in`` the reference is in the candidate's place (eager timed alone): the same
-    work is done, and what it finds is no verdict on anything.
+    Outside the ``beside`` window the reference is in the candidate's place: the same work is
+    done, and what it finds is no verdict on anything.
     """
 
-    def __init__(self, job: WorkerJob, stand_in: bool = False) -> None:
+    def __init__(self, job: WorkerJob, window: Window = "beside") -> None:
         self.tolerance = tolerance_for(job.problem.dtype, job.problem.atol, job.problem.rtol)
-        self.stand_in = stand_in
+        self.window = window
+        self.stand_in = window != "beside"
         self.originals: list = []
         self.previous: list[torch.Tensor] = []  # kept alive: its memory cannot be reused
 

@@ -281,9 +281,12 @@ DEFENSES: list[Defense] = [
     Defense(
         "baseline_disturbance",
         "harness/accept.py",
-        "disturbed=min(ratio, fastest_ratio) > allowed,",
-        "disturbed=False,",
-        ("tests/test_accept.py::test_baseline_disturbance_table",),
+        "beyond=min(ratio, fastest_ratio) > allowed,",
+        "beyond=False,",
+        (
+            "tests/test_accept.py::test_slowdown_table",
+            "tests/test_accept.py::test_baseline_disturbance_tells_what_is_left_behind_from_interleaving",
+        ),
     ),
 ]
 

@@ -13,7 +13,7 @@ from harness.records import AuditReport, Status
 from harness.reference import ReferenceData, reference_data
 from harness.sandbox import WorkerOutcome
 from harness.tolerance import CaseComparison
-from harness.verdict import candidate_report, eval_result
+from harness.verdict import candidate_report, checked_result, timed_result
 from tests.conftest import FIXTURES, fast_config
 
 
@@ -58,7 +58,7 @@ def test_success_without_the_parents_comparison_is_not_ok():
         seeds=[1],
     )
     claimed = CandidateReport(status=None)  # "all checks passed", but no outputs were handed over
-    result = eval_result(PROBLEM, fast_config(), data, claimed, None, list)
+    result = checked_result(PROBLEM, fast_config(), data, claimed, None)
     assert result.status is Status.runtime_error
     assert "without handing its outputs over" in result.reason
 
@@ -96,15 +96,14 @@ def test_a_cuda_candidate_needs_a_kernel_the_reference_does_not_launch():
         failed=None, compared=1, checks=[], max_abs_error=0.0, rel_error=0.0
     )
     config = fast_config()
+    checked = checked_result(PROBLEM, config, data, CandidateReport(), comparison)
+    assert checked.status is Status.ok  # ready to be timed
+    kernels = lambda: ["vectorized_elementwise_kernel<gelu>"]  # noqa: E731
     borrowed = CandidateReport(cuda_kernels=["vectorized_elementwise_kernel<gelu>"])
-    result = eval_result(
-        PROBLEM, config, data, borrowed, comparison, lambda: ["vectorized_elementwise_kernel<gelu>"]
-    )
+    result = timed_result(checked, borrowed, config, kernels)
     assert result.status is Status.rejected and "only kernels the reference" in result.reason
     own = CandidateReport(cuda_kernels=["fused_gelu_kernel", "vectorized_elementwise_kernel<gelu>"])
-    result = eval_result(
-        PROBLEM, config, data, own, comparison, lambda: ["vectorized_elementwise_kernel<gelu>"]
-    )
+    result = timed_result(checked, own, config, kernels)
     assert result.status is Status.ok
     assert any(
         c.name == "launches_own_kernel" and "fused_gelu_kernel" in c.detail for c in result.checks

@@ -17,22 +17,28 @@ def _stats(median_ms: float) -> TimingStats:
 
 
 @pytest.mark.parametrize(
-    ("beside_ms", "alone_ms", "expected_eager_ms"),
-    [(2.0, 1.8, 1.8), (1.8, 2.0, 1.8), (2.0, None, 2.0)],
+    ("beside_ms", "alone_ms", "expected_eager_ms", "compiled_alone_ms", "expected_compile_ms"),
+    [
+        (2.0, 1.8, 1.8, 1.3, 1.3),
+        (1.8, 2.0, 1.8, 1.7, 1.5),
+        (2.0, None, 2.0, None, 1.5),
+    ],
 )
-def test_eager_ms_is_the_baseline_the_speedup_is_taken_against(
-    tmp_path, beside_ms, alone_ms, expected_eager_ms
+def test_eager_ms_and_compile_ms_are_the_baselines_the_speedups_are_taken_against(
+    tmp_path, beside_ms, alone_ms, expected_eager_ms, compiled_alone_ms, expected_compile_ms
 ):
     result = EvalResult(
         status=Status.ok,
         eager=_stats(beside_ms),
         eager_alone=_stats(alone_ms) if alone_ms else None,
         compiled=_stats(1.5),
+        compiled_alone=_stats(compiled_alone_ms) if compiled_alone_ms else None,
         candidate=_stats(1.0),
     )
     judge_timing(result, EvalConfig())
     row = TargetReport.from_result("t", result, None)
     assert row.eager_ms == expected_eager_ms
+    assert row.compile_ms == expected_compile_ms
     assert row.eager_beside_ms == beside_ms and row.eager_alone_ms == alone_ms
     assert row.speedup_vs_eager == pytest.approx(row.eager_ms / row.candidate_ms)
     assert row.speedup_vs_compile == pytest.approx(row.compile_ms / row.candidate_ms)

@@ -1,6 +1,6 @@
-"""Eager timed alone and eager timed beside the candidate are measured under the same work.
+"""Eager timed alone, beside the candidate and after it are measured under the same work.
 
-The disturbance check (and the speedup's baseline) compares the two: if eager alone ran in a
+The disturbance check (and the speedup's baseline) compares them: if eager alone ran in a
 tighter loop than eager beside the candidate, every candidate would look like it slows eager
 down (on an H100 a small problem's eager ran 1.5x slower between checked calls than back to
 back), and speedups would be taken against a baseline no candidate call was timed under.
@@ -33,13 +33,17 @@ def _job(tmp_path: Path, compile_baseline: bool) -> WorkerJob:
     )
 
 
-def _phase_calls(monkeypatch, run) -> list[str]:
-    """What one timing phase did, in order: each timed call by its slot, each check by name."""
+def _phase_calls(monkeypatch, run) -> dict[str, list[str]]:
+    """What each timing loop did, by window, in order: each timed call by its slot, each
+    check by name."""
+    windows: dict[str, list[str]] = {}
     calls: list[str] = []
     slots: dict[int, str] = {}
     real_loop, real_timer = worker_timing.time_loop, Timer.__call__
 
     def loop(job, implementations, samples, checks):
+        nonlocal calls
+        calls = windows.setdefault(checks.window, [])
         slots.update({id(fn): name for name, fn in implementations.items()})
         real_loop(job, implementations, samples, checks)
 
@@ -62,23 +66,25 @@ def _phase_calls(monkeypatch, run) -> list[str]:
         monkeypatch.setattr(worker_timing.TimedChecks, name, spy(name))
     run()
     monkeypatch.undo()
-    return calls
+    return windows
 
 
 @pytest.mark.parametrize("compile_baseline", [False, True])
-def test_eager_alone_runs_the_same_calls_and_checks_as_beside_the_candidate(
+def test_eager_alone_after_and_beside_the_candidate_run_the_same_calls_and_checks(
     tmp_path, monkeypatch, compile_baseline
 ):
     job = _job(tmp_path, compile_baseline)
     state = build_reference(job.problem, 0).state_dict()
     candidate = build_reference(job.problem, 0)  # an honest "candidate": the reference itself
-    alone = _phase_calls(monkeypatch, lambda: worker_timing.time_eager_alone(job, state))
-    eager_alone = worker_timing.time_eager_alone(job, state)
-    beside = _phase_calls(
+    windows = _phase_calls(monkeypatch, lambda: worker_timing.time_stand_ins(job, state, "alone"))
+    alone = worker_timing.time_stand_ins(job, state, "alone")
+    windows |= _phase_calls(
         monkeypatch,
-        lambda: worker_timing.time_interleaved(job, candidate, state, [], eager_alone),
+        lambda: worker_timing.time_interleaved(job, candidate, state, [], alone),
     )
-    assert alone == beside
+    assert list(windows) == ["alone", "beside", "after"]
+    alone = windows["alone"]
+    assert windows["beside"] == alone and windows["after"] == alone
     slots = {"time:candidate", "time:eager"} | ({"time:compiled"} if compile_baseline else set())
     assert {call for call in alone if call.startswith("time:")} == slots
     assert "check:after_candidate" in alone and "check:against_eager" in alone
@@ -88,11 +94,11 @@ def test_a_stand_in_is_checked_but_never_judged(tmp_path):
     """The reference in the candidate's slot does the checks' work; what they find is no verdict."""
     job = _job(tmp_path, compile_baseline=False)
     inputs = [torch.randn(4, 8)]
-    for stand_in in (True, False):
-        checks = worker_timing.TimedChecks(job, stand_in=stand_in)
+    for window in ("alone", "after", "beside"):
+        checks = worker_timing.TimedChecks(job, window)
         checks.before(inputs)
         inputs[0].add_(1.0)  # the call in the candidate's slot modified its input
-        if stand_in:
+        if window != "beside":
             checks.after_candidate(0, inputs, inputs[0])  # an alias too: nothing raised
         else:
             with pytest.raises(CheckFailed) as failed:

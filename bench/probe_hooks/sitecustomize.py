@@ -39,7 +39,7 @@ if os.environ.get("KP_PROBE_SAMPLES"):
             _loops[0] += 1
             record = {
                 "pid": os.getpid(),
-                "loop": "alone" if checks.stand_in else "beside",
+                "loop": checks.window,
                 "began": began,
                 "ended": time.time(),
                 "calls": calls,
@@ -70,7 +70,7 @@ if os.environ.get("KP_PROBE_SAMPLES") and os.environ.get("KP_PROBE_NOPROFILE"):
         return contextlib.nullcontext(_NoEvents())
 
     def _loop_then_profile(job, implementations, samples, checks):
-        if not checks.stand_in:
+        if checks.window == "beside":
             _timing_began[0] = True
         return _recording_loop(job, implementations, samples, checks)
 
