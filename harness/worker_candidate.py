@@ -38,7 +38,13 @@ from harness.gate import GateRejection
 from harness.jobs import CandidateReport, CaseSpec, CheckFailed, WorkerJob
 from harness.problem import DTYPES, init_arguments
 from harness.records import Check, Status
-from harness.worker_timing import check_fresh, check_unpatched, time_interleaved, time_stand_ins
+from harness.worker_timing import (
+    check_fresh,
+    check_unpatched,
+    make_compiled,
+    time_interleaved,
+    time_stand_ins,
+)
 
 
 def load_candidate(job: WorkerJob, job_dir: Path) -> tuple[torch.nn.Module, CachedLoader]:
@@ -134,7 +140,9 @@ def run_time(job: WorkerJob, job_dir: Path) -> CandidateReport:
     base = build_reference(job.problem, job.seeds[0])
     check_params(base, job.params_digest, job.problem)
     state = base.state_dict()
-    alone = time_stand_ins(job, state, "alone")
+    compiled = make_compiled(job, state)
+    clock.lap("compile")
+    alone = time_stand_ins(job, state, "alone", compiled)
     clock.lap("eager_alone")
     before = guards.snapshot(job.reference_ops)
     checks: list[Check] = []
@@ -142,7 +150,7 @@ def run_time(job: WorkerJob, job_dir: Path) -> CandidateReport:
         model, _ = load_candidate(job, job_dir)
         check_unpatched(job, before, checks, "import")
         clock.lap("load")
-        report = time_interleaved(job, model, state, checks, alone)
+        report = time_interleaved(job, model, state, checks, alone, compiled)
         clock.lap("timing")
         # The full profile (CUDA kernels too) comes last: it profiles the calls after timing
         # as well, and any profiler session leaves the process slower (on cuda, CUPTI stays

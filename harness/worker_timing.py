@@ -4,8 +4,9 @@ The timing worker is a fresh process: the checks ran in another one. A profiler 
 a CPU-only one, leaves the process slower for the rest of its life (1.5-1.8x per call on a
 10-microsecond GPU problem, bench/NOTES.md), so no profiler runs here before the timing ends.
 
-Eager is first timed alone, before any candidate code is loaded into the process, in the very
-loop that later times it beside the candidate: copies of the reference stand in the
+Eager is first timed alone, before any candidate code is loaded into the process (after one
+whole loop thrown away: a fresh process is slow for a while), in the very loop that later
+times it beside the candidate: copies of the reference stand in the
 candidate's place (going through the same per-call checks) and the compiled baseline is in its
 own, so the two eager measurements see the same work between calls and differ only by the
 candidate. (On a GPU most of a small problem's time is host work, which slows when other work
@@ -36,33 +37,42 @@ from harness.tolerance import compare, tolerance_for
 
 _SEEDS = random.SystemRandom()
 
-Window = Literal["alone", "beside", "after"]
+Window = Literal["settle", "alone", "beside", "after"]
 
 
 def time_stand_ins(
-    job: WorkerJob, state: dict, window: Window, compiled: Callable | None = None
+    job: WorkerJob, state: dict, window: Window, compiled: Callable | str | None
 ) -> dict[str, TimingStats]:
     """Eager (and the compiled baseline) timed with a copy of the reference in the
     candidate's place, with the same calls and checks around it as beside the candidate.
 
-    ``alone``: before the candidate is imported, the baseline as nothing disturbed it; the
-    compiled baseline is made here. ``after``: once the candidate's timed calls are done,
-    beside the same ``compiled`` as they were.
+    ``alone``: before the candidate is imported, the baseline as nothing disturbed it.
+    ``after``: once the candidate's timed calls are done. ``compiled``: the worker's one
+    compiled baseline (``make_compiled``), as beside the candidate: its host path (guards, the
+    wrapper) runs between eager's calls there too. A plain copy in its place made eager alone
+    1.5x faster than beside an honest kernel on a 10-microsecond problem (H100); where it could
+    not be compiled, a copy it is.
     """
     implementations: dict[str, Callable] = {
         "candidate": _reference(job, state),  # checked like a candidate, never judged
         "eager": _reference(job, state),
     }
-    if compiled is None and job.config.compile_baseline and window == "alone":
-        # The compiled baseline itself, as beside the candidate: its host path (guards, the
-        # wrapper) runs between eager's calls there too. A plain copy in its place made eager
-        # alone 1.5x faster than beside an honest kernel on a 10-microsecond problem (H100).
-        made = compiled_baseline(job, implementations["eager"])
-        compiled = made if not isinstance(made, str) else _reference(job, state)
-    if compiled is not None:
+    if isinstance(compiled, str):
+        implementations["compiled"] = _reference(job, state)
+    elif compiled is not None:
         implementations["compiled"] = compiled
     samples: dict[str, list[float]] = {name: [] for name in implementations}
     with torch.no_grad():
+        if window == "alone":
+            # The first timing loop of a fresh process ran its first fifth of calls 2-3x slower
+            # than the rest on an H100 (lazy initialization, caches, clocks): a whole loop,
+            # thrown away, brings the process to where the later loops find it.
+            time_loop(
+                job,
+                implementations,
+                {name: [] for name in implementations},
+                TimedChecks(job, "settle"),
+            )
         time_loop(job, implementations, samples, TimedChecks(job, window))
     return {name: summarize(samples[name]) for name in implementations if name != "candidate"}
 
@@ -73,22 +83,25 @@ def time_interleaved(
     state: dict,
     checks: list[Check],
     alone: dict[str, TimingStats],
+    compiled: Callable | str | None,
 ) -> CandidateReport:
     """Candidate, eager and compiled reference interleaved, then eager after; raises
-    CheckFailed on a bad call. ``alone``: what ``time_stand_ins`` measured before."""
+    CheckFailed on a bad call. ``alone``: what ``time_stand_ins`` measured before, beside the
+    same ``compiled``."""
     model.load_state_dict(state, strict=True)
     implementations: dict[str, Callable] = {"candidate": model, "eager": _reference(job, state)}
     report = CandidateReport(eager_alone=alone["eager"], compiled_alone=alone.get("compiled"))
+    if isinstance(compiled, str):  # the baseline's failure, not the candidate's: shown
+        report.compile_baseline_error = compiled
+        report.compiled_alone = None
+    elif compiled is not None:
+        implementations["compiled"] = compiled
     with torch.no_grad():
-        if job.config.compile_baseline:
-            # Compiling rewraps torch functions; it runs before any timed candidate call, and
-            # the snapshot that timing is checked against is taken after it.
-            _warm_compiled(job, implementations, report)
         before_timing = guards.snapshot(job.reference_ops)
         samples: dict[str, list[float]] = {name: [] for name in implementations}
         time_loop(job, implementations, samples, TimedChecks(job, "beside"))
         check_unpatched(job, before_timing, checks, "timing")
-    after = time_stand_ins(job, state, "after", implementations.get("compiled"))
+    after = time_stand_ins(job, state, "after", compiled)
     checks.append(
         Check(
             name="timed_outputs_correct",
@@ -277,12 +290,14 @@ def _timing_inputs(job: WorkerJob) -> list:
     return [guards.guarded(x) if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
-def _warm_compiled(job: WorkerJob, implementations: dict, report: CandidateReport) -> None:
-    compiled = compiled_baseline(job, implementations["eager"])
-    if isinstance(compiled, str):  # the baseline, not the candidate: shown, never hidden
-        report.compile_baseline_error = compiled
-        return
-    implementations["compiled"] = compiled
+def make_compiled(job: WorkerJob, state: dict) -> Callable | str | None:
+    """The worker's compiled baseline, made before anything is timed (compiling rewraps torch
+    functions: the snapshots that timing is checked against are taken after it); why it could
+    not be made; or None where ``eval.compile_baseline`` is off."""
+    if not job.config.compile_baseline:
+        return None
+    with torch.no_grad():
+        return compiled_baseline(job, _reference(job, state))
 
 
 def compiled_baseline(job: WorkerJob, module: Callable) -> Callable | str:

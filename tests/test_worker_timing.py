@@ -76,15 +76,19 @@ def test_eager_alone_after_and_beside_the_candidate_run_the_same_calls_and_check
     job = _job(tmp_path, compile_baseline)
     state = build_reference(job.problem, 0).state_dict()
     candidate = build_reference(job.problem, 0)  # an honest "candidate": the reference itself
-    windows = _phase_calls(monkeypatch, lambda: worker_timing.time_stand_ins(job, state, "alone"))
-    alone = worker_timing.time_stand_ins(job, state, "alone")
+    compiled = worker_timing.make_compiled(job, state)
+    assert (compiled is None) is not compile_baseline and not isinstance(compiled, str)
+    windows = _phase_calls(
+        monkeypatch, lambda: worker_timing.time_stand_ins(job, state, "alone", compiled)
+    )
+    alone = worker_timing.time_stand_ins(job, state, "alone", compiled)
     windows |= _phase_calls(
         monkeypatch,
-        lambda: worker_timing.time_interleaved(job, candidate, state, [], alone),
+        lambda: worker_timing.time_interleaved(job, candidate, state, [], alone, compiled),
     )
-    assert list(windows) == ["alone", "beside", "after"]
+    assert list(windows) == ["settle", "alone", "beside", "after"]
     alone = windows["alone"]
-    assert windows["beside"] == alone and windows["after"] == alone
+    assert all(windows[name] == alone for name in ("settle", "beside", "after"))
     slots = {"time:candidate", "time:eager"} | ({"time:compiled"} if compile_baseline else set())
     assert {call for call in alone if call.startswith("time:")} == slots
     assert "check:after_candidate" in alone and "check:against_eager" in alone
@@ -104,3 +108,30 @@ def test_a_stand_in_is_checked_but_never_judged(tmp_path):
             with pytest.raises(CheckFailed) as failed:
                 checks.after_candidate(0, inputs, torch.zeros(4, 8))
             assert failed.value.check == "inputs_unchanged"
+
+
+def test_a_baseline_that_does_not_compile_is_shown_and_a_copy_takes_its_place(
+    tmp_path, monkeypatch
+):
+    """torch.compile failing on the user's module is the baseline's failure: the candidate is
+    timed against eager, the error is reported, and eager alone still has the compiled slot's
+    host work beside it (a reference copy)."""
+
+    def fails(module):
+        def call(*inputs):
+            raise RuntimeError("no inductor here")
+
+        return call
+
+    monkeypatch.setattr(worker_timing.torch, "compile", fails)
+    job = _job(tmp_path, compile_baseline=True)
+    state = build_reference(job.problem, 0).state_dict()
+    compiled = worker_timing.make_compiled(job, state)
+    assert isinstance(compiled, str) and "no inductor here" in compiled
+    alone = worker_timing.time_stand_ins(job, state, "alone", compiled)
+    assert set(alone) == {"eager", "compiled"}  # the copy in the compiled slot, timed
+    candidate = build_reference(job.problem, 0)
+    report = worker_timing.time_interleaved(job, candidate, state, [], alone, compiled)
+    assert report.compile_baseline_error == compiled
+    assert report.compiled is None and report.compiled_alone is None
+    assert report.eager is not None and report.eager_after is not None
