@@ -10,7 +10,8 @@
 # fetch puts one under /work/.mirror/); default: the first /work/.mirror/*KernelBench*/repo.
 # .kb/problems/sample.txt lists the files in the order below (bench_reference's default order:
 # the issue's three first, so a run cut short by a time limit still has them) and SOURCE the
-# KernelBench commit they came from.
+# KernelBench commit they came from. --all puts every KernelBench/level1/*.py and level2/*.py
+# into .kb/all/level1/ and .kb/all/level2/ (for bench/kb_sweep.py), with the commit in SOURCE.
 set -euo pipefail
 
 # The sample: large at KernelBench's published sizes (GiB of fp32 per case: inputs + outputs +
@@ -41,12 +42,27 @@ if [ "${1:-}" = --before ]; then
   exit 0
 fi
 
+all=
+if [ "${1:-}" = --all ]; then
+  all=1
+  shift
+fi
+
 mirror=${1:-}
 if [ -z "$mirror" ]; then
   mirror=$(ls -d /work/.mirror/*KernelBench*/repo 2>/dev/null | head -n 1 || true)
 fi
 if [ -z "$mirror" ] || ! git --git-dir="$mirror" rev-parse -q --verify HEAD > /dev/null; then
   echo "no KernelBench mirror (give the bare git directory as the argument)"; exit 2
+fi
+if [ -n "$all" ]; then
+  rm -rf .kb/all && mkdir -p .kb/all
+  git --git-dir="$mirror" archive HEAD KernelBench/level1 KernelBench/level2 \
+    | tar -x -C .kb/all --strip-components=1 --wildcards 'KernelBench/level[12]/*.py'
+  echo "KernelBench $(git --git-dir="$mirror" rev-parse HEAD)" > .kb/all/SOURCE
+  echo ".kb/all: $(ls .kb/all/level1/*.py | wc -l) level-1 and $(ls .kb/all/level2/*.py | wc -l)" \
+    "level-2 problems of $(cat .kb/all/SOURCE)"
+  exit 0
 fi
 rm -rf .kb/problems && mkdir -p .kb/problems
 git --git-dir="$mirror" archive HEAD "${SAMPLE[@]/#/KernelBench/}" | tar -x -C .kb/problems --strip-components=1

@@ -1,0 +1,544 @@
+"""Every KernelBench level-1 and level-2 problem through the harness, one at a time (issue 10).
+
+For each problem file, in this process and with one ``Evaluator`` for the whole sweep:
+
+- ``evaluator.reference(problem)``, timed: the reference worker's cases and the audit (and on
+  cuda the comparator worker's start). A ``UserError`` (a weak spec, the device's memory) is
+  the problem's result, recorded with the first lines of its message;
+- then ``evaluator.evaluate(problem, candidate)`` on one generic candidate made from the
+  problem file itself: its ``Model`` renamed ``ModelNew``, whose ``forward`` runs the
+  reference's forward and passes every output tensor through a copy kernel of its own
+  (``load_inline``: CUDA on cuda, a C++ loop on cpu). The harness rejects that candidate
+  (``no_pytorch_compute``: it computes with the reference's PyTorch ops); what is measured is
+  whether it gets that far at the published size without running out of memory or into a
+  harness error. The rejection comes in the candidate's worker after its first case's forward,
+  before that case's outputs go to the comparator: the comparator's own case is not exercised.
+  ``--candidate offline`` takes the offline proposer's candidate instead where it has one
+  (pointwise chains fused into generated kernels, library ops kept): an honest one that goes
+  through the comparator and the timing, as a search's first candidate does (slower);
+- peak device memory of all processes (nvidia-smi's memory.used, sampled every 0.2 s), for
+  each of the two steps; then ``evaluator.release(problem)``.
+
+The JSON (a list of rows) is rewritten after every problem, and a row marked ``interrupted``
+is written before each one starts, so a call cut short keeps what it did and names the
+problem it stopped in. ``--resume`` skips the problems already in ``--out`` (one left
+``interrupted`` is tried once more); ``--limit-s``
+starts no new problem after that many seconds, so a device call ends on its own.
+
+    python bench/kb_sweep.py [PROBLEM.py ...] [--device cuda|cpu] [--out FILE] [--resume]
+        [--limit-s S] [--scale-down N] [--candidate copy|offline] [--work-dir DIR]
+
+Problems default to .kb/all/level1/*.py then .kb/all/level2/*.py (``bash
+bench/fetch_kernelbench.sh --all``), each level in the order of the files' leading numbers.
+``--scale-down N`` (CPU trials) divides the files' module-level integer constants >= 256 by N;
+its rows say ``published_size: false``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+
+from bench_reference import kill_children, problem_name, scaled_copy
+from pydantic import BaseModel, Field
+
+from harness.records import Candidate
+
+ROOT = Path(__file__).resolve().parent.parent
+OOM_TEXT = re.compile(r"[^\n]*(out of (device )?memory|OutOfMemoryError)[^\n]*", re.IGNORECASE)
+COPY_NAME = "KP_SWEEP_COPY"
+
+
+class SweepRow(BaseModel):
+    """One problem's outcome."""
+
+    name: str = Field(description="level/stem of the problem file.")
+    device: str
+    published_size: bool = Field(description="False when the file was shrunk by --scale-down.")
+    reference_status: str = Field(
+        description="ok, weak_spec, out_of_memory, user_error, harness_error, or interrupted "
+        "(the sweep stopped inside this problem)."
+    )
+    reference_message: str = Field(default="", description="The error's first lines.")
+    reference_s: float | None = None
+    candidate_status: str | None = Field(
+        default=None,
+        description="The verdict's status, or user_error / harness_error; None when the "
+        "reference failed.",
+    )
+    candidate_kind: str | None = Field(
+        default=None, description="copy (the generic candidate) or offline (the proposer's)."
+    )
+    candidate_reason: str = Field(default="", description="First 300 characters of the reason.")
+    candidate_s: float | None = None
+    peak_reference_mib: int | None = Field(
+        default=None, description="Most device memory in use (all processes) during reference()."
+    )
+    peak_candidate_mib: int | None = Field(
+        default=None, description="Most device memory in use (all processes) during evaluate()."
+    )
+    idle_mib: int | None = Field(default=None, description="Device memory in use before it.")
+    memory_error: str = Field(
+        default="", description="Lines of the reference's or the verdict's text about memory."
+    )
+    attempt: int = Field(
+        default=1, description="2: run again by --resume after the first try was interrupted."
+    )
+
+
+# --- the generic candidate ---------------------------------------------------------------
+
+COPY_CUDA = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cstdint>
+
+// 16-byte words over the aligned part, bytes over the rest: any dtype, any size.
+__global__ void copy_kernel(const uint4* __restrict__ src16, uint4* __restrict__ dst16,
+                            int64_t words, const unsigned char* __restrict__ src,
+                            unsigned char* __restrict__ dst, int64_t tail_begin, int64_t bytes) {
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    for (int64_t i = tid; i < words; i += stride) dst16[i] = src16[i];
+    for (int64_t i = tail_begin + tid; i < bytes; i += stride) dst[i] = src[i];
+}
+
+torch::Tensor copy_out(torch::Tensor x) {
+    TORCH_CHECK(x.is_cuda(), "copy_out: expects a cuda tensor");
+    const torch::Tensor src = x.contiguous();
+    torch::Tensor out = torch::empty(src.sizes(), src.options());
+    const int64_t bytes = src.numel() * static_cast<int64_t>(src.element_size());
+    if (bytes == 0) return out;
+    const at::cuda::CUDAGuard guard(src.device());
+    const auto* from = static_cast<const unsigned char*>(src.data_ptr());
+    auto* to = static_cast<unsigned char*>(out.data_ptr());
+    const bool aligned = reinterpret_cast<uintptr_t>(from) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(to) % 16 == 0;
+    const int64_t words = aligned ? bytes / 16 : 0;
+    const int64_t work = std::max<int64_t>(words, bytes - 16 * words);
+    const int threads = 256;
+    const int blocks = static_cast<int>(std::min<int64_t>((work + threads - 1) / threads, 1 << 20));
+    copy_kernel<<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        reinterpret_cast<const uint4*>(from), reinterpret_cast<uint4*>(to), words, from, to,
+        16 * words, bytes);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return out;
+}
+"""
+
+COPY_CPP = r"""
+#include <torch/extension.h>
+#include <cstdint>
+
+torch::Tensor copy_out(torch::Tensor x) {
+    const torch::Tensor src = x.contiguous();
+    torch::Tensor out = torch::empty(src.sizes(), src.options());
+    const int64_t bytes = src.numel() * static_cast<int64_t>(src.element_size());
+    const auto* from = static_cast<const unsigned char*>(src.data_ptr());
+    auto* to = static_cast<unsigned char*>(out.data_ptr());
+    for (int64_t i = 0; i < bytes; ++i) to[i] = from[i];
+    return out;
+}
+"""
+
+COPY_TAIL = '''
+import torch
+from torch.utils.cpp_extension import load_inline
+
+{name}_SOURCE = r"""{source}"""
+
+{name} = load_inline(
+    name="kp_sweep_copy_{device}",
+    {sources},
+    functions=["copy_out"],
+    extra_cflags=["-O3"],{cuda_flags}
+)
+
+
+def kp_sweep_copied(value):
+    if isinstance(value, torch.Tensor):
+        return {name}.copy_out(value)
+    if isinstance(value, tuple):
+        return tuple(kp_sweep_copied(item) for item in value)
+    if isinstance(value, list):
+        return [kp_sweep_copied(item) for item in value]
+    return value
+'''
+
+
+def copy_candidate(source: str, class_name: str, device: str) -> str:
+    """The problem's source with ``class_name`` renamed ``ModelNew`` (so the parameters' names
+    match the reference's), its forward renamed ``reference_forward`` and a forward that
+    passes that one's outputs through the copy kernel."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == class_name:
+            node.id = "ModelNew"
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            node.name = "ModelNew"
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "forward":
+                    item.name = "reference_forward"
+            node.body.append(
+                ast.parse(
+                    "def forward(self, *inputs):\n"
+                    "    return kp_sweep_copied(self.reference_forward(*inputs))\n"
+                ).body[0]
+            )
+    if device == "cuda":
+        sources = (
+            f'cpp_sources="torch::Tensor copy_out(torch::Tensor x);",\n'
+            f"    cuda_sources={COPY_NAME}_SOURCE"
+        )
+        cuda_flags = '\n    extra_cuda_cflags=["-O3"],'
+    else:
+        sources, cuda_flags = f"cpp_sources={COPY_NAME}_SOURCE", ""
+    tail = COPY_TAIL.format(
+        name=COPY_NAME,
+        source=COPY_CUDA if device == "cuda" else COPY_CPP,
+        device=device,
+        sources=sources,
+        cuda_flags=cuda_flags,
+    )
+    return ast.unparse(tree) + "\n\n" + tail
+
+
+# --- device memory -------------------------------------------------------------------------
+
+
+class MemoryPeak:
+    """nvidia-smi's memory.used (MiB, every process) sampled every 0.2 s in a thread;
+    ``take()`` gives the most seen since the last take. Does nothing off cuda."""
+
+    def __init__(self, device: str) -> None:
+        self.on = device == "cuda" and shutil.which("nvidia-smi") is not None
+        gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
+        self.query = ["nvidia-smi", "-i", gpu, "--query-gpu=memory.used"]
+        self.query.append("--format=csv,noheader,nounits")
+        self.peak: int | None = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self) -> MemoryPeak:
+        if self.on:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        if self.on:
+            self.thread.join(timeout=5)
+
+    def now(self) -> int | None:
+        if not self.on:
+            return None
+        try:
+            done = subprocess.run(self.query, capture_output=True, text=True, timeout=10)
+        except subprocess.TimeoutExpired:
+            return None
+        text = done.stdout.strip().splitlines()
+        return int(text[0]) if done.returncode == 0 and text and text[0].isdigit() else None
+
+    def _poll(self) -> None:
+        while not self.stop.wait(0.2):
+            used = self.now()
+            if used is not None:
+                self.peak = used if self.peak is None else max(self.peak, used)
+
+    def take(self) -> int | None:
+        if not self.on:
+            return None
+        time.sleep(0.3)  # one more sample after the step's end
+        peak, self.peak = self.peak, None
+        return peak
+
+
+# --- one problem -------------------------------------------------------------------------
+
+
+def reference_kind(err: Exception) -> str:
+    from harness.evaluate import WeakSpecError
+
+    if isinstance(err, WeakSpecError):
+        return "weak_spec"
+    return "out_of_memory" if OOM_TEXT.search(str(err)) else "user_error"
+
+
+def first_lines(text: str, lines: int = 4) -> str:
+    return "\n".join(text.strip().splitlines()[:lines])
+
+
+def make_candidate(path: Path, problem, kind: str) -> tuple[str, Candidate]:
+    """The offline proposer's candidate where asked for and it has one, else the copy one."""
+    if kind == "offline":
+        from agents.offline import propose
+
+        proposal = propose(problem)
+        if proposal.candidate is not None:
+            return "offline", proposal.candidate
+    source = copy_candidate(path.read_text(), problem.class_name, problem.device)
+    return "copy", Candidate(source=source, origin="kb_sweep")
+
+
+def sweep_problem(evaluator, path: Path, kind: str, memory: MemoryPeak, row: SweepRow) -> None:
+    """Fill ``row`` in: reference + audit, then one candidate."""
+    from harness.errors import UserError
+    from harness.problem import problem_from_target
+
+    row.idle_mib = memory.now()
+    memory.take()
+    start = time.perf_counter()
+    problem = None
+    try:
+        problem = problem_from_target(str(path), row.device, "float32")
+        evaluator.reference(problem)
+        row.reference_status = "ok"
+    except UserError as err:
+        row.reference_status, row.reference_message = reference_kind(err), first_lines(str(err))
+    except Exception:  # a harness bug: recorded, and the sweep goes on to the next problem
+        row.reference_status = "harness_error"
+        row.reference_message = traceback.format_exc()[-1500:]
+    row.reference_s = time.perf_counter() - start
+    row.peak_reference_mib = memory.take()
+    try:
+        if row.reference_status == "ok" and problem is not None:
+            start = time.perf_counter()
+            row.candidate_status = "interrupted"  # until the verdict comes
+            try:
+                row.candidate_kind, candidate = make_candidate(path, problem, kind)
+                result = evaluator.evaluate(problem, candidate)
+                row.candidate_status, row.candidate_reason = result.status.value, result.reason
+                row.memory_error = "\n".join(
+                    m.group(0) for m in OOM_TEXT.finditer(f"{result.reason}\n{result.log}")
+                )[:1500]
+            except UserError as err:
+                row.candidate_status, row.candidate_reason = "user_error", str(err)
+            except Exception:
+                row.candidate_status = "harness_error"
+                row.candidate_reason = traceback.format_exc()[-1500:]
+            row.candidate_s = time.perf_counter() - start
+            row.candidate_reason = row.candidate_reason[:300]
+            row.peak_candidate_mib = memory.take()
+    finally:
+        if problem is not None:
+            evaluator.release(problem)
+    if row.reference_status == "out_of_memory":
+        row.memory_error = row.reference_message
+    elif not row.memory_error and OOM_TEXT.search(row.candidate_reason):
+        row.memory_error = row.candidate_reason
+
+
+# --- the sweep -----------------------------------------------------------------------------
+
+
+def leading_number(path: Path) -> tuple[int, str]:
+    number = re.match(r"\d+", path.name)
+    return (int(number.group(0)) if number else sys.maxsize, path.name)
+
+
+def default_files() -> list[Path]:
+    folder = ROOT / ".kb" / "all"
+    files = [
+        path
+        for level in ("level1", "level2")
+        for path in sorted((folder / level).glob("*.py"), key=leading_number)
+    ]
+    if not files:
+        sys.exit(f"no problems in {folder}: run bash bench/fetch_kernelbench.sh --all")
+    return files
+
+
+def write_rows(path: Path, rows: list[SweepRow]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(path.suffix + ".part")
+    partial.write_text(json.dumps([row.model_dump() for row in rows], indent=1))
+    os.replace(partial, path)
+
+
+def progress_line(row: SweepRow) -> str:
+    peaks = "/".join(
+        "-" if p is None else str(p) for p in (row.peak_reference_mib, row.peak_candidate_mib)
+    )
+    reference = f"reference {row.reference_status} {row.reference_s or 0:.1f} s"
+    if row.reference_status != "ok":
+        reference += (
+            f" ({row.reference_message.splitlines()[0][:160] if row.reference_message else ''})"
+        )
+    candidate = (
+        f"{row.candidate_kind} candidate {row.candidate_status} {row.candidate_s or 0:.1f} s"
+        if row.candidate_status
+        else "no candidate"
+    )
+    return f"{row.name}: {reference}; {candidate}; peak MiB reference/candidate {peaks}"
+
+
+def sweep(args: argparse.Namespace) -> list[SweepRow]:
+    from harness.config import EvalConfig
+    from harness.evaluate import Evaluator
+
+    rows = (
+        [SweepRow(**row) for row in json.loads(args.out.read_text())]
+        if args.resume and args.out.is_file()
+        else []
+    )
+    # A problem the last call stopped inside is tried once more (it may have been the call's
+    # time limit, not the problem); interrupted twice, it stays so.
+    retry = {row.name: row.attempt + 1 for row in rows if interrupted(row) and row.attempt < 2}
+    rows = [row for row in rows if row.name not in retry]
+    done = {row.name for row in rows}
+    files = [f for f in (args.problems or default_files()) if problem_name(f) not in done]
+    work = Path(tempfile.mkdtemp(prefix="kbsweep-", dir=args.work_dir))
+    if args.scale_down:
+        files = [scaled_copy(f, args.scale_down, work / "scaled") for f in files]
+    evaluator = Evaluator(EvalConfig(), seed=0, work_dir=work / "eval")
+    started = time.monotonic()
+    print(
+        f"{len(files)} problems to run ({len(done)} already in {args.out}), device {args.device}",
+        flush=True,
+    )
+    try:
+        with MemoryPeak(args.device) as memory:
+            for number, path in enumerate(files, 1):
+                if args.limit_s is not None and time.monotonic() - started > args.limit_s:
+                    print(f"time limit: {len(files) - number + 1} problems not started", flush=True)
+                    break
+                row = SweepRow(
+                    name=problem_name(path),
+                    device=args.device,
+                    published_size=not args.scale_down,
+                    reference_status="interrupted",
+                    attempt=retry.get(problem_name(path), 1),
+                )
+                rows.append(row)
+                write_rows(args.out, rows)
+                sweep_problem(evaluator, path, args.candidate, memory, row)
+                write_rows(args.out, rows)
+                print(f"[{number}/{len(files)}] {progress_line(row)}", flush=True)
+    except KeyboardInterrupt:  # a stage's time limit (SIGINT, or SIGTERM: see main)
+        print(f"interrupted inside {rows[-1].name if rows else 'the start'}", flush=True)
+    finally:
+        evaluator.close()
+        kill_children()
+        write_rows(args.out, rows)
+        shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+def interrupted(row: SweepRow) -> bool:
+    return "interrupted" in (row.reference_status, row.candidate_status)
+
+
+def summary(rows: list[SweepRow]) -> str:
+    reference = Counter(row.reference_status for row in rows)
+    candidate = Counter(
+        f"{row.candidate_status} ({row.candidate_kind})" if row.candidate_kind else "not run"
+        for row in rows
+    )
+    memory = [row.name for row in rows if row.memory_error]
+    sizes = (
+        "published sizes"
+        if all(r.published_size for r in rows)
+        else "NOT all at published sizes (--scale-down)"
+    )
+    lines = [
+        f"{len(rows)} problems, {sizes}",
+        "reference: " + ", ".join(f"{k} {v}" for k, v in reference.most_common()),
+        "candidate: " + ", ".join(f"{k} {v}" for k, v in candidate.most_common()),
+        f"out of memory ({len(memory)}): " + (", ".join(memory) or "none"),
+    ]
+    for kind in ("harness_error", "user_error", "interrupted"):
+        names = [r.name for r in rows if kind in (r.reference_status, r.candidate_status)]
+        if names:
+            lines.append(f"{kind} ({len(names)}): " + ", ".join(names))
+    peaks = [
+        (max(p for p in (r.peak_reference_mib, r.peak_candidate_mib) if p is not None), r.name)
+        for r in rows
+        if r.peak_reference_mib or r.peak_candidate_mib
+    ]
+    if peaks:
+        top = sorted(peaks, reverse=True)[:5]
+        lines.append("largest peaks (MiB): " + ", ".join(f"{name} {mib}" for mib, name in top))
+    return "\n".join(lines)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "problems",
+        nargs="*",
+        type=Path,
+        help="KernelBench problem files (default: .kb/all/level1 then level2)",
+    )
+    parser.add_argument(
+        "--device",
+        default="cuda",
+        choices=["cuda", "cpu"],
+        help="where the problems run (default cuda)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("kb_sweep.json"),
+        help="JSON list of rows, rewritten after every problem (default kb_sweep.json)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep --out's rows and skip their problems; one the last run stopped inside "
+        "(interrupted) is run once more",
+    )
+    parser.add_argument(
+        "--limit-s",
+        type=float,
+        metavar="S",
+        help="start no new problem after S seconds of wall time",
+    )
+    parser.add_argument(
+        "--scale-down",
+        type=int,
+        metavar="N",
+        help="CPU trials only: divide the files' integer constants >= 256 by N (NOT the published sizes)",
+    )
+    parser.add_argument(
+        "--candidate",
+        choices=["copy", "offline"],
+        default="copy",
+        help="copy (default): the generic copy candidate; offline: the offline proposer's "
+        "candidate where it has one (through the comparator and the timing), else copy",
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        metavar="DIR",
+        help="where the case files go (default: the system temp)",
+    )
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    # SIGTERM as SIGINT: the sweep ends through its finally blocks, workers stopped, rows kept.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    rows = sweep(args)
+    print()
+    print(summary(rows))
+
+
+if __name__ == "__main__":
+    main()
