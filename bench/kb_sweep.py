@@ -22,8 +22,8 @@ For each problem file, in this process and with one ``Evaluator`` for the whole 
 The JSON (a list of rows) is rewritten after every problem, and a row marked ``interrupted``
 is written before each one starts, so a call cut short keeps what it did and names the
 problem it stopped in. ``--resume`` skips the problems already in ``--out`` (one left
-``interrupted`` is tried once more); ``--limit-s``
-starts no new problem after that many seconds, so a device call ends on its own.
+``interrupted`` is tried once more); ``--limit-s`` starts no new problem after that many
+seconds, so a device call ends on its own.
 
     python bench/kb_sweep.py [PROBLEM.py ...] [--device cuda|cpu] [--out FILE] [--resume]
         [--limit-s S] [--scale-down N] [--candidate copy|offline] [--work-dir DIR]
