@@ -23,7 +23,8 @@ def workers(folder: Path) -> list[dict[str, dict]]:
     by_pid: dict[int, dict[str, dict]] = collections.defaultdict(dict)
     for path in folder.glob("*.json"):
         record = json.loads(path.read_text())
-        by_pid[record["pid"]][record["loop"]] = record
+        if "loop" in record:  # not a profiler session's start
+            by_pid[record["pid"]][record["loop"]] = record
     return sorted(by_pid.values(), key=lambda loops: min(r["began"] for r in loops.values()))
 
 

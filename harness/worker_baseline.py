@@ -17,9 +17,10 @@ import torch
 
 from harness.cases import build_reference, make_inputs
 from harness.jobs import BaselineReport, WorkerJob
+from harness.timed_checks import TimedChecks
 from harness.timing import summarize
 from harness.worker_reference import describe_inputs
-from harness.worker_timing import TimedChecks, compiled_baseline, time_loop
+from harness.worker_timing import compiled_baseline, time_loop
 
 
 def run_baseline(job: WorkerJob) -> BaselineReport:

@@ -207,14 +207,14 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "fresh_outputs",
-        "harness/worker_timing.py",
+        "harness/timed_checks.py",
         "    if failure is not None:\n        raise failure",
         "    del failure",
         ("tests/test_guards.py::test_an_output_reusing_the_previous_calls_memory_fails",),
     ),
     Defense(
         "no_monkeypatching",
-        "harness/worker_timing.py",
+        "harness/timed_checks.py",
         "    patched = guards.changed(before, guards.snapshot(job.reference_ops))",
         "    patched = []",
         ("tests/test_guards.py", "-k", "unpatched"),
@@ -228,14 +228,14 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "no_pytorch_compute_every_call",  # the final profile sees the first case's shapes only
-        "harness/worker_candidate.py",
+        "harness/checked_case.py",
         "    if computes:",
         "    if False:",
         (_corpus("redteam/cpu/p02_fallback_on_untuned_shapes.py"),),
     ),
     Defense(
         "launches_own_kernel",
-        "harness/worker_candidate.py",
+        "harness/checked_case.py",
         "    if not sum(loader.calls.values()):",
         "    if False:",
         (_corpus("redteam/cpu/p01_pure_python_kernel_unused.py"),),
@@ -277,6 +277,13 @@ DEFENSES: list[Defense] = [
         "    if nonfinite:",
         "    if False:",
         ("tests/test_tolerance.py",),
+    ),
+    Defense(
+        "no_profiler_before_timing",  # a profiler session leaves its process slower
+        "harness/worker_candidate.py",
+        '    alone = time_stand_ins(job, state, "alone", compiled)',
+        '    _profile_reference(job, base)\n    alone = time_stand_ins(job, state, "alone", compiled)',
+        ("tests/test_evaluator.py::test_the_timing_worker_runs_no_profiler_before_its_timing_ends",),
     ),
     Defense(
         "baseline_disturbance",

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 from harness.evaluate import Evaluator
 from harness.problem import problem_from_target
 from harness.records import Candidate, Status
@@ -40,3 +44,33 @@ def test_the_gate_runs_once_per_candidate(monkeypatch):
     assert evaluator.build(PROBLEM, candidate).status is Status.rejected
     assert evaluator.evaluate(PROBLEM, candidate).status is Status.rejected
     assert calls == ["gate"]
+
+
+HOOKS = Path(__file__).resolve().parent.parent / "bench" / "probe_hooks"
+
+
+def test_the_timing_worker_runs_no_profiler_before_its_timing_ends(tmp_path, monkeypatch):
+    """A profiler session, even a CPU-only one, leaves its process slower for good (1.5-1.8x per
+    call on an H100, bench/NOTES.md): timed after one, eager beside the candidate looked
+    disturbed and every speedup was taken under it. The checks' worker profiles every checked
+    call; the timing worker may profile only after its last timing loop. Every worker records
+    its timing loops and profiler sessions (bench/probe_hooks, loaded at interpreter start)."""
+    records = tmp_path / "records"
+    monkeypatch.setenv("KP_PROBE_SAMPLES", str(records))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(HOOKS), os.environ.get("PYTHONPATH", "")])
+    )
+    evaluator = Evaluator(fast_config(), seed=1)
+    honest = Candidate(source=(FIXTURES / "isolation_honest.py").read_text())
+    result = evaluator.evaluate(PROBLEM, honest)
+    assert result.status is Status.ok, result.reason
+    seen = [json.loads(path.read_text()) for path in records.glob("*.json")]
+    timing_pid = next(r["pid"] for r in seen if r.get("loop") == "beside")
+    loops = sorted(
+        (r for r in seen if r["pid"] == timing_pid and "loop" in r), key=lambda r: r["began"]
+    )
+    assert [r["loop"] for r in loops] == ["settle", "alone", "beside", "after"]
+    sessions = [r["profile"] for r in seen if r["pid"] == timing_pid and "profile" in r]
+    assert sessions and min(sessions) > loops[-1]["ended"]  # the last call, profiled after
+    checks_sessions = [r for r in seen if "profile" in r and r["pid"] != timing_pid]
+    assert len(checks_sessions) >= len(result.seeds)  # the checks' worker: every checked call

@@ -16,7 +16,7 @@ from harness import guards, profiling
 from harness.config import EvalConfig
 from harness.jobs import CheckFailed, WorkerJob
 from harness.problem import problem_from_target
-from harness.worker_timing import check_fresh, check_unpatched
+from harness.timed_checks import check_fresh, check_unpatched
 from tests.conftest import FIXTURES
 
 

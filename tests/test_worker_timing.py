@@ -18,6 +18,7 @@ from harness.cases import build_reference
 from harness.config import EvalConfig
 from harness.jobs import CheckFailed, WorkerJob
 from harness.problem import problem_from_target
+from harness.timed_checks import TimedChecks
 from harness.timing import Timer
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -52,7 +53,7 @@ def _phase_calls(monkeypatch, run) -> dict[str, list[str]]:
         return real_timer(timer, fn, inputs)
 
     def spy(name):
-        real = getattr(worker_timing.TimedChecks, name)
+        real = getattr(TimedChecks, name)
 
         def check(checks, *args):
             calls.append(f"check:{name}")
@@ -63,7 +64,7 @@ def _phase_calls(monkeypatch, run) -> dict[str, list[str]]:
     monkeypatch.setattr(worker_timing, "time_loop", loop)
     monkeypatch.setattr(Timer, "__call__", timed)
     for name in ("before", "after_candidate", "against_eager"):
-        monkeypatch.setattr(worker_timing.TimedChecks, name, spy(name))
+        monkeypatch.setattr(TimedChecks, name, spy(name))
     run()
     monkeypatch.undo()
     return windows
@@ -99,7 +100,7 @@ def test_a_stand_in_is_checked_but_never_judged(tmp_path):
     job = _job(tmp_path, compile_baseline=False)
     inputs = [torch.randn(4, 8)]
     for window in ("alone", "after", "beside"):
-        checks = worker_timing.TimedChecks(job, window)
+        checks = TimedChecks(job, window)
         checks.before(inputs)
         inputs[0].add_(1.0)  # the call in the candidate's slot modified its input
         if window != "beside":

@@ -1,7 +1,9 @@
 """A diagnostic hook for bench/probe_disturbance.sh, never part of the product: with
 KP_PROBE_SAMPLES=DIR and this folder first on PYTHONPATH, every candidate worker writes each
 timing loop's raw per-call samples (wall-clock start of each call, milliseconds per call, which
-implementation) to DIR/<pid>-<n>.json. The harness's summaries keep only median, IQR and min.
+implementation) to DIR/<pid>-<n>.json, and the start of every profiler session to
+DIR/<pid>-profile-<n>.json. The harness's summaries keep only median, IQR and min.
+tests/test_evaluator.py uses it too: no profiler may run in a timing worker before its timing.
 With KP_PROBE_NOPROFILE=1 as well, no profiler runs before the timing beside the candidate (the
 reference's ops are not profiled, the checked calls are not profiled; the checks that need them
 see no ops): does eager beside the candidate then match eager alone?
@@ -49,6 +51,21 @@ if os.environ.get("KP_PROBE_SAMPLES"):
             (folder / f"{os.getpid()}-{_loops[0]}.json").write_text(json.dumps(record))
 
     worker_timing.time_loop = _recording_loop
+
+    import torch.profiler.profiler as _profiler
+
+    _enter = _profiler.profile.__enter__
+    _sessions = [0]
+
+    def _recording_enter(self):
+        _sessions[0] += 1
+        folder = Path(os.environ["KP_PROBE_SAMPLES"])
+        folder.mkdir(parents=True, exist_ok=True)
+        record = {"pid": os.getpid(), "profile": time.time()}
+        (folder / f"{os.getpid()}-profile-{_sessions[0]}.json").write_text(json.dumps(record))
+        return _enter(self)
+
+    _profiler.profile.__enter__ = _recording_enter
 
 if os.environ.get("KP_PROBE_SAMPLES") and os.environ.get("KP_PROBE_NOPROFILE"):
     import contextlib

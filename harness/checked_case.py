@@ -1,0 +1,128 @@
+"""One checked call of a candidate in the checks' worker: a case's inputs produced (on a busy
+stream, over poisoned memory, between guard regions), the call profiled, its outputs checked
+before anything else reads them; the comparison itself is the parent's or the comparator's."""
+
+from __future__ import annotations
+
+import traceback
+
+import torch
+from torch.profiler import ProfilerActivity
+
+from harness import guards, profiling, streams
+from harness.buildcache import CachedLoader
+from harness.cases import case_inputs, input_digest
+from harness.jobs import CaseSpec, CheckFailed, WorkerJob
+from harness.records import Check, Status
+
+
+def pass_once(checks: list[Check], name: str, detail: str) -> None:
+    if not any(check.name == name for check in checks):
+        checks.append(Check(name=name, passed=True, detail=detail))
+
+
+def run_case(
+    job: WorkerJob,
+    model,
+    loader: CachedLoader,
+    spec: CaseSpec,
+    reference: torch.nn.Module,
+    checks: list[Check],
+) -> list:
+    device = job.problem.device
+    try:
+        model.load_state_dict(reference.state_dict(), strict=True)
+    except Exception as err:
+        raise CheckFailed(
+            Status.runtime_error, "state_dict_strict", f"load_state_dict(strict=True): {err}"
+        ) from err
+    pass_once(checks, "state_dict_strict", "loads the reference's parameters")
+    raw = case_inputs(job.problem, spec, job.strengthened)
+    if raw is None or input_digest(raw) != spec.input_digest:
+        raise CheckFailed(
+            Status.rejected,
+            "no_monkeypatching",
+            f"{spec.name}: the inputs drawn in the candidate's process differ from the "
+            "reference worker's draw for the same seed (random number generation disturbed)",
+        )
+    staged = streams.Staged(raw, device, spec.async_stream)
+    fill = poison_fill(spec)
+    for value in raw:  # freed next: memory handed out again holds the poison, not inputs
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            value.fill_(fill)
+    del raw
+    with staged.current_stream():  # blocks freed on the stream the candidate allocates on
+        guards.poison_memory(spec.output_meta, device, fill)
+    loader.calls.clear()
+    # Every checked call is profiled (CPU ops only: that adds no synchronization), so a
+    # PyTorch fallback taken on some shapes or seeds only is seen too.
+    with (
+        torch.no_grad(),
+        staged.current_stream(),
+        torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof,
+    ):
+        inputs = staged.produce()  # on a busy stream: not there yet for a kernel that skips it
+        try:
+            with torch.profiler.record_function(profiling.FORWARD_RANGE):
+                result = model(*inputs)
+        except Exception as err:
+            raise CheckFailed(
+                Status.runtime_error,
+                "runs",
+                f"{spec.name}: {type(err).__name__}: {err}",
+                traceback.format_exc(),
+            ) from err
+        outputs = result if isinstance(result, list | tuple) else [result]
+        if not all(type(out) is torch.Tensor for out in outputs):
+            kinds = ", ".join(type(out).__name__ for out in outputs)
+            raise CheckFailed(
+                Status.rejected, "plain_tensor_outputs", f"outputs are {kinds}, not plain tensors"
+            )
+        at_return = guards.at_return(outputs)  # before anything else reads them, same stream
+    computes = profiling.pytorch_compute_problems(profiling.forward_ops(prof), job.reference_ops)
+    if computes:
+        raise CheckFailed(Status.rejected, "no_pytorch_compute", f"{spec.name}: {computes}")
+    guards.settle(device)
+    if guards.changed_since(at_return, outputs):
+        hint = f": {streams.STREAM_HINT}" if staged.stream is not None else ""
+        raise CheckFailed(
+            Status.incorrect,
+            "stable_after_sync",
+            f"{spec.name}: outputs changed after return (work left running that the caller's "
+            f"stream does not wait for){hint}",
+        )
+    if not sum(loader.calls.values()):
+        raise CheckFailed(
+            Status.rejected, "launches_own_kernel", "forward never called its compiled kernel"
+        )
+    for out in outputs:
+        if any(isinstance(x, torch.Tensor) and guards.overlaps(out, x) for x in inputs):
+            raise CheckFailed(
+                Status.incorrect, "no_input_alias", "an output shares memory with an input"
+            )
+    for position, (now, then) in enumerate(zip(inputs, staged.originals, strict=True)):
+        if isinstance(now, torch.Tensor) and not guards.same_values(now, then):
+            raise CheckFailed(
+                Status.incorrect, "inputs_unchanged", f"input {position} was modified"
+            )
+    for name, detail in [
+        ("plain_tensor_outputs", "outputs are torch.Tensor"),
+        ("stable_after_sync", "outputs unchanged after synchronize"),
+        ("launches_own_kernel", "its compiled functions are called in every forward"),
+        ("no_input_alias", "outputs do not alias inputs"),
+        ("inputs_unchanged", "inputs and their guard regions untouched"),
+    ]:
+        pass_once(checks, name, detail)
+    if staged.stream is not None:
+        pass_once(
+            checks,
+            "stream_ordered",
+            "right with inputs produced asynchronously on a busy non-default current stream",
+        )
+    return list(outputs)
+
+
+def poison_fill(spec: CaseSpec) -> float:
+    """What freed memory holds before a case: NaN, and other garbage before a repeated case
+    (a kernel reading memory it never wrote gets other values there than the first time)."""
+    return 3.0 if spec.kind == "repeat" else float("nan")
