@@ -16,9 +16,9 @@ SHORT_WORK_FLOOR = 0.15
 # same loop with the same code in it, so an honest candidate leaves them equal.
 DISTURBANCE_LIMIT = 0.5
 # Eager timed beside the candidate's calls may run this much slower than eager timed after them.
-# Other code between eager's calls slows its host path (a GPU call of 10-30 us of device work
-# took 1.0-1.4x longer beside an honest kernel than beside a copy of itself on an H100,
-# bench/NOTES.md); a call that leaves work behind that slows the next one shows here.
+# The two loops run back to back: beside honest kernels on 10-30 us GPU problems the ratio was
+# 0.91-1.16x, once 1.53x (H100, 42 workers, bench/NOTES.md). A call that leaves work behind
+# that slows the next one down, and wears off by itself, shows only here.
 INTERLEAVING_LIMIT = 1.0
 
 
