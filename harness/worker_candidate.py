@@ -97,8 +97,9 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[dict], bool])
     clock.lap("reference_profile")
     before = guards.snapshot(job.reference_ops)
     checks: list[Check] = []
-    report = CandidateReport(checks=checks, phase_seconds=phases, flops=flops)
-    report.reference_ops = job.reference_ops
+    report = CandidateReport(
+        checks=checks, phase_seconds=phases, flops=flops, reference_ops=job.reference_ops
+    )
     try:
         model, loader = load_candidate(job, job_dir)
         clock.lap("build")
@@ -120,9 +121,7 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[dict], bool])
         clock.lap("check")
         return report
     except CheckFailed as failure:
-        failed = _failed(failure, checks)
-        failed.phase_seconds = phases
-        return failed
+        return _failed(failure, checks, phases)
 
 
 def run_time(job: WorkerJob, job_dir: Path) -> CandidateReport:
@@ -154,9 +153,7 @@ def run_time(job: WorkerJob, job_dir: Path) -> CandidateReport:
         report.phase_seconds = phases
         return report
     except CheckFailed as failure:
-        failed = _failed(failure, checks)
-        failed.phase_seconds = phases
-        return failed
+        return _failed(failure, checks, phases)
 
 
 def _profile_reference(job: WorkerJob, base: torch.nn.Module) -> tuple[list[str], int]:
@@ -181,10 +178,16 @@ class _Clock:
         self.last = now
 
 
-def _failed(failure: CheckFailed, checks: list[Check]) -> CandidateReport:
+def _failed(
+    failure: CheckFailed, checks: list[Check], phases: dict[str, float] | None = None
+) -> CandidateReport:
     checks.append(Check(name=failure.check, passed=False, detail=failure.reason))
     return CandidateReport(
-        status=failure.status, reason=failure.reason, log=failure.log, checks=checks
+        status=failure.status,
+        reason=failure.reason,
+        log=failure.log,
+        checks=checks,
+        phase_seconds=phases or {},
     )
 
 
