@@ -19,6 +19,8 @@
 # bench/fetch_kernelbench.sh; the harness of .kb/before, where there, and this checkout's, into
 # $OUT/kbref-before.json and kbref-after.json; KP_KBREF_SIDES: "before after" by default, one
 # side per device call at KP_KBREF_LIMIT=500 s a side; KP_KBREF_ARGS, e.g. --only 26_GELU_),
+# kbsweep (bench/kb_sweep.py: every level-1 and level-2 problem at its published size, two
+# sweeps at once, resumed call after call from .kb/sweep/),
 # prflow (the pull-request flow against the fake GitHub on a cuda module: bench/gpu_pr_flow.py,
 # its comment, review and follow-up files into $OUT/prflow), nightly (bench/gpu_nightly.py: three
 # nights over a shipped kernel, the history and its plot into $OUT/nightly), probe (the honest
@@ -75,7 +77,7 @@ kbref() {  # kbref SIDE OPTIONS...: bench_reference on .kb/problems, one column 
     --out "$OUT/kbref-$side.json"
 }
 for what in "$@"; do
-  if [ "$what" != build ] && [ "$what" != pack ] && [ "$what" != kbref ] && [ "$what" != scripted ] && [ "$what" != prflow ] && [ "$what" != nightly ] && [ ! -d .kp-cache ]; then
+  if [ "$what" != build ] && [ "$what" != pack ] && [ "$what" != kbref ] && [ "$what" != kbsweep ] && [ "$what" != scripted ] && [ "$what" != prflow ] && [ "$what" != nightly ] && [ ! -d .kp-cache ]; then
     echo "no build cache (.kp-cache): run the build stage or carry .kp-cache-parts"; exit 3
   fi
   case $what in
@@ -104,6 +106,21 @@ for what in "$@"; do
           *) echo "KP_KBREF_SIDES: before and/or after, not $side"; exit 2 ;;
         esac
       done ;;
+    kbsweep)  # bench/kb_sweep.py over .kb/all (bench/fetch_kernelbench.sh --all, carry .kb): one
+      # sweep per word of KP_SWEEP_LEVELS (default "level1 level2"), all at once, each --beside
+      # the others, resuming .kb/sweep/LEVEL.json (the last call's $OUT/kb_sweep-LEVEL.json,
+      # copied back here) and starting no problem after KP_SWEEP_LIMIT-70 s (default 540)
+      [ -d .kb/all ] || { echo "no .kb/all: run bench/fetch_kernelbench.sh --all, carry .kb"; exit 3; }
+      read -ra levels <<< "${KP_SWEEP_LEVELS:-level1 level2}"
+      limit=${KP_SWEEP_LIMIT:-540}
+      for level in "${levels[@]}"; do
+        [ -f ".kb/sweep/$level.json" ] && cp ".kb/sweep/$level.json" "$OUT/kb_sweep-$level.json"
+        timeout --signal=INT --kill-after=20 "$limit" python3 bench/kb_sweep.py ".kb/all/$level" \
+          --device cuda --resume --limit-s $((limit - 70)) --beside $((${#levels[@]} - 1)) \
+          --out "$OUT/kb_sweep-$level.json" > "$OUT/kbsweep-$level.log" 2>&1 &
+      done
+      wait
+      for level in "${levels[@]}"; do echo "=== kbsweep $level"; tail -n 12 "$OUT/kbsweep-$level.log"; done ;;
     scripted)  # the agent team on cuda with scripted replies (bench/scripted/README.md)
       (cd bench/scripted && stage scripted 240 python3 -m bot.cli optimize \
         ../../tests/redteam/problems/gelu_scale_residual.py --device cuda --llm scripted \
@@ -151,6 +168,6 @@ for what in "$@"; do
       tar -czf "$OUT/probe-samples.tgz" -C "$OUT" probe-samples && rm -rf "$OUT/probe-samples" ;;
     pack) tar -czf - .kp-cache | split -b 15m - "$OUT/kp-cache.tgz.part-"
           ls -la "$OUT"/kp-cache.tgz.part-* ;;
-    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, bench, overhead, timer, kbref, scripted, prflow, nightly, probe, pack)"; exit 2 ;;
+    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, bench, overhead, timer, kbref, kbsweep, scripted, prflow, nightly, probe, pack)"; exit 2 ;;
   esac
 done

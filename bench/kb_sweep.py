@@ -16,8 +16,12 @@ For each problem file, in this process and with one ``Evaluator`` for the whole 
   ``--candidate offline`` takes the offline proposer's candidate instead where it has one
   (pointwise chains fused into generated kernels, library ops kept): an honest one that goes
   through the comparator and the timing, as a search's first candidate does (slower);
-- peak device memory of all processes (nvidia-smi's memory.used, sampled every 0.2 s), for
-  each of the two steps; then ``evaluator.release(problem)``.
+- peak device memory (nvidia-smi, sampled every 0.2 s) for each of the two steps, of all
+  processes and of this sweep's own; then ``evaluator.release(problem)``.
+
+Two sweeps may share one device (``--beside 1`` on each, disjoint problem lists, own
+``--out``): a problem's own peak is then still its own, and one that runs out of memory beside
+the other is run again alone by ``--resume``.
 
 The JSON (a list of rows) is rewritten after every problem, and a row marked ``interrupted``
 is written before each one starts, so a call cut short keeps what it did and names the
@@ -26,10 +30,10 @@ problem it stopped in. ``--resume`` skips the problems already in ``--out`` (one
 seconds, so a device call ends on its own.
 
     python bench/kb_sweep.py [PROBLEM.py ...] [--device cuda|cpu] [--out FILE] [--resume]
-        [--limit-s S] [--scale-down N] [--candidate copy|offline] [--work-dir DIR]
+        [--limit-s S] [--scale-down N] [--candidate copy|offline] [--beside N] [--work-dir DIR]
 
-Problems default to .kb/all/level1/*.py then .kb/all/level2/*.py (``bash
-bench/fetch_kernelbench.sh --all``), each level in the order of the files' leading numbers.
+Problems are files or folders (a folder's .py files in the order of their leading numbers);
+by default .kb/all/level1 then .kb/all/level2 (``bash bench/fetch_kernelbench.sh --all``).
 ``--scale-down N`` (CPU trials) divides the files' module-level integer constants >= 256 by N;
 its rows say ``published_size: false``.
 """
@@ -90,7 +94,20 @@ class SweepRow(BaseModel):
     peak_candidate_mib: int | None = Field(
         default=None, description="Most device memory in use (all processes) during evaluate()."
     )
+    own_peak_reference_mib: int | None = Field(
+        default=None,
+        description="Most device memory of this sweep's own processes during reference() "
+        "(None where nvidia-smi does not name them).",
+    )
+    own_peak_candidate_mib: int | None = Field(
+        default=None, description="The same during evaluate()."
+    )
     idle_mib: int | None = Field(default=None, description="Device memory in use before it.")
+    beside: int = Field(
+        default=0,
+        description="Other sweeps sharing the device as this one ran (--beside): its times and "
+        "all-process peaks include theirs.",
+    )
     memory_error: str = Field(
         default="", description="Lines of the reference's or the verdict's text about memory."
     )
@@ -221,15 +238,18 @@ def copy_candidate(source: str, class_name: str, device: str) -> str:
 
 
 class MemoryPeak:
-    """nvidia-smi's memory.used (MiB, every process) sampled every 0.2 s in a thread;
-    ``take()`` gives the most seen since the last take. Does nothing off cuda."""
+    """Device memory (MiB) sampled every 0.2 s in a thread; ``take()`` gives the most seen
+    since the last take, as (all processes, this sweep's own). All processes is nvidia-smi's
+    memory.used; this sweep's own is the sum of its ``--query-compute-apps`` rows whose pid is
+    this process or one it started (None where nvidia-smi names none of them: a container's
+    pid namespace). With two sweeps on one device (``--beside``), only the second is this
+    sweep's. Does nothing off cuda."""
 
     def __init__(self, device: str) -> None:
         self.on = device == "cuda" and shutil.which("nvidia-smi") is not None
         gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
-        self.query = ["nvidia-smi", "-i", gpu, "--query-gpu=memory.used"]
-        self.query.append("--format=csv,noheader,nounits")
-        self.peak: int | None = None
+        self.query = ["nvidia-smi", "-i", gpu, "--format=csv,noheader,nounits"]
+        self.peak: tuple[int | None, int | None] = (None, None)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._poll, daemon=True)
 
@@ -243,28 +263,70 @@ class MemoryPeak:
         if self.on:
             self.thread.join(timeout=5)
 
+    def _smi(self, query: str) -> list[list[str]]:
+        try:
+            done = subprocess.run([*self.query, query], capture_output=True, text=True, timeout=10)
+        except subprocess.TimeoutExpired:
+            return []
+        if done.returncode != 0:
+            return []
+        return [[f.strip() for f in line.split(",")] for line in done.stdout.splitlines()]
+
     def now(self) -> int | None:
+        """Device memory in use by every process."""
         if not self.on:
             return None
-        try:
-            done = subprocess.run(self.query, capture_output=True, text=True, timeout=10)
-        except subprocess.TimeoutExpired:
-            return None
-        text = done.stdout.strip().splitlines()
-        return int(text[0]) if done.returncode == 0 and text and text[0].isdigit() else None
+        rows = self._smi("--query-gpu=memory.used")
+        return int(rows[0][0]) if rows and rows[0][0].isdigit() else None
+
+    def own(self) -> int | None:
+        """Device memory in use by this process and its descendants, as nvidia-smi names them."""
+        ours = own_processes()
+        used = [
+            int(row[1])
+            for row in self._smi("--query-compute-apps=pid,used_memory")
+            if len(row) == 2 and row[0].isdigit() and row[1].isdigit() and int(row[0]) in ours
+        ]
+        return sum(used) if used else None
 
     def _poll(self) -> None:
         while not self.stop.wait(0.2):
-            used = self.now()
-            if used is not None:
-                self.peak = used if self.peak is None else max(self.peak, used)
+            sample = (self.now(), self.own())
+            self.peak = (
+                bigger(self.peak[0], sample[0]),
+                bigger(self.peak[1], sample[1]),
+            )
 
-    def take(self) -> int | None:
+    def take(self) -> tuple[int | None, int | None]:
         if not self.on:
-            return None
+            return None, None
         time.sleep(0.3)  # one more sample after the step's end
-        peak, self.peak = self.peak, None
+        peak, self.peak = self.peak, (None, None)
         return peak
+
+
+def bigger(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def own_processes() -> set[int]:
+    """This process and every process below it, from /proc's parent links."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses
+        fields = text[text.rindex(")") + 2 :].split()
+        parents[int(text.split(" ", 1)[0])] = int(fields[1])
+    ours = {os.getpid()}
+    grew = True
+    while grew:
+        below = {pid for pid, parent in parents.items() if parent in ours} - ours
+        grew = bool(below)
+        ours |= below
+    return ours
 
 
 # --- one problem -------------------------------------------------------------------------
@@ -313,7 +375,7 @@ def sweep_problem(evaluator, path: Path, kind: str, memory: MemoryPeak, row: Swe
         row.reference_status = "harness_error"
         row.reference_message = traceback.format_exc()[-1500:]
     row.reference_s = time.perf_counter() - start
-    row.peak_reference_mib = memory.take()
+    row.peak_reference_mib, row.own_peak_reference_mib = memory.take()
     try:
         if row.reference_status == "ok" and problem is not None:
             start = time.perf_counter()
@@ -332,7 +394,7 @@ def sweep_problem(evaluator, path: Path, kind: str, memory: MemoryPeak, row: Swe
                 row.candidate_reason = traceback.format_exc()[-1500:]
             row.candidate_s = time.perf_counter() - start
             row.candidate_reason = row.candidate_reason[:300]
-            row.peak_candidate_mib = memory.take()
+            row.peak_candidate_mib, row.own_peak_candidate_mib = memory.take()
     finally:
         if problem is not None:
             evaluator.release(problem)
@@ -350,15 +412,22 @@ def leading_number(path: Path) -> tuple[int, str]:
     return (int(number.group(0)) if number else sys.maxsize, path.name)
 
 
-def default_files() -> list[Path]:
-    folder = ROOT / ".kb" / "all"
-    files = [
-        path
-        for level in ("level1", "level2")
-        for path in sorted((folder / level).glob("*.py"), key=leading_number)
-    ]
-    if not files:
-        sys.exit(f"no problems in {folder}: run bash bench/fetch_kernelbench.sh --all")
+def problem_files(given: list[Path]) -> list[Path]:
+    """The problems named, a folder standing for its .py files in the order of their leading
+    numbers; none named: .kb/all/level1 then level2."""
+    if not given:
+        folder = ROOT / ".kb" / "all"
+        given = [folder / "level1", folder / "level2"]
+        if not any(level.is_dir() for level in given):
+            sys.exit(f"no problems in {folder}: run bash bench/fetch_kernelbench.sh --all")
+    files: list[Path] = []
+    for path in given:
+        if path.is_dir():
+            files.extend(sorted(path.glob("*.py"), key=leading_number))
+        elif path.is_file():
+            files.append(path)
+        else:
+            sys.exit(f"{path}: no such problem file or folder")
     return files
 
 
@@ -369,10 +438,16 @@ def write_rows(path: Path, rows: list[SweepRow]) -> None:
     os.replace(partial, path)
 
 
+def peaks(row: SweepRow) -> tuple[int | None, int | None]:
+    """The reference's and the candidate's peak MiB: this sweep's own processes where
+    nvidia-smi named them, else every process's."""
+    if row.own_peak_reference_mib is not None:
+        return row.own_peak_reference_mib, row.own_peak_candidate_mib
+    return row.peak_reference_mib, row.peak_candidate_mib
+
+
 def progress_line(row: SweepRow) -> str:
-    peaks = "/".join(
-        "-" if p is None else str(p) for p in (row.peak_reference_mib, row.peak_candidate_mib)
-    )
+    shown = "/".join("-" if p is None else str(p) for p in peaks(row))
     reference = f"reference {row.reference_status} {row.reference_s or 0:.1f} s"
     if row.reference_status != "ok":
         reference += (
@@ -383,7 +458,7 @@ def progress_line(row: SweepRow) -> str:
         if row.candidate_status
         else "no candidate"
     )
-    return f"{row.name}: {reference}; {candidate}; peak MiB reference/candidate {peaks}"
+    return f"{row.name}: {reference}; {candidate}; peak MiB reference/candidate {shown}"
 
 
 def sweep(args: argparse.Namespace) -> list[SweepRow]:
@@ -396,11 +471,16 @@ def sweep(args: argparse.Namespace) -> list[SweepRow]:
         else []
     )
     # A problem the last call stopped inside is tried once more (it may have been the call's
-    # time limit, not the problem); interrupted twice, it stays so.
-    retry = {row.name: row.attempt + 1 for row in rows if interrupted(row) and row.attempt < 2}
+    # time limit, not the problem); interrupted twice, it stays so. One that ran out of memory
+    # while another sweep shared the device is run again too: alone, it may fit.
+    retry = {
+        row.name: row.attempt + 1
+        for row in rows
+        if (interrupted(row) and row.attempt < 2) or (row.memory_error and row.beside)
+    }
     rows = [row for row in rows if row.name not in retry]
     done = {row.name for row in rows}
-    files = [f for f in (args.problems or default_files()) if problem_name(f) not in done]
+    files = [f for f in problem_files(args.problems) if problem_name(f) not in done]
     work = Path(tempfile.mkdtemp(prefix="kbsweep-", dir=args.work_dir))
     if args.scale_down:
         files = [scaled_copy(f, args.scale_down, work / "scaled") for f in files]
@@ -422,6 +502,7 @@ def sweep(args: argparse.Namespace) -> list[SweepRow]:
                     published_size=not args.scale_down,
                     reference_status="interrupted",
                     attempt=retry.get(problem_name(path), 1),
+                    beside=args.beside,
                 )
                 rows.append(row)
                 write_rows(args.out, rows)
@@ -464,13 +545,9 @@ def summary(rows: list[SweepRow]) -> str:
         names = [r.name for r in rows if kind in (r.reference_status, r.candidate_status)]
         if names:
             lines.append(f"{kind} ({len(names)}): " + ", ".join(names))
-    peaks = [
-        (max(p for p in (r.peak_reference_mib, r.peak_candidate_mib) if p is not None), r.name)
-        for r in rows
-        if r.peak_reference_mib or r.peak_candidate_mib
-    ]
-    if peaks:
-        top = sorted(peaks, reverse=True)[:5]
+    largest = [(max(p for p in peaks(r) if p is not None), r.name) for r in rows if any(peaks(r))]
+    if largest:
+        top = sorted(largest, reverse=True)[:5]
         lines.append("largest peaks (MiB): " + ", ".join(f"{name} {mib}" for mib, name in top))
     return "\n".join(lines)
 
@@ -483,7 +560,7 @@ def parse_args() -> argparse.Namespace:
         "problems",
         nargs="*",
         type=Path,
-        help="KernelBench problem files (default: .kb/all/level1 then level2)",
+        help="KernelBench problem files or folders of them (default: .kb/all/level1 then level2)",
     )
     parser.add_argument(
         "--device",
@@ -521,6 +598,14 @@ def parse_args() -> argparse.Namespace:
         default="copy",
         help="copy (default): the generic copy candidate; offline: the offline proposer's "
         "candidate where it has one (through the comparator and the timing), else copy",
+    )
+    parser.add_argument(
+        "--beside",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N other sweeps share the device (recorded in each row; a problem that runs out "
+        "of memory then is run again by --resume); default 0",
     )
     parser.add_argument(
         "--work-dir",
