@@ -30,7 +30,8 @@ problem it stopped in. ``--resume`` skips the problems already in ``--out`` (one
 seconds, so a device call ends on its own.
 
     python bench/kb_sweep.py [PROBLEM.py ...] [--device cuda|cpu] [--out FILE] [--resume]
-        [--limit-s S] [--scale-down N] [--candidate copy|offline] [--beside N] [--work-dir DIR]
+        [--limit-s S] [--scale-down N] [--candidate copy|offline] [--prebuild] [--beside N]
+        [--work-dir DIR]
 
 Problems are files or folders (a folder's .py files in the order of their leading numbers);
 by default .kb/all/level1 then .kb/all/level2 (``bash bench/fetch_kernelbench.sh --all``).
@@ -54,6 +55,7 @@ import threading
 import time
 import traceback
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench_reference import kill_children, problem_name, scaled_copy
@@ -356,7 +358,44 @@ def make_candidate(path: Path, problem, kind: str) -> tuple[str, Candidate]:
     return "copy", Candidate(source=source, origin="kb_sweep")
 
 
-def sweep_problem(evaluator, path: Path, kind: str, memory: MemoryPeak, row: SweepRow) -> None:
+def prebuild(
+    evaluator, files: list[Path], kind: str, device: str
+) -> dict[Path, tuple[str, Candidate]]:
+    """Build every problem's candidate before the sweep, as many at once as there are cores
+    (the build cache keeps them): one problem after another, each offline candidate's build
+    took most of its time. A problem that cannot be read is left to its turn, which says why.
+    Gives each problem's (kind, candidate), for its turn."""
+    from harness.errors import UserError
+    from harness.problem import problem_from_target
+
+    jobs = []
+    for path in files:
+        try:
+            problem = problem_from_target(str(path), device, "float32")
+            jobs.append((path, problem, make_candidate(path, problem, kind)))
+        except UserError:
+            continue
+    started = time.monotonic()
+    workers = max(1, len(os.sched_getaffinity(0)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        reports = list(pool.map(lambda job: evaluator.build(job[1], job[2][1]), jobs))
+    built = sum(report.status is None for report in reports)
+    print(
+        f"prebuilt {built} of {len(jobs)} candidates, {workers} at a time, "
+        f"in {time.monotonic() - started:.0f} s",
+        flush=True,
+    )
+    return {path: made for path, _, made in jobs}
+
+
+def sweep_problem(
+    evaluator,
+    path: Path,
+    kind: str,
+    memory: MemoryPeak,
+    row: SweepRow,
+    prepared: dict[Path, tuple[str, Candidate]],
+) -> None:
     """Fill ``row`` in: reference + audit, then one candidate."""
     from harness.errors import UserError
     from harness.problem import problem_from_target
@@ -381,7 +420,8 @@ def sweep_problem(evaluator, path: Path, kind: str, memory: MemoryPeak, row: Swe
             start = time.perf_counter()
             row.candidate_status = "interrupted"  # until the verdict comes
             try:
-                row.candidate_kind, candidate = make_candidate(path, problem, kind)
+                made = prepared.get(path) or make_candidate(path, problem, kind)
+                row.candidate_kind, candidate = made
                 result = evaluator.evaluate(problem, candidate)
                 row.candidate_status, row.candidate_reason = result.status.value, result.reason
                 row.memory_error = "\n".join(
@@ -491,6 +531,7 @@ def sweep(args: argparse.Namespace) -> list[SweepRow]:
         flush=True,
     )
     try:
+        prepared = prebuild(evaluator, files, args.candidate, args.device) if args.prebuild else {}
         with MemoryPeak(args.device) as memory:
             for number, path in enumerate(files, 1):
                 if args.limit_s is not None and time.monotonic() - started > args.limit_s:
@@ -506,7 +547,7 @@ def sweep(args: argparse.Namespace) -> list[SweepRow]:
                 )
                 rows.append(row)
                 write_rows(args.out, rows)
-                sweep_problem(evaluator, path, args.candidate, memory, row)
+                sweep_problem(evaluator, path, args.candidate, memory, row, prepared)
                 write_rows(args.out, rows)
                 print(f"[{number}/{len(files)}] {progress_line(row)}", flush=True)
     except KeyboardInterrupt:  # a stage's time limit (SIGINT, or SIGTERM: see main)
@@ -598,6 +639,11 @@ def parse_args() -> argparse.Namespace:
         default="copy",
         help="copy (default): the generic copy candidate; offline: the offline proposer's "
         "candidate where it has one (through the comparator and the timing), else copy",
+    )
+    parser.add_argument(
+        "--prebuild",
+        action="store_true",
+        help="build every problem's candidate first, as many at once as there are cores",
     )
     parser.add_argument(
         "--beside",
