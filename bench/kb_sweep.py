@@ -30,7 +30,7 @@ problem it stopped in. ``--resume`` skips the problems already in ``--out`` (one
 seconds, so a device call ends on its own.
 
     python bench/kb_sweep.py [PROBLEM.py ...] [--device cuda|cpu] [--out FILE] [--resume]
-        [--limit-s S] [--scale-down N] [--candidate copy|offline] [--prebuild] [--beside N]
+        [--limit-s S] [--scale-down N] [--candidate copy|offline] [--prebuild] [--verbose] [--beside N]
         [--work-dir DIR]
 
 Problems are files or folders (a folder's .py files in the order of their leading numbers);
@@ -524,7 +524,12 @@ def sweep(args: argparse.Namespace) -> list[SweepRow]:
     work = Path(tempfile.mkdtemp(prefix="kbsweep-", dir=args.work_dir))
     if args.scale_down:
         files = [scaled_copy(f, args.scale_down, work / "scaled") for f in files]
-    evaluator = Evaluator(EvalConfig(), seed=0, work_dir=work / "eval")
+    evaluator = Evaluator(
+        EvalConfig(),
+        seed=0,
+        work_dir=work / "eval",
+        progress=(lambda message: print(f"  {message}", flush=True)) if args.verbose else None,
+    )
     started = time.monotonic()
     print(
         f"{len(files)} problems to run ({len(done)} already in {args.out}), device {args.device}",
@@ -644,6 +649,11 @@ def parse_args() -> argparse.Namespace:
         "--prebuild",
         action="store_true",
         help="build every problem's candidate first, as many at once as there are cores",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print the evaluator's progress lines (reference, checks, timing) as they come",
     )
     parser.add_argument(
         "--beside",

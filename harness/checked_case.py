@@ -122,6 +122,30 @@ def run_case(
     return list(outputs)
 
 
+def harness_out_of_memory(spec: CaseSpec, device: str, err: torch.OutOfMemoryError) -> CheckFailed:
+    """The worker's own work on a case (drawing and staging its inputs, poisoning memory,
+    reading the outputs back, handing them over) ran out of device memory: the harness's
+    failure, said as such, with what was free and what lowers it."""
+    if device == "cuda":
+        free, total = torch.cuda.mem_get_info()
+        memory = f"{free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB"
+    else:
+        memory = "on the host"
+    text = str(err).strip()
+    asked = f"; {text.splitlines()[0][:160]}" if text else ""
+    return CheckFailed(
+        Status.runtime_error,
+        "harness_memory",
+        f"{spec.name}: the harness ran out of device memory checking this case in the "
+        f"candidate's worker ({memory}{asked}): not a fault of the kernel or the module. The "
+        "worker holds the case's inputs twice (their values, and the copy the candidate is "
+        "called with) and the previous case's outputs beside the candidate's; "
+        "eval.shape_variants = 0 and eval.strided_inputs = false drop the largest cases, "
+        "smaller inputs from the input factory lower them all",
+        traceback.format_exc(),
+    )
+
+
 def poison_fill(spec: CaseSpec) -> float:
     """What freed memory holds before a case: NaN, and other garbage before a repeated case
     (a kernel reading memory it never wrote gets other values there than the first time)."""

@@ -191,6 +191,7 @@ class Evaluator:
         checked, reference_ops, kernels = self._check(problem, candidate, data)
         if checked.status is not Status.ok:
             return checked
+        self.progress(f"{problem.name}: checks passed; timing in a fresh worker")
         return confirm_disturbance(
             lambda: timed_result(
                 checked,

@@ -31,7 +31,7 @@ from harness.cases import (
     check_params,
     make_inputs,
 )
-from harness.checked_case import pass_once, run_case
+from harness.checked_case import harness_out_of_memory, pass_once, run_case
 from harness.gate import GateRejection
 from harness.jobs import CandidateReport, CheckFailed, WorkerJob
 from harness.problem import DTYPES, init_arguments
@@ -107,11 +107,14 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[dict], bool])
         # The previous case's outputs stay alive: a buffer reused across calls shows.
         previous: list[torch.Tensor] = []
         for number, spec in enumerate(job.cases):
-            produced = run_case(job, model, loader, spec, case_module(base, spec), checks)
-            check_fresh(produced, previous, spec.name)
-            kept: list[torch.Tensor] = []  # copies the comparator reads: alive until it answered
-            go = proceed(handover.send(produced, job_dir, number, transport, kept))
-            del kept
+            try:
+                produced = run_case(job, model, loader, spec, case_module(base, spec), checks)
+                check_fresh(produced, previous, spec.name)
+                kept: list[torch.Tensor] = []  # copies the comparator reads: until it answered
+                go = proceed(handover.send(produced, job_dir, number, transport, kept))
+                del kept
+            except torch.OutOfMemoryError as err:  # the candidate's own calls raise CheckFailed
+                raise harness_out_of_memory(spec, job.problem.device, err) from err
             if not go:
                 clock.lap("check")
                 return report

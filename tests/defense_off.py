@@ -286,6 +286,22 @@ DEFENSES: list[Defense] = [
         ("tests/test_evaluator.py::test_the_timing_worker_runs_no_profiler_before_its_timing_ends",),
     ),
     Defense(
+        "outputs_read_back_in_chunks",  # whole-output float64 copies: 4x the output beside it
+        "harness/guards.py",
+        "        step = CHUNK.get(flat.device.type, CHUNK[\"cpu\"])",
+        "        step = max(1, flat.numel())",
+        ("tests/test_memory.py::test_reading_outputs_back_takes_a_chunk_not_four_times_the_output",),
+    ),
+    Defense(
+        "harness_memory_named",  # the harness's OOM in the checks' worker: "the worker died"
+        "harness/worker_candidate.py",
+        "            except torch.OutOfMemoryError as err:  # the candidate's own calls raise CheckFailed",
+        "            except ZeroDivisionError as err:",
+        (
+            "tests/test_memory.py::test_the_harness_running_out_of_memory_in_the_checks_worker_is_said_to_be_the_harness",
+        ),
+    ),
+    Defense(
         "baseline_disturbance",
         "harness/accept.py",
         "beyond=min(ratio, fastest_ratio) > allowed,",
