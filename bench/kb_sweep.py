@@ -30,8 +30,9 @@ problem it stopped in. ``--resume`` skips the problems already in ``--out`` (one
 seconds, so a device call ends on its own.
 
     python bench/kb_sweep.py [PROBLEM.py ...] [--device cuda|cpu] [--out FILE] [--resume]
-        [--limit-s S] [--scale-down N] [--candidate copy|offline] [--prebuild] [--verbose] [--beside N]
-        [--work-dir DIR]
+        [--limit-s S] [--scale-down N] [--candidate copy|offline] [--prebuild] [--verbose]
+        [--beside N] [--work-dir DIR]
+    python bench/kb_sweep.py --table OUT.json ...   # a markdown table of what ran
 
 Problems are files or folders (a folder's .py files in the order of their leading numbers);
 by default .kb/all/level1 then .kb/all/level2 (``bash bench/fetch_kernelbench.sh --all``).
@@ -598,6 +599,24 @@ def summary(rows: list[SweepRow]) -> str:
     return "\n".join(lines)
 
 
+def table(rows: list[SweepRow]) -> str:
+    """The rows as a markdown table, for bench/BENCHMARKS.md."""
+    lines = [
+        "| problem | reference + audit | s | candidate | s | peak MiB (reference / candidate) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        shown = " / ".join("-" if p is None else str(p) for p in peaks(row))
+        own = "" if row.own_peak_reference_mib is not None or not row.beside else " (all)"
+        candidate = f"{row.candidate_status} ({row.candidate_kind})" if row.candidate_kind else "-"
+        seconds = "-" if row.candidate_s is None else f"{row.candidate_s:.1f}"
+        lines.append(
+            f"| {row.name} | {row.reference_status} | {row.reference_s or 0:.1f} | {candidate} "
+            f"| {seconds} | {shown}{own} |"
+        )
+    return "\n".join(lines)
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -651,6 +670,14 @@ def parse_args() -> argparse.Namespace:
         help="build every problem's candidate first, as many at once as there are cores",
     )
     parser.add_argument(
+        "--table",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="run nothing: print the rows of these --out files as a markdown table, then the "
+        "summary",
+    )
+    parser.add_argument(
         "--verbose",
         action="store_true",
         help="print the evaluator's progress lines (reference, checks, timing) as they come",
@@ -676,6 +703,12 @@ def main() -> None:
     args = parse_args()
     # SIGTERM as SIGINT: the sweep ends through its finally blocks, workers stopped, rows kept.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    if args.table:
+        rows = [SweepRow(**row) for path in args.table for row in json.loads(path.read_text())]
+        print(table(rows))
+        print()
+        print(summary(rows))
+        return
     rows = sweep(args)
     print()
     print(summary(rows))

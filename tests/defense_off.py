@@ -283,14 +283,25 @@ DEFENSES: list[Defense] = [
         "harness/worker_candidate.py",
         '    alone = time_stand_ins(job, state, "alone", compiled)',
         '    _profile_reference(job, base)\n    alone = time_stand_ins(job, state, "alone", compiled)',
-        ("tests/test_evaluator.py::test_the_timing_worker_runs_no_profiler_before_its_timing_ends",),
+        (
+            "tests/test_evaluator.py::test_the_timing_worker_runs_no_profiler_before_its_timing_ends",
+        ),
+    ),
+    Defense(
+        "loss_not_its_own_null_answer",  # broken the other way: every loss problem called weak
+        "harness/audit.py",
+        "        if out.is_floating_point() and out.numel() > 1:",
+        "        if out.is_floating_point() and out.numel():",
+        ("tests/test_tolerance.py::test_a_loss_is_not_its_own_null_answer",),
     ),
     Defense(
         "outputs_read_back_in_chunks",  # whole-output float64 copies: 4x the output beside it
         "harness/guards.py",
-        "        step = CHUNK.get(flat.device.type, CHUNK[\"cpu\"])",
+        '        step = CHUNK.get(flat.device.type, CHUNK["cpu"])',
         "        step = max(1, flat.numel())",
-        ("tests/test_memory.py::test_reading_outputs_back_takes_a_chunk_not_four_times_the_output",),
+        (
+            "tests/test_memory.py::test_reading_outputs_back_takes_a_chunk_not_four_times_the_output",
+        ),
     ),
     Defense(
         "harness_memory_named",  # the harness's OOM in the checks' worker: "the worker died"

@@ -94,6 +94,23 @@ def test_the_audit_names_each_null_answer_that_passes_every_case():
     assert null_answer_findings(honest, TOL) == []
 
 
+def test_a_loss_is_not_its_own_null_answer():
+    """A one-element output (a loss) equals its own mean: offering "a constant (its mean)" as
+    a null answer for it called every loss problem weak (KernelBench's level1/94-100 on an
+    H100). A loss that changes with the inputs is verifiable; one that comes out the same on
+    every seed is still weak, by another seed's output."""
+    losses = []
+    for seed in range(4):
+        generator = torch.Generator().manual_seed(seed)
+        scale = float(torch.rand((), generator=generator))
+        x = torch.rand(64, 64, generator=generator) * scale
+        losses.append(([x], [(x - 0.5).pow(2).mean()]))
+    assert null_answer_findings(losses, TOL) == []
+    same = [([torch.randn(64)], [torch.tensor(0.25)]) for _ in range(4)]
+    names = {f.detail.split(" passes")[0] for f in null_answer_findings(same, TOL)}
+    assert names == {"another seed's output 0"}
+
+
 def test_a_passed_through_input_is_found():
     cases = [([x := torch.randn(8, 8)], [x.clone()]) for _ in range(3)]
     names = [f.detail for f in null_answer_findings(cases, TOL)]
