@@ -34,6 +34,9 @@ seconds, so a device call ends on its own.
         [--beside N] [--work-dir DIR]
     python bench/kb_sweep.py --table OUT.json ...   # a markdown table of what ran
 
+Its parts: ``kb_copy_candidate.py`` (the copy candidate), ``device_memory.py`` (the peaks),
+``kb_sweep_rows.py`` (the rows, the summary, the table).
+
 Problems are files or folders (a folder's .py files in the order of their leading numbers);
 by default .kb/all/level1 then .kb/all/level2 (``bash bench/fetch_kernelbench.sh --all``).
 ``--scale-down N`` (CPU trials) divides the files' module-level integer constants >= 256 by N;
@@ -43,293 +46,27 @@ its rows say ``published_size: false``.
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench_reference import kill_children, problem_name, scaled_copy
-from pydantic import BaseModel, Field
+from device_memory import MemoryPeak
+from kb_copy_candidate import copy_candidate
+from kb_sweep_rows import SweepRow, interrupted, progress_line, summary, table, write_rows
 
 from harness.records import Candidate
 
 ROOT = Path(__file__).resolve().parent.parent
 OOM_TEXT = re.compile(r"[^\n]*(out of (device )?memory|OutOfMemoryError)[^\n]*", re.IGNORECASE)
-COPY_NAME = "KP_SWEEP_COPY"
-
-
-class SweepRow(BaseModel):
-    """One problem's outcome."""
-
-    name: str = Field(description="level/stem of the problem file.")
-    device: str
-    published_size: bool = Field(description="False when the file was shrunk by --scale-down.")
-    reference_status: str = Field(
-        description="ok, weak_spec, out_of_memory, user_error, harness_error, or interrupted "
-        "(the sweep stopped inside this problem)."
-    )
-    reference_message: str = Field(default="", description="The error's first lines.")
-    reference_s: float | None = None
-    candidate_status: str | None = Field(
-        default=None,
-        description="The verdict's status, or user_error / harness_error; None when the "
-        "reference failed.",
-    )
-    candidate_kind: str | None = Field(
-        default=None, description="copy (the generic candidate) or offline (the proposer's)."
-    )
-    candidate_reason: str = Field(default="", description="First 300 characters of the reason.")
-    candidate_s: float | None = None
-    peak_reference_mib: int | None = Field(
-        default=None, description="Most device memory in use (all processes) during reference()."
-    )
-    peak_candidate_mib: int | None = Field(
-        default=None, description="Most device memory in use (all processes) during evaluate()."
-    )
-    own_peak_reference_mib: int | None = Field(
-        default=None,
-        description="Most device memory of this sweep's own processes during reference() "
-        "(None where nvidia-smi does not name them).",
-    )
-    own_peak_candidate_mib: int | None = Field(
-        default=None, description="The same during evaluate()."
-    )
-    idle_mib: int | None = Field(default=None, description="Device memory in use before it.")
-    beside: int = Field(
-        default=0,
-        description="Other sweeps sharing the device as this one ran (--beside): its times and "
-        "all-process peaks include theirs.",
-    )
-    memory_error: str = Field(
-        default="", description="Lines of the reference's or the verdict's text about memory."
-    )
-    attempt: int = Field(
-        default=1, description="2: run again by --resume after the first try was interrupted."
-    )
-
-
-# --- the generic candidate ---------------------------------------------------------------
-
-COPY_CUDA = r"""
-#include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <cstdint>
-
-// 16-byte words over the aligned part, bytes over the rest: any dtype, any size.
-__global__ void copy_kernel(const uint4* __restrict__ src16, uint4* __restrict__ dst16,
-                            int64_t words, const unsigned char* __restrict__ src,
-                            unsigned char* __restrict__ dst, int64_t tail_begin, int64_t bytes) {
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    for (int64_t i = tid; i < words; i += stride) dst16[i] = src16[i];
-    for (int64_t i = tail_begin + tid; i < bytes; i += stride) dst[i] = src[i];
-}
-
-torch::Tensor copy_out(torch::Tensor x) {
-    TORCH_CHECK(x.is_cuda(), "copy_out: expects a cuda tensor");
-    const torch::Tensor src = x.contiguous();
-    torch::Tensor out = torch::empty(src.sizes(), src.options());
-    const int64_t bytes = src.numel() * static_cast<int64_t>(src.element_size());
-    if (bytes == 0) return out;
-    const at::cuda::CUDAGuard guard(src.device());
-    const auto* from = static_cast<const unsigned char*>(src.data_ptr());
-    auto* to = static_cast<unsigned char*>(out.data_ptr());
-    const bool aligned = reinterpret_cast<uintptr_t>(from) % 16 == 0 &&
-                         reinterpret_cast<uintptr_t>(to) % 16 == 0;
-    const int64_t words = aligned ? bytes / 16 : 0;
-    const int64_t work = std::max<int64_t>(words, bytes - 16 * words);
-    const int threads = 256;
-    const int blocks = static_cast<int>(std::min<int64_t>((work + threads - 1) / threads, 1 << 20));
-    copy_kernel<<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
-        reinterpret_cast<const uint4*>(from), reinterpret_cast<uint4*>(to), words, from, to,
-        16 * words, bytes);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return out;
-}
-"""
-
-COPY_CPP = r"""
-#include <torch/extension.h>
-#include <cstdint>
-
-torch::Tensor copy_out(torch::Tensor x) {
-    const torch::Tensor src = x.contiguous();
-    torch::Tensor out = torch::empty(src.sizes(), src.options());
-    const int64_t bytes = src.numel() * static_cast<int64_t>(src.element_size());
-    const auto* from = static_cast<const unsigned char*>(src.data_ptr());
-    auto* to = static_cast<unsigned char*>(out.data_ptr());
-    for (int64_t i = 0; i < bytes; ++i) to[i] = from[i];
-    return out;
-}
-"""
-
-COPY_TAIL = '''
-import torch
-from torch.utils.cpp_extension import load_inline
-
-{name}_SOURCE = r"""{source}"""
-
-{name} = load_inline(
-    name="kp_sweep_copy_{device}",
-    {sources},
-    functions=["copy_out"],
-    extra_cflags=["-O3"],{cuda_flags}
-)
-
-
-def kp_sweep_copied(value):
-    if isinstance(value, torch.Tensor):
-        return {name}.copy_out(value)
-    if isinstance(value, tuple):
-        return tuple(kp_sweep_copied(item) for item in value)
-    if isinstance(value, list):
-        return [kp_sweep_copied(item) for item in value]
-    return value
-'''
-
-
-def copy_candidate(source: str, class_name: str, device: str) -> str:
-    """The problem's source with ``class_name`` renamed ``ModelNew`` (so the parameters' names
-    match the reference's), its forward renamed ``reference_forward`` and a forward that
-    passes that one's outputs through the copy kernel."""
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id == class_name:
-            node.id = "ModelNew"
-        if isinstance(node, ast.ClassDef) and node.name == class_name:
-            node.name = "ModelNew"
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == "forward":
-                    item.name = "reference_forward"
-            node.body.append(
-                ast.parse(
-                    "def forward(self, *inputs):\n"
-                    "    return kp_sweep_copied(self.reference_forward(*inputs))\n"
-                ).body[0]
-            )
-    if device == "cuda":
-        sources = (
-            f'cpp_sources="torch::Tensor copy_out(torch::Tensor x);",\n'
-            f"    cuda_sources={COPY_NAME}_SOURCE"
-        )
-        cuda_flags = '\n    extra_cuda_cflags=["-O3"],'
-    else:
-        sources, cuda_flags = f"cpp_sources={COPY_NAME}_SOURCE", ""
-    tail = COPY_TAIL.format(
-        name=COPY_NAME,
-        source=COPY_CUDA if device == "cuda" else COPY_CPP,
-        device=device,
-        sources=sources,
-        cuda_flags=cuda_flags,
-    )
-    return ast.unparse(tree) + "\n\n" + tail
-
-
-# --- device memory -------------------------------------------------------------------------
-
-
-class MemoryPeak:
-    """Device memory (MiB) sampled every 0.2 s in a thread; ``take()`` gives the most seen
-    since the last take, as (all processes, this sweep's own). All processes is nvidia-smi's
-    memory.used; this sweep's own is the sum of its ``--query-compute-apps`` rows whose pid is
-    this process or one it started (None where nvidia-smi names none of them: a container's
-    pid namespace). With two sweeps on one device (``--beside``), only the second is this
-    sweep's. Does nothing off cuda."""
-
-    def __init__(self, device: str) -> None:
-        self.on = device == "cuda" and shutil.which("nvidia-smi") is not None
-        gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
-        self.query = ["nvidia-smi", "-i", gpu, "--format=csv,noheader,nounits"]
-        self.peak: tuple[int | None, int | None] = (None, None)
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._poll, daemon=True)
-
-    def __enter__(self) -> MemoryPeak:
-        if self.on:
-            self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        if self.on:
-            self.thread.join(timeout=5)
-
-    def _smi(self, query: str) -> list[list[str]]:
-        try:
-            done = subprocess.run([*self.query, query], capture_output=True, text=True, timeout=10)
-        except subprocess.TimeoutExpired:
-            return []
-        if done.returncode != 0:
-            return []
-        return [[f.strip() for f in line.split(",")] for line in done.stdout.splitlines()]
-
-    def now(self) -> int | None:
-        """Device memory in use by every process."""
-        if not self.on:
-            return None
-        rows = self._smi("--query-gpu=memory.used")
-        return int(rows[0][0]) if rows and rows[0][0].isdigit() else None
-
-    def own(self) -> int | None:
-        """Device memory in use by this process and its descendants, as nvidia-smi names them."""
-        ours = own_processes()
-        used = [
-            int(row[1])
-            for row in self._smi("--query-compute-apps=pid,used_memory")
-            if len(row) == 2 and row[0].isdigit() and row[1].isdigit() and int(row[0]) in ours
-        ]
-        return sum(used) if used else None
-
-    def _poll(self) -> None:
-        while not self.stop.wait(0.2):
-            sample = (self.now(), self.own())
-            self.peak = (
-                bigger(self.peak[0], sample[0]),
-                bigger(self.peak[1], sample[1]),
-            )
-
-    def take(self) -> tuple[int | None, int | None]:
-        if not self.on:
-            return None, None
-        time.sleep(0.3)  # one more sample after the step's end
-        peak, self.peak = self.peak, (None, None)
-        return peak
-
-
-def bigger(a: int | None, b: int | None) -> int | None:
-    return b if a is None else a if b is None else max(a, b)
-
-
-def own_processes() -> set[int]:
-    """This process and every process below it, from /proc's parent links."""
-    parents: dict[int, int] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid ...: comm may hold spaces and parentheses
-        fields = text[text.rindex(")") + 2 :].split()
-        parents[int(text.split(" ", 1)[0])] = int(fields[1])
-    ours = {os.getpid()}
-    grew = True
-    while grew:
-        below = {pid for pid, parent in parents.items() if parent in ours} - ours
-        grew = bool(below)
-        ours |= below
-    return ours
 
 
 # --- one problem -------------------------------------------------------------------------
@@ -472,36 +209,6 @@ def problem_files(given: list[Path]) -> list[Path]:
     return files
 
 
-def write_rows(path: Path, rows: list[SweepRow]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(path.suffix + ".part")
-    partial.write_text(json.dumps([row.model_dump() for row in rows], indent=1))
-    os.replace(partial, path)
-
-
-def peaks(row: SweepRow) -> tuple[int | None, int | None]:
-    """The reference's and the candidate's peak MiB: this sweep's own processes where
-    nvidia-smi named them, else every process's."""
-    if row.own_peak_reference_mib is not None:
-        return row.own_peak_reference_mib, row.own_peak_candidate_mib
-    return row.peak_reference_mib, row.peak_candidate_mib
-
-
-def progress_line(row: SweepRow) -> str:
-    shown = "/".join("-" if p is None else str(p) for p in peaks(row))
-    reference = f"reference {row.reference_status} {row.reference_s or 0:.1f} s"
-    if row.reference_status != "ok":
-        reference += (
-            f" ({row.reference_message.splitlines()[0][:160] if row.reference_message else ''})"
-        )
-    candidate = (
-        f"{row.candidate_kind} candidate {row.candidate_status} {row.candidate_s or 0:.1f} s"
-        if row.candidate_status
-        else "no candidate"
-    )
-    return f"{row.name}: {reference}; {candidate}; peak MiB reference/candidate {shown}"
-
-
 def sweep(args: argparse.Namespace) -> list[SweepRow]:
     from harness.config import EvalConfig
     from harness.evaluate import Evaluator
@@ -564,57 +271,6 @@ def sweep(args: argparse.Namespace) -> list[SweepRow]:
         write_rows(args.out, rows)
         shutil.rmtree(work, ignore_errors=True)
     return rows
-
-
-def interrupted(row: SweepRow) -> bool:
-    return "interrupted" in (row.reference_status, row.candidate_status)
-
-
-def summary(rows: list[SweepRow]) -> str:
-    reference = Counter(row.reference_status for row in rows)
-    candidate = Counter(
-        f"{row.candidate_status} ({row.candidate_kind})" if row.candidate_kind else "not run"
-        for row in rows
-    )
-    memory = [row.name for row in rows if row.memory_error]
-    sizes = (
-        "published sizes"
-        if all(r.published_size for r in rows)
-        else "NOT all at published sizes (--scale-down)"
-    )
-    lines = [
-        f"{len(rows)} problems, {sizes}",
-        "reference: " + ", ".join(f"{k} {v}" for k, v in reference.most_common()),
-        "candidate: " + ", ".join(f"{k} {v}" for k, v in candidate.most_common()),
-        f"out of memory ({len(memory)}): " + (", ".join(memory) or "none"),
-    ]
-    for kind in ("harness_error", "user_error", "interrupted"):
-        names = [r.name for r in rows if kind in (r.reference_status, r.candidate_status)]
-        if names:
-            lines.append(f"{kind} ({len(names)}): " + ", ".join(names))
-    largest = [(max(p for p in peaks(r) if p is not None), r.name) for r in rows if any(peaks(r))]
-    if largest:
-        top = sorted(largest, reverse=True)[:5]
-        lines.append("largest peaks (MiB): " + ", ".join(f"{name} {mib}" for mib, name in top))
-    return "\n".join(lines)
-
-
-def table(rows: list[SweepRow]) -> str:
-    """The rows as a markdown table, for bench/BENCHMARKS.md."""
-    lines = [
-        "| problem | reference + audit | s | candidate | s | peak MiB (reference / candidate) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for row in rows:
-        shown = " / ".join("-" if p is None else str(p) for p in peaks(row))
-        own = "" if row.own_peak_reference_mib is not None or not row.beside else " (all)"
-        candidate = f"{row.candidate_status} ({row.candidate_kind})" if row.candidate_kind else "-"
-        seconds = "-" if row.candidate_s is None else f"{row.candidate_s:.1f}"
-        lines.append(
-            f"| {row.name} | {row.reference_status} | {row.reference_s or 0:.1f} | {candidate} "
-            f"| {seconds} | {shown}{own} |"
-        )
-    return "\n".join(lines)
 
 
 def parse_args() -> argparse.Namespace:

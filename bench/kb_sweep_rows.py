@@ -1,0 +1,143 @@
+"""The KernelBench sweep's record (bench/kb_sweep.py): one row per problem, the JSON file
+they are kept in, and what is printed of them (progress lines, the summary, a markdown
+table)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+
+class SweepRow(BaseModel):
+    """One problem's outcome."""
+
+    name: str = Field(description="level/stem of the problem file.")
+    device: str
+    published_size: bool = Field(description="False when the file was shrunk by --scale-down.")
+    reference_status: str = Field(
+        description="ok, weak_spec, out_of_memory, user_error, harness_error, or interrupted "
+        "(the sweep stopped inside this problem)."
+    )
+    reference_message: str = Field(default="", description="The error's first lines.")
+    reference_s: float | None = None
+    candidate_status: str | None = Field(
+        default=None,
+        description="The verdict's status, or user_error / harness_error; None when the "
+        "reference failed.",
+    )
+    candidate_kind: str | None = Field(
+        default=None, description="copy (the generic candidate) or offline (the proposer's)."
+    )
+    candidate_reason: str = Field(default="", description="First 300 characters of the reason.")
+    candidate_s: float | None = None
+    peak_reference_mib: int | None = Field(
+        default=None, description="Most device memory in use (all processes) during reference()."
+    )
+    peak_candidate_mib: int | None = Field(
+        default=None, description="Most device memory in use (all processes) during evaluate()."
+    )
+    own_peak_reference_mib: int | None = Field(
+        default=None,
+        description="Most device memory of this sweep's own processes during reference() "
+        "(None where nvidia-smi does not name them).",
+    )
+    own_peak_candidate_mib: int | None = Field(
+        default=None, description="The same during evaluate()."
+    )
+    idle_mib: int | None = Field(default=None, description="Device memory in use before it.")
+    beside: int = Field(
+        default=0,
+        description="Other sweeps sharing the device as this one ran (--beside): its times and "
+        "all-process peaks include theirs.",
+    )
+    memory_error: str = Field(
+        default="", description="Lines of the reference's or the verdict's text about memory."
+    )
+    attempt: int = Field(
+        default=1, description="2: run again by --resume after the first try was interrupted."
+    )
+
+
+def write_rows(path: Path, rows: list[SweepRow]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(path.suffix + ".part")
+    partial.write_text(json.dumps([row.model_dump() for row in rows], indent=1))
+    os.replace(partial, path)
+
+
+def peaks(row: SweepRow) -> tuple[int | None, int | None]:
+    """The reference's and the candidate's peak MiB: this sweep's own processes where
+    nvidia-smi named them, else every process's."""
+    if row.own_peak_reference_mib is not None:
+        return row.own_peak_reference_mib, row.own_peak_candidate_mib
+    return row.peak_reference_mib, row.peak_candidate_mib
+
+
+def progress_line(row: SweepRow) -> str:
+    shown = "/".join("-" if p is None else str(p) for p in peaks(row))
+    reference = f"reference {row.reference_status} {row.reference_s or 0:.1f} s"
+    if row.reference_status != "ok":
+        reference += (
+            f" ({row.reference_message.splitlines()[0][:160] if row.reference_message else ''})"
+        )
+    candidate = (
+        f"{row.candidate_kind} candidate {row.candidate_status} {row.candidate_s or 0:.1f} s"
+        if row.candidate_status
+        else "no candidate"
+    )
+    return f"{row.name}: {reference}; {candidate}; peak MiB reference/candidate {shown}"
+
+
+def interrupted(row: SweepRow) -> bool:
+    return "interrupted" in (row.reference_status, row.candidate_status)
+
+
+def summary(rows: list[SweepRow]) -> str:
+    reference = Counter(row.reference_status for row in rows)
+    candidate = Counter(
+        f"{row.candidate_status} ({row.candidate_kind})" if row.candidate_kind else "not run"
+        for row in rows
+    )
+    memory = [row.name for row in rows if row.memory_error]
+    sizes = (
+        "published sizes"
+        if all(r.published_size for r in rows)
+        else "NOT all at published sizes (--scale-down)"
+    )
+    lines = [
+        f"{len(rows)} problems, {sizes}",
+        "reference: " + ", ".join(f"{k} {v}" for k, v in reference.most_common()),
+        "candidate: " + ", ".join(f"{k} {v}" for k, v in candidate.most_common()),
+        f"out of memory ({len(memory)}): " + (", ".join(memory) or "none"),
+    ]
+    for kind in ("harness_error", "user_error", "interrupted"):
+        names = [r.name for r in rows if kind in (r.reference_status, r.candidate_status)]
+        if names:
+            lines.append(f"{kind} ({len(names)}): " + ", ".join(names))
+    largest = [(max(p for p in peaks(r) if p is not None), r.name) for r in rows if any(peaks(r))]
+    if largest:
+        top = sorted(largest, reverse=True)[:5]
+        lines.append("largest peaks (MiB): " + ", ".join(f"{name} {mib}" for mib, name in top))
+    return "\n".join(lines)
+
+
+def table(rows: list[SweepRow]) -> str:
+    """The rows as a markdown table, for bench/BENCHMARKS.md."""
+    lines = [
+        "| problem | reference + audit | s | candidate | s | peak MiB (reference / candidate) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        shown = " / ".join("-" if p is None else str(p) for p in peaks(row))
+        own = "" if row.own_peak_reference_mib is not None or not row.beside else " (all)"
+        candidate = f"{row.candidate_status} ({row.candidate_kind})" if row.candidate_kind else "-"
+        seconds = "-" if row.candidate_s is None else f"{row.candidate_s:.1f}"
+        lines.append(
+            f"| {row.name} | {row.reference_status} | {row.reference_s or 0:.1f} | {candidate} "
+            f"| {seconds} | {shown}{own} |"
+        )
+    return "\n".join(lines)
