@@ -16,9 +16,11 @@ Case = tuple[list, list[torch.Tensor]]  # (inputs, reference outputs)
 
 def null_answers(inputs: list, outputs: list[torch.Tensor], others: list[list[torch.Tensor]]):
     """Named null answers for one case, what a kernel doing no real work could return: (name,
-    output index, a function making the answer). Made on demand: each can be GBs."""
+    output index, a function making the answer). Made on demand; zeros and the constant are
+    one element expanded to the output's shape, which a sample refutes without the GBs of
+    memory a full tensor of them took beside the case."""
     for index, out in enumerate(outputs):
-        yield f"zeros for output {index}", index, lambda out=out: torch.zeros_like(out)
+        yield f"zeros for output {index}", index, lambda out=out: _filled(out, 0)
         # Every element at the case's own mean: a check with no power over single elements.
         # Of a one-element output (a loss) that mean is the output itself, the right answer:
         # whether its value depends on the case at all is "another seed's output" below.
@@ -26,7 +28,7 @@ def null_answers(inputs: list, outputs: list[torch.Tensor], others: list[list[to
             yield (
                 f"a constant (its mean) for output {index}",
                 index,
-                lambda out=out: torch.full_like(out, float(out.float().mean())),
+                lambda out=out: _filled(out, float(out.mean())),
             )
         for position, value in enumerate(inputs):
             if (
@@ -38,6 +40,11 @@ def null_answers(inputs: list, outputs: list[torch.Tensor], others: list[list[to
         for other in others:
             if len(other) > index and other[index].shape == out.shape:
                 yield f"another seed's output {index}", index, lambda o=other[index]: o
+
+
+def _filled(out: torch.Tensor, value: float) -> torch.Tensor:
+    """``value`` in every element of a tensor shaped as ``out``: one element, expanded."""
+    return torch.full((), value, dtype=out.dtype, device=out.device).expand(out.shape)
 
 
 class NullAnswerAudit:

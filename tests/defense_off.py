@@ -304,6 +304,15 @@ DEFENSES: list[Defense] = [
         ),
     ),
     Defense(
+        "null_answers_expanded",  # full-size null answers: another output's memory per case
+        "harness/audit.py",
+        "lambda out=out: _filled(out, float(out.mean())),",
+        "lambda out=out: torch.full_like(out, float(out.mean())),",
+        (
+            "tests/test_memory.py::test_the_audit_refutes_null_answers_without_output_sized_copies_of_them",
+        ),
+    ),
+    Defense(
         "harness_memory_named",  # the harness's OOM in the checks' worker: "the worker died"
         "harness/worker_candidate.py",
         "            except torch.OutOfMemoryError as err:  # the candidate's own calls raise CheckFailed",

@@ -66,6 +66,32 @@ def test_reading_outputs_back_takes_a_chunk_not_four_times_the_output():
     assert grew < 64 * 2**20, grew  # whole-output float64 copies: 1 GiB more
 
 
+AUDIT = """
+import json, resource, torch
+from harness.audit import NullAnswerAudit
+from harness.tolerance import tolerance_for
+x = torch.randn(64 * 2**20)  # 256 MiB
+y = x.sin()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+audit = NullAnswerAudit(tolerance_for("float32"))
+audit.add([x], [y])  # the first case: every null answer is tried on it
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"grew": after - before, "findings": len(audit.findings())}))
+"""
+
+
+def test_the_audit_refutes_null_answers_without_output_sized_copies_of_them():
+    """Zeros and a constant are one element expanded to the output's shape: a sample refutes
+    them on a problem that is not weak. As full tensors they took another output's memory
+    beside the case (8 GiB on KernelBench's largest level-1 problems, on the device)."""
+    completed = subprocess.run(
+        [sys.executable, "-c", AUDIT], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    measured = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert measured["findings"] == 0
+    assert measured["grew"] < 64 * 2**20, measured  # a full constant: 256 MiB more
+
+
 HARNESS_OOM_HOOK = Path(__file__).resolve().parent / "hooks" / "harness_oom"
 PROBLEM = problem_from_target(str(FIXTURES / "scale_problem.py"), "cpu", "float32")
 
