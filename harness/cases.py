@@ -153,11 +153,24 @@ def resized_inputs(inputs: list, variant: int, seed: int) -> list | None:
             # and its copy took seconds per case.
             if picker is None:
                 picker = torch.Generator(flat.device).manual_seed(seed)
-            count = int(torch.Size(shape).numel())
-            picks = torch.randint(flat.numel(), (count,), generator=picker, device=flat.device)
-            value = flat[picks].reshape(shape).contiguous()
+            value = _picked(flat, int(torch.Size(shape).numel()), picker).reshape(shape)
         resized.append(value)
     return resized
+
+
+PICK_CHUNK = 1 << 24  # elements drawn per step: an int64 index of 128 MiB
+
+
+def _picked(flat: torch.Tensor, count: int, picker: torch.Generator) -> torch.Tensor:
+    """``count`` elements of ``flat`` drawn at random (with replacement), a chunk at a time:
+    one index for all of them took twice a float32 input's memory beside it (16 GiB for
+    KernelBench's 8 GiB inputs, on the device, in every worker that draws the case)."""
+    picked = torch.empty(count, dtype=flat.dtype, device=flat.device)
+    for start in range(0, count, PICK_CHUNK):
+        size = min(PICK_CHUNK, count - start)
+        picks = torch.randint(flat.numel(), (size,), generator=picker, device=flat.device)
+        torch.index_select(flat, 0, picks, out=picked[start : start + size])
+    return picked
 
 
 def _check_inputs(raw, path: Path, fn_name: str) -> None:

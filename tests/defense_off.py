@@ -313,6 +313,13 @@ DEFENSES: list[Defense] = [
         ),
     ),
     Defense(
+        "variant_drawn_in_chunks",  # one int64 index of every element: 2x the input beside it
+        "harness/cases.py",
+        "PICK_CHUNK = 1 << 24  # elements drawn per step: an int64 index of 128 MiB",
+        "PICK_CHUNK = 1 << 40",
+        ("tests/test_memory.py::test_a_shape_variant_is_drawn_without_an_index_twice_the_input",),
+    ),
+    Defense(
         "harness_memory_named",  # the harness's OOM in the checks' worker: "the worker died"
         "harness/worker_candidate.py",
         "            except torch.OutOfMemoryError as err:  # the candidate's own calls raise CheckFailed",

@@ -92,6 +92,31 @@ def test_the_audit_refutes_null_answers_without_output_sized_copies_of_them():
     assert measured["grew"] < 64 * 2**20, measured  # a full constant: 256 MiB more
 
 
+VARIANT = """
+import json, resource, torch
+from harness.cases import resized_inputs
+x = torch.randn(8192, 8192)  # 256 MiB
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+(wider,) = resized_inputs([x], variant=2, seed=7)  # the last dimension grown a little
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"grew": after - before, "shape": list(wider.shape)}))
+"""
+
+
+def test_a_shape_variant_is_drawn_without_an_index_twice_the_input():
+    """A variant's elements are drawn from the input's at random: through one int64 index of
+    every element, that took twice a float32 input beside it (16 GiB for an 8 GiB input, in
+    every worker that draws the case). Drawn a chunk at a time, the new tensor is all."""
+    completed = subprocess.run(
+        [sys.executable, "-c", VARIANT], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    measured = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert measured["shape"][0] == 8192 and measured["shape"][1] > 8192
+    # the new tensor (256 MiB and a little) and a chunk's index and draw (128 MiB each, one
+    # at a time, 450 MiB measured); one index for all: 768 MiB and more
+    assert measured["grew"] < 2**28 + 2**28, measured
+
+
 HARNESS_OOM_HOOK = Path(__file__).resolve().parent / "hooks" / "harness_oom"
 PROBLEM = problem_from_target(str(FIXTURES / "scale_problem.py"), "cpu", "float32")
 
