@@ -54,6 +54,11 @@ def as_outputs(value, where: str) -> list[torch.Tensor]:
     )
 
 
+# The first case run again: a finding if the two runs differ beyond tolerance, whether they
+# agree bit for bit, and the reference's profile where that run was profiled.
+Determinism = tuple[AuditFinding | None, bool, OpProfile | None]
+
+
 class Phases:
     """Seconds spent per phase of the reference run (device work waited for at each end)."""
 
@@ -83,21 +88,28 @@ class ReferenceRun:
         self.where = f"{self.problem.source_path}:{self.problem.class_name}.forward"
         self.phase = Phases(self.problem.device)
         self.on_cuda = self.problem.device == "cuda"
-        self.first_outputs: list[torch.Tensor] | None = None
         self.io_bytes = 0
         self.input_summary = ""
         with self.phase("construct"):
             self.base = build_reference(self.problem, job.seeds[0])
 
-    def run_seed_cases(self, strengthened: bool) -> tuple[list[CaseSpec], NullAnswerAudit, str]:
-        """The seed cases, audited as they go; the last item names a non-finite case, if any."""
+    def run_seed_cases(
+        self, strengthened: bool, determinism: bool = False
+    ) -> tuple[list[CaseSpec], NullAnswerAudit, str, Determinism | None]:
+        """The seed cases, audited as they go; the third item names a non-finite case, if any.
+        With ``determinism``, the first case is run again right after it (``determinism``), so
+        no case's outputs outlive its turn but what the audit still compares with."""
         audit = NullAnswerAudit(self.tol)
         specs = seed_specs(self.job.seeds, self.on_cuda)
+        determined = None
         for spec in specs:
             outputs = self.run_case(spec, strengthened, audit)
             if outputs is None:
-                return specs, audit, spec.name
-        return specs, audit, ""
+                return specs, audit, spec.name, determined
+            if determinism and determined is None:
+                determined = self.determinism(spec, strengthened, outputs)
+            del outputs
+        return specs, audit, "", determined
 
     def run_case(
         self, spec: CaseSpec, strengthened: bool, audit: NullAnswerAudit | None = None
@@ -126,7 +138,6 @@ class ReferenceRun:
             with self.phase("audit"):
                 audit.add(inputs, outputs)
         if spec.kind == "seed" and spec.reference_case == 0:
-            self.first_outputs = outputs  # for the determinism run
             self.io_bytes = sum(_bytes(x) for x in [*inputs, *outputs])
             self.input_summary = describe_inputs(inputs)
         spec.input_digest = input_digest(inputs)
@@ -153,8 +164,8 @@ class ReferenceRun:
                 ) from err
 
     def determinism(
-        self, spec: CaseSpec, strengthened: bool
-    ) -> tuple[AuditFinding | None, bool, OpProfile | None]:
+        self, spec: CaseSpec, strengthened: bool, first: list[torch.Tensor]
+    ) -> Determinism:
         """Run the first case again: a finding if the two runs differ beyond tolerance, and
         whether they agree bit for bit (then a candidate must too: see the 'repeat' case).
         Where the parent compares with stored outputs on cuda, this run is also profiled for
@@ -163,7 +174,7 @@ class ReferenceRun:
         worker profiles itself before it loads the candidate."""
         with self.phase("determinism"):
             inputs = case_inputs(self.problem, spec, strengthened)
-            assert inputs is not None and self.first_outputs is not None
+            assert inputs is not None
             if input_digest(inputs) != spec.input_digest:
                 raise UserError(
                     "the input factory gave other inputs for the same seed on a second call: "
@@ -185,7 +196,6 @@ class ReferenceRun:
                 ops = profile_forward(forward, inputs, self.problem.device)
             else:
                 forward(*inputs)
-            first, self.first_outputs = self.first_outputs, None
             bitwise = all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
             finding = None if bitwise else nondeterminism_finding(first, again, self.tol)
         return finding, bitwise, ops
@@ -204,18 +214,19 @@ def run_reference(job: WorkerJob, job_dir: Path) -> ReferenceReport:
     run = ReferenceRun(job, job_dir)
     if job.problem.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    specs, audit, nonfinite = run.run_seed_cases(job.strengthened)
+    specs, audit, nonfinite, determined = run.run_seed_cases(job.strengthened, determinism=True)
     if nonfinite:
         raise _nonfinite_error(job, nonfinite)
     findings = audit.findings()
-    nondeterministic, bitwise, ops = run.determinism(specs[0], job.strengthened)
+    assert determined is not None  # every case finite: the first was run twice
+    nondeterministic, bitwise, ops = determined
     if nondeterministic:
         findings.append(nondeterministic)
     report = AuditReport(problem=job.problem.name, weak=bool(findings), findings=findings)
     strengthened = job.strengthened
     if findings and not nondeterministic and not job.strengthened:
         # Signed, rescaled inputs may leave the module's domain (log, sqrt): no help then.
-        stronger, stronger_audit, stronger_nonfinite = run.run_seed_cases(True)
+        stronger, stronger_audit, stronger_nonfinite, _ = run.run_seed_cases(True)
         report.strengthened_ok = not stronger_nonfinite and not stronger_audit.findings()
         if report.strengthened_ok:
             specs, strengthened = stronger, True

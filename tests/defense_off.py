@@ -320,6 +320,13 @@ DEFENSES: list[Defense] = [
         ("tests/test_memory.py::test_a_shape_variant_is_drawn_without_an_index_twice_the_input",),
     ),
     Defense(
+        "audit_lets_cases_go",  # every case's outputs kept beside the next for nothing
+        "harness/audit.py",
+        '        if self.cases < 2 or any(n.startswith("another seed") for n in self.passing):',
+        "        if True:",
+        ("tests/test_tolerance.py::test_the_audit_lets_a_case_go_once_no_null_answer_needs_it",),
+    ),
+    Defense(
         "harness_memory_named",  # the harness's OOM in the checks' worker: "the worker died"
         "harness/worker_candidate.py",
         "            except torch.OutOfMemoryError as err:  # the candidate's own calls raise CheckFailed",

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from harness import tolerance
-from harness.audit import null_answer_findings
+from harness.audit import NullAnswerAudit, null_answer_findings
 from harness.records import Problem
 from harness.tolerance import compare, compare_cases, tolerance_for
 
@@ -109,6 +109,26 @@ def test_a_loss_is_not_its_own_null_answer():
     same = [([torch.randn(64)], [torch.tensor(0.25)]) for _ in range(4)]
     names = {f.detail.split(" passes")[0] for f in null_answer_findings(same, TOL)}
     assert names == {"another seed's output 0"}
+
+
+def test_the_audit_lets_a_case_go_once_no_null_answer_needs_it():
+    """A case's outputs (GBs at KernelBench's sizes) stay beside the next case only while
+    "another seed's output" is still open: refuted on the second case, none are kept."""
+    import gc
+    import weakref
+
+    audit = NullAnswerAudit(TOL)
+    alive = []
+    for seed in range(4):
+        x = torch.randn(64, 16, generator=torch.Generator().manual_seed(seed))
+        out = x.sin()
+        held = weakref.ref(out)
+        audit.add([x], [out])
+        del x, out
+        gc.collect()
+        alive.append(held() is not None)
+    assert audit.findings() == []
+    assert alive == [True, False, False, False]  # the first, for the second case only
 
 
 def test_a_passed_through_input_is_found():
