@@ -23,7 +23,7 @@ ls .whl && du -sh .whl
 # .whl-core/: the same without matplotlib's stack (about 11 MB instead of 50), for the calls
 # that carry the build cache too (64 MiB at most per call): KP_WHEELS=.whl-core bench/gpu_run.sh
 rm -rf .whl-core && mkdir -p .whl-core
-find .whl -name '*.whl' ! -name 'matplotlib-*' ! -name 'numpy-*' ! -name 'pillow-*' \
+find .whl -type f -name '*.whl' ! -name 'matplotlib-*' ! -name 'numpy-*' ! -name 'pillow-*' \
   ! -name 'fonttools-*' ! -name 'kiwisolver-*' ! -name 'contourpy-*' ! -name 'cycler-*' \
   ! -name 'pyparsing-*' ! -name 'python_dateutil-*' -exec cp {} .whl-core/ \;
 du -sh .whl-core

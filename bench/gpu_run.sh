@@ -20,7 +20,8 @@
 # $OUT/kbref-before.json and kbref-after.json; KP_KBREF_SIDES: "before after" by default, one
 # side per device call at KP_KBREF_LIMIT=500 s a side; KP_KBREF_ARGS, e.g. --only 26_GELU_),
 # kbsweep (bench/kb_sweep.py: every level-1 and level-2 problem at its published size, two
-# sweeps at once, resumed call after call from .kb/sweep/),
+# sweeps at once, resumed call after call from .kb/sweep/), kbfiles (kb_sweep on the files in
+# KP_KB_FILES), streamgate (bench/gpu_stream_gate.py: the stream entries, the gate on and off),
 # prflow (the pull-request flow against the fake GitHub on a cuda module: bench/gpu_pr_flow.py,
 # its comment, review and follow-up files into $OUT/prflow), nightly (bench/gpu_nightly.py: three
 # nights over a shipped kernel, the history and its plot into $OUT/nightly), probe (the honest
@@ -77,7 +78,7 @@ kbref() {  # kbref SIDE OPTIONS...: bench_reference on .kb/problems, one column 
     --out "$OUT/kbref-$side.json"
 }
 for what in "$@"; do
-  if [ "$what" != build ] && [ "$what" != pack ] && [ "$what" != kbref ] && [ "$what" != kbsweep ] && [ "$what" != scripted ] && [ "$what" != prflow ] && [ "$what" != nightly ] && [ ! -d .kp-cache ]; then
+  if [ "$what" != build ] && [ "$what" != pack ] && [ "$what" != kbref ] && [ "$what" != kbsweep ] && [ "$what" != kbfiles ] && [ "$what" != scripted ] && [ "$what" != prflow ] && [ "$what" != nightly ] && [ ! -d .kp-cache ]; then
     echo "no build cache (.kp-cache): run the build stage or carry .kp-cache-parts"; exit 3
   fi
   case $what in
@@ -121,6 +122,18 @@ for what in "$@"; do
       done
       wait
       for level in "${levels[@]}"; do echo "=== kbsweep $level"; tail -n 12 "$OUT/kbsweep-$level.log"; done ;;
+    streamgate)  # the CUDA stream-order entries with the stream gate on and off
+      # (bench/gpu_stream_gate.py; KP_GATE_ROUNDS evaluations per entry and side, default 1)
+      stage stream_gate 420 python3 bench/gpu_stream_gate.py --rounds "${KP_GATE_ROUNDS:-1}" \
+        --out "$OUT/stream_gate.json" ;;
+    kbfiles)  # bench/kb_sweep.py on the KernelBench files named in KP_KB_FILES (paths under
+      # .kb/all, carry .kb), with KP_KB_CANDIDATE (copy or offline), into $OUT/kbfiles.json
+      [ -d .kb/all ] || { echo "no .kb/all: run bench/fetch_kernelbench.sh --all, carry .kb"; exit 3; }
+      limit=${KP_KB_LIMIT:-400}
+      # shellcheck disable=SC2086  # KP_KB_FILES: a list of paths (word-split)
+      stage kbfiles "$limit" python3 bench/kb_sweep.py ${KP_KB_FILES:?KP_KB_FILES=<problem files>} \
+        --device cuda --candidate "${KP_KB_CANDIDATE:-copy}" --limit-s $((limit - 60)) --verbose \
+        --out "$OUT/kbfiles.json" ;;
     scripted)  # the agent team on cuda with scripted replies (bench/scripted/README.md)
       (cd bench/scripted && stage scripted 240 python3 -m bot.cli optimize \
         ../../tests/redteam/problems/gelu_scale_residual.py --device cuda --llm scripted \

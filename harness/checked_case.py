@@ -14,6 +14,7 @@ from harness.buildcache import CachedLoader
 from harness.cases import case_inputs, input_digest
 from harness.jobs import CaseSpec, CheckFailed, WorkerJob
 from harness.records import Check, Status
+from harness.stream_gate import StreamGate
 
 
 def pass_once(checks: list[Check], name: str, detail: str) -> None:
@@ -28,7 +29,12 @@ def run_case(
     spec: CaseSpec,
     reference: torch.nn.Module,
     checks: list[Check],
+    gate: StreamGate | None = None,
+    hold_limit_s: float = 0.0,
 ) -> list:
+    """One checked call; on a busy stream with ``gate``, work on other streams is held until
+    the harness has read the outputs, for at most ``hold_limit_s`` of the call's own work on
+    the current stream (``harness.stream_gate``)."""
     device = job.problem.device
     try:
         model.load_state_dict(reference.state_dict(), strict=True)
@@ -62,34 +68,39 @@ def run_case(
         torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof,
     ):
         inputs = staged.produce()  # on a busy stream: not there yet for a kernel that skips it
-        try:
-            with torch.profiler.record_function(profiling.FORWARD_RANGE):
-                result = model(*inputs)
-        except Exception as err:
-            raise CheckFailed(
-                Status.runtime_error,
-                "runs",
-                f"{spec.name}: {type(err).__name__}: {err}",
-                traceback.format_exc(),
-            ) from err
-        outputs = result if isinstance(result, list | tuple) else [result]
-        if not all(type(out) is torch.Tensor for out in outputs):
-            kinds = ", ".join(type(out).__name__ for out in outputs)
-            raise CheckFailed(
-                Status.rejected, "plain_tensor_outputs", f"outputs are {kinds}, not plain tensors"
-            )
-        at_return = guards.at_return(outputs)  # before anything else reads them, same stream
+        with staged.held(gate, hold_limit_s) as hold:
+            try:
+                with torch.profiler.record_function(profiling.FORWARD_RANGE):
+                    result = model(*inputs)
+            except Exception as err:
+                raise CheckFailed(
+                    Status.runtime_error,
+                    "runs",
+                    f"{spec.name}: {type(err).__name__}: {err}",
+                    traceback.format_exc(),
+                ) from err
+            outputs = result if isinstance(result, list | tuple) else [result]
+            if not all(type(out) is torch.Tensor for out in outputs):
+                kinds = ", ".join(type(out).__name__ for out in outputs)
+                raise CheckFailed(
+                    Status.rejected,
+                    "plain_tensor_outputs",
+                    f"outputs are {kinds}, not plain tensors",
+                )
+            # Before anything else reads them, on the same stream; other streams' work waits.
+            at_return = guards.at_return(outputs, hold.wait_then_release if hold else _nothing)
     computes = profiling.pytorch_compute_problems(profiling.forward_ops(prof), job.reference_ops)
     if computes:
         raise CheckFailed(Status.rejected, "no_pytorch_compute", f"{spec.name}: {computes}")
     guards.settle(device)
     if guards.changed_since(at_return, outputs):
         hint = f": {streams.STREAM_HINT}" if staged.stream is not None else ""
+        held = ", held back until the harness had read the outputs" if gate else ""
         raise CheckFailed(
             Status.incorrect,
             "stable_after_sync",
             f"{spec.name}: outputs changed after return (work left running that the caller's "
-            f"stream does not wait for){hint}",
+            f"stream does not wait for{held}){hint}",
         )
     if not sum(loader.calls.values()):
         raise CheckFailed(
@@ -120,6 +131,10 @@ def run_case(
             "right with inputs produced asynchronously on a busy non-default current stream",
         )
     return list(outputs)
+
+
+def _nothing() -> None:
+    pass
 
 
 def harness_out_of_memory(spec: CaseSpec, device: str, err: torch.OutOfMemoryError) -> CheckFailed:

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
+from harness import stream_gate
 from harness.accept import confirm_disturbance
 from harness.buildcache import default_cache_dir
 from harness.comparator import Comparator, ComparatorStopped
@@ -255,7 +256,12 @@ class Evaluator:
             timeout = config.run_timeout_s
         else:
             timeout = config.build_timeout_s + config.run_timeout_s
-        outcome = run_worker(job_dir, timeout, memory, receiver.at(job_dir) if receiver else None)
+        # The checks' worker on cuda holds other streams' work back (harness.stream_gate).
+        gated = mode == "evaluate" and problem.device == "cuda"
+        extra_env = stream_gate.worker_environment(self.cache_dir) if gated else None
+        outcome = run_worker(
+            job_dir, timeout, memory, receiver.at(job_dir) if receiver else None, True, extra_env
+        )
         return candidate_report(outcome, problem, timeout)
 
 

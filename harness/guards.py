@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 import inspect
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -80,14 +81,19 @@ def sample(outputs: Outputs) -> list[torch.Tensor]:
 
 def fingerprint(outputs: Outputs) -> list[tuple[float, float]]:
     """Summary of every element of the outputs; taken at return and again after
-    synchronization (after ``sample``, which must not wait for it).
+    synchronization (after ``sample``, which must not wait for it)."""
+    return read_sums(fingerprint_sums(outputs))
+
+
+def fingerprint_sums(outputs: Outputs) -> list[torch.Tensor]:
+    """The fingerprint's sums, queued on the current stream and not read yet.
 
     Summed in float64 a chunk at a time: a whole-output float64 copy and its absolute value
     took four times the output's memory beside it (an 8 GiB float32 output of a KernelBench
     problem ran the checks' worker out of an H100's memory), and a chunk's copies take a
     fixed amount. The same chunks in the same order both times: equal outputs give equal sums.
     """
-    prints = []
+    queued = []
     for out in outputs:
         flat = out.detach().reshape(-1)
         sums = torch.zeros(2, dtype=torch.float64, device=flat.device)
@@ -96,6 +102,13 @@ def fingerprint(outputs: Outputs) -> list[tuple[float, float]]:
             part = flat[start : start + step].double()
             sums[0] += part.nansum()
             sums[1] += part.abs().nansum()
+        queued.append(sums)
+    return queued
+
+
+def read_sums(queued: list[torch.Tensor]) -> list[tuple[float, float]]:
+    prints = []
+    for sums in queued:
         total, magnitude = sums.tolist()
         prints.append((total, magnitude))
     return prints
@@ -104,11 +117,15 @@ def fingerprint(outputs: Outputs) -> list[tuple[float, float]]:
 AtReturn = tuple[list[torch.Tensor], list[tuple[float, float]]]
 
 
-def at_return(outputs: Outputs) -> AtReturn:
+def at_return(outputs: Outputs, before_read: Callable[[], None] = lambda: None) -> AtReturn:
     """What the outputs hold when forward returns: the sample first (a full-size read before
-    it would give deferred work time to finish), then the sums of every element."""
+    it would give deferred work time to finish), then the sums of every element, both queued
+    on the current stream before anything waits for them; ``before_read()`` runs between
+    queuing them and the wait (the stream gate's release, ``harness.stream_gate``)."""
     sampled = sample(outputs)
-    return sampled, fingerprint(outputs)
+    queued = fingerprint_sums(outputs)
+    before_read()
+    return sampled, read_sums(queued)
 
 
 def changed_since(taken: AtReturn, outputs: Outputs) -> bool:

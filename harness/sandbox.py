@@ -79,6 +79,7 @@ def run_worker(
     memory_limit_gb: float | None,
     on_outputs: Callable[[object], bool] | None = None,
     isolate_network: bool = True,
+    extra_env: dict[str, str] | None = None,
 ) -> WorkerOutcome:
     """Run ``python -m harness.worker job_dir FD`` and wait for it, at most ``timeout_s``.
 
@@ -86,7 +87,7 @@ def run_worker(
     body, untrusted) decides whether it goes on ("go" on its stdin) or stops.
     """
     started = time.monotonic()
-    process, reader = start_worker(job_dir, memory_limit_gb, isolate_network)
+    process, reader = start_worker(job_dir, memory_limit_gb, isolate_network, extra_env)
     with reader:
         timed_out = _wait(process, reader, started + timeout_s, on_outputs)
         _kill_group(process)
@@ -95,10 +96,14 @@ def run_worker(
 
 
 def start_worker(
-    job_dir: Path, memory_limit_gb: float | None, isolate_network: bool
+    job_dir: Path,
+    memory_limit_gb: float | None,
+    isolate_network: bool,
+    extra_env: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen, ChannelReader]:
     """Start ``python -m harness.worker job_dir FD``; its log goes to ``job_dir/worker.log``,
-    its messages come on the reader, its stdin is a pipe of ours."""
+    its messages come on the reader, its stdin is a pipe of ours. ``extra_env``: the harness's
+    own additions to the cleaned environment (the stream gate's preload)."""
     read_end, write_end = os.pipe()
     with (job_dir / "worker.log").open("wb") as log:
         try:
@@ -107,7 +112,7 @@ def start_worker(
                 stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=clean_environment(),
+                env=clean_environment() | (extra_env or {}),
                 cwd=job_dir,
                 start_new_session=True,
                 pass_fds=(write_end,),

@@ -8,7 +8,9 @@ on it when forward is called: the stream first spins on the device for tens of m
 then copies the real values into input buffers that hold poison until then. A kernel that
 does not wait for the current stream reads the poison; the outputs are then sampled on the
 same stream right after return, with no host synchronization in between, so one that the
-current stream does not wait for is caught still writing them.
+current stream does not wait for is caught still writing them. The stream gate
+(``harness.stream_gate``) makes that certain: work queued on any other stream waits until
+those reads are done.
 """
 
 from __future__ import annotations
@@ -19,10 +21,14 @@ from collections.abc import Iterator
 import torch
 
 from harness import guards
+from harness.stream_gate import Hold, StreamGate
 
 # About 25-35 ms of a device-side spin at Hopper clocks: far longer than the host needs to go
 # from queuing the input copies to the candidate's own launches, profiler and all.
 BUSY_CYCLES = 50_000_000
+# How long a candidate's blocking call may wait, under the stream gate, for the spin above and
+# the input copies before the gate opens for it (generous: a slower GPU spins longer).
+BUSY_ALLOWANCE_S = 0.5
 
 STREAM_HINT = (
     "launch kernels on at::cuda::getCurrentCUDAStream() (or make your own streams wait for the "
@@ -38,6 +44,7 @@ class Staged:
     def __init__(self, raw: list, device: str, async_stream: bool) -> None:
         self.originals = [guards.guarded(x, device) if _tensor(x) else x for x in raw]
         self.stream: torch.cuda.Stream | None = None
+        self.inputs_ready: torch.cuda.Event | None = None
         if async_stream and device == "cuda":
             self.inputs = [guards.poisoned_like(x) if _tensor(x) else x for x in self.originals]
             self._load_kernels()
@@ -72,7 +79,23 @@ class Staged:
             for target, original in zip(self.inputs, self.originals, strict=True):
                 if _tensor(target):
                     target.copy_(original)
+            self.inputs_ready = torch.cuda.Event()
+            self.inputs_ready.record(self.stream)
         return self.inputs
+
+    @contextlib.contextmanager
+    def held(self, gate: StreamGate | None, limit_s: float) -> Iterator[Hold | None]:
+        """Around the call and the harness's first reads of its outputs: work queued on other
+        streams than the case's busy one is held back until ``Hold.wait_then_release`` (or the
+        end of the block). No hold without a gate or a busy stream."""
+        if gate is None or self.stream is None or self.inputs_ready is None:
+            yield None
+            return
+        hold = gate.hold(self.stream, self.inputs_ready, limit_s, BUSY_ALLOWANCE_S)
+        try:
+            yield hold
+        finally:
+            hold.release()
 
 
 def timing_stream(device: str, rep: int) -> contextlib.AbstractContextManager:

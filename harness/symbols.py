@@ -91,6 +91,32 @@ ALLOWED_C = re.compile(
 )
 
 
+# CUDA calls that queue work on a stream. The checks' worker holds such work back on every stream
+# but the caller's until it has read the outputs (harness/stream_gate.c interposes exactly the
+# calls in STREAM_GATED); one it could not hold would let work the caller's stream does not wait
+# for race the harness's read again, so a kernel library may not call the others.
+STREAM_WORK = re.compile(
+    r"cudaMem(cpy|set)\w*Async\w*|cudaGraphLaunch\w*|cudaLaunch\w+|__cudaLaunch\w*"
+)
+STREAM_GATED = frozenset(
+    f"{name}{suffix}"
+    for name in (
+        "cudaLaunchKernel",
+        "__cudaLaunchKernel",
+        "cudaLaunchKernelExC",
+        "cudaLaunchCooperativeKernel",
+        "cudaMemcpyAsync",
+        "cudaMemcpy2DAsync",
+        "cudaMemsetAsync",
+        "cudaMemset2DAsync",
+        "cudaMemcpyToSymbolAsync",
+        "cudaMemcpyFromSymbolAsync",
+        "cudaGraphLaunch",
+    )
+    for suffix in ("", "_ptsz")
+)
+
+
 # Instructions no kernel needs: system calls around libc, and clock/counter reads (timers).
 FORBIDDEN_INSTRUCTION = re.compile(r"\s(syscall|sysenter|rdtscp?|rdpmc)\b|\sint\s+\$0x80\b")
 
@@ -173,13 +199,15 @@ def aten_op_problems(symbols: list[str]) -> list[str]:
 
 def symbol_problems(symbols: list[str]) -> list[str]:
     """Reasons to reject a kernel library that imports ``symbols``; empty when it may run."""
-    forbidden_cxx, outside_list = set(), set()
+    forbidden_cxx, outside_list, unheld = set(), set(), set()
     for symbol in symbols:
         match = FORBIDDEN_CXX.search(symbol)
         if match:
             forbidden_cxx.add(match.group(0))
         elif _is_c(symbol) and not ALLOWED_C.fullmatch(symbol.split("@")[0]):
             outside_list.add(symbol.split("@")[0])
+        elif STREAM_WORK.fullmatch(name := symbol.split("@")[0]) and name not in STREAM_GATED:
+            unheld.add(name)
     reasons = []
     if forbidden_cxx:
         reasons.append(
@@ -191,6 +219,12 @@ def symbol_problems(symbols: list[str]) -> list[str]:
             f"the built kernel calls {', '.join(sorted(outside_list))} from the system libraries: "
             "a kernel may use memory, maths, OpenMP loops and CUDA launches and copies, not "
             "scheduling, priorities, signals, clocks, files, processes or device-wide settings"
+        )
+    if unheld:
+        reasons.append(
+            f"the built kernel queues work through {', '.join(sorted(unheld))}, which the "
+            "harness's stream-order check cannot hold back: use kernel launches, cudaMemcpyAsync, "
+            "cudaMemcpy2DAsync or cudaMemsetAsync on the current stream"
         )
     return reasons + aten_op_problems(symbols)
 

@@ -36,8 +36,15 @@ from harness.gate import GateRejection
 from harness.jobs import CandidateReport, CheckFailed, WorkerJob
 from harness.problem import DTYPES, init_arguments
 from harness.records import Check, Status
+from harness.stream_gate import StreamGate
 from harness.timed_checks import check_fresh, check_unpatched
 from harness.worker_timing import make_compiled, time_interleaved, time_stand_ins
+
+# How long a stream hold waits for the call's own work on the current stream and the
+# harness's reads after it, beyond the inputs' production: a few reference forwards and a
+# margin for launch and read overhead. Passing it only releases the held streams early.
+HOLD_BASE_S = 0.05
+HOLD_FORWARDS = 4
 
 
 def load_candidate(job: WorkerJob, job_dir: Path) -> tuple[torch.nn.Module, CachedLoader]:
@@ -89,11 +96,14 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[dict], bool])
     transport = handover.transport_for(job.problem.device, job.recompute)
     phases: dict[str, float] = {}
     clock = _Clock(phases)
+    gate = StreamGate.in_this_process()  # preloaded on cuda (harness.stream_gate)
     base = build_reference(job.problem, job.seeds[0])  # the user's code, before any candidate's
     check_params(base, job.params_digest, job.problem)
     # The reference's ops, which the checks hold the candidate to (here and in its timing
-    # worker), and its FLOPs, from one forward profiled before any candidate code is loaded.
-    job.reference_ops, flops = _profile_reference(job, base)
+    # worker), and its FLOPs, from one forward profiled before any candidate code is loaded;
+    # and how long a forward takes, which bounds how long a stream hold waits for one.
+    job.reference_ops, flops, forward_s = _profile_reference(job, base)
+    hold_limit_s = HOLD_BASE_S + HOLD_FORWARDS * forward_s
     clock.lap("reference_profile")
     before = guards.snapshot(job.reference_ops)
     checks: list[Check] = []
@@ -106,9 +116,18 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[dict], bool])
         checks.append(Check(name="static_gate", passed=True, detail="Python and kernel sources"))
         # The previous case's outputs stay alive: a buffer reused across calls shows.
         previous: list[torch.Tensor] = []
+        busy_cases = 0
         for number, spec in enumerate(job.cases):
+            # Busy-stream cases take turns at the two halves of stream order (harness.streams):
+            # other streams free, so work that does not wait for the inputs reads them too early;
+            # other streams held, so work that the caller's stream does not wait for has not run
+            # when the outputs are read.
+            held = gate if spec.async_stream and busy_cases % 2 == 1 else None
+            busy_cases += spec.async_stream
             try:
-                produced = run_case(job, model, loader, spec, case_module(base, spec), checks)
+                produced = run_case(
+                    job, model, loader, spec, case_module(base, spec), checks, held, hold_limit_s
+                )
                 check_fresh(produced, previous, spec.name)
                 kept: list[torch.Tensor] = []  # copies the comparator reads: until it answered
                 go = proceed(handover.send(produced, job_dir, number, transport, kept))
@@ -120,6 +139,7 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[dict], bool])
                 return report
             previous = produced
         pass_once(checks, "fresh_outputs", "each call returns newly allocated outputs")
+        _note_gate(checks, gate)
         check_unpatched(job, before, checks, "import and correctness runs")
         clock.lap("check")
         return report
@@ -159,14 +179,27 @@ def run_time(job: WorkerJob, job_dir: Path) -> CandidateReport:
         return _failed(failure, checks, phases)
 
 
-def _profile_reference(job: WorkerJob, base: torch.nn.Module) -> tuple[list[str], int]:
-    """The top-level aten ops and the matmul/conv FLOPs of one reference forward."""
+def _profile_reference(job: WorkerJob, base: torch.nn.Module) -> tuple[list[str], int, float]:
+    """The top-level aten ops, the matmul/conv FLOPs and the wall time of a reference forward."""
     inputs = make_inputs(job.problem, job.cases[0].seed, job.strengthened)
     with torch.no_grad():
         ops = profiling.profile_forward(base, inputs, job.problem.device, kernels=False)
         with FlopCounterMode(display=False) as counter:
             base(*inputs)
-    return ops.aten_ops, int(counter.get_total_flops())
+        guards.settle(job.problem.device)
+        started = time.perf_counter()
+        base(*inputs)
+        if job.problem.device == "cuda":
+            torch.cuda.synchronize()
+        forward_s = time.perf_counter() - started
+    return ops.aten_ops, int(counter.get_total_flops()), forward_s
+
+
+def _note_gate(checks: list[Check], gate: StreamGate | None) -> None:
+    """What the stream gate did, on the stream-order check's line."""
+    for check in checks:
+        if gate is not None and check.name == "stream_ordered":
+            check.detail += gate.summary()
 
 
 class _Clock:

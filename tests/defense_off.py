@@ -54,8 +54,8 @@ DEFENSES: list[Defense] = [
     Defense(
         "worker_env_secrets",
         "harness/sandbox.py",
-        "env=clean_environment(),",
-        "env=dict(os.environ),",
+        "env=clean_environment() | (extra_env or {}),",
+        "env=dict(os.environ) | (extra_env or {}),",
         ("tests/test_isolation.py::test_a_real_worker_starts_without_secrets",),
     ),
     Defense(
@@ -156,6 +156,13 @@ DEFENSES: list[Defense] = [
         ("tests/test_symbols.py::test_rejected_symbols_are_named",),
     ),
     Defense(
+        "symbols_only_gated_stream_work",
+        "harness/symbols.py",
+        'elif STREAM_WORK.fullmatch(name := symbol.split("@")[0]) and name not in STREAM_GATED:',
+        "elif False:",
+        ("tests/test_stream_gate.py::test_stream_work_the_gate_cannot_hold_is_refused",),
+    ),
+    Defense(
         "binary_checked_before_load",
         "harness/buildcache.py",
         "reasons = check_binary(Path(library))",
@@ -163,6 +170,15 @@ DEFENSES: list[Defense] = [
         ("tests/test_symbols.py::test_a_library_is_checked_before_it_is_loaded",),
     ),
     # --- dynamic checks in the worker (harness/guards.py, worker_*.py, profiling.py) -------
+    # The stream gate's holding itself needs a GPU: bench/gpu_stream_gate.py runs the CUDA
+    # stream cheats with it on and off. Here: that the checks' worker gets it at all.
+    Defense(
+        "stream_gate_preloaded",
+        "harness/evaluate.py",
+        'gated = mode == "evaluate" and problem.device == "cuda"',
+        "gated = False",
+        ("tests/test_stream_gate.py::test_only_the_checks_worker_on_cuda_gets_the_gate",),
+    ),
     Defense(
         "stable_after_sync",
         "harness/guards.py",

@@ -1,0 +1,188 @@
+"""The stream gate: work a candidate queues on other streams waits until the harness has read.
+
+PyTorch's stream semantics ask a kernel to finish its work before what the caller queues next
+on the current stream. The checks' read of a call's outputs is what the caller queues next, so
+a kernel that leaves work running on a stream the current stream does not wait for is caught
+only if that work is still writing when the read runs: a race the harness won for large
+kernels and lost for kernels of a few microseconds that had finished by then.
+
+The gate takes the race away. ``stream_gate.c``, preloaded into the checks' worker on cuda,
+sees every kernel launch, copy and cuBLAS call; while a hold is on it queues a wait on a
+device word of its own before the first such work on any stream other than the caller's, and
+writes the word when the hold is released. The harness releases it after its reads of the
+outputs on the current stream are done (``Hold.wait_then_release``). Work the current stream
+waits for (a side stream joined back with an event) holds those reads up until the release
+and is then read finished; work it does not wait for has not run when the reads run, so they
+see the poison the outputs were allocated over, every time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("stream_gate.c")
+PATH_VARIABLE = "KERNELPILOT_STREAM_GATE"
+# More hardware queues than the default 8: a held stream sharing one with the caller's stream
+# would hold the caller's stream up too, and its check would fall back to the race.
+MAX_CONNECTIONS = "32"
+
+
+def build(cache_dir: Path) -> Path:
+    """The compiled gate library, built once per source into ``cache_dir``."""
+    source = SOURCE.read_bytes()
+    target = cache_dir / "stream_gate" / f"stream_gate-{hashlib.sha256(source).hexdigest()[:16]}.so"
+    if target.is_file():
+        return target
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise RuntimeError(
+            "a C compiler (cc or gcc) is needed to build the harness's stream gate on cuda: "
+            "install one, or set CC"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(f".{os.getpid()}.tmp")
+    command = [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror"]
+    command += ["-o", str(partial), str(SOURCE), "-ldl", "-lpthread"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"building the stream gate failed ({' '.join(command)}):\n{done.stderr}")
+    partial.replace(target)  # atomic: workers building at once each rename a whole file
+    return target
+
+
+def worker_environment(cache_dir: Path) -> dict[str, str]:
+    """What the checks' worker's environment gains on cuda: the gate, preloaded."""
+    library = str(build(cache_dir))
+    return {
+        "LD_PRELOAD": library,
+        PATH_VARIABLE: library,
+        "CUDA_DEVICE_MAX_CONNECTIONS": MAX_CONNECTIONS,
+    }
+
+
+class StreamGate:
+    """The preloaded gate, in the worker that preloaded it."""
+
+    def __init__(self, library: ctypes.CDLL) -> None:
+        self.library = library
+        self.cases = self.cases_held = self.streams_held = self.opened_early = 0
+        self.failures: list[str] = []
+        library.kp_gate_init.restype = ctypes.c_int
+        library.kp_gate_interposes.restype = ctypes.c_int
+        library.kp_gate_error.restype = ctypes.c_char_p
+        library.kp_gate_hold.argtypes = [ctypes.c_size_t, ctypes.c_double, ctypes.c_double]
+        library.kp_gate_counts.argtypes = [ctypes.POINTER(ctypes.c_long)]
+
+    @classmethod
+    def in_this_process(cls) -> StreamGate | None:
+        """The gate, set up on the device; None where the worker runs without one (cpu).
+        Its children (compilers) do not inherit the preload."""
+        path = os.environ.pop(PATH_VARIABLE, None)
+        os.environ.pop("LD_PRELOAD", None)
+        if path is None:
+            return None
+        gate = cls(ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW))
+        if not gate.library.kp_gate_interposes():
+            raise RuntimeError(
+                f"the stream gate {path} is loaded but does not interpose CUDA calls"
+            )
+        torch.cuda.init()
+        if gate.library.kp_gate_init() != 0:
+            raise RuntimeError(f"the stream gate could not be set up: {gate.error()}")
+        return gate
+
+    def error(self) -> str:
+        return (self.library.kp_gate_error() or b"").decode(errors="replace")
+
+    def hold(
+        self,
+        stream: torch.cuda.Stream,
+        inputs_ready: torch.cuda.Event,
+        limit_s: float,
+        busy_s: float,
+    ) -> Hold:
+        """Hold back work queued on any stream other than ``stream`` (the call's current
+        stream, busy producing the inputs until ``inputs_ready``) until the hold is released.
+        The current stream's own work after the inputs may take ``limit_s``: a blocking call of
+        the candidate's waits at most ``busy_s + limit_s`` for what it waits on to finish with
+        the gate closed before it opens the gate; a watchdog opens it after a few times that."""
+        return Hold(self, stream, inputs_ready, limit_s, busy_s)
+
+    def summary(self) -> str:
+        """What the gate did over this worker's checked calls, for the check's detail."""
+        if self.failures:
+            return f"; the stream gate failed ({self.failures[0]}): other streams' work was raced, not held"
+        if not self.streams_held:
+            return "; no work on other streams"
+        early = (
+            f", opened early in {self.opened_early} (a blocking call)" if self.opened_early else ""
+        )
+        return (
+            f"; work on other streams ({self.streams_held} held in {self.cases_held} of "
+            f"{self.cases} calls) held until the outputs were read{early}"
+        )
+
+
+class Hold:
+    """One checked call's hold; released by ``wait_then_release`` (or ``release``)."""
+
+    def __init__(
+        self,
+        gate: StreamGate,
+        stream: torch.cuda.Stream,
+        inputs_ready: torch.cuda.Event,
+        limit_s: float,
+        busy_s: float,
+    ) -> None:
+        self.gate, self.stream, self.inputs_ready = gate, stream, inputs_ready
+        self.limit_s, self.busy_s = limit_s, busy_s
+        self._released = False
+        blocking = busy_s + limit_s
+        gate.library.kp_gate_hold(stream.cuda_stream, blocking, 4 * blocking + 1.0)
+
+    def wait_then_release(self) -> None:
+        """Wait until what the current stream has queued (the call's own work on it and the
+        harness's reads after it) is done, at most ``limit_s`` after the inputs were ready,
+        then release: work that the current stream does not wait for runs only after those
+        reads. Work that it does wait for (held) keeps it from finishing: then the limit
+        passes and the release lets both go on."""
+        done = torch.cuda.Event()
+        done.record(self.stream)
+        _wait_for(self.inputs_ready, self.busy_s + self.limit_s)  # recorded before the hold
+        _wait_for(done, self.limit_s)
+        self.release()
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        library = self.gate.library
+        library.kp_gate_release()
+        counts = (ctypes.c_long * 3)()
+        library.kp_gate_counts(counts)
+        held, opened_early, failures = counts
+        gate = self.gate
+        gate.cases += 1
+        gate.streams_held += held
+        gate.cases_held += bool(held)
+        gate.opened_early += bool(opened_early)
+        if failures:
+            gate.failures.append(gate.error())
+
+
+def _wait_for(event: torch.cuda.Event, limit_s: float) -> bool:
+    """Poll ``event`` (no blocking call: the gate would open for one) for at most ``limit_s``."""
+    deadline = time.monotonic() + limit_s
+    while not event.query():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.0002)
+    return True
