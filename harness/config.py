@@ -74,6 +74,16 @@ class EvalConfig(BaseModel):
     cache_dir: Path | None = Field(
         default=None, description="Build cache; default $KERNELPILOT_CACHE or ~/.cache/kernelpilot."
     )
+    stream_gate: bool = Field(
+        default=True,
+        description=(
+            "cuda: on every other busy-stream case, hold back work a candidate queues on "
+            "streams other than the caller's until the harness has read the outputs "
+            "(harness/stream_gate.c, preloaded into the checks' worker), so that work the "
+            "caller's stream does not wait for is caught every time, not only when it is still "
+            "running. false: those cases race the work, as the free ones do."
+        ),
+    )
     reference_outputs: Literal["auto", "stored", "recomputed"] = Field(
         default="auto",
         description=(

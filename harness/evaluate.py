@@ -257,7 +257,7 @@ class Evaluator:
         else:
             timeout = config.build_timeout_s + config.run_timeout_s
         # The checks' worker on cuda holds other streams' work back (harness.stream_gate).
-        gated = mode == "evaluate" and problem.device == "cuda"
+        gated = mode == "evaluate" and problem.device == "cuda" and config.stream_gate
         extra_env = stream_gate.worker_environment(self.cache_dir) if gated else None
         outcome = run_worker(
             job_dir, timeout, memory, receiver.at(job_dir) if receiver else None, True, extra_env

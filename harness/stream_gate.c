@@ -3,9 +3,11 @@
 While the harness holds it (kp_gate_hold .. kp_gate_release: one checked call and the harness's
 first reads of its outputs), work that the candidate queues on any stream other than the
 caller's current stream is held back on the device. Before the first launch, copy or cuBLAS
-call on such a stream, a wait on a device word of the gate's is queued on that stream
-(cuStreamWaitValue32); the word is written when the harness releases the gate, after its reads
-on the caller's stream are done. Work that the caller's stream waits for (a side stream joined
+call on such a stream, a wait on a word of the gate's is queued on that stream
+(cuStreamWaitValue32); the host writes the word when the harness releases the gate, after its
+reads on the caller's stream are done. The words are page-locked host memory mapped into the
+device and written by the CPU: a write queued on a stream of the gate's own could sit behind
+the very wait it is to satisfy, where the two streams share one of the device's hardware queues. Work that the caller's stream waits for (a side stream joined
 back with an event) is only delayed, and its outputs are read once it is done; work that the
 caller's stream does not wait for has not run when the harness reads the outputs, every time,
 and not only when the harness's read wins a race against it.
@@ -61,40 +63,40 @@ typedef struct {
 
 enum { cudaSuccess = 0, cudaErrorNotReady = 600, cudaErrorUnknown = 999 };
 enum { MEMCPY_DEVICE_TO_DEVICE = 3 };
-enum { WAIT_VALUE_GEQ = 0, STREAM_NON_BLOCKING = 1, CAPTURE_STATUS_NONE = 0 };
+enum { WAIT_VALUE_GEQ = 0, CAPTURE_STATUS_NONE = 0, HOST_ALLOC_MAPPED_PORTABLE = 0x3 };
 #define STREAM_LEGACY ((cudaStream_t)0x1)
 #define STREAM_PER_THREAD ((cudaStream_t)0x2)
 #define MAX_HELD 256
 
 /* ---- the real functions --------------------------------------------------------------- */
 
-struct library_search {
-    const char *part;
-    char path[4096];
+struct symbol_search {
+    const char *library; /* part of the file name of the libraries to look in */
+    const char *name;
+    void *found;
 };
 
-static int find_library(struct dl_phdr_info *info, size_t size, void *data) {
+static int find_symbol(struct dl_phdr_info *info, size_t size, void *data) {
     (void)size;
-    struct library_search *search = data;
-    if (info->dlpi_name && strstr(info->dlpi_name, search->part)) {
-        snprintf(search->path, sizeof search->path, "%s", info->dlpi_name);
-        return 1;
-    }
-    return 0;
+    struct symbol_search *search = data;
+    if (!info->dlpi_name || !strstr(info->dlpi_name, search->library))
+        return 0;
+    void *handle = dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD);
+    search->found = handle ? dlsym(handle, search->name) : NULL;
+    return search->found != NULL;
 }
 
 /* ``name`` as the library after this one defines it: the next definition in the global scope,
-   else the loaded library whose file name contains ``library`` (loaded privately, as PyTorch
-   loads the CUDA runtime, it is not in the global scope). */
+   else the first loaded library whose file name contains ``library`` and that defines it
+   (loaded privately, as PyTorch and Python's extensions load the CUDA runtime, it is not in the
+   global scope; a process may hold two runtimes, PyTorch's and the toolkit's of a kernel). */
 static void *real(const char *name, const char *library) {
     void *function = dlsym(RTLD_NEXT, name);
     if (function)
         return function;
-    struct library_search search = {library, ""};
-    if (!dl_iterate_phdr(find_library, &search))
-        return NULL;
-    void *handle = dlopen(search.path, RTLD_NOW | RTLD_NOLOAD);
-    return handle ? dlsym(handle, name) : NULL;
+    struct symbol_search search = {library, name, NULL};
+    dl_iterate_phdr(find_symbol, &search);
+    return search.found;
 }
 
 #define CUDART "libcudart.so"
@@ -104,13 +106,10 @@ static void *real(const char *name, const char *library) {
         real_##name = (type)real(#name, library);
 
 typedef CUresult (*stream_value_fn)(void *, CUdeviceptr, uint32_t, unsigned);
-typedef CUresult (*ctx_get_fn)(void **);
-typedef CUresult (*ctx_set_fn)(void *);
 typedef cudaError_t (*stream_fn)(cudaStream_t);
 typedef cudaError_t (*event_fn)(cudaEvent_t);
 
-static stream_value_fn wait_value, write_value;
-static ctx_set_fn set_context;
+static stream_value_fn wait_value;
 static stream_fn query_stream;
 static event_fn query_event;
 
@@ -128,9 +127,8 @@ static atomic_int holding;
 static cudaStream_t caller_stream;
 static double block_limit_s, watchdog_s, hold_started;
 static struct held_stream held[MAX_HELD];
-static CUdeviceptr words;
-static cudaStream_t opener;
-static void *context;
+static volatile uint32_t *host_words; /* the words, as the CPU writes them */
+static CUdeviceptr words;              /* the same words, as the device reads them */
 static long gated, opened_early, failures;
 static char error_text[512];
 
@@ -168,9 +166,7 @@ static int slot_of(cudaStream_t stream) {
 static int open_slot(int i) {
     if (!held[i].closed)
         return 0;
-    CUresult result = write_value(opener, word(i), held[i].target, 0);
-    if (result != 0)
-        failed("cuStreamWriteValue32", result);
+    __atomic_store_n(&host_words[i], held[i].target, __ATOMIC_SEQ_CST);
     held[i].closed = 0;
     return 1;
 }
@@ -257,8 +253,6 @@ static void before_stream_wait(cudaStream_t stream) {
 
 static void *watchdog(void *unused) {
     (void)unused;
-    if (context)
-        set_context(context);
     for (;;) {
         usleep(2000);
         if (atomic_load(&holding) && now() - hold_started > watchdog_s) {
@@ -274,17 +268,16 @@ static void *watchdog(void *unused) {
 
 /* ---- what the harness calls ------------------------------------------------------------ */
 
-/* Once per process, after CUDA is initialized: the gate's words (device memory, zeroed), its
-   own stream, and the watchdog. 0 on success; kp_gate_error() says what failed. */
+/* Once per process, after CUDA is initialized: the gate's words (page-locked host memory
+   mapped into the device, zeroed) and the watchdog. 0 on success; kp_gate_error() says what
+   failed. */
 int kp_gate_init(void) {
-    REAL(cudaError_t(*)(void **, size_t), cudaMalloc, CUDART);
-    REAL(cudaError_t(*)(cudaStream_t *, unsigned), cudaStreamCreateWithFlags, CUDART);
-    REAL(cudaError_t(*)(void *, int, size_t, cudaStream_t), cudaMemsetAsync, CUDART);
-    REAL(cudaError_t(*)(cudaStream_t), cudaStreamSynchronize, CUDART);
+    REAL(cudaError_t(*)(void **, size_t, unsigned), cudaHostAlloc, CUDART);
+    REAL(cudaError_t(*)(void **, void *, unsigned), cudaHostGetDevicePointer, CUDART);
     REAL(cudaError_t(*)(cudaStream_t), cudaStreamQuery, CUDART);
     REAL(cudaError_t(*)(cudaEvent_t), cudaEventQuery, CUDART);
-    if (!real_cudaMalloc || !real_cudaStreamCreateWithFlags || !real_cudaMemsetAsync ||
-        !real_cudaStreamSynchronize || !real_cudaStreamQuery || !real_cudaEventQuery) {
+    if (!real_cudaHostAlloc || !real_cudaHostGetDevicePointer || !real_cudaStreamQuery ||
+        !real_cudaEventQuery) {
         snprintf(error_text, sizeof error_text, "the CUDA runtime (%s) is not loaded", CUDART);
         return -1;
     }
@@ -294,28 +287,24 @@ int kp_gate_init(void) {
     if (!driver)
         driver = dlopen("libcuda.so.1", RTLD_NOW);
     wait_value = driver ? (stream_value_fn)dlsym(driver, "cuStreamWaitValue32_v2") : NULL;
-    write_value = driver ? (stream_value_fn)dlsym(driver, "cuStreamWriteValue32_v2") : NULL;
-    ctx_get_fn get_context = driver ? (ctx_get_fn)dlsym(driver, "cuCtxGetCurrent") : NULL;
-    set_context = driver ? (ctx_set_fn)dlsym(driver, "cuCtxSetCurrent") : NULL;
-    if (!wait_value || !write_value || !get_context || !set_context) {
+    if (driver && !wait_value) /* a driver whose plain name is the current version */
+        wait_value = (stream_value_fn)dlsym(driver, "cuStreamWaitValue32");
+    if (!wait_value) {
         snprintf(error_text, sizeof error_text,
                  "the CUDA driver (libcuda.so.1) has no stream memory operations");
         return -1;
     }
-    void *memory = NULL;
+    void *host = NULL, *device = NULL;
     int code;
-    if ((code = real_cudaMalloc(&memory, MAX_HELD * sizeof(uint32_t))) != cudaSuccess ||
-        (code = real_cudaStreamCreateWithFlags(&opener, STREAM_NON_BLOCKING)) != cudaSuccess ||
-        (code = real_cudaMemsetAsync(memory, 0, MAX_HELD * sizeof(uint32_t), opener)) != cudaSuccess ||
-        (code = real_cudaStreamSynchronize(opener)) != cudaSuccess) {
-        snprintf(error_text, sizeof error_text, "setting the gate up on the device: CUDA error %d", code);
+    if ((code = real_cudaHostAlloc(&host, MAX_HELD * sizeof(uint32_t), HOST_ALLOC_MAPPED_PORTABLE)) !=
+            cudaSuccess ||
+        (code = real_cudaHostGetDevicePointer(&device, host, 0)) != cudaSuccess) {
+        snprintf(error_text, sizeof error_text, "mapping the gate's words: CUDA error %d", code);
         return -1;
     }
-    words = (CUdeviceptr)(uintptr_t)memory;
-    if ((code = get_context(&context)) != 0) {
-        snprintf(error_text, sizeof error_text, "cuCtxGetCurrent returned %d", code);
-        return -1;
-    }
+    memset(host, 0, MAX_HELD * sizeof(uint32_t));
+    host_words = host;
+    words = (CUdeviceptr)(uintptr_t)device;
     pthread_t thread;
     if (pthread_create(&thread, NULL, watchdog, NULL) != 0) {
         snprintf(error_text, sizeof error_text, "could not start the gate's watchdog thread");

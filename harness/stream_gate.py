@@ -83,8 +83,10 @@ class StreamGate:
 
     @classmethod
     def in_this_process(cls) -> StreamGate | None:
-        """The gate, set up on the device; None where the worker runs without one (cpu).
-        Its children (compilers) do not inherit the preload."""
+        """The gate, set up on the device; None where the worker runs without one (cpu, or
+        ``eval.stream_gate = false``). Its children (compilers) do not inherit the preload.
+        A gate that cannot work here (a driver without stream memory operations) holds
+        nothing and says why in the stream-order check (``summary``)."""
         path = os.environ.pop(PATH_VARIABLE, None)
         os.environ.pop("LD_PRELOAD", None)
         if path is None:
@@ -96,8 +98,11 @@ class StreamGate:
             )
         torch.cuda.init()
         if gate.library.kp_gate_init() != 0:
-            raise RuntimeError(f"the stream gate could not be set up: {gate.error()}")
+            gate.failures.append(f"set-up: {gate.error()}")
         return gate
+
+    def usable(self) -> bool:
+        return not self.failures
 
     def error(self) -> str:
         return (self.library.kp_gate_error() or b"").decode(errors="replace")
@@ -119,7 +124,10 @@ class StreamGate:
     def summary(self) -> str:
         """What the gate did over this worker's checked calls, for the check's detail."""
         if self.failures:
-            return f"; the stream gate failed ({self.failures[0]}): other streams' work was raced, not held"
+            return (
+                f"; the stream gate failed ({self.failures[0]}): other streams' work was "
+                "raced, not held"
+            )
         if not self.streams_held:
             return "; no work on other streams"
         early = (

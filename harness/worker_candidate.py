@@ -122,7 +122,8 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[dict], bool])
             # other streams free, so work that does not wait for the inputs reads them too early;
             # other streams held, so work that the caller's stream does not wait for has not run
             # when the outputs are read.
-            held = gate if spec.async_stream and busy_cases % 2 == 1 else None
+            holding = gate is not None and gate.usable() and busy_cases % 2 == 1
+            held = gate if spec.async_stream and holding else None
             busy_cases += spec.async_stream
             try:
                 produced = run_case(

@@ -173,9 +173,16 @@ DEFENSES: list[Defense] = [
     # The stream gate's holding itself needs a GPU: bench/gpu_stream_gate.py runs the CUDA
     # stream cheats with it on and off. Here: that the checks' worker gets it at all.
     Defense(
+        "stream_gate_holds_other_streams",
+        "harness/stream_gate.c",
+        "if (stream == caller_stream || is_capturing(stream))",
+        "if (stream == caller_stream || is_capturing(stream) || 1)",
+        ("tests/test_stream_gate.py", "-k", "hold"),
+    ),
+    Defense(
         "stream_gate_preloaded",
         "harness/evaluate.py",
-        'gated = mode == "evaluate" and problem.device == "cuda"',
+        'gated = mode == "evaluate" and problem.device == "cuda" and config.stream_gate',
         "gated = False",
         ("tests/test_stream_gate.py::test_only_the_checks_worker_on_cuda_gets_the_gate",),
     ),

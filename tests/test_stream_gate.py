@@ -109,3 +109,197 @@ def test_only_the_checks_worker_on_cuda_gets_the_gate(monkeypatch, tmp_path: Pat
     gated = [(mode, env) for mode, env in seen if env]
     assert [mode for mode, _ in gated] == ["evaluate"], seen
     assert gated[0][1] is not None and "LD_PRELOAD" in gated[0][1]
+
+
+# --- the gate's logic, over a CUDA that runs on no device (tests/fake_cuda) -----------------
+
+CALLER, SIDE, OTHER = 0x100, 0x200, 0x300
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests import fake_cuda
+
+    return fake_cuda.build(tmp_path_factory.mktemp("fake_cuda"))
+
+
+def _run(fake: Path, library: Path, scenario: str):
+    from tests import fake_cuda
+
+    return fake_cuda.run(fake, library, scenario)
+
+
+def test_calls_reach_the_real_runtime_unchanged_without_a_hold(fake: Path, library: Path):
+    """Forwarding: a privately loaded runtime is found, and every argument (a dim3 by value
+    among them) and the return code pass through; nothing is held without a hold."""
+    run = _run(fake, library, f"said['code'] = candidate.launch({SIDE})")
+    assert run.said["code"] == 42
+    assert run.log == [
+        f"__cudaLaunchKernel function=0xf00 grid=2,3,4 block=32,1,1 args=0x1234 shared=128 "
+        f"stream={SIDE:#x}"
+    ]
+
+
+def test_a_hold_gates_other_streams_once_and_never_the_callers(fake: Path, library: Path):
+    run = _run(
+        fake,
+        library,
+        f"""
+        gate.kp_gate_hold({CALLER}, 0.5, 5.0)
+        candidate.launch({CALLER})
+        candidate.launch({SIDE})
+        candidate.launch({SIDE})
+        candidate.launch_classic(0)          # the legacy default stream
+        candidate.launch_per_thread(0)       # this thread's default stream
+        said['held'] = [driver.fake_stream_ready(s) for s in ({SIDE}, 1, 2)]
+        said['caller'] = driver.fake_stream_ready({CALLER})
+        said['during'] = counts()
+        gate.kp_gate_release()
+        said['released'] = [driver.fake_stream_ready(s) for s in ({SIDE}, 1, 2)]
+        said['after'] = counts()
+        """,
+    )
+    waits = [line for line in run.log if line.startswith("wait")]
+    assert waits == [
+        f"wait stream={SIDE:#x} value=1 flags=0",
+        "wait stream=0x1 value=1 flags=0",
+        "wait stream=0x2 value=1 flags=0",
+    ]
+    # The wait comes before the first launch on its stream; the caller's stream has none.
+    first_side = next(i for i, line in enumerate(run.log) if f"stream={SIDE:#x}" in line)
+    assert run.log[first_side] == waits[0]
+    assert run.log[first_side + 1].startswith("__cudaLaunchKernel")
+    assert run.said["held"] == [0, 0, 0] and run.said["caller"] == 1
+    assert run.said["released"] == [1, 1, 1]
+    assert run.said["during"] == [3, 0, 0] and run.said["after"] == [3, 0, 0]
+
+
+def test_a_device_synchronize_opens_everything_and_later_work_is_held_again(
+    fake: Path, library: Path
+):
+    run = _run(
+        fake,
+        library,
+        f"""
+        gate.kp_gate_hold({CALLER}, 0.5, 5.0)
+        candidate.launch({SIDE})
+        said['code'] = candidate.sync_device()
+        candidate.launch({SIDE})
+        said['again'] = driver.fake_stream_ready({SIDE})
+        gate.kp_gate_release()
+        said['counts'] = counts()
+        """,
+    )
+    kinds = [line.split()[0] for line in run.log]
+    assert kinds == [
+        "wait",
+        "__cudaLaunchKernel",
+        "device_synchronize",
+        "wait",
+        "__cudaLaunchKernel",
+    ]
+    assert run.log[2] == "device_synchronize ready=1" and run.said["code"] == 0  # opened first
+    assert run.log[3].endswith("value=2 flags=0") and run.said["again"] == 0  # held again
+    assert run.said["counts"] == [2, 1, 0]  # opened early once
+
+
+def test_a_stream_synchronize_opens_that_stream_only(fake: Path, library: Path):
+    run = _run(
+        fake,
+        library,
+        f"""
+        gate.kp_gate_hold({CALLER}, 0.5, 5.0)
+        candidate.launch({SIDE})
+        candidate.launch({OTHER})
+        said['code'] = candidate.sync_stream({SIDE})
+        said['other'] = driver.fake_stream_ready({OTHER})
+        said['counts'] = counts()
+        gate.kp_gate_release()
+        """,
+    )
+    assert f"stream_synchronize stream={SIDE:#x} ready=1" in run.log and run.said["code"] == 0
+    assert run.said["other"] == 0  # still held
+    assert run.said["counts"] == [2, 0, 0]
+
+
+def test_a_blocking_wait_on_work_that_waits_for_a_held_stream_opens_after_the_limit(
+    fake: Path, library: Path
+):
+    """A synchronize of the caller's stream, joined to a held one, would wait forever: it
+    waits the hold's limit with the gate closed, then everything opens and it goes through.
+    A synchronize of a stream that waits for nothing held goes through at once."""
+    run = _run(
+        fake,
+        library,
+        f"""
+        gate.kp_gate_hold({CALLER}, 0.2, 5.0)
+        candidate.launch({SIDE})
+        started = time.monotonic()
+        said['other'] = candidate.sync_stream({OTHER})
+        said['quick'] = time.monotonic() - started < 0.1
+        driver.fake_join(ctypes.c_void_p({CALLER}), ctypes.c_void_p({SIDE}))
+        started = time.monotonic()
+        said['caller'] = candidate.sync_stream({CALLER})
+        said['waited'] = time.monotonic() - started
+        said['counts'] = counts()
+        gate.kp_gate_release()
+        """,
+    )
+    assert run.said["other"] == 0 and run.said["quick"]
+    assert run.said["caller"] == 0 and run.said["waited"] >= 0.2
+    assert f"stream_synchronize stream={CALLER:#x} ready=1" in run.log
+    assert run.said["counts"] == [1, 1, 0]
+
+
+def test_copies_from_pageable_memory_are_not_held(fake: Path, library: Path):
+    """A copy that may make the host wait is not held (it would wait forever); one between
+    device buffers is."""
+    run = _run(
+        fake,
+        library,
+        f"""
+        gate.kp_gate_hold({CALLER}, 0.2, 5.0)
+        candidate.copy(0x1000, 0x2000, 3, {SIDE})        # device to device
+        candidate.copy(0x7f0000000000, 0x2000, 2, {OTHER})  # to pageable host memory
+        said['counts'] = counts()
+        gate.kp_gate_release()
+        """,
+    )
+    waits = [line for line in run.log if line.startswith("wait")]
+    assert waits == [f"wait stream={SIDE:#x} value=1 flags=0"]
+    assert run.said["counts"] == [1, 0, 0]
+
+
+def test_a_destroyed_stream_is_opened_at_the_release(fake: Path, library: Path):
+    run = _run(
+        fake,
+        library,
+        f"""
+        gate.kp_gate_hold({CALLER}, 0.2, 5.0)
+        candidate.launch({SIDE})
+        candidate.destroy({SIDE})
+        said['destroyed'] = driver.fake_stream_ready({SIDE})
+        gate.kp_gate_release()
+        said['released'] = driver.fake_stream_ready({SIDE})
+        """,
+    )
+    assert [line.split()[0] for line in run.log] == ["wait", "__cudaLaunchKernel", "destroy"]
+    assert run.said == {"destroyed": 0, "released": 1}
+
+
+def test_the_watchdog_opens_a_hold_that_lasts_too_long(fake: Path, library: Path):
+    run = _run(
+        fake,
+        library,
+        f"""
+        gate.kp_gate_hold({CALLER}, 0.05, 0.2)
+        candidate.launch({SIDE})
+        said['held'] = driver.fake_stream_ready({SIDE})
+        time.sleep(0.5)
+        said['later'] = driver.fake_stream_ready({SIDE})
+        said['counts'] = counts()
+        gate.kp_gate_release()
+        """,
+    )
+    assert run.said["held"] == 0 and run.said["later"] == 1  # opened by the watchdog
+    assert run.said["counts"] == [1, 1, 0]
