@@ -2,7 +2,7 @@
 
 While the harness holds it (kp_gate_hold .. kp_gate_release: one checked call and the harness's
 first reads of its outputs), work that the candidate queues on any stream other than the
-caller's current stream is held back on the device. Before the first launch, copy or cuBLAS
+caller's current stream is held back on the device. Before the first launch, copy, cuBLAS or cuDNN
 call on such a stream, a wait on a word of the gate's is queued on that stream
 (cuStreamWaitValue32); the host writes the word when the harness releases the gate, after its
 reads on the caller's stream are done. The words are page-locked host memory mapped into the
@@ -487,6 +487,15 @@ cublasStatus_t cublasSetStream_v2(void *handle, cudaStream_t stream) {
         return 1; /* CUBLAS_STATUS_NOT_INITIALIZED */
     gate(stream, 0);
     return real_cublasSetStream_v2(handle, stream);
+}
+
+/* cuDNN too (PyTorch's convolutions give its handle the current stream before each call). */
+int cudnnSetStream(void *handle, cudaStream_t stream) {
+    REAL(int (*)(void *, cudaStream_t), cudnnSetStream, "libcudnn.so");
+    if (!real_cudnnSetStream)
+        return 4; /* CUDNN_STATUS_INTERNAL_ERROR */
+    gate(stream, 0);
+    return real_cudnnSetStream(handle, stream);
 }
 
 /* A handle made during a hold works on the legacy default stream until it is given another. */

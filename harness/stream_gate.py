@@ -7,7 +7,7 @@ only if that work is still writing when the read runs: a race the harness won fo
 kernels and lost for kernels of a few microseconds that had finished by then.
 
 The gate takes the race away. ``stream_gate.c``, preloaded into the checks' worker on cuda,
-sees every kernel launch, copy and cuBLAS call; while a hold is on it queues a wait on a
+sees every kernel launch, copy and cuBLAS or cuDNN call; while a hold is on it queues a wait on a
 device word of its own before the first such work on any stream other than the caller's, and
 writes the word when the hold is released. The harness releases it after its reads of the
 outputs on the current stream are done (``Hold.wait_then_release``). Work the current stream

@@ -37,7 +37,12 @@ def test_the_gate_interposes_every_stream_call_a_kernel_library_may_make(library
         assert STREAM_WORK.fullmatch(name), f"{name} is not recognized as queuing stream work"
     # The blocking calls that must open the gate rather than wait for it forever.
     assert {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize"} <= exported
-    assert {"cublasSetStream_v2", "cublasLtMatmul", "cudaStreamDestroy"} <= exported
+    assert {
+        "cublasSetStream_v2",
+        "cublasLtMatmul",
+        "cudnnSetStream",
+        "cudaStreamDestroy",
+    } <= exported
 
 
 def test_stream_work_the_gate_cannot_hold_is_refused():
