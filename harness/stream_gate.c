@@ -498,13 +498,15 @@ int cudnnSetStream(void *handle, cudaStream_t stream) {
     return real_cudnnSetStream(handle, stream);
 }
 
-/* A handle made during a hold works on the legacy default stream until it is given another. */
+/* A handle made during a hold works on the legacy default stream until it is given another:
+   gated once it is made (not before: making it may use that stream itself). */
 cublasStatus_t cublasCreate_v2(void **handle) {
     REAL(cublasStatus_t(*)(void **), cublasCreate_v2, "libcublas.so");
     if (!real_cublasCreate_v2)
         return 1;
+    cublasStatus_t status = real_cublasCreate_v2(handle);
     gate(STREAM_LEGACY, 0);
-    return real_cublasCreate_v2(handle);
+    return status;
 }
 
 cublasStatus_t cublasLtMatmul(void *handle, void *desc, const void *alpha, const void *a,
