@@ -69,6 +69,7 @@ def run_case(
     ):
         inputs = staged.produce()  # on a busy stream: not there yet for a kernel that skips it
         with staged.held(gate, hold_limit_s) as hold:
+            caller = torch.cuda.current_stream() if device == "cuda" else None
             try:
                 with torch.profiler.record_function(profiling.FORWARD_RANGE):
                     result = model(*inputs)
@@ -79,6 +80,13 @@ def run_case(
                     f"{spec.name}: {type(err).__name__}: {err}",
                     traceback.format_exc(),
                 ) from err
+            if caller is not None and torch.cuda.current_stream() != caller:
+                raise CheckFailed(
+                    Status.incorrect,
+                    "stream_ordered",
+                    f"{spec.name}: forward returned with another stream current than its "
+                    f"caller's: {streams.STREAM_HINT}",
+                )
             outputs = result if isinstance(result, list | tuple) else [result]
             if not all(type(out) is torch.Tensor for out in outputs):
                 kinds = ", ".join(type(out).__name__ for out in outputs)

@@ -2,28 +2,36 @@
 
 While the harness holds it (kp_gate_hold .. kp_gate_release: one checked call and the harness's
 first reads of its outputs), work that the candidate queues on any stream other than the
-caller's current stream is held back on the device. Before the first launch, copy, cuBLAS or cuDNN
-call on such a stream, a wait on a word of the gate's is queued on that stream
-(cuStreamWaitValue32); the host writes the word when the harness releases the gate, after its
-reads on the caller's stream are done. The words are page-locked host memory mapped into the
-device and written by the CPU: a write queued on a stream of the gate's own could sit behind
-the very wait it is to satisfy, where the two streams share one of the device's hardware queues. Work that the caller's stream waits for (a side stream joined
-back with an event) is only delayed, and its outputs are read once it is done; work that the
-caller's stream does not wait for has not run when the harness reads the outputs, every time,
-and not only when the harness's read wins a race against it.
+caller's current stream is held back on the device. Before the first launch, copy, memset,
+graph launch or cuBLAS/cuDNN call on such a stream, a wait on a word of the gate's is queued on
+that stream (cuStreamWaitValue32); the host writes the word to let it go on. The words are
+page-locked host memory mapped into the device, written by the CPU: a write queued on a stream
+could sit behind the very wait it is to satisfy, where two streams share a hardware queue.
 
-The candidate's own blocking calls open what they would otherwise wait for forever: a device
-synchronize and the synchronous copies and frees open everything; a stream or event
-synchronize first waits (at most the hold's limit) for what it names to finish without it. A
-watchdog thread opens everything when a hold lasts far longer than it should (a busy loop on a
-query, a copy from pageable memory). Opening early only makes that call's check the race it
-was before the gate; kp_gate_counts says it happened.
+The gate follows the joins. An event recorded on a held stream stands for the work queued there
+so far (the stream's next work goes behind a new wait), and a stream made to wait for the event
+(cudaStreamWaitEvent) depends on that much of it. When the harness has queued its reads of the
+outputs on the caller's stream it opens exactly what the caller's stream was made to wait for
+(kp_gate_open_callers_waits), waits for the reads, and only then lets the rest go
+(kp_gate_release). Work the caller's stream waits for is read finished; work it does not wait
+for has not run when the reads run, every time: no race for the harness to win or lose.
 
-The candidate's own code never calls into this file: the kernel library's imports are checked
-against an allow-list (harness/symbols.py) that names none of the kp_gate_* functions.
+The candidate's own blocking calls open what they wait for, and no more: a stream or event
+synchronize opens that stream's or event's held work and what it waits for (the call then waits
+for exactly that, as it would without the gate); a device synchronize or a free opens
+everything. A query of held work opens and drains it (held work then looks like work that
+finishes), but a query does not wait, so the hold no longer tests that call: it counts as
+"imprecise" (kp_gate_counts), as does everything opened where the gate cannot tell what a call
+waits for, and the harness holds another case. A watchdog thread opens a hold that lasts far
+too long (a wait the gate did not follow) or a queuing call stuck for tens of milliseconds
+(loading a kernel lazily may wait for the device to go idle), counted the same way.
 
-Declares the few CUDA types it needs instead of including CUDA's headers, and finds the real
-functions at run time (dlsym), so that it builds with a C compiler alone.
+The candidate's own code never links against this file: a kernel library's imports are
+checked against an allow-list (harness/symbols.py) that names none of the kp_gate_* functions.
+It declares the few CUDA types it needs instead of including CUDA's headers and finds the real
+functions at run time, so that it builds with a C compiler alone. CUDA driver calls are used for
+its own queries: a runtime query that answers "not ready" leaves that as the thread's last
+error, which the next launch check of PyTorch's would report as a failure.
 */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -39,7 +47,7 @@ functions at run time (dlsym), so that it builds with a C compiler alone.
 
 typedef int cudaError_t;
 typedef int CUresult;
-typedef int cublasStatus_t;
+typedef int status_t; /* cublasStatus_t, cudnnStatus_t, ... */
 typedef void *cudaStream_t;
 typedef void *cudaEvent_t;
 typedef unsigned long long CUdeviceptr;
@@ -54,19 +62,17 @@ typedef struct {
     void *attrs;
     unsigned numAttrs;
 } cudaLaunchConfig_t;
-typedef struct {
-    int type; /* cudaMemoryType: 0 unregistered, 1 host, 2 device, 3 managed */
-    int device;
-    void *devicePointer;
-    void *hostPointer;
-} cudaPointerAttributes;
 
-enum { cudaSuccess = 0, cudaErrorNotReady = 600, cudaErrorUnknown = 999 };
+enum { cudaSuccess = 0, cudaErrorUnknown = 999, NOT_READY = 600 };
 enum { MEMCPY_DEVICE_TO_DEVICE = 3 };
-enum { WAIT_VALUE_GEQ = 0, CAPTURE_STATUS_NONE = 0, HOST_ALLOC_MAPPED_PORTABLE = 0x3 };
+enum { WAIT_VALUE_GEQ = 0, HOST_ALLOC_MAPPED_PORTABLE = 0x3, STREAM_NON_BLOCKING = 0x1 };
+enum { POINTER_ATTRIBUTE_MEMORY_TYPE = 2 };
 #define STREAM_LEGACY ((cudaStream_t)0x1)
 #define STREAM_PER_THREAD ((cudaStream_t)0x2)
-#define MAX_HELD 256
+#define MAX_HELD 1024 /* streams held in one hold */
+#define MAX_DEPS 32   /* held segments one stream or event depends on */
+#define MAX_NODES 1024 /* streams and events whose dependencies are followed */
+#define MAX_HANDLES 64 /* the candidate's own cuBLAS handles */
 
 /* ---- the real functions --------------------------------------------------------------- */
 
@@ -88,8 +94,8 @@ static int find_symbol(struct dl_phdr_info *info, size_t size, void *data) {
 
 /* ``name`` as the library after this one defines it: the next definition in the global scope,
    else the first loaded library whose file name contains ``library`` and that defines it
-   (loaded privately, as PyTorch and Python's extensions load the CUDA runtime, it is not in the
-   global scope; a process may hold two runtimes, PyTorch's and the toolkit's of a kernel). */
+   (loaded privately, as Python's extensions load the CUDA runtime, it is not in the global
+   scope; a process may hold two runtimes, PyTorch's and the toolkit's of a kernel). */
 static void *real(const char *name, const char *library) {
     void *function = dlsym(RTLD_NEXT, name);
     if (function)
@@ -100,36 +106,60 @@ static void *real(const char *name, const char *library) {
 }
 
 #define CUDART "libcudart.so"
-#define REAL(type, name, library)                                                   \
-    static __typeof__(type) real_##name;                                                     \
-    if (!real_##name)                                                               \
+#define REAL(type, name, library)                                                     \
+    static __typeof__(type) real_##name;                                              \
+    if (!real_##name)                                                                 \
         real_##name = (type)real(#name, library);
 
-typedef CUresult (*stream_value_fn)(void *, CUdeviceptr, uint32_t, unsigned);
-typedef cudaError_t (*stream_fn)(cudaStream_t);
-typedef cudaError_t (*event_fn)(cudaEvent_t);
+static struct {
+    CUresult (*wait_value)(void *, CUdeviceptr, uint32_t, unsigned);
+    CUresult (*stream_query)(void *);
+    CUresult (*event_query)(void *);
+    CUresult (*is_capturing)(void *, int *);
+    CUresult (*stream_flags)(void *, unsigned *);
+    CUresult (*pointer_attribute)(void *, int, CUdeviceptr);
+} driver;
 
-static stream_value_fn wait_value;
-static stream_fn query_stream;
-static event_fn query_event;
-
-/* ---- the gate's state ------------------------------------------------------------------ */
+/* ---- the gate's state (under ``lock``) ------------------------------------------------- */
 
 struct held_stream {
     cudaStream_t stream;
-    uint32_t target; /* the value its word must reach: the last wait queued on it */
-    int closed;      /* a wait is queued that its word does not yet satisfy */
-    int in_use;      /* this hold touched the stream (or it was destroyed while closed) */
+    uint32_t target; /* the value its newest wait waits for */
+    uint32_t opened; /* the value its word holds */
+    int fresh_wait;  /* its next work goes behind a new wait (an event marked the work so far) */
+    int in_use;
+};
+
+struct dep {
+    int slot;
+    uint32_t value; /* work of ``slot`` up to this wait */
+};
+
+struct node { /* a stream or an event, and the held work it waits for */
+    void *key;
+    int is_event;
+    int count;
+    int overflow; /* more than MAX_DEPS: what it waits for is not known */
+    struct dep deps[MAX_DEPS];
+};
+
+struct handle {
+    void *handle;
+    cudaStream_t stream;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int holding;
 static cudaStream_t caller_stream;
-static double block_limit_s, watchdog_s, hold_started;
+static double watchdog_s, hold_started;
+static atomic_llong queuing_since_ns; /* a queuing call in progress since (0: none) */
 static struct held_stream held[MAX_HELD];
-static volatile uint32_t *host_words; /* the words, as the CPU writes them */
-static CUdeviceptr words;              /* the same words, as the device reads them */
-static long gated, opened_early, failures;
+static struct node nodes[MAX_NODES];
+static int node_count;
+static struct handle handles[MAX_HANDLES]; /* cuBLAS handles made by the candidate's code */
+static volatile uint32_t *host_words;       /* the words, as the CPU writes them */
+static CUdeviceptr words;                   /* the same words, as the device reads them */
+static long waits_queued, streams_held, imprecise, failures;
 static char error_text[512];
 
 static double now(void) {
@@ -146,65 +176,125 @@ static void failed(const char *what, int code) {
 
 static CUdeviceptr word(int slot) { return words + (CUdeviceptr)slot * sizeof(uint32_t); }
 
-/* Lock held. The slot of ``stream`` in this hold, taken if need be; -1 when full. */
-static int slot_of(cudaStream_t stream) {
+/* Lock held. The slot of ``stream`` in this hold (taken if ``take``); -1 if none. */
+static int slot_of(cudaStream_t stream, int take) {
     int free_slot = -1;
     for (int i = 0; i < MAX_HELD; i++) {
         if (held[i].in_use && held[i].stream == stream)
             return i;
-        if (!held[i].in_use && !held[i].closed && free_slot < 0)
+        if (!held[i].in_use && held[i].opened >= held[i].target && free_slot < 0)
             free_slot = i;
     }
-    if (free_slot >= 0) {
+    if (take && free_slot >= 0) {
         held[free_slot].stream = stream;
         held[free_slot].in_use = 1;
+        held[free_slot].fresh_wait = 0;
+        streams_held++;
+    } else if (take) {
+        failed("holding more streams than the gate has words for", MAX_HELD);
     }
-    return free_slot;
+    return take ? free_slot : -1;
 }
 
-/* Lock held. Write the slot's word: its stream goes on. */
-static int open_slot(int i) {
-    if (!held[i].closed)
-        return 0;
-    __atomic_store_n(&host_words[i], held[i].target, __ATOMIC_SEQ_CST);
-    held[i].closed = 0;
-    return 1;
+/* Lock held. Let the slot's work up to ``value`` go on. */
+static void open_to(int slot, uint32_t value) {
+    if (value > held[slot].target)
+        value = held[slot].target;
+    if (value <= held[slot].opened)
+        return;
+    held[slot].opened = value;
+    __atomic_store_n(&host_words[slot], value, __ATOMIC_SEQ_CST);
 }
 
-/* Lock held. Open every closed slot; how many there were. */
+static int is_open(int slot) { return held[slot].opened >= held[slot].target; }
+
+/* Lock held. Open everything; whether anything was closed. */
 static int open_all(void) {
-    int opened = 0;
+    int any = 0;
     for (int i = 0; i < MAX_HELD; i++)
-        opened += open_slot(i);
-    return opened;
+        if (!is_open(i)) {
+            open_to(i, held[i].target);
+            any = 1;
+        }
+    return any;
 }
 
-static int is_capturing(cudaStream_t stream) {
-    REAL(cudaError_t(*)(cudaStream_t, int *), cudaStreamIsCapturing, CUDART);
-    int status = CAPTURE_STATUS_NONE;
-    if (!real_cudaStreamIsCapturing || real_cudaStreamIsCapturing(stream, &status) != cudaSuccess)
+/* Lock held. The node of ``key`` (taken if ``take``); NULL if none or no room. */
+static struct node *node_of(void *key, int is_event, int take) {
+    for (int i = 0; i < node_count; i++)
+        if (nodes[i].key == key && nodes[i].is_event == is_event)
+            return &nodes[i];
+    if (!take)
+        return NULL;
+    if (node_count == MAX_NODES) {
+        failed("following more streams and events than the gate has room for", MAX_NODES);
+        return NULL;
+    }
+    struct node *node = &nodes[node_count++];
+    memset(node, 0, sizeof *node);
+    node->key = key;
+    node->is_event = is_event;
+    return node;
+}
+
+static void add_dep(struct node *node, int slot, uint32_t value) {
+    for (int i = 0; i < node->count; i++)
+        if (node->deps[i].slot == slot) {
+            if (value > node->deps[i].value)
+                node->deps[i].value = value;
+            return;
+        }
+    if (node->count == MAX_DEPS) {
+        node->overflow = 1;
+        return;
+    }
+    node->deps[node->count++] = (struct dep){slot, value};
+}
+
+/* Lock held. Open what ``node`` waits for; 1 if any of it was held, 2 if what it waits for is
+   not known (more than MAX_DEPS), 0 if nothing it waits for is held. */
+static int open_deps(const struct node *node) {
+    if (!node)
         return 0;
-    return status != CAPTURE_STATUS_NONE;
+    int involved = 0;
+    for (int i = 0; i < node->count; i++) {
+        int slot = node->deps[i].slot;
+        if (held[slot].opened < node->deps[i].value) {
+            open_to(slot, node->deps[i].value);
+            involved = 1;
+        }
+    }
+    return node->overflow ? 2 : involved;
+}
+
+static cudaStream_t normal(cudaStream_t stream, int per_thread) {
+    if (stream == NULL)
+        return per_thread ? STREAM_PER_THREAD : STREAM_LEGACY;
+    return stream;
+}
+
+static int capturing(cudaStream_t stream) {
+    int status = 0;
+    return driver.is_capturing && driver.is_capturing(stream, &status) == 0 && status != 0;
 }
 
 /* Work is about to be queued on ``stream``: hold it back unless it is the caller's stream. */
 static void gate(cudaStream_t stream, int per_thread) {
     if (!atomic_load(&holding))
         return;
-    if (stream == NULL)
-        stream = per_thread ? STREAM_PER_THREAD : STREAM_LEGACY;
-    if (stream == caller_stream || is_capturing(stream))
+    stream = normal(stream, per_thread);
+    if (stream == caller_stream || capturing(stream))
         return;
     pthread_mutex_lock(&lock);
     if (atomic_load(&holding)) {
-        int i = slot_of(stream);
-        if (i >= 0 && !held[i].closed) {
+        int i = slot_of(stream, 1);
+        if (i >= 0 && (is_open(i) || held[i].fresh_wait)) {
             uint32_t target = held[i].target + 1;
-            CUresult result = wait_value(stream, word(i), target, WAIT_VALUE_GEQ);
+            CUresult result = driver.wait_value(stream, word(i), target, WAIT_VALUE_GEQ);
             if (result == 0) {
                 held[i].target = target;
-                held[i].closed = 1;
-                gated++;
+                held[i].fresh_wait = 0;
+                waits_queued++;
             } else {
                 failed("cuStreamWaitValue32", result);
             }
@@ -213,52 +303,151 @@ static void gate(cudaStream_t stream, int per_thread) {
     pthread_mutex_unlock(&lock);
 }
 
-/* A blocking call is about to wait for everything: nothing may stay held. */
-static void open_everything(void) {
-    if (!atomic_load(&holding))
-        return;
-    pthread_mutex_lock(&lock);
-    if (open_all())
-        opened_early++;
-    pthread_mutex_unlock(&lock);
+static void queuing(int starts) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    atomic_store(&queuing_since_ns, starts ? (long long)t.tv_sec * 1000000000LL + t.tv_nsec : 0);
 }
 
-/* A blocking call is about to wait for ``done()``: give it the hold's limit to come true with
-   the gate closed (work the caller's stream does not depend on), then open everything. */
-static void wait_or_open(int (*done)(void *), void *what) {
-    if (!atomic_load(&holding))
-        return;
-    double deadline = now() + block_limit_s;
-    while (now() < deadline) {
-        if (done(what))
-            return;
+/* Poll ``done(what)`` for at most ``limit_s``; whether it came true. */
+static int poll_until(int (*done)(void *), void *what, double limit_s) {
+    double deadline = now() + limit_s;
+    while (!done(what)) {
+        if (now() > deadline)
+            return 0;
         usleep(20);
     }
-    open_everything();
+    return 1;
 }
 
-static int stream_done(void *stream) { return query_stream((cudaStream_t)stream) != cudaErrorNotReady; }
-static int event_done(void *event) { return query_event((cudaEvent_t)event) != cudaErrorNotReady; }
+static int stream_done(void *stream) { return driver.stream_query(stream) != NOT_READY; }
+static int event_done(void *event) { return driver.event_query(event) != NOT_READY; }
 
+/* Lock not held. Open everything and wait until every held stream has finished: what a call
+   whose waits the gate cannot follow is let go with is done before the call goes on. */
+static void open_and_drain_all(void) {
+    cudaStream_t streams[MAX_HELD];
+    int count = 0;
+    pthread_mutex_lock(&lock);
+    if (open_all())
+        imprecise++;
+    for (int i = 0; i < MAX_HELD; i++)
+        if (held[i].in_use && held[i].stream)
+            streams[count++] = held[i].stream;
+    pthread_mutex_unlock(&lock);
+    for (int i = 0; i < count; i++)
+        poll_until(stream_done, streams[i], watchdog_s);
+}
+
+/* Lock held. Open ``stream``'s held work and what it waits for; as open_deps. */
+static int open_stream(cudaStream_t stream) {
+    int involved = 0;
+    int i = slot_of(stream, 0);
+    if (i >= 0 && !is_open(i)) {
+        open_to(i, held[i].target);
+        involved = 1;
+    }
+    int deps = open_deps(node_of(stream, 0, 0));
+    return deps == 2 ? 2 : (involved || deps);
+}
+
+/* The candidate is about to wait for ``stream`` (a synchronize, a copy from pageable memory):
+   open its held work and what that waits for, which the call then waits for; nothing else.
+   Where what it waits for is not known, open and drain everything (imprecise). A wait that is
+   not followed (a dependency made around the interposed calls) is opened by the watchdog. */
 static void before_stream_wait(cudaStream_t stream) {
     if (!atomic_load(&holding))
         return;
     pthread_mutex_lock(&lock);
-    for (int i = 0; i < MAX_HELD; i++)
-        if (held[i].in_use && held[i].stream == stream)
-            open_slot(i); /* waiting for a held stream is the call's point */
+    int opened = open_stream(stream);
     pthread_mutex_unlock(&lock);
-    wait_or_open(stream_done, stream);
+    if (opened == 2)
+        open_and_drain_all();
+}
+
+static void before_event_wait(cudaEvent_t event) {
+    if (!atomic_load(&holding))
+        return;
+    pthread_mutex_lock(&lock);
+    int opened = open_deps(node_of(event, 1, 0));
+    pthread_mutex_unlock(&lock);
+    if (opened == 2)
+        open_and_drain_all();
+}
+
+/* A query of held work: that work is opened and drained, so that held work looks like work
+   that finishes rather than work that never starts; but a query does not wait, so what it let
+   go would have run on after forward returned: the hold no longer tests this call
+   (imprecise). A query of anything else is left alone. */
+static void before_stream_query(cudaStream_t stream) {
+    if (!atomic_load(&holding))
+        return;
+    pthread_mutex_lock(&lock);
+    int opened = open_stream(stream);
+    if (opened)
+        imprecise++;
+    pthread_mutex_unlock(&lock);
+    if (opened == 2 || (opened && !poll_until(stream_done, stream, watchdog_s)))
+        open_and_drain_all();
+}
+
+static void before_event_query(cudaEvent_t event) {
+    if (!atomic_load(&holding))
+        return;
+    pthread_mutex_lock(&lock);
+    int opened = open_deps(node_of(event, 1, 0));
+    if (opened)
+        imprecise++;
+    pthread_mutex_unlock(&lock);
+    if (opened == 2 || (opened && !poll_until(event_done, event, watchdog_s)))
+        open_and_drain_all();
+}
+
+/* The candidate's call waits for the legacy default stream (a copy to or from pageable
+   memory): that stream's work and what it waits for, and the blocking streams, which the
+   legacy stream waits for. */
+static void before_legacy_wait(int per_thread) {
+    if (!atomic_load(&holding))
+        return;
+    if (per_thread) {
+        before_stream_wait(STREAM_PER_THREAD);
+        return;
+    }
+    pthread_mutex_lock(&lock);
+    int opened = open_stream(STREAM_LEGACY);
+    for (int i = 0; i < MAX_HELD && opened != 2; i++) {
+        unsigned flags = STREAM_NON_BLOCKING;
+        cudaStream_t stream = held[i].stream;
+        int special = stream == STREAM_LEGACY || stream == STREAM_PER_THREAD || !stream;
+        if (held[i].in_use && !special && driver.stream_flags(stream, &flags) == 0 &&
+            !(flags & STREAM_NON_BLOCKING)) {
+            int more = open_stream(stream);
+            opened = more == 2 ? 2 : (opened || more);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    if (opened == 2)
+        open_and_drain_all();
+}
+
+static long long nanoseconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
 static void *watchdog(void *unused) {
     (void)unused;
     for (;;) {
         usleep(2000);
-        if (atomic_load(&holding) && now() - hold_started > watchdog_s) {
+        if (!atomic_load(&holding))
+            continue;
+        long long since = atomic_load(&queuing_since_ns);
+        int stuck = since && nanoseconds() - since > 20000000LL; /* a queuing call, 20 ms */
+        if (stuck || now() - hold_started > watchdog_s) {
             pthread_mutex_lock(&lock);
             if (open_all())
-                opened_early++;
+                imprecise++;
             hold_started = now();
             pthread_mutex_unlock(&lock);
         }
@@ -268,30 +457,33 @@ static void *watchdog(void *unused) {
 
 /* ---- what the harness calls ------------------------------------------------------------ */
 
-/* Once per process, after CUDA is initialized: the gate's words (page-locked host memory
-   mapped into the device, zeroed) and the watchdog. 0 on success; kp_gate_error() says what
-   failed. */
+/* Once per process, after CUDA is initialized: the driver's calls, the gate's words (page-locked
+   host memory mapped into the device, zeroed) and the watchdog. 0 on success; kp_gate_error()
+   says what failed. */
 int kp_gate_init(void) {
     REAL(cudaError_t(*)(void **, size_t, unsigned), cudaHostAlloc, CUDART);
     REAL(cudaError_t(*)(void **, void *, unsigned), cudaHostGetDevicePointer, CUDART);
-    REAL(cudaError_t(*)(cudaStream_t), cudaStreamQuery, CUDART);
-    REAL(cudaError_t(*)(cudaEvent_t), cudaEventQuery, CUDART);
-    if (!real_cudaHostAlloc || !real_cudaHostGetDevicePointer || !real_cudaStreamQuery ||
-        !real_cudaEventQuery) {
+    if (!real_cudaHostAlloc || !real_cudaHostGetDevicePointer) {
         snprintf(error_text, sizeof error_text, "the CUDA runtime (%s) is not loaded", CUDART);
         return -1;
     }
-    query_stream = real_cudaStreamQuery;
-    query_event = real_cudaEventQuery;
-    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (!driver)
-        driver = dlopen("libcuda.so.1", RTLD_NOW);
-    wait_value = driver ? (stream_value_fn)dlsym(driver, "cuStreamWaitValue32_v2") : NULL;
-    if (driver && !wait_value) /* a driver whose plain name is the current version */
-        wait_value = (stream_value_fn)dlsym(driver, "cuStreamWaitValue32");
-    if (!wait_value) {
+    void *library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!library)
+        library = dlopen("libcuda.so.1", RTLD_NOW);
+    if (library) {
+        driver.wait_value = dlsym(library, "cuStreamWaitValue32_v2");
+        if (!driver.wait_value) /* a driver whose plain name is the current version */
+            driver.wait_value = dlsym(library, "cuStreamWaitValue32");
+        driver.stream_query = dlsym(library, "cuStreamQuery");
+        driver.event_query = dlsym(library, "cuEventQuery");
+        driver.is_capturing = dlsym(library, "cuStreamIsCapturing");
+        driver.stream_flags = dlsym(library, "cuStreamGetFlags");
+        driver.pointer_attribute = dlsym(library, "cuPointerGetAttribute");
+    }
+    if (!driver.wait_value || !driver.stream_query || !driver.event_query ||
+        !driver.is_capturing || !driver.stream_flags || !driver.pointer_attribute) {
         snprintf(error_text, sizeof error_text,
-                 "the CUDA driver (libcuda.so.1) has no stream memory operations");
+                 "the CUDA driver (libcuda.so.1) lacks stream memory operations or queries");
         return -1;
     }
     void *host = NULL, *device = NULL;
@@ -315,23 +507,35 @@ int kp_gate_init(void) {
 }
 
 /* Hold back work queued on streams other than ``stream`` (the caller's current stream) from
-   now until kp_gate_release. */
-void kp_gate_hold(uintptr_t stream, double limit_s, double watchdog_after_s) {
+   now until kp_gate_release; the watchdog opens everything after ``watchdog_after_s``. */
+void kp_gate_hold(uintptr_t stream, double watchdog_after_s) {
     pthread_mutex_lock(&lock);
     open_all();
     for (int i = 0; i < MAX_HELD; i++)
         held[i].in_use = 0;
+    node_count = 0;
     caller_stream = (cudaStream_t)stream;
-    block_limit_s = limit_s;
     watchdog_s = watchdog_after_s;
     hold_started = now();
-    gated = opened_early = failures = 0;
+    waits_queued = streams_held = imprecise = failures = 0;
     error_text[0] = '\0';
     atomic_store(&holding, 1);
     pthread_mutex_unlock(&lock);
+    /* The candidate's own cuBLAS handles queue work on the stream they were given before. */
+    for (int i = 0; i < MAX_HANDLES; i++)
+        if (handles[i].handle)
+            gate(handles[i].stream, 0);
 }
 
-/* Let everything held go on; no stream is held after this. */
+/* Let go what the caller's stream was made to wait for (its joins), and nothing else. */
+void kp_gate_open_callers_waits(void) {
+    pthread_mutex_lock(&lock);
+    if (!open_deps(node_of(caller_stream, 0, 0)))
+        failed("following the caller's stream's waits", MAX_DEPS);
+    pthread_mutex_unlock(&lock);
+}
+
+/* Let go everything held; no stream is held after this. */
 void kp_gate_release(void) {
     pthread_mutex_lock(&lock);
     atomic_store(&holding, 0);
@@ -339,21 +543,21 @@ void kp_gate_release(void) {
     pthread_mutex_unlock(&lock);
 }
 
-/* Of the last hold: streams held, whether something was opened before the release, driver
-   calls that failed. */
+/* Of the last hold: waits queued, streams held, opens the gate could not make precise (the
+   hold no longer tests that call), driver calls that failed. */
 void kp_gate_counts(long *out) {
     pthread_mutex_lock(&lock);
-    out[0] = gated;
-    out[1] = opened_early;
-    out[2] = failures;
+    out[0] = waits_queued;
+    out[1] = streams_held;
+    out[2] = imprecise;
+    out[3] = failures;
     pthread_mutex_unlock(&lock);
 }
 
 const char *kp_gate_error(void) { return error_text; }
 
-/* ---- the interposed CUDA calls --------------------------------------------------------- */
+/* ---- the interposed calls that queue work ---------------------------------------------- */
 
-/* Calls that queue work on a stream: the stream is gated first. */
 #define LAUNCH(name, per_thread)                                                              \
     cudaError_t name(const void *function, dim3 grid, dim3 block, void **args, size_t shared, \
                      cudaStream_t stream) {                                                   \
@@ -362,7 +566,10 @@ const char *kp_gate_error(void) { return error_text; }
         if (!real_##name)                                                                     \
             return cudaErrorUnknown;                                                          \
         gate(stream, per_thread);                                                             \
-        return real_##name(function, grid, block, args, shared, stream);                      \
+        queuing(1);                                                                           \
+        cudaError_t result = real_##name(function, grid, block, args, shared, stream);        \
+        queuing(0);                                                                           \
+        return result;                                                                        \
     }
 LAUNCH(cudaLaunchKernel, 0)
 LAUNCH(cudaLaunchKernel_ptsz, 1)
@@ -378,29 +585,31 @@ LAUNCH(cudaLaunchCooperativeKernel_ptsz, 1)
             return cudaErrorUnknown;                                                             \
         if (config)                                                                              \
             gate(config->stream, per_thread);                                                    \
-        return real_##name(config, function, args);                                              \
+        queuing(1);                                                                              \
+        cudaError_t result = real_##name(config, function, args);                                \
+        queuing(0);                                                                              \
+        return result;                                                                           \
     }
 LAUNCH_EX(cudaLaunchKernelExC, 0)
 LAUNCH_EX(cudaLaunchKernelExC_ptsz, 1)
 
-/* Memory a copy can use without the host waiting: device, managed or page-locked host memory. */
+/* Memory a copy can use without the host waiting: device, managed or page-locked host memory
+   (the driver knows its type; pageable memory it does not know). */
 static int copies_async(const void *pointer) {
-    REAL(cudaError_t(*)(cudaPointerAttributes *, const void *), cudaPointerGetAttributes, CUDART);
-    cudaPointerAttributes attributes = {0, 0, NULL, NULL};
-    if (!real_cudaPointerGetAttributes || real_cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess)
-        return 0;
-    return attributes.type != 0;
+    int type = 0;
+    return driver.pointer_attribute &&
+           driver.pointer_attribute(&type, POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)pointer) == 0;
 }
 
 /* A copy is queued work, unless it involves pageable host memory: then the host may wait for
-   the stream to finish, so its stream is treated as waited for. */
-static void before_copy(void *dst, const void *src, int kind, cudaStream_t stream, int per_thread) {
+   the stream first, so the stream is treated as waited for. */
+static void before_copy(const void *dst, const void *src, int kind, cudaStream_t stream, int per_thread) {
     if (!atomic_load(&holding))
         return;
     if (kind == MEMCPY_DEVICE_TO_DEVICE || (copies_async(dst) && copies_async(src)))
         gate(stream, per_thread);
     else
-        before_stream_wait(stream ? stream : (per_thread ? STREAM_PER_THREAD : STREAM_LEGACY));
+        before_stream_wait(normal(stream, per_thread));
 }
 
 #define COPY_ASYNC(name, per_thread)                                                            \
@@ -428,95 +637,150 @@ COPY_ASYNC(cudaMemcpyAsync_ptsz, 1)
 COPY_2D_ASYNC(cudaMemcpy2DAsync, 0)
 COPY_2D_ASYNC(cudaMemcpy2DAsync_ptsz, 1)
 
-#define SYMBOL_COPY_ASYNC(name, per_thread, to_symbol)                                        \
-    cudaError_t name(void *a, const void *b, size_t count, size_t offset, int kind,               \
-                     cudaStream_t stream) {                                                       \
-        REAL(cudaError_t(*)(void *, const void *, size_t, size_t, int, cudaStream_t), name,       \
-             CUDART);                                                                             \
-        if (!real_##name)                                                                         \
-            return cudaErrorUnknown;                                                              \
-        if (to_symbol) /* a symbol is device memory: only the other end may make the host wait */ \
-            before_copy((void *)b, b, kind, stream, per_thread);                                  \
-        else                                                                                      \
-            before_copy(a, a, kind, stream, per_thread);                                          \
-        return real_##name(a, b, count, offset, kind, stream);                                    \
+/* A symbol is device memory: only the other end may make the host wait. */
+#define SYMBOL_COPY_ASYNC(name, per_thread, host_end)                                          \
+    cudaError_t name(void *a, const void *b, size_t count, size_t offset, int kind,            \
+                     cudaStream_t stream) {                                                    \
+        REAL(cudaError_t(*)(void *, const void *, size_t, size_t, int, cudaStream_t), name,    \
+             CUDART);                                                                          \
+        if (!real_##name)                                                                      \
+            return cudaErrorUnknown;                                                           \
+        before_copy(host_end, host_end, kind, stream, per_thread);                             \
+        return real_##name(a, b, count, offset, kind, stream);                                 \
     }
-SYMBOL_COPY_ASYNC(cudaMemcpyToSymbolAsync, 0, 1)
-SYMBOL_COPY_ASYNC(cudaMemcpyToSymbolAsync_ptsz, 1, 1)
-SYMBOL_COPY_ASYNC(cudaMemcpyFromSymbolAsync, 0, 0)
-SYMBOL_COPY_ASYNC(cudaMemcpyFromSymbolAsync_ptsz, 1, 0)
+SYMBOL_COPY_ASYNC(cudaMemcpyToSymbolAsync, 0, b)
+SYMBOL_COPY_ASYNC(cudaMemcpyToSymbolAsync_ptsz, 1, b)
+SYMBOL_COPY_ASYNC(cudaMemcpyFromSymbolAsync, 0, a)
+SYMBOL_COPY_ASYNC(cudaMemcpyFromSymbolAsync_ptsz, 1, a)
 
-#define SET_2D_ASYNC(name, per_thread)                                                          \
-    cudaError_t name(void *dst, size_t pitch, int value, size_t width, size_t height,           \
-                     cudaStream_t stream) {                                                     \
-        REAL(cudaError_t(*)(void *, size_t, int, size_t, size_t, cudaStream_t), name, CUDART);  \
-        if (!real_##name)                                                                       \
-            return cudaErrorUnknown;                                                            \
-        gate(stream, per_thread);                                                               \
-        return real_##name(dst, pitch, value, width, height, stream);                           \
-    }
-SET_2D_ASYNC(cudaMemset2DAsync, 0)
-SET_2D_ASYNC(cudaMemset2DAsync_ptsz, 1)
-
-#define SET_ASYNC(name, per_thread)                                                       \
-    cudaError_t name(void *dst, int value, size_t count, cudaStream_t stream) {           \
-        REAL(cudaError_t(*)(void *, int, size_t, cudaStream_t), name, CUDART);            \
-        if (!real_##name)                                                                 \
-            return cudaErrorUnknown;                                                      \
-        gate(stream, per_thread);                                                         \
-        return real_##name(dst, value, count, stream);                                    \
+#define SET_ASYNC(name, per_thread)                                            \
+    cudaError_t name(void *dst, int value, size_t count, cudaStream_t stream) { \
+        REAL(cudaError_t(*)(void *, int, size_t, cudaStream_t), name, CUDART); \
+        if (!real_##name)                                                      \
+            return cudaErrorUnknown;                                           \
+        gate(stream, per_thread);                                              \
+        return real_##name(dst, value, count, stream);                         \
     }
 SET_ASYNC(cudaMemsetAsync, 0)
 SET_ASYNC(cudaMemsetAsync_ptsz, 1)
 
-#define GRAPH_LAUNCH(name, per_thread)                               \
-    cudaError_t name(void *graph, cudaStream_t stream) {             \
-        REAL(cudaError_t(*)(void *, cudaStream_t), name, CUDART);    \
-        if (!real_##name)                                            \
-            return cudaErrorUnknown;                                 \
-        gate(stream, per_thread);                                    \
-        return real_##name(graph, stream);                           \
+#define SET_2D_ASYNC(name, per_thread)                                                         \
+    cudaError_t name(void *dst, size_t pitch, int value, size_t width, size_t height,          \
+                     cudaStream_t stream) {                                                    \
+        REAL(cudaError_t(*)(void *, size_t, int, size_t, size_t, cudaStream_t), name, CUDART); \
+        if (!real_##name)                                                                      \
+            return cudaErrorUnknown;                                                           \
+        gate(stream, per_thread);                                                              \
+        return real_##name(dst, pitch, value, width, height, stream);                          \
+    }
+SET_2D_ASYNC(cudaMemset2DAsync, 0)
+SET_2D_ASYNC(cudaMemset2DAsync_ptsz, 1)
+
+/* Device memory set on the legacy (or per-thread) default stream: queued, not waited for. */
+#define SET(name, params, args, per_thread)               \
+    cudaError_t name params {                             \
+        REAL(cudaError_t(*) params, name, CUDART);        \
+        if (!real_##name)                                 \
+            return cudaErrorUnknown;                      \
+        gate(NULL, per_thread);                           \
+        return real_##name args;                          \
+    }
+SET(cudaMemset, (void *dst, int value, size_t count), (dst, value, count), 0)
+SET(cudaMemset_ptds, (void *dst, int value, size_t count), (dst, value, count), 1)
+SET(cudaMemset2D, (void *dst, size_t pitch, int value, size_t width, size_t height),
+    (dst, pitch, value, width, height), 0)
+SET(cudaMemset2D_ptds, (void *dst, size_t pitch, int value, size_t width, size_t height),
+    (dst, pitch, value, width, height), 1)
+
+#define GRAPH_LAUNCH(name, per_thread)                            \
+    cudaError_t name(void *graph, cudaStream_t stream) {          \
+        REAL(cudaError_t(*)(void *, cudaStream_t), name, CUDART); \
+        if (!real_##name)                                         \
+            return cudaErrorUnknown;                              \
+        gate(stream, per_thread);                                 \
+        return real_##name(graph, stream);                        \
     }
 GRAPH_LAUNCH(cudaGraphLaunch, 0)
 GRAPH_LAUNCH(cudaGraphLaunch_ptsz, 1)
 
-/* cuBLAS queues its kernels on the stream its handle was given: gated when it is given. */
-cublasStatus_t cublasSetStream_v2(void *handle, cudaStream_t stream) {
-    REAL(cublasStatus_t(*)(void *, cudaStream_t), cublasSetStream_v2, "libcublas.so");
+/* Libraries queue their kernels on the stream their handle was given: gated when it is given
+   (PyTorch gives its handles the current stream before each call). */
+#define SET_STREAM(name, library)                                   \
+    status_t name(void *handle, cudaStream_t stream) {              \
+        REAL(status_t(*)(void *, cudaStream_t), name, library);     \
+        if (!real_##name)                                           \
+            return 1;                                               \
+        gate(stream, 0);                                            \
+        return real_##name(handle, stream);                         \
+    }
+SET_STREAM(cudnnSetStream, "libcudnn.so")
+SET_STREAM(cufftSetStream, "libcufft.so")
+SET_STREAM(cusparseSetStream, "libcusparse.so")
+SET_STREAM(cusolverDnSetStream, "libcusolver.so")
+SET_STREAM(curandSetStream, "libcurand.so")
+
+/* cuBLAS handles made by the candidate's own code (not PyTorch's): their stream is gated at
+   every hold, since work may be queued on it without a stream being named in the hold. */
+static int made_by_torch(void *address) {
+    Dl_info info;
+    return dladdr(address, &info) && info.dli_fname && strstr(info.dli_fname, "/torch/lib/");
+}
+
+static void remember_handle(void *handle, cudaStream_t stream, int add) {
+    pthread_mutex_lock(&lock);
+    int free_slot = -1, found = 0;
+    for (int i = 0; i < MAX_HANDLES; i++) {
+        if (handles[i].handle == handle && handle) {
+            handles[i].stream = stream;
+            found = 1;
+        } else if (!handles[i].handle && free_slot < 0) {
+            free_slot = i;
+        }
+    }
+    if (add && !found && free_slot >= 0)
+        handles[free_slot] = (struct handle){handle, stream};
+    pthread_mutex_unlock(&lock);
+}
+
+status_t cublasCreate_v2(void **handle) {
+    REAL(status_t(*)(void **), cublasCreate_v2, "libcublas.so");
+    if (!real_cublasCreate_v2)
+        return 1;
+    status_t status = real_cublasCreate_v2(handle);
+    if (status == 0 && !made_by_torch(__builtin_return_address(0)))
+        remember_handle(*handle, STREAM_LEGACY, 1);
+    gate(STREAM_LEGACY, 0); /* made, not before: making it may use that stream itself */
+    return status;
+}
+
+status_t cublasSetStream_v2(void *handle, cudaStream_t stream) {
+    REAL(status_t(*)(void *, cudaStream_t), cublasSetStream_v2, "libcublas.so");
     if (!real_cublasSetStream_v2)
-        return 1; /* CUBLAS_STATUS_NOT_INITIALIZED */
+        return 1;
+    remember_handle(handle, normal(stream, 0), 0);
     gate(stream, 0);
     return real_cublasSetStream_v2(handle, stream);
 }
 
-/* cuDNN too (PyTorch's convolutions give its handle the current stream before each call). */
-int cudnnSetStream(void *handle, cudaStream_t stream) {
-    REAL(int (*)(void *, cudaStream_t), cudnnSetStream, "libcudnn.so");
-    if (!real_cudnnSetStream)
-        return 4; /* CUDNN_STATUS_INTERNAL_ERROR */
-    gate(stream, 0);
-    return real_cudnnSetStream(handle, stream);
-}
-
-/* A handle made during a hold works on the legacy default stream until it is given another:
-   gated once it is made (not before: making it may use that stream itself). */
-cublasStatus_t cublasCreate_v2(void **handle) {
-    REAL(cublasStatus_t(*)(void **), cublasCreate_v2, "libcublas.so");
-    if (!real_cublasCreate_v2)
+status_t cublasDestroy_v2(void *handle) {
+    REAL(status_t(*)(void *), cublasDestroy_v2, "libcublas.so");
+    if (!real_cublasDestroy_v2)
         return 1;
-    cublasStatus_t status = real_cublasCreate_v2(handle);
-    gate(STREAM_LEGACY, 0);
-    return status;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_HANDLES; i++)
+        if (handles[i].handle == handle)
+            handles[i].handle = NULL;
+    pthread_mutex_unlock(&lock);
+    return real_cublasDestroy_v2(handle);
 }
 
-cublasStatus_t cublasLtMatmul(void *handle, void *desc, const void *alpha, const void *a,
-                              void *a_layout, const void *b, void *b_layout, const void *beta,
-                              const void *c, void *c_layout, void *d, void *d_layout,
-                              const void *algo, void *workspace, size_t workspace_size,
-                              cudaStream_t stream) {
-    REAL(cublasStatus_t(*)(void *, void *, const void *, const void *, void *, const void *, void *,
-                           const void *, const void *, void *, void *, void *, const void *, void *,
-                           size_t, cudaStream_t),
+status_t cublasLtMatmul(void *handle, void *desc, const void *alpha, const void *a, void *a_layout,
+                        const void *b, void *b_layout, const void *beta, const void *c,
+                        void *c_layout, void *d, void *d_layout, const void *algo, void *workspace,
+                        size_t workspace_size, cudaStream_t stream) {
+    REAL(status_t(*)(void *, void *, const void *, const void *, void *, const void *, void *,
+                     const void *, const void *, void *, void *, void *, const void *, void *,
+                     size_t, cudaStream_t),
          cublasLtMatmul, "libcublasLt.so");
     if (!real_cublasLtMatmul)
         return 1;
@@ -525,6 +789,69 @@ cublasStatus_t cublasLtMatmul(void *handle, void *desc, const void *alpha, const
                                d_layout, algo, workspace, workspace_size, stream);
 }
 
+/* ---- events and joins ------------------------------------------------------------------ */
+
+/* Lock held. ``event`` now stands for the work queued on ``stream`` so far and what that
+   waits for; the stream's next work goes behind a new wait. */
+static void recorded(cudaEvent_t event, cudaStream_t stream) {
+    struct node *node = node_of(event, 1, 1);
+    if (!node)
+        return;
+    node->count = node->overflow = 0;
+    struct node *waits = node_of(stream, 0, 0);
+    if (waits) {
+        for (int i = 0; i < waits->count; i++)
+            add_dep(node, waits->deps[i].slot, waits->deps[i].value);
+        node->overflow |= waits->overflow;
+    }
+    int slot = slot_of(stream, 0);
+    if (slot >= 0 && !is_open(slot)) {
+        add_dep(node, slot, held[slot].target);
+        held[slot].fresh_wait = 1;
+    }
+}
+
+#define EVENT_RECORD(name, per_thread, params, args)                     \
+    cudaError_t name params {                                            \
+        REAL(cudaError_t(*) params, name, CUDART);                       \
+        if (!real_##name)                                                \
+            return cudaErrorUnknown;                                     \
+        if (atomic_load(&holding)) {                                     \
+            pthread_mutex_lock(&lock);                                   \
+            recorded(event, normal(stream, per_thread));                 \
+            pthread_mutex_unlock(&lock);                                 \
+        }                                                                \
+        return real_##name args;                                         \
+    }
+EVENT_RECORD(cudaEventRecord, 0, (cudaEvent_t event, cudaStream_t stream), (event, stream))
+EVENT_RECORD(cudaEventRecord_ptsz, 1, (cudaEvent_t event, cudaStream_t stream), (event, stream))
+EVENT_RECORD(cudaEventRecordWithFlags, 0, (cudaEvent_t event, cudaStream_t stream, unsigned flags),
+             (event, stream, flags))
+EVENT_RECORD(cudaEventRecordWithFlags_ptsz, 1,
+             (cudaEvent_t event, cudaStream_t stream, unsigned flags), (event, stream, flags))
+
+/* ``stream`` waits for what ``event`` stands for. */
+#define STREAM_WAIT_EVENT(name, per_thread)                                          \
+    cudaError_t name(cudaStream_t stream, cudaEvent_t event, unsigned flags) {       \
+        REAL(cudaError_t(*)(cudaStream_t, cudaEvent_t, unsigned), name, CUDART);     \
+        if (!real_##name)                                                            \
+            return cudaErrorUnknown;                                                 \
+        if (atomic_load(&holding)) {                                                 \
+            pthread_mutex_lock(&lock);                                               \
+            struct node *from = node_of(event, 1, 0);                                \
+            struct node *to = from ? node_of(normal(stream, per_thread), 0, 1) : NULL; \
+            if (from && to) {                                                        \
+                for (int i = 0; i < from->count; i++)                                \
+                    add_dep(to, from->deps[i].slot, from->deps[i].value);            \
+                to->overflow |= from->overflow;                                      \
+            }                                                                        \
+            pthread_mutex_unlock(&lock);                                             \
+        }                                                                            \
+        return real_##name(stream, event, flags);                                    \
+    }
+STREAM_WAIT_EVENT(cudaStreamWaitEvent, 0)
+STREAM_WAIT_EVENT(cudaStreamWaitEvent_ptsz, 1)
+
 /* A destroyed stream's queued work still runs: its slot stays until the release opens it. */
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
     REAL(cudaError_t(*)(cudaStream_t), cudaStreamDestroy, CUDART);
@@ -532,74 +859,119 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
         return cudaErrorUnknown;
     if (atomic_load(&holding)) {
         pthread_mutex_lock(&lock);
-        for (int i = 0; i < MAX_HELD; i++)
-            if (held[i].in_use && held[i].stream == stream)
-                held[i].stream = NULL; /* never matches a stream again; opened at the release */
+        int i = slot_of(stream, 0);
+        if (i >= 0)
+            held[i].stream = NULL; /* never matches a stream again; opened at the release */
         pthread_mutex_unlock(&lock);
     }
     return real_cudaStreamDestroy(stream);
 }
 
-/* ---- the interposed blocking calls ----------------------------------------------------- */
+/* ---- the interposed calls that wait ---------------------------------------------------- */
 
 cudaError_t cudaDeviceSynchronize(void) {
     REAL(cudaError_t(*)(void), cudaDeviceSynchronize, CUDART);
     if (!real_cudaDeviceSynchronize)
         return cudaErrorUnknown;
-    open_everything();
+    if (atomic_load(&holding)) { /* it waits for everything: open everything */
+        pthread_mutex_lock(&lock);
+        open_all();
+        pthread_mutex_unlock(&lock);
+    }
     return real_cudaDeviceSynchronize();
 }
 
-#define STREAM_SYNC(name, per_thread)                                 \
-    cudaError_t name(cudaStream_t stream) {                           \
-        REAL(cudaError_t(*)(cudaStream_t), name, CUDART);             \
-        if (!real_##name)                                             \
-            return cudaErrorUnknown;                                  \
-        if (stream == NULL)                                           \
-            before_stream_wait(per_thread ? STREAM_PER_THREAD : STREAM_LEGACY); \
-        else                                                          \
-            before_stream_wait(stream);                               \
-        return real_##name(stream);                                   \
+#define STREAM_SYNC(name, per_thread)                             \
+    cudaError_t name(cudaStream_t stream) {                       \
+        REAL(cudaError_t(*)(cudaStream_t), name, CUDART);         \
+        if (!real_##name)                                         \
+            return cudaErrorUnknown;                              \
+        before_stream_wait(normal(stream, per_thread));           \
+        return real_##name(stream);                               \
     }
 STREAM_SYNC(cudaStreamSynchronize, 0)
 STREAM_SYNC(cudaStreamSynchronize_ptsz, 1)
+
+#define STREAM_QUERY(name, per_thread)                            \
+    cudaError_t name(cudaStream_t stream) {                       \
+        REAL(cudaError_t(*)(cudaStream_t), name, CUDART);         \
+        if (!real_##name)                                         \
+            return cudaErrorUnknown;                              \
+        before_stream_query(normal(stream, per_thread));          \
+        return real_##name(stream);                               \
+    }
+STREAM_QUERY(cudaStreamQuery, 0)
+STREAM_QUERY(cudaStreamQuery_ptsz, 1)
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     REAL(cudaError_t(*)(cudaEvent_t), cudaEventSynchronize, CUDART);
     if (!real_cudaEventSynchronize)
         return cudaErrorUnknown;
-    wait_or_open(event_done, event);
+    before_event_wait(event);
     return real_cudaEventSynchronize(event);
 }
 
-/* Synchronous copies and frees wait for the legacy stream or the whole device. */
-#define BLOCKING(name, params, args)                       \
-    cudaError_t name params {                              \
-        REAL(cudaError_t(*) params, name, CUDART);         \
-        if (!real_##name)                                  \
-            return cudaErrorUnknown;                       \
-        open_everything();                                 \
-        return real_##name args;                           \
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+    REAL(cudaError_t(*)(cudaEvent_t), cudaEventQuery, CUDART);
+    if (!real_cudaEventQuery)
+        return cudaErrorUnknown;
+    before_event_query(event);
+    return real_cudaEventQuery(event);
+}
+
+/* Synchronous copies: between device buffers they are queued on the default stream; with host
+   memory the host waits for that stream first. */
+#define COPY(name, params, args, dst, src, kind, per_thread)           \
+    cudaError_t name params {                                          \
+        REAL(cudaError_t(*) params, name, CUDART);                     \
+        if (!real_##name)                                              \
+            return cudaErrorUnknown;                                   \
+        if (atomic_load(&holding)) {                                   \
+            if (kind == MEMCPY_DEVICE_TO_DEVICE ||                     \
+                (copies_async(dst) && copies_async(src)))              \
+                gate(NULL, per_thread);                                \
+            else                                                       \
+                before_legacy_wait(per_thread);                        \
+        }                                                              \
+        return real_##name args;                                       \
     }
-BLOCKING(cudaMemcpy, (void *dst, const void *src, size_t count, int kind), (dst, src, count, kind))
-BLOCKING(cudaMemcpy_ptds, (void *dst, const void *src, size_t count, int kind), (dst, src, count, kind))
-BLOCKING(cudaMemcpy2D,
-         (void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, int kind),
-         (dst, dpitch, src, spitch, width, height, kind))
-BLOCKING(cudaMemcpyToSymbol,
-         (const void *symbol, const void *src, size_t count, size_t offset, int kind),
-         (symbol, src, count, offset, kind))
-BLOCKING(cudaMemcpyToSymbol_ptds,
-         (const void *symbol, const void *src, size_t count, size_t offset, int kind),
-         (symbol, src, count, offset, kind))
-BLOCKING(cudaMemcpyFromSymbol,
-         (void *dst, const void *symbol, size_t count, size_t offset, int kind),
-         (dst, symbol, count, offset, kind))
-BLOCKING(cudaMemcpyFromSymbol_ptds,
-         (void *dst, const void *symbol, size_t count, size_t offset, int kind),
-         (dst, symbol, count, offset, kind))
-BLOCKING(cudaFree, (void *pointer), (pointer))
-BLOCKING(cudaFreeHost, (void *pointer), (pointer))
+COPY(cudaMemcpy, (void *dst, const void *src, size_t count, int kind), (dst, src, count, kind), dst,
+     src, kind, 0)
+COPY(cudaMemcpy_ptds, (void *dst, const void *src, size_t count, int kind), (dst, src, count, kind),
+     dst, src, kind, 1)
+COPY(cudaMemcpy2D,
+     (void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, int kind),
+     (dst, dpitch, src, spitch, width, height, kind), dst, src, kind, 0)
+COPY(cudaMemcpy2D_ptds,
+     (void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, int kind),
+     (dst, dpitch, src, spitch, width, height, kind), dst, src, kind, 1)
+COPY(cudaMemcpyToSymbol, (const void *symbol, const void *src, size_t count, size_t offset, int kind),
+     (symbol, src, count, offset, kind), src, src, kind, 0)
+COPY(cudaMemcpyToSymbol_ptds,
+     (const void *symbol, const void *src, size_t count, size_t offset, int kind),
+     (symbol, src, count, offset, kind), src, src, kind, 1)
+COPY(cudaMemcpyFromSymbol, (void *dst, const void *symbol, size_t count, size_t offset, int kind),
+     (dst, symbol, count, offset, kind), dst, dst, kind, 0)
+COPY(cudaMemcpyFromSymbol_ptds,
+     (void *dst, const void *symbol, size_t count, size_t offset, int kind),
+     (dst, symbol, count, offset, kind), dst, dst, kind, 1)
+
+/* Frees synchronize the device (a null pointer frees nothing and waits for nothing). */
+#define FREE(name)                                              \
+    cudaError_t name(void *pointer) {                           \
+        REAL(cudaError_t(*)(void *), name, CUDART);             \
+        if (!real_##name)                                       \
+            return cudaErrorUnknown;                            \
+        if (pointer && atomic_load(&holding)) {                 \
+            pthread_mutex_lock(&lock);                          \
+            open_all();                                         \
+            pthread_mutex_unlock(&lock);                        \
+            cudaDeviceSynchronize();                            \
+        }                                                       \
+        return real_##name(pointer);                            \
+    }
+FREE(cudaFree)
+FREE(cudaFreeHost)
 
 /* 1 when this library's definitions are the ones the process's calls reach: the first in the
    global scope, as a preloaded library's are. */

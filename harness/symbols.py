@@ -67,7 +67,7 @@ ALLOWED_C = re.compile(
             r"(v?f|v?sn?)?printf|puts|fputs|fputc|putc|putchar|fwrite|fflush|stderr|stdout",
             r"abort|atexit|__assert_fail|__stack_chk_fail|__cxa_\w+|__gxx_personality_v0|__dynamic_cast",
             r"_Unwind_\w+|__tls_get_addr|__libc_single_threaded|_ITM_\w+|__gmon_start__",
-            r"__dso_handle|_GLOBAL_OFFSET_TABLE_|__errno_location|dl_iterate_phdr|qsort|bsearch|abs|labs|llabs",
+            r"__dso_handle|_GLOBAL_OFFSET_TABLE_|__errno_location|qsort|bsearch|abs|labs|llabs",
             r"__cpu_model|__cpu_features2|__cpu_indicator_init",  # target_clones dispatch
             r"pthread_(mutex|once|key|getspecific|setspecific|self|equal|cond|rwlock|spin)\w*",
             r"GOMP_(parallel\w*|loop\w*|barrier\w*|critical\w*|atomic\w*|single\w*|"
@@ -94,26 +94,42 @@ ALLOWED_C = re.compile(
 # CUDA calls that queue work on a stream. The checks' worker holds such work back on every stream
 # but the caller's until it has read the outputs (harness/stream_gate.c interposes exactly the
 # calls in STREAM_GATED); one it could not hold would let work the caller's stream does not wait
-# for race the harness's read again, so a kernel library may not call the others.
+# for race the harness's read again, so a kernel library may not call the others (3D, peer and
+# array copies, cuBLAS's asynchronous vector and matrix copies, ...).
 STREAM_WORK = re.compile(
-    r"cudaMem(cpy|set)\w*Async\w*|cudaGraphLaunch\w*|cudaLaunch\w+|__cudaLaunch\w*"
+    r"cudaMem(cpy|set)\w*|cudaGraphLaunch\w*|cudaLaunch\w+|__cudaLaunch\w*|"
+    r"cublas(Set|Get)(Vector|Matrix)Async\w*|cublasLtMatrixTransform\w*|cublasSetKernelStream"
 )
 STREAM_GATED = frozenset(
-    f"{name}{suffix}"
-    for name in (
-        "cudaLaunchKernel",
-        "__cudaLaunchKernel",
-        "cudaLaunchKernelExC",
-        "cudaLaunchCooperativeKernel",
-        "cudaMemcpyAsync",
-        "cudaMemcpy2DAsync",
-        "cudaMemsetAsync",
-        "cudaMemset2DAsync",
-        "cudaMemcpyToSymbolAsync",
-        "cudaMemcpyFromSymbolAsync",
-        "cudaGraphLaunch",
-    )
-    for suffix in ("", "_ptsz")
+    [
+        f"{name}{suffix}"
+        for name in (
+            "cudaLaunchKernel",
+            "__cudaLaunchKernel",
+            "cudaLaunchKernelExC",
+            "cudaLaunchCooperativeKernel",
+            "cudaMemcpyAsync",
+            "cudaMemcpy2DAsync",
+            "cudaMemsetAsync",
+            "cudaMemset2DAsync",
+            "cudaMemcpyToSymbolAsync",
+            "cudaMemcpyFromSymbolAsync",
+            "cudaGraphLaunch",
+        )
+        for suffix in ("", "_ptsz")
+    ]
+    + [
+        f"{name}{suffix}"
+        for name in (
+            "cudaMemcpy",
+            "cudaMemcpy2D",
+            "cudaMemcpyToSymbol",
+            "cudaMemcpyFromSymbol",
+            "cudaMemset",
+            "cudaMemset2D",
+        )
+        for suffix in ("", "_ptds")
+    ]
 )
 
 

@@ -23,7 +23,7 @@ import torch
 from torch.utils import cpp_extension
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness import guards, handover, profiling
+from harness import guards, handover, profiling, streams
 from harness.buildcache import BuildFailed, CachedLoader
 from harness.cases import (
     build_reference,
@@ -40,11 +40,12 @@ from harness.stream_gate import StreamGate
 from harness.timed_checks import check_fresh, check_unpatched
 from harness.worker_timing import make_compiled, time_interleaved, time_stand_ins
 
-# How long a stream hold waits for the call's own work on the current stream and the
-# harness's reads after it, beyond the inputs' production: a few reference forwards and a
-# margin for launch and read overhead. Passing it only releases the held streams early.
-HOLD_BASE_S = 0.05
-HOLD_FORWARDS = 4
+# How long a stream hold waits for the caller's stream (its joins let go) to finish the call's
+# own work and the harness's reads, beyond the inputs' production: a margin and ten reference
+# forwards. Passing it makes that hold inconclusive (a dependency the gate did not follow, or a
+# held stream sharing a hardware queue with the caller's), and the next case is held instead.
+HOLD_BASE_S = 1.0
+HOLD_FORWARDS = 10
 
 
 def load_candidate(job: WorkerJob, job_dir: Path) -> tuple[torch.nn.Module, CachedLoader]:
@@ -116,19 +117,20 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[dict], bool])
         checks.append(Check(name="static_gate", passed=True, detail="Python and kernel sources"))
         # The previous case's outputs stay alive: a buffer reused across calls shows.
         previous: list[torch.Tensor] = []
-        busy_cases = 0
+        hold_next = False
         for number, spec in enumerate(job.cases):
             # Busy-stream cases take turns at the two halves of stream order (harness.streams):
             # other streams free, so work that does not wait for the inputs reads them too early;
             # other streams held, so work that the caller's stream does not wait for has not run
-            # when the outputs are read.
-            holding = gate is not None and gate.usable() and busy_cases % 2 == 1
+            # when the outputs are read. A hold that proved nothing is tried again.
+            holding = hold_next and gate is not None and gate.usable()
             held = gate if spec.async_stream and holding else None
-            busy_cases += spec.async_stream
             try:
                 produced = run_case(
                     job, model, loader, spec, case_module(base, spec), checks, held, hold_limit_s
                 )
+                if spec.async_stream:
+                    hold_next = held is None or not held.last_conclusive
                 check_fresh(produced, previous, spec.name)
                 kept: list[torch.Tensor] = []  # copies the comparator reads: until it answered
                 go = proceed(handover.send(produced, job_dir, number, transport, kept))
@@ -140,7 +142,7 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[dict], bool])
                 return report
             previous = produced
         pass_once(checks, "fresh_outputs", "each call returns newly allocated outputs")
-        _note_gate(checks, gate)
+        _check_gate(checks, gate)
         check_unpatched(job, before, checks, "import and correctness runs")
         clock.lap("check")
         return report
@@ -196,10 +198,19 @@ def _profile_reference(job: WorkerJob, base: torch.nn.Module) -> tuple[list[str]
     return ops.aten_ops, int(counter.get_total_flops()), forward_s
 
 
-def _note_gate(checks: list[Check], gate: StreamGate | None) -> None:
-    """What the stream gate did, on the stream-order check's line."""
+def _check_gate(checks: list[Check], gate: StreamGate | None) -> None:
+    """What the stream gate did, on the stream-order check's line; a candidate that kept every
+    hold from testing it fails that check."""
+    if gate is None:
+        return
+    reason = gate.unverifiable()
+    if reason:
+        checks[:] = [check for check in checks if check.name != "stream_ordered"]
+        raise CheckFailed(
+            Status.rejected, "stream_ordered", f"{reason}: {streams.STREAM_HINT}{gate.summary()}"
+        )
     for check in checks:
-        if gate is not None and check.name == "stream_ordered":
+        if check.name == "stream_ordered":
             check.detail += gate.summary()
 
 

@@ -50,18 +50,26 @@ candidate = ctypes.CDLL(folder + "/libcandidate.so")  # private, as Python loads
 driver = ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
 driver.fake_log.restype = ctypes.c_char_p
 driver.fake_stream_ready.argtypes = [ctypes.c_void_p]
+driver.fake_event_ready.argtypes = [ctypes.c_void_p]
 gate = ctypes.CDLL(gate_path)
-gate.kp_gate_hold.argtypes = [ctypes.c_size_t, ctypes.c_double, ctypes.c_double]
+gate.kp_gate_hold.argtypes = [ctypes.c_size_t, ctypes.c_double]
 gate.kp_gate_counts.argtypes = [ctypes.POINTER(ctypes.c_long)]
 gate.kp_gate_error.restype = ctypes.c_char_p
-for name in ("launch", "launch_per_thread", "launch_classic", "sync_stream", "destroy"):
+one = ("launch", "launch_per_thread", "launch_classic", "sync_stream", "destroy", "query_stream",
+       "sync_event", "query_event", "free_memory")
+for name in one:
     getattr(candidate, name).argtypes = [ctypes.c_void_p]
+for name in ("record", "wait_event"):
+    getattr(candidate, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p]
 candidate.copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+candidate.copy_sync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
 said = {}
 def counts():
-    out = (ctypes.c_long * 3)()
+    out = (ctypes.c_long * 4)()
     gate.kp_gate_counts(out)
-    return list(out)
+    return dict(zip(("waits", "streams", "imprecise", "failures"), out))
+def ready(*streams):
+    return [driver.fake_stream_ready(s) for s in streams]
 assert gate.kp_gate_init() == 0, gate.kp_gate_error()
 driver.fake_clear()
 """

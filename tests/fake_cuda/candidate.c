@@ -16,6 +16,13 @@ cudaError_t cudaMemcpyAsync(void *, const void *, size_t, int, cudaStream_t);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaStreamSynchronize(cudaStream_t);
 cudaError_t cudaStreamDestroy(cudaStream_t);
+cudaError_t cudaStreamQuery(cudaStream_t);
+cudaError_t cudaEventRecord(void *, cudaStream_t);
+cudaError_t cudaStreamWaitEvent(cudaStream_t, void *, unsigned);
+cudaError_t cudaEventSynchronize(void *);
+cudaError_t cudaEventQuery(void *);
+cudaError_t cudaFree(void *);
+cudaError_t cudaMemcpy(void *, const void *, size_t, int);
 
 static const dim3 grid = {2, 3, 4}, block = {32, 1, 1};
 
@@ -38,3 +45,10 @@ int copy(void *dst, const void *src, int kind, cudaStream_t stream) {
 int sync_device(void) { return cudaDeviceSynchronize(); }
 int sync_stream(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
 int destroy(cudaStream_t stream) { return cudaStreamDestroy(stream); }
+int query_stream(cudaStream_t stream) { return cudaStreamQuery(stream); }
+int record(void *event, cudaStream_t stream) { return cudaEventRecord(event, stream); }
+int wait_event(cudaStream_t stream, void *event) { return cudaStreamWaitEvent(stream, event, 0); }
+int sync_event(void *event) { return cudaEventSynchronize(event); }
+int query_event(void *event) { return cudaEventQuery(event); }
+int free_memory(void *pointer) { return cudaFree(pointer); }
+int copy_sync(void *dst, const void *src, int kind) { return cudaMemcpy(dst, src, 64, kind); }
