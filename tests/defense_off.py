@@ -175,9 +175,23 @@ DEFENSES: list[Defense] = [
     Defense(
         "stream_gate_holds_other_streams",
         "harness/stream_gate.c",
-        "if (stream == caller_stream || is_capturing(stream))",
-        "if (stream == caller_stream || is_capturing(stream) || 1)",
+        "if (stream == caller_stream || capturing(stream))",
+        "if (stream == caller_stream || capturing(stream) || 1)",
         ("tests/test_stream_gate.py", "-k", "hold"),
+    ),
+    Defense(
+        "stream_gate_follows_joins",
+        "harness/stream_gate.c",
+        "        held[slot].fresh_wait = 1;",
+        "        (void)0;",
+        ("tests/test_stream_gate.py", "-k", "release_opens_what"),
+    ),
+    Defense(
+        "stream_gate_opens_only_what_a_wait_needs",
+        "harness/stream_gate.c",
+        "        if (pointer && atomic_load(&holding)) {",
+        "        if (atomic_load(&holding)) {",
+        ("tests/test_stream_gate.py", "-k", "wait_for_nothing_held"),
     ),
     Defense(
         "stream_gate_preloaded",
