@@ -79,8 +79,9 @@ ALLOWED_C = re.compile(
             r"cudaGetLastError|cudaPeekAtLastError|cudaGetError(String|Name)",
             r"cudaFunc(SetAttribute|GetAttributes|SetCacheConfig)",
             r"cudaMem(cpy|set)\w*|cuda(Malloc|Free)(Async)?|cudaGetSymbol\w+",
+            # (_ptsz: the same calls in a library built for per-thread default streams)
             r"cudaStream(Synchronize|WaitEvent|Create\w*|Destroy|Query|GetPriority|"
-            r"BeginCapture\w*|EndCapture|IsCapturing|GetCaptureInfo\w*)",
+            r"BeginCapture\w*|EndCapture|IsCapturing|GetCaptureInfo\w*)(_ptsz)?",
             r"cudaEvent(Create\w*|Record\w*|Destroy|Synchronize|Query|ElapsedTime)",
             r"cudaGraph\w+|cuda(Get|Set)Device|cudaGetDeviceCount|cudaGetDeviceProperties\w*",
             r"cudaDeviceGetAttribute|cudaDeviceSynchronize|cudaDeviceGetStreamPriorityRange",

@@ -52,7 +52,12 @@ def test_stream_work_the_gate_cannot_hold_is_refused():
         reasons = symbol_problems([name])
         assert reasons and "cannot hold back" in reasons[0], (name, reasons)
     allowed = ("cudaMemcpyAsync", "__cudaLaunchKernel_ptsz", "cudaLaunchKernelExC", "cudaMemset")
-    allowed += ("cudaMemcpyToSymbol", "cublasSgemm_v2", "cudaStreamWaitEvent")
+    allowed += (
+        "cudaMemcpyToSymbol",
+        "cublasSgemm_v2",
+        "cudaStreamWaitEvent",
+        "cudaStreamSynchronize_ptsz",
+    )
     for name in allowed:
         assert symbol_problems([name]) == [], name
     # Nor may a kernel library walk the loaded libraries (to find the gate's own functions).
@@ -444,3 +449,48 @@ def test_the_watchdog_opens_a_hold_that_lasts_too_long(fake: Path, library: Path
     )
     assert run.said["held"] == [0] and run.said["later"] == [1]  # opened by the watchdog
     assert run.said["counts"]["imprecise"] == 1
+
+
+# --- what the worker makes of the holds (harness/stream_gate.py) ----------------------------
+
+
+def _gate(**tally) -> stream_gate.StreamGate:
+    from types import SimpleNamespace
+
+    names = (
+        "kp_gate_init",
+        "kp_gate_interposes",
+        "kp_gate_error",
+        "kp_gate_hold",
+        "kp_gate_counts",
+    )
+    gate = stream_gate.StreamGate(SimpleNamespace(**{name: SimpleNamespace() for name in names}))
+    for name, value in tally.items():
+        setattr(gate, name, value)
+    return gate
+
+
+def test_a_candidate_that_lets_every_hold_go_early_is_unverifiable():
+    assert "could not be checked" in _gate(held_calls=4, imprecise=4, conclusive=0).unverifiable()
+
+
+@pytest.mark.parametrize(
+    "tally",
+    [
+        {"held_calls": 4, "imprecise": 3, "conclusive": 1},  # one hold tested it
+        {"held_calls": 4, "imprecise": 0, "conclusive": 0, "timed_out": 4},  # not its doing
+        {"held_calls": 0},  # nothing held (cpu, or the gate off)
+        {"held_calls": 4, "imprecise": 4, "setup_failure": "no stream memory operations"},
+    ],
+)
+def test_holds_that_were_tested_or_not_the_candidates_doing_do_not_fail_it(tally):
+    assert _gate(**tally).unverifiable() == ""
+
+
+def test_the_summary_says_what_the_gate_did():
+    summary = _gate(held_calls=5, conclusive=3, streams_held=2, timed_out=1, imprecise=1).summary()
+    assert summary == (
+        "; other streams held in 5 calls (3 conclusive, 2 stream(s) held, 1 timed out, "
+        "1 let go early by the candidate's own calls)"
+    )
+    assert "is off here" in _gate(setup_failure="no driver").summary()

@@ -26,7 +26,7 @@ typedef struct {
 
 #define LOG_SIZE 65536
 #define MAX_WAITS 4096
-#define MAX_THINGS 256 /* streams and events */
+#define MAX_THINGS 4096 /* streams and events */
 #define MAX_DEPENDS 256
 
 #ifdef FAKE_DRIVER
@@ -71,6 +71,8 @@ static struct thing *thing(void *key, int is_event) {
     for (int i = 0; i < thing_count; i++)
         if (things[i].key == key && things[i].is_event == is_event)
             return &things[i];
+    if (thing_count == MAX_THINGS)
+        abort(); /* a test that needs more: raise MAX_THINGS */
     struct thing *made = &things[thing_count++];
     memset(made, 0, sizeof *made);
     made->key = key;
@@ -92,6 +94,8 @@ static int ready(struct thing *what) {
 
 int cuStreamWaitValue32_v2(void *stream, unsigned long long address, uint32_t value, unsigned flags) {
     fake_record("wait stream=%p value=%u flags=%u", stream, value, flags);
+    if (wait_count == MAX_WAITS)
+        abort();
     waits[wait_count].word = (volatile uint32_t *)(uintptr_t)address;
     waits[wait_count].value = value;
     depend(thing(stream, 0), wait_count++);
