@@ -4,8 +4,8 @@
 
 Every red-team entry of pattern 11 (kernels whose work is not ordered with the caller's
 stream) and every honest entry that uses streams, evaluated ``--rounds`` times with the checks'
-worker as shipped (the gate preloaded, harness/stream_gate.py) and as before the gate (no
-preload). A defense that matters shows as a cheat rejected with it and passed without it; the
+worker as shipped (the gate preloaded, harness/stream_gate.py) and with ``eval.stream_gate =
+false`` (as before the gate). A defense that matters shows as a cheat rejected with it and passed without it; the
 honest entries must be ok both ways. Prints a table (entry, expected, verdicts on, verdicts
 off, the gate's own line from the stream-order check) and writes every result as JSON.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness import evaluate, stream_gate  # noqa: E402
+from harness import evaluate  # noqa: E402
 from harness.config import EvalConfig  # noqa: E402
 from harness.problem import problem_from_target  # noqa: E402
 from harness.records import Candidate  # noqa: E402
@@ -58,8 +58,12 @@ def main() -> int:
     parser.add_argument("--select", default="", help="only entries whose name contains this")
     parser.add_argument("--out", type=Path, required=True, help="JSON results")
     args = parser.parse_args()
-    shipped = stream_gate.worker_environment
-    config = EvalConfig(compile_baseline=False, time_budget_s=0.2, min_reps=5)
+    configs = {
+        side: EvalConfig(
+            compile_baseline=False, time_budget_s=0.2, min_reps=5, stream_gate=side == "on"
+        )
+        for side in ("on", "off")
+    }
     evaluators: dict[tuple[str, Path], evaluate.Evaluator] = {}
     rows = []
     for path, problem_path, expected in entries(args.select):
@@ -67,11 +71,8 @@ def main() -> int:
         problem = problem_from_target(str(problem_path), "cuda", "float32")
         candidate = Candidate(source=path.read_text())
         for side in ("on", "off"):
-            evaluate.stream_gate.worker_environment = (  # type: ignore[method-assign]
-                shipped if side == "on" else (lambda cache_dir: {})
-            )
             key = (side, problem_path)
-            evaluators.setdefault(key, evaluate.Evaluator(config))
+            evaluators.setdefault(key, evaluate.Evaluator(configs[side]))
             for _ in range(args.rounds):
                 started = time.monotonic()
                 result = evaluators[key].evaluate(problem, candidate)
@@ -86,7 +87,6 @@ def main() -> int:
                 print(f"{row['entry']} gate {side}: {row[side][-1]}", flush=True)
         rows.append(row)
         args.out.write_text(json.dumps(rows, indent=1))
-    evaluate.stream_gate.worker_environment = shipped  # type: ignore[method-assign]
     print("\n| entry | expected | gate on | gate off | the gate's line (on) |")
     print("|---|---|---|---|---|")
     for row in rows:
