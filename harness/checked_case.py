@@ -33,8 +33,8 @@ def run_case(
     hold_limit_s: float = 0.0,
 ) -> list:
     """One checked call; on a busy stream with ``gate``, work on other streams is held until
-    the harness has read the outputs, for at most ``hold_limit_s`` of the call's own work on
-    the current stream (``harness.stream_gate``)."""
+    the harness has read the outputs (``harness.stream_gate``): the caller's stream, its joins
+    let go, has ``hold_limit_s`` after the inputs are ready to finish the call and the reads."""
     device = job.problem.device
     try:
         model.load_state_dict(reference.state_dict(), strict=True)

@@ -26,8 +26,8 @@ from harness.stream_gate import Hold, StreamGate
 # About 25-35 ms of a device-side spin at Hopper clocks: far longer than the host needs to go
 # from queuing the input copies to the candidate's own launches, profiler and all.
 BUSY_CYCLES = 50_000_000
-# How long a candidate's blocking call may wait, under the stream gate, for the spin above and
-# the input copies before the gate opens for it (generous: a slower GPU spins longer).
+# How long a stream hold waits for the spin above and the input copies to finish before it
+# starts counting the call's own time (generous: a slower GPU spins longer).
 BUSY_ALLOWANCE_S = 0.5
 
 STREAM_HINT = (
