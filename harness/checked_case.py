@@ -80,6 +80,8 @@ def run_case(
                     f"{spec.name}: {type(err).__name__}: {err}",
                     traceback.format_exc(),
                 ) from err
+            if hold:
+                hold.forward_returned()
             if caller is not None and torch.cuda.current_stream() != caller:
                 raise CheckFailed(
                     Status.incorrect,

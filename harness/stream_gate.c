@@ -21,10 +21,13 @@ synchronize opens that stream's or event's held work and what it waits for (the 
 for exactly that, as it would without the gate); a device synchronize or a free opens
 everything. A query of held work opens and drains it (held work then looks like work that
 finishes), but a query does not wait, so the hold no longer tests that call: it counts as
-"imprecise" (kp_gate_counts), as does everything opened where the gate cannot tell what a call
-waits for, and the harness holds another case. A watchdog thread opens a hold that lasts far
-too long (a wait the gate did not follow) or a queuing call stuck for tens of milliseconds
-(loading a kernel lazily may wait for the device to go idle), counted the same way.
+"imprecise" (kp_gate_counts), as does anything opened for a blocking call once forward has
+returned (the caching allocator's, under the harness's reads), everything opened where the gate
+cannot tell what a call waits for, and events a launch records itself. The harness then holds
+another case. A watchdog thread opens a hold that lasts far too long (a wait the gate did not
+follow) or a queuing call stuck for tens of milliseconds (loading a kernel lazily may wait for
+the device to go idle), counted the same way. What the gate follows changes only with calls
+CUDA accepted.
 
 The candidate's own code never links against this file: a kernel library's imports are
 checked against an allow-list (harness/symbols.py) that names none of the kp_gate_* functions.
@@ -150,6 +153,8 @@ struct handle {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int holding;
+static atomic_int after_forward; /* forward has returned: what opens now is not the candidate's wait */
+static pthread_t holder;          /* the thread that holds: the one that calls forward */
 static cudaStream_t caller_stream;
 static double watchdog_s, hold_started;
 static atomic_llong queuing_since_ns; /* a queuing call in progress since (0: none) */
@@ -278,7 +283,11 @@ static int capturing(cudaStream_t stream) {
     return driver.is_capturing && driver.is_capturing(stream, &status) == 0 && status != 0;
 }
 
-/* Work is about to be queued on ``stream``: hold it back unless it is the caller's stream. */
+static void queuing(int starts);
+
+/* Work is about to be queued on ``stream``: hold it back unless it is the caller's stream. The
+   new wait's value is reserved under the lock and queued outside it: queuing may block (a full
+   command queue), and the watchdog must still be able to open. */
 static void gate(cudaStream_t stream, int per_thread) {
     if (!atomic_load(&holding))
         return;
@@ -286,19 +295,32 @@ static void gate(cudaStream_t stream, int per_thread) {
     if (stream == caller_stream || capturing(stream))
         return;
     pthread_mutex_lock(&lock);
-    if (atomic_load(&holding)) {
-        int i = slot_of(stream, 1);
-        if (i >= 0 && (is_open(i) || held[i].fresh_wait)) {
-            uint32_t target = held[i].target + 1;
-            CUresult result = driver.wait_value(stream, word(i), target, WAIT_VALUE_GEQ);
-            if (result == 0) {
-                held[i].target = target;
-                held[i].fresh_wait = 0;
-                waits_queued++;
-            } else {
-                failed("cuStreamWaitValue32", result);
-            }
+    int slot = -1;
+    uint32_t target = 0;
+    if (!atomic_load(&holding)) {
+    } else if (stream == STREAM_PER_THREAD && !pthread_equal(pthread_self(), holder)) {
+        failed("work on another thread's per-thread default stream, which one word cannot hold", 0);
+    } else {
+        slot = slot_of(stream, 1);
+        if (slot >= 0 && (is_open(slot) || held[slot].fresh_wait)) {
+            target = ++held[slot].target;
+            held[slot].fresh_wait = 0;
+        } else {
+            slot = -1;
         }
+    }
+    pthread_mutex_unlock(&lock);
+    if (slot < 0)
+        return;
+    queuing(1);
+    CUresult result = driver.wait_value(stream, word(slot), target, WAIT_VALUE_GEQ);
+    queuing(0);
+    pthread_mutex_lock(&lock);
+    if (result == 0) {
+        waits_queued++;
+    } else {
+        failed("cuStreamWaitValue32", result);
+        open_to(slot, target); /* nothing waits for the value reserved */
     }
     pthread_mutex_unlock(&lock);
 }
@@ -322,6 +344,14 @@ static int poll_until(int (*done)(void *), void *what, double limit_s) {
 
 static int stream_done(void *stream) { return driver.stream_query(stream) != NOT_READY; }
 static int event_done(void *event) { return driver.event_query(event) != NOT_READY; }
+
+/* Lock held. Something was opened for a blocking call: after forward has returned that call is
+   not the candidate's wait (the caching allocator's, under the harness's reads), and the hold
+   no longer tests the candidate. */
+static void opened_for_a_wait(int opened) {
+    if (opened && atomic_load(&after_forward))
+        imprecise++;
+}
 
 /* Lock not held. Open everything and wait until every held stream has finished: what a call
    whose waits the gate cannot follow is let go with is done before the call goes on. */
@@ -360,6 +390,7 @@ static void before_stream_wait(cudaStream_t stream) {
         return;
     pthread_mutex_lock(&lock);
     int opened = open_stream(stream);
+    opened_for_a_wait(opened);
     pthread_mutex_unlock(&lock);
     if (opened == 2)
         open_and_drain_all();
@@ -370,6 +401,7 @@ static void before_event_wait(cudaEvent_t event) {
         return;
     pthread_mutex_lock(&lock);
     int opened = open_deps(node_of(event, 1, 0));
+    opened_for_a_wait(opened);
     pthread_mutex_unlock(&lock);
     if (opened == 2)
         open_and_drain_all();
@@ -425,6 +457,7 @@ static void before_legacy_wait(int per_thread) {
             opened = more == 2 ? 2 : (opened || more);
         }
     }
+    opened_for_a_wait(opened);
     pthread_mutex_unlock(&lock);
     if (opened == 2)
         open_and_drain_all();
@@ -438,18 +471,26 @@ static long long nanoseconds(void) {
 
 static void *watchdog(void *unused) {
     (void)unused;
+    double stuck_since = 0;
     for (;;) {
         usleep(2000);
         if (!atomic_load(&holding))
             continue;
         long long since = atomic_load(&queuing_since_ns);
         int stuck = since && nanoseconds() - since > 20000000LL; /* a queuing call, 20 ms */
-        if (stuck || now() - hold_started > watchdog_s) {
-            pthread_mutex_lock(&lock);
+        if (!stuck && now() - hold_started <= watchdog_s)
+            continue;
+        if (pthread_mutex_trylock(&lock) == 0) {
             if (open_all())
                 imprecise++;
             hold_started = now();
             pthread_mutex_unlock(&lock);
+            stuck_since = 0;
+        } else if (!stuck_since) {
+            stuck_since = now();
+        } else if (now() - stuck_since > 0.1) { /* the lock's holder is stuck in the driver */
+            for (int i = 0; i < MAX_HELD; i++)
+                __atomic_store_n(&host_words[i], held[i].target, __ATOMIC_SEQ_CST);
         }
     }
     return NULL;
@@ -515,6 +556,8 @@ void kp_gate_hold(uintptr_t stream, double watchdog_after_s) {
         held[i].in_use = 0;
     node_count = 0;
     caller_stream = (cudaStream_t)stream;
+    holder = pthread_self();
+    atomic_store(&after_forward, 0);
     watchdog_s = watchdog_after_s;
     hold_started = now();
     waits_queued = streams_held = imprecise = failures = 0;
@@ -527,11 +570,14 @@ void kp_gate_hold(uintptr_t stream, double watchdog_after_s) {
             gate(handles[i].stream, 0);
 }
 
+/* Forward has returned: from now on, what a blocking call opens is not the candidate's wait. */
+void kp_gate_forward_returned(void) { atomic_store(&after_forward, 1); }
+
 /* Let go what the caller's stream was made to wait for (its joins), and nothing else. */
 void kp_gate_open_callers_waits(void) {
     pthread_mutex_lock(&lock);
-    if (!open_deps(node_of(caller_stream, 0, 0)))
-        failed("following the caller's stream's waits", MAX_DEPS);
+    if (open_deps(node_of(caller_stream, 0, 0)) == 2)
+        imprecise++; /* it waits for more than the gate followed */
     pthread_mutex_unlock(&lock);
 }
 
@@ -578,13 +624,33 @@ LAUNCH(__cudaLaunchKernel_ptsz, 1)
 LAUNCH(cudaLaunchCooperativeKernel, 0)
 LAUNCH(cudaLaunchCooperativeKernel_ptsz, 1)
 
+typedef struct {
+    int id;
+    char pad[4];
+    char value[64];
+} launch_attribute;
+
+/* Events a launch records itself (ProgrammaticEvent, LaunchCompletionEvent) fire before the
+   kernel's work is done: what waits for them cannot be followed as a join. */
+static void launch_attributes(const cudaLaunchConfig_t *config) {
+    const launch_attribute *attributes = config->attrs;
+    for (unsigned i = 0; attributes && i < config->numAttrs; i++)
+        if (attributes[i].id == 7 || attributes[i].id == 12) {
+            pthread_mutex_lock(&lock);
+            imprecise++;
+            pthread_mutex_unlock(&lock);
+        }
+}
+
 #define LAUNCH_EX(name, per_thread)                                                              \
     cudaError_t name(const cudaLaunchConfig_t *config, const void *function, void **args) {     \
         REAL(cudaError_t(*)(const cudaLaunchConfig_t *, const void *, void **), name, CUDART);  \
         if (!real_##name)                                                                        \
             return cudaErrorUnknown;                                                             \
-        if (config)                                                                              \
+        if (config && atomic_load(&holding)) {                                                   \
             gate(config->stream, per_thread);                                                    \
+            launch_attributes(config);                                                           \
+        }                                                                                        \
         queuing(1);                                                                              \
         cudaError_t result = real_##name(config, function, args);                                \
         queuing(0);                                                                              \
@@ -593,20 +659,28 @@ LAUNCH(cudaLaunchCooperativeKernel_ptsz, 1)
 LAUNCH_EX(cudaLaunchKernelExC, 0)
 LAUNCH_EX(cudaLaunchKernelExC_ptsz, 1)
 
-/* Memory a copy can use without the host waiting: device, managed or page-locked host memory
-   (the driver knows its type; pageable memory it does not know). */
-static int copies_async(const void *pointer) {
+/* The driver's type of the memory at ``pointer``: 1 page-locked host, 2 device, 4 managed; 0
+   for pageable host memory, which the driver does not know. */
+static int memory_type(const void *pointer) {
     int type = 0;
-    return driver.pointer_attribute &&
-           driver.pointer_attribute(&type, POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)pointer) == 0;
+    if (!driver.pointer_attribute ||
+        driver.pointer_attribute(&type, POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)pointer) != 0)
+        return 0;
+    return type;
 }
 
-/* A copy is queued work, unless it involves pageable host memory: then the host may wait for
-   the stream first, so the stream is treated as waited for. */
+static int on_device(const void *pointer) {
+    int type = memory_type(pointer);
+    return type == 2 || type == 4;
+}
+
+/* An asynchronous copy is queued work, unless it writes pageable host memory: the host then
+   waits for the copy, so for the stream before it. */
 static void before_copy(const void *dst, const void *src, int kind, cudaStream_t stream, int per_thread) {
+    (void)src;
     if (!atomic_load(&holding))
         return;
-    if (kind == MEMCPY_DEVICE_TO_DEVICE || (copies_async(dst) && copies_async(src)))
+    if (kind == MEMCPY_DEVICE_TO_DEVICE || memory_type(dst) != 0)
         gate(stream, per_thread);
     else
         before_stream_wait(normal(stream, per_thread));
@@ -637,19 +711,23 @@ COPY_ASYNC(cudaMemcpyAsync_ptsz, 1)
 COPY_2D_ASYNC(cudaMemcpy2DAsync, 0)
 COPY_2D_ASYNC(cudaMemcpy2DAsync_ptsz, 1)
 
-/* A symbol is device memory: only the other end may make the host wait. */
-#define SYMBOL_COPY_ASYNC(name, per_thread, host_end)                                          \
+/* A symbol is device memory: a copy to one is queued work; one from it waits if it writes
+   pageable host memory. */
+#define SYMBOL_COPY_ASYNC(name, per_thread, destination)                                       \
     cudaError_t name(void *a, const void *b, size_t count, size_t offset, int kind,            \
                      cudaStream_t stream) {                                                    \
         REAL(cudaError_t(*)(void *, const void *, size_t, size_t, int, cudaStream_t), name,    \
              CUDART);                                                                          \
         if (!real_##name)                                                                      \
             return cudaErrorUnknown;                                                           \
-        before_copy(host_end, host_end, kind, stream, per_thread);                             \
+        if (destination)                                                                       \
+            before_copy(destination, b, kind, stream, per_thread);                             \
+        else                                                                                   \
+            gate(stream, per_thread);                                                          \
         return real_##name(a, b, count, offset, kind, stream);                                 \
     }
-SYMBOL_COPY_ASYNC(cudaMemcpyToSymbolAsync, 0, b)
-SYMBOL_COPY_ASYNC(cudaMemcpyToSymbolAsync_ptsz, 1, b)
+SYMBOL_COPY_ASYNC(cudaMemcpyToSymbolAsync, 0, NULL)
+SYMBOL_COPY_ASYNC(cudaMemcpyToSymbolAsync_ptsz, 1, NULL)
 SYMBOL_COPY_ASYNC(cudaMemcpyFromSymbolAsync, 0, a)
 SYMBOL_COPY_ASYNC(cudaMemcpyFromSymbolAsync_ptsz, 1, a)
 
@@ -721,9 +799,9 @@ SET_STREAM(curandSetStream, "libcurand.so")
 
 /* cuBLAS handles made by the candidate's own code (not PyTorch's): their stream is gated at
    every hold, since work may be queued on it without a stream being named in the hold. */
-static int made_by_torch(void *address) {
+static int made_by(void *address, const char *library) {
     Dl_info info;
-    return dladdr(address, &info) && info.dli_fname && strstr(info.dli_fname, "/torch/lib/");
+    return dladdr(address, &info) && info.dli_fname && strstr(info.dli_fname, library);
 }
 
 static void remember_handle(void *handle, cudaStream_t stream, int add) {
@@ -747,9 +825,10 @@ status_t cublasCreate_v2(void **handle) {
     if (!real_cublasCreate_v2)
         return 1;
     status_t status = real_cublasCreate_v2(handle);
-    if (status == 0 && !made_by_torch(__builtin_return_address(0)))
+    if (status == 0 && !made_by(__builtin_return_address(0), "/torch/lib/")) {
         remember_handle(*handle, STREAM_LEGACY, 1);
-    gate(STREAM_LEGACY, 0); /* made, not before: making it may use that stream itself */
+        gate(STREAM_LEGACY, 0); /* made, not before: making it may use that stream itself */
+    }
     return status;
 }
 
@@ -792,11 +871,11 @@ status_t cublasLtMatmul(void *handle, void *desc, const void *alpha, const void 
 /* ---- events and joins ------------------------------------------------------------------ */
 
 /* Lock held. ``event`` now stands for the work queued on ``stream`` so far and what that
-   waits for; the stream's next work goes behind a new wait. */
-static void recorded(cudaEvent_t event, cudaStream_t stream) {
+   waits for; whether the stream's next work must go behind a new wait. */
+static int recorded(cudaEvent_t event, cudaStream_t stream) {
     struct node *node = node_of(event, 1, 1);
     if (!node)
-        return;
+        return 0;
     node->count = node->overflow = 0;
     struct node *waits = node_of(stream, 0, 0);
     if (waits) {
@@ -808,20 +887,29 @@ static void recorded(cudaEvent_t event, cudaStream_t stream) {
     if (slot >= 0 && !is_open(slot)) {
         add_dep(node, slot, held[slot].target);
         held[slot].fresh_wait = 1;
+        return 1;
     }
+    return 0;
 }
 
+/* The record is made first: only one CUDA accepted changes what the gate follows. The stream's
+   next work then goes behind a new wait at once, whatever queues it (cuBLAS's own launches
+   too). */
 #define EVENT_RECORD(name, per_thread, params, args)                     \
     cudaError_t name params {                                            \
         REAL(cudaError_t(*) params, name, CUDART);                       \
         if (!real_##name)                                                \
             return cudaErrorUnknown;                                     \
-        if (atomic_load(&holding)) {                                     \
+        cudaError_t result = real_##name args;                           \
+        cudaStream_t on = normal(stream, per_thread);                    \
+        if (result == cudaSuccess && atomic_load(&holding) && !capturing(on)) { \
             pthread_mutex_lock(&lock);                                   \
-            recorded(event, normal(stream, per_thread));                 \
+            int fresh = recorded(event, on);                             \
             pthread_mutex_unlock(&lock);                                 \
+            if (fresh)                                                   \
+                gate(on, per_thread);                                    \
         }                                                                \
-        return real_##name args;                                         \
+        return result;                                                   \
     }
 EVENT_RECORD(cudaEventRecord, 0, (cudaEvent_t event, cudaStream_t stream), (event, stream))
 EVENT_RECORD(cudaEventRecord_ptsz, 1, (cudaEvent_t event, cudaStream_t stream), (event, stream))
@@ -830,16 +918,18 @@ EVENT_RECORD(cudaEventRecordWithFlags, 0, (cudaEvent_t event, cudaStream_t strea
 EVENT_RECORD(cudaEventRecordWithFlags_ptsz, 1,
              (cudaEvent_t event, cudaStream_t stream, unsigned flags), (event, stream, flags))
 
-/* ``stream`` waits for what ``event`` stands for. */
+/* ``stream`` waits for what ``event`` stands for (once CUDA has accepted the wait). */
 #define STREAM_WAIT_EVENT(name, per_thread)                                          \
     cudaError_t name(cudaStream_t stream, cudaEvent_t event, unsigned flags) {       \
         REAL(cudaError_t(*)(cudaStream_t, cudaEvent_t, unsigned), name, CUDART);     \
         if (!real_##name)                                                            \
             return cudaErrorUnknown;                                                 \
-        if (atomic_load(&holding)) {                                                 \
+        cudaError_t result = real_##name(stream, event, flags);                      \
+        cudaStream_t on = normal(stream, per_thread);                                \
+        if (result == cudaSuccess && atomic_load(&holding) && !capturing(on)) {      \
             pthread_mutex_lock(&lock);                                               \
             struct node *from = node_of(event, 1, 0);                                \
-            struct node *to = from ? node_of(normal(stream, per_thread), 0, 1) : NULL; \
+            struct node *to = from ? node_of(on, 0, 1) : NULL;                       \
             if (from && to) {                                                        \
                 for (int i = 0; i < from->count; i++)                                \
                     add_dep(to, from->deps[i].slot, from->deps[i].value);            \
@@ -847,10 +937,29 @@ EVENT_RECORD(cudaEventRecordWithFlags_ptsz, 1,
             }                                                                        \
             pthread_mutex_unlock(&lock);                                             \
         }                                                                            \
-        return real_##name(stream, event, flags);                                    \
+        return result;                                                               \
     }
 STREAM_WAIT_EVENT(cudaStreamWaitEvent, 0)
 STREAM_WAIT_EVENT(cudaStreamWaitEvent_ptsz, 1)
+
+/* Lock held. Forget what ``key`` stood for: a new stream or event may get its address. */
+static void forget(void *key, int is_event) {
+    struct node *node = node_of(key, is_event, 0);
+    if (node)
+        node->key = NULL;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+    REAL(cudaError_t(*)(cudaEvent_t), cudaEventDestroy, CUDART);
+    if (!real_cudaEventDestroy)
+        return cudaErrorUnknown;
+    if (atomic_load(&holding)) {
+        pthread_mutex_lock(&lock);
+        forget(event, 1);
+        pthread_mutex_unlock(&lock);
+    }
+    return real_cudaEventDestroy(event);
+}
 
 /* A destroyed stream's queued work still runs: its slot stays until the release opens it. */
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
@@ -862,6 +971,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
         int i = slot_of(stream, 0);
         if (i >= 0)
             held[i].stream = NULL; /* never matches a stream again; opened at the release */
+        forget(stream, 0);
         pthread_mutex_unlock(&lock);
     }
     return real_cudaStreamDestroy(stream);
@@ -875,7 +985,7 @@ cudaError_t cudaDeviceSynchronize(void) {
         return cudaErrorUnknown;
     if (atomic_load(&holding)) { /* it waits for everything: open everything */
         pthread_mutex_lock(&lock);
-        open_all();
+        opened_for_a_wait(open_all());
         pthread_mutex_unlock(&lock);
     }
     return real_cudaDeviceSynchronize();
@@ -886,7 +996,10 @@ cudaError_t cudaDeviceSynchronize(void) {
         REAL(cudaError_t(*)(cudaStream_t), name, CUDART);         \
         if (!real_##name)                                         \
             return cudaErrorUnknown;                              \
-        before_stream_wait(normal(stream, per_thread));           \
+        if (normal(stream, per_thread) == STREAM_LEGACY)          \
+            before_legacy_wait(0);                                \
+        else                                                      \
+            before_stream_wait(normal(stream, per_thread));       \
         return real_##name(stream);                               \
     }
 STREAM_SYNC(cudaStreamSynchronize, 0)
@@ -911,24 +1024,27 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     return real_cudaEventSynchronize(event);
 }
 
+/* PyTorch's caching allocators query the events of blocks freed with uses on other streams
+   on every allocation, and only defer reusing a block while it answers "not ready": those
+   queries are not the candidate's, and are answered as they are. */
 cudaError_t cudaEventQuery(cudaEvent_t event) {
     REAL(cudaError_t(*)(cudaEvent_t), cudaEventQuery, CUDART);
     if (!real_cudaEventQuery)
         return cudaErrorUnknown;
-    before_event_query(event);
+    if (!made_by(__builtin_return_address(0), "libc10_cuda"))
+        before_event_query(event);
     return real_cudaEventQuery(event);
 }
 
 /* Synchronous copies: between device buffers they are queued on the default stream; with host
-   memory the host waits for that stream first. */
-#define COPY(name, params, args, dst, src, kind, per_thread)           \
+   memory (page-locked too) the host waits for that stream first. */
+#define COPY(name, params, args, dst, src, per_thread)                 \
     cudaError_t name params {                                          \
         REAL(cudaError_t(*) params, name, CUDART);                     \
         if (!real_##name)                                              \
             return cudaErrorUnknown;                                   \
         if (atomic_load(&holding)) {                                   \
-            if (kind == MEMCPY_DEVICE_TO_DEVICE ||                     \
-                (copies_async(dst) && copies_async(src)))              \
+            if (on_device(dst) && on_device(src))                      \
                 gate(NULL, per_thread);                                \
             else                                                       \
                 before_legacy_wait(per_thread);                        \
@@ -936,25 +1052,25 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
         return real_##name args;                                       \
     }
 COPY(cudaMemcpy, (void *dst, const void *src, size_t count, int kind), (dst, src, count, kind), dst,
-     src, kind, 0)
+     src, 0)
 COPY(cudaMemcpy_ptds, (void *dst, const void *src, size_t count, int kind), (dst, src, count, kind),
-     dst, src, kind, 1)
+     dst, src, 1)
 COPY(cudaMemcpy2D,
      (void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, int kind),
-     (dst, dpitch, src, spitch, width, height, kind), dst, src, kind, 0)
+     (dst, dpitch, src, spitch, width, height, kind), dst, src, 0)
 COPY(cudaMemcpy2D_ptds,
      (void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, int kind),
-     (dst, dpitch, src, spitch, width, height, kind), dst, src, kind, 1)
+     (dst, dpitch, src, spitch, width, height, kind), dst, src, 1)
 COPY(cudaMemcpyToSymbol, (const void *symbol, const void *src, size_t count, size_t offset, int kind),
-     (symbol, src, count, offset, kind), src, src, kind, 0)
+     (symbol, src, count, offset, kind), src, src, 0)
 COPY(cudaMemcpyToSymbol_ptds,
      (const void *symbol, const void *src, size_t count, size_t offset, int kind),
-     (symbol, src, count, offset, kind), src, src, kind, 1)
+     (symbol, src, count, offset, kind), src, src, 1)
 COPY(cudaMemcpyFromSymbol, (void *dst, const void *symbol, size_t count, size_t offset, int kind),
-     (dst, symbol, count, offset, kind), dst, dst, kind, 0)
+     (dst, symbol, count, offset, kind), dst, dst, 0)
 COPY(cudaMemcpyFromSymbol_ptds,
      (void *dst, const void *symbol, size_t count, size_t offset, int kind),
-     (dst, symbol, count, offset, kind), dst, dst, kind, 1)
+     (dst, symbol, count, offset, kind), dst, dst, 1)
 
 /* Frees synchronize the device (a null pointer frees nothing and waits for nothing). */
 #define FREE(name)                                              \
@@ -964,7 +1080,7 @@ COPY(cudaMemcpyFromSymbol_ptds,
             return cudaErrorUnknown;                            \
         if (pointer && atomic_load(&holding)) {                 \
             pthread_mutex_lock(&lock);                          \
-            open_all();                                         \
+            opened_for_a_wait(open_all());                      \
             pthread_mutex_unlock(&lock);                        \
             cudaDeviceSynchronize();                            \
         }                                                       \

@@ -130,15 +130,32 @@ class StreamGate:
         return Hold(self, stream, inputs_ready, limit_s, busy_s)
 
     def unverifiable(self) -> str:
-        """Why the candidate kept every hold from testing it; empty if it did not."""
+        """Why no held call tested the candidate; empty if one did (or none was held).
+
+        A held call proves nothing when the candidate let its own held work go before forward
+        returned (a query of it), or when the caller's stream did not finish with its joins let
+        go (a dependency made where the gate cannot follow it), or when the gate could not
+        hold its work: a case after such a call is held again, and a candidate none of whose
+        held calls was a test cannot be said to follow stream order."""
         if not self.usable() or not self.held_calls or self.conclusive:
             return ""
-        if self.imprecise < self.held_calls:
-            return ""
+        causes = []
+        if self.imprecise:
+            causes.append(
+                f"{self.imprecise} let its held work go early (a query, or a wait the gate cannot follow)"
+            )
+        if self.timed_out:
+            causes.append(
+                f"{self.timed_out} left the caller's stream waiting for held work it never "
+                "joined in a way the gate follows"
+            )
+        if self.failures:
+            causes.append(
+                f"in {len(self.failures)} the gate could not hold its work ({self.failures[0]})"
+            )
         return (
-            f"in all {self.held_calls} held calls, forward queried its own streams' work, or "
-            "waited for it in ways the harness cannot follow, before returning: whether the "
-            "caller's stream waits for that work could not be checked"
+            f"none of the {self.held_calls} calls with other streams held could check stream "
+            f"order: {'; '.join(causes)}"
         )
 
     def summary(self) -> str:
@@ -175,6 +192,10 @@ class Hold:
         self._released = False
         self._finished = False
         gate.library.kp_gate_hold(stream.cuda_stream, 2 * (busy_s + limit_s) + 1.0)
+
+    def forward_returned(self) -> None:
+        """From now on what opens for a blocking call is not the candidate's wait."""
+        self.gate.library.kp_gate_forward_returned()
 
     def wait_then_release(self) -> None:
         """The harness's reads of the outputs are queued on the current stream: let go what

@@ -236,12 +236,14 @@ def test_a_join_through_another_held_stream_is_followed(fake: Path, library: Pat
         candidate.launch({SIDE})
         candidate.record(0xe2, {SIDE})
         candidate.wait_event({CALLER}, 0xe2)  # the caller waits for SIDE, so for OTHER too
+        candidate.launch({OTHER})              # after the event: held still
         gate.kp_gate_open_callers_waits()
-        said['opened'] = ready({CALLER}, {SIDE}, {OTHER})
+        said['opened'] = ready({CALLER}) + [driver.fake_event_ready(e) for e in (0xe1, 0xe2)]
+        said['later'] = ready({OTHER})
         gate.kp_gate_release()
         """,
     )
-    assert run.said["opened"] == [1, 1, 1]
+    assert run.said["opened"] == [1, 1, 1] and run.said["later"] == [0]
 
 
 def test_a_synchronize_opens_exactly_what_it_waits_for(fake: Path, library: Path):
@@ -433,6 +435,157 @@ def test_more_streams_than_the_gate_holds_is_a_failure_not_a_pass(fake: Path, li
     assert run.said["counts"]["streams"] == 1024 and run.said["counts"]["failures"] == 1
 
 
+def test_a_hold_whose_caller_joins_nothing_is_a_clean_test(fake: Path, library: Path):
+    run = _run(
+        fake,
+        library,
+        f"""
+        gate.kp_gate_hold({CALLER}, 5.0)
+        candidate.launch({CALLER})
+        gate.kp_gate_forward_returned()
+        gate.kp_gate_open_callers_waits()
+        said['counts'] = counts()
+        gate.kp_gate_release()
+        """,
+    )
+    assert run.said["counts"] == {"waits": 0, "streams": 0, "imprecise": 0, "failures": 0}
+
+
+def test_a_join_cuda_refused_is_not_followed(fake: Path, library: Path):
+    """A wait CUDA rejected (bad flags) orders nothing: the gate must not let SIDE go for it."""
+    run = _run(
+        fake,
+        library,
+        f"""
+        gate.kp_gate_hold({CALLER}, 5.0)
+        candidate.launch({SIDE})
+        candidate.record(0xe1, {SIDE})
+        said['code'] = candidate.wait_event_flags({CALLER}, 0xe1, 0x100)
+        gate.kp_gate_open_callers_waits()
+        said['side'] = driver.fake_event_ready(0xe1)
+        gate.kp_gate_release()
+        """,
+    )
+    assert run.said["code"] != 0 and run.said["side"] == 0
+
+
+def test_a_destroyed_event_is_forgotten(fake: Path, library: Path):
+    """A new event at a destroyed one's address stands for nothing of the old one's."""
+    run = _run(
+        fake,
+        library,
+        f"""
+        gate.kp_gate_hold({CALLER}, 5.0)
+        candidate.launch({SIDE})
+        candidate.record(0xe1, {SIDE})
+        candidate.destroy_event(0xe1)
+        candidate.wait_event({CALLER}, 0xe1)   # as if a new event got the address, unrecorded
+        gate.kp_gate_open_callers_waits()
+        said['side'] = ready({SIDE})
+        gate.kp_gate_release()
+        """,
+    )
+    assert run.said["side"] == [0]
+
+
+def test_what_opens_for_a_wait_after_forward_returned_makes_the_hold_imprecise(
+    fake: Path, library: Path
+):
+    """The caching allocator may synchronize or free under the harness's reads: whatever that
+    lets go was not the candidate's wait."""
+    run = _run(
+        fake,
+        library,
+        f"""
+        gate.kp_gate_hold({CALLER}, 5.0)
+        candidate.launch({SIDE})
+        gate.kp_gate_forward_returned()
+        candidate.free_memory(0x1000)
+        said['counts'] = counts()
+        gate.kp_gate_release()
+        """,
+    )
+    assert run.said["counts"]["imprecise"] == 1
+
+
+def test_the_allocators_event_queries_are_answered_as_they_are(fake: Path, library: Path):
+    run = _run(
+        fake,
+        library,
+        f"""
+        gate.kp_gate_hold({CALLER}, 5.0)
+        candidate.launch({SIDE})
+        candidate.record(0xe1, {SIDE})
+        said['answer'] = allocator.allocator_query(0xe1)
+        said['side'] = driver.fake_event_ready(0xe1)
+        said['counts'] = counts()
+        gate.kp_gate_release()
+        """,
+    )
+    assert run.said["answer"] == 600 and run.said["side"] == 0  # "not ready", nothing opened
+    assert run.said["counts"]["imprecise"] == 0
+
+
+def test_work_after_an_event_is_held_behind_a_new_wait_at_once(fake: Path, library: Path):
+    """Work queued after the event by anything (cuBLAS's own launches, which the gate does not
+    see) must not be let go with the event's segment."""
+    run = _run(
+        fake,
+        library,
+        f"""
+        gate.kp_gate_hold({CALLER}, 5.0)
+        candidate.launch({SIDE})
+        candidate.record(0xe1, {SIDE})
+        gate.kp_gate_release()
+        """,
+    )
+    kinds = [line.split()[0] for line in run.log]
+    assert kinds == ["wait", "__cudaLaunchKernel", "event_record", "wait"]
+    assert run.log[-1].endswith("value=2 flags=0")
+
+
+def test_another_threads_per_thread_stream_is_a_failure_not_a_pass(fake: Path, library: Path):
+    run = _run(
+        fake,
+        library,
+        f"""
+        import threading
+        gate.kp_gate_hold({CALLER}, 5.0)
+        candidate.launch_per_thread(0)
+        thread = threading.Thread(target=candidate.launch_per_thread, args=(0,))
+        thread.start()
+        thread.join()
+        said['counts'] = counts()
+        gate.kp_gate_release()
+        """,
+    )
+    assert run.said["counts"]["failures"] == 1
+
+
+def test_copies_wait_only_where_the_host_waits(fake: Path, library: Path):
+    """Async: to pageable host memory the host waits (the stream is opened); from it, or
+    between device buffers, the copy is queued work (held). Synchronous: with page-locked host
+    memory the host waits too (the legacy stream is opened)."""
+    pageable, pinned, device = 0x7F0000000000, 0x9000, 0x1000
+    run = _run(
+        fake,
+        library,
+        f"""
+        gate.kp_gate_hold({CALLER}, 5.0)
+        candidate.launch({SIDE})
+        candidate.copy({device}, {pageable}, 1, {OTHER})    # pageable to device: queued
+        said['other'] = ready({OTHER})
+        candidate.copy({pageable}, {device}, 2, {SIDE})     # device to pageable: waits
+        said['side'] = ready({SIDE})
+        candidate.launch_classic(0)
+        candidate.copy_sync({pinned}, {device}, 2)           # synchronous, page-locked: waits
+        said['legacy'] = ready(1)
+        gate.kp_gate_release()
+        """,
+    )
+    assert run.said == {"other": [0], "side": [1], "legacy": [1]}
+
+
 def test_the_watchdog_opens_a_hold_that_lasts_too_long(fake: Path, library: Path):
     run = _run(
         fake,
@@ -470,20 +623,28 @@ def _gate(**tally) -> stream_gate.StreamGate:
     return gate
 
 
-def test_a_candidate_that_lets_every_hold_go_early_is_unverifiable():
-    assert "could not be checked" in _gate(held_calls=4, imprecise=4, conclusive=0).unverifiable()
+@pytest.mark.parametrize(
+    "tally, cause",
+    [
+        ({"held_calls": 4, "imprecise": 4}, "let its held work go early"),
+        ({"held_calls": 3, "timed_out": 3}, "never joined"),
+        ({"held_calls": 2, "imprecise": 1, "failures": ["a failure"]}, "could not hold"),
+    ],
+)
+def test_a_candidate_no_held_call_could_test_is_unverifiable(tally, cause):
+    reason = _gate(conclusive=0, **tally).unverifiable()
+    assert "could check stream order" in reason and cause in reason
 
 
 @pytest.mark.parametrize(
     "tally",
     [
-        {"held_calls": 4, "imprecise": 3, "conclusive": 1},  # one hold tested it
-        {"held_calls": 4, "imprecise": 0, "conclusive": 0, "timed_out": 4},  # not its doing
+        {"held_calls": 4, "imprecise": 3, "conclusive": 1},  # one held call tested it
         {"held_calls": 0},  # nothing held (cpu, or the gate off)
         {"held_calls": 4, "imprecise": 4, "setup_failure": "no stream memory operations"},
     ],
 )
-def test_holds_that_were_tested_or_not_the_candidates_doing_do_not_fail_it(tally):
+def test_a_candidate_one_held_call_tested_is_not_failed_by_the_gate(tally):
     assert _gate(**tally).unverifiable() == ""
 
 

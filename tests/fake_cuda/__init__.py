@@ -21,7 +21,8 @@ def _cc(*args: str) -> None:
 
 
 def build(folder: Path) -> Path:
-    """libcuda.so.1, libcudart.so.13 and libcandidate.so in ``folder``."""
+    """libcuda.so.1, libcudart.so.13, libcandidate.so and a stand-in of PyTorch's caching
+    allocator (libc10_cuda_allocator.so) in ``folder``."""
     source = str(HERE / "fake_cuda.c")
     _cc("-DFAKE_DRIVER", "-Wl,-soname,libcuda.so.1", "-o", str(folder / "libcuda.so.1"), source)
     _cc(
@@ -36,6 +37,14 @@ def build(folder: Path) -> Path:
         "-o",
         str(folder / "libcandidate.so"),
         str(HERE / "candidate.c"),
+        f"-L{folder}",
+        "-l:libcudart.so.13",
+        f"-Wl,-rpath,{folder}",
+    )
+    _cc(
+        "-o",
+        str(folder / "libc10_cuda_allocator.so"),
+        str(HERE / "allocator.c"),
         f"-L{folder}",
         "-l:libcudart.so.13",
         f"-Wl,-rpath,{folder}",
@@ -55,14 +64,18 @@ gate = ctypes.CDLL(gate_path)
 gate.kp_gate_hold.argtypes = [ctypes.c_size_t, ctypes.c_double]
 gate.kp_gate_counts.argtypes = [ctypes.POINTER(ctypes.c_long)]
 gate.kp_gate_error.restype = ctypes.c_char_p
+gate.kp_gate_counts.restype = None
+allocator = ctypes.CDLL(folder + "/libc10_cuda_allocator.so")
+allocator.allocator_query.argtypes = [ctypes.c_void_p]
 one = ("launch", "launch_per_thread", "launch_classic", "sync_stream", "destroy", "query_stream",
-       "sync_event", "query_event", "free_memory")
+       "sync_event", "query_event", "free_memory", "destroy_event")
 for name in one:
     getattr(candidate, name).argtypes = [ctypes.c_void_p]
 for name in ("record", "wait_event"):
     getattr(candidate, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p]
 candidate.copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
 candidate.copy_sync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+candidate.wait_event_flags.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint]
 said = {}
 def counts():
     out = (ctypes.c_long * 4)()

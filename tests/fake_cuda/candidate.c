@@ -23,6 +23,7 @@ cudaError_t cudaEventSynchronize(void *);
 cudaError_t cudaEventQuery(void *);
 cudaError_t cudaFree(void *);
 cudaError_t cudaMemcpy(void *, const void *, size_t, int);
+cudaError_t cudaEventDestroy(void *);
 
 static const dim3 grid = {2, 3, 4}, block = {32, 1, 1};
 
@@ -48,6 +49,10 @@ int destroy(cudaStream_t stream) { return cudaStreamDestroy(stream); }
 int query_stream(cudaStream_t stream) { return cudaStreamQuery(stream); }
 int record(void *event, cudaStream_t stream) { return cudaEventRecord(event, stream); }
 int wait_event(cudaStream_t stream, void *event) { return cudaStreamWaitEvent(stream, event, 0); }
+int wait_event_flags(cudaStream_t stream, void *event, unsigned flags) {
+    return cudaStreamWaitEvent(stream, event, flags);
+}
+int destroy_event(void *event) { return cudaEventDestroy(event); }
 int sync_event(void *event) { return cudaEventSynchronize(event); }
 int query_event(void *event) { return cudaEventQuery(event); }
 int free_memory(void *pointer) { return cudaFree(pointer); }

@@ -140,12 +140,13 @@ int cuStreamGetFlags(void *stream, unsigned *flags) {
     return 0;
 }
 
-/* Pointers below 0x10000 are device memory; the driver does not know others (pageable). */
+/* Pointers below 0x8000 are device memory, up to 0x10000 page-locked host memory; the driver
+   does not know others (pageable host memory). */
 int cuPointerGetAttribute(void *data, int attribute, unsigned long long pointer) {
     (void)attribute;
     if (pointer >= 0x10000)
         return 1; /* CUDA_ERROR_INVALID_VALUE */
-    *(int *)data = 2;
+    *(int *)data = pointer < 0x8000 ? 2 : 1;
     return 0;
 }
 
@@ -203,7 +204,8 @@ cudaError_t cudaEventRecord(void *event, cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, void *event, unsigned flags) {
-    (void)flags;
+    if (flags > 1)
+        return 1; /* cudaErrorInvalidValue: no wait is made */
     fake_record("stream_wait_event stream=%p event=%p", stream, event);
     fake_stream_wait_event(stream ? stream : (cudaStream_t)0x1, event);
     return cudaSuccess;
@@ -241,6 +243,11 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, int kind, 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, int kind) {
     fake_record("memcpy_sync dst=%p src=%p count=%zu kind=%d legacy_ready=%d", dst, src, count, kind,
                 fake_stream_ready((void *)0x1));
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(void *event) {
+    fake_record("event_destroy event=%p", event);
     return cudaSuccess;
 }
 
