@@ -1031,7 +1031,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
     REAL(cudaError_t(*)(cudaEvent_t), cudaEventQuery, CUDART);
     if (!real_cudaEventQuery)
         return cudaErrorUnknown;
-    if (!made_by(__builtin_return_address(0), "libc10_cuda"))
+    if (atomic_load(&holding) && !made_by(__builtin_return_address(0), "libc10_cuda"))
         before_event_query(event);
     return real_cudaEventQuery(event);
 }

@@ -203,8 +203,8 @@ DEFENSES: list[Defense] = [
     Defense(
         "stream_gate_passes_the_allocators_queries",
         "harness/stream_gate.c",
-        'if (!made_by(__builtin_return_address(0), "libc10_cuda"))',
-        "if (1)",
+        'if (atomic_load(&holding) && !made_by(__builtin_return_address(0), "libc10_cuda"))',
+        "if (atomic_load(&holding))",
         ("tests/test_stream_gate.py", "-k", "allocators_event_queries"),
     ),
     Defense(
