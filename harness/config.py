@@ -79,7 +79,7 @@ class EvalConfig(BaseModel):
         description=(
             "cuda: on every other busy-stream case, hold back work a candidate queues on "
             "streams other than the caller's until the harness has read the outputs "
-            "(harness/stream_gate.c, preloaded into the checks' worker), so that work the "
+            "(harness/native/stream_gate.c, preloaded into the checks' worker), so that work the "
             "caller's stream does not wait for is caught every time, not only when it is still "
             "running. false: those cases race the work, as the free ones do."
         ),

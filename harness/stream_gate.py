@@ -6,7 +6,7 @@ a kernel that leaves work running on a stream the current stream does not wait f
 only if that work is still writing when the read runs: a race the harness won for large
 kernels and lost for kernels of a few microseconds that had finished by then.
 
-The gate takes the race away. ``stream_gate.c``, preloaded into the checks' worker on cuda,
+The gate takes the race away. ``native/stream_gate*.c``, preloaded into the checks' worker on cuda,
 sees every kernel launch, copy and cuBLAS or cuDNN call; while a hold is on it queues a wait on a
 device word of its own before the first such work on any stream other than the caller's, and
 writes the word when the hold is released. The harness releases it after its reads of the
@@ -29,7 +29,9 @@ from pathlib import Path
 
 import torch
 
-SOURCE = Path(__file__).with_name("stream_gate.c")
+NATIVE = Path(__file__).with_name("native")
+SOURCES = [NATIVE / "stream_gate.c", NATIVE / "stream_gate_calls.c"]
+HEADER = NATIVE / "stream_gate.h"
 PATH_VARIABLE = "KERNELPILOT_STREAM_GATE"
 # More hardware queues than the default 8: a held stream sharing one with the caller's stream
 # would hold the caller's stream up too, and its check would fall back to the race.
@@ -39,7 +41,7 @@ MAX_CONNECTIONS = "32"
 def build(cache_dir: Path, strict: bool = False) -> Path:
     """The compiled gate library, built once per source into ``cache_dir`` (``strict``: with
     warnings as errors, as the tests build it)."""
-    source = SOURCE.read_bytes()
+    source = b"".join(path.read_bytes() for path in [*SOURCES, HEADER])
     name = f"stream_gate-{hashlib.sha256(source).hexdigest()[:16]}{'-strict' if strict else ''}.so"
     target = cache_dir / "stream_gate" / name
     if any(character in str(target) for character in " :"):  # LD_PRELOAD splits on them
@@ -56,7 +58,7 @@ def build(cache_dir: Path, strict: bool = False) -> Path:
     partial = target.with_suffix(f".{os.getpid()}.tmp")
     command = [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra"]
     command += ["-Werror"] if strict else []
-    command += ["-o", str(partial), str(SOURCE), "-ldl", "-lpthread"]
+    command += ["-o", str(partial), *map(str, SOURCES), "-ldl", "-lpthread"]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"building the stream gate failed ({' '.join(command)}):\n{done.stderr}")

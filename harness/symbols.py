@@ -93,7 +93,7 @@ ALLOWED_C = re.compile(
 
 
 # CUDA calls that queue work on a stream. The checks' worker holds such work back on every stream
-# but the caller's until it has read the outputs (harness/stream_gate.c interposes exactly the
+# but the caller's until it has read the outputs (harness/native/stream_gate*.c interposes exactly the
 # calls in STREAM_GATED); one it could not hold would let work the caller's stream does not wait
 # for race the harness's read again, so a kernel library may not call the others (3D, peer and
 # array copies, cuBLAS's asynchronous vector and matrix copies, ...).

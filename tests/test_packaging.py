@@ -14,7 +14,7 @@ import agents.data
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_wheel_carries_every_prompt_and_example_candidate(tmp_path):
+def test_the_wheel_carries_every_prompt_example_candidate_and_native_source(tmp_path):
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(ROOT), "-w", str(tmp_path)],
         check=True, capture_output=True, timeout=600,
@@ -27,6 +27,9 @@ def test_the_wheel_carries_every_prompt_and_example_candidate(tmp_path):
     missing = [p.relative_to(ROOT).as_posix() for p in wanted
                if data + p.relative_to(ROOT).as_posix() not in names]  # fmt: skip
     assert missing == []
+    # The stream gate's sources, which the harness builds on first use on cuda.
+    native = [p.relative_to(ROOT).as_posix() for p in ROOT.glob("harness/native/*")]
+    assert native and not [name for name in native if name not in names]
 
 
 def test_without_a_checkout_the_installed_copy_is_read(tmp_path, monkeypatch):

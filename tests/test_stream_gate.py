@@ -1,4 +1,4 @@
-"""The stream gate (harness/stream_gate.c, harness/stream_gate.py) where no GPU is needed: it
+"""The stream gate (harness/native/stream_gate.c, harness/stream_gate.py) where no GPU is needed: it
 builds warning-free, it interposes every stream-queuing call the symbol allow-list lets a
 kernel library make (and the allow-list refuses the others), it takes effect only when
 preloaded, and the checks' worker on cuda is started with it. That it holds work back on a
