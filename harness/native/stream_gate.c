@@ -585,7 +585,7 @@ INTERNAL int kpg_memory_type(const void *pointer) {
     return type;
 }
 
-
+/* The candidate's own cuBLAS handles and the streams they were given (gated at every hold). */
 INTERNAL void kpg_remember_handle(void *handle, cudaStream_t stream, int add) {
     pthread_mutex_lock(&lock);
     int free_slot = -1, found = 0;
