@@ -98,7 +98,7 @@ def run_case(
                     f"outputs are {kinds}, not plain tensors",
                 )
             # Before anything else reads them, on the same stream; other streams' work waits.
-            at_return = guards.at_return(outputs, hold.wait_then_release if hold else _nothing)
+            at_return = guards.at_return(outputs, hold.wait_then_release if hold else None)
     computes = profiling.pytorch_compute_problems(profiling.forward_ops(prof), job.reference_ops)
     if computes:
         raise CheckFailed(Status.rejected, "no_pytorch_compute", f"{spec.name}: {computes}")
@@ -141,10 +141,6 @@ def run_case(
             "right with inputs produced asynchronously on a busy non-default current stream",
         )
     return list(outputs)
-
-
-def _nothing() -> None:
-    pass
 
 
 def harness_out_of_memory(spec: CaseSpec, device: str, err: torch.OutOfMemoryError) -> CheckFailed:

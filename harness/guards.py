@@ -117,14 +117,15 @@ def read_sums(queued: list[torch.Tensor]) -> list[tuple[float, float]]:
 AtReturn = tuple[list[torch.Tensor], list[tuple[float, float]]]
 
 
-def at_return(outputs: Outputs, before_read: Callable[[], None] = lambda: None) -> AtReturn:
+def at_return(outputs: Outputs, before_read: Callable[[], None] | None = None) -> AtReturn:
     """What the outputs hold when forward returns: the sample first (a full-size read before
     it would give deferred work time to finish), then the sums of every element, both queued
     on the current stream before anything waits for them; ``before_read()`` runs between
     queuing them and the wait (the stream gate's release, ``harness.stream_gate``)."""
     sampled = sample(outputs)
     queued = fingerprint_sums(outputs)
-    before_read()
+    if before_read is not None:
+        before_read()
     return sampled, read_sums(queued)
 
 

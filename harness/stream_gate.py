@@ -6,14 +6,15 @@ a kernel that leaves work running on a stream the current stream does not wait f
 only if that work is still writing when the read runs: a race the harness won for large
 kernels and lost for kernels of a few microseconds that had finished by then.
 
-The gate takes the race away. ``native/stream_gate*.c``, preloaded into the checks' worker on cuda,
-sees every kernel launch, copy and cuBLAS or cuDNN call; while a hold is on it queues a wait on a
-device word of its own before the first such work on any stream other than the caller's, and
-writes the word when the hold is released. The harness releases it after its reads of the
-outputs on the current stream are done (``Hold.wait_then_release``). Work the current stream
-waits for (a side stream joined back with an event) holds those reads up until the release
-and is then read finished; work it does not wait for has not run when the reads run, so they
-see the poison the outputs were allocated over, every time.
+The gate takes the race away. Its C part (``native/``), preloaded into the checks' worker on
+cuda, sees every kernel launch, copy and cuBLAS or cuDNN stream change; while a hold is on it
+queues a wait on a word of its own (page-locked host memory the CPU writes) before the first
+such work on any stream other than the caller's, and follows the joins (events recorded on
+held streams, streams made to wait for them). After forward returns the harness queues its
+reads of the outputs on the current stream, lets go exactly what that stream was made to wait
+for, waits for the reads, and only then releases the rest (``Hold.wait_then_release``). Work
+the current stream waits for is read finished; work it does not wait for has not run when the
+reads run, so they see the poison the outputs were allocated over, every time.
 """
 
 from __future__ import annotations

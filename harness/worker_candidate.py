@@ -103,7 +103,7 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[dict], bool])
     # The reference's ops, which the checks hold the candidate to (here and in its timing
     # worker), and its FLOPs, from one forward profiled before any candidate code is loaded;
     # and how long a forward takes, which bounds how long a stream hold waits for one.
-    job.reference_ops, flops, forward_s = _profile_reference(job, base)
+    job.reference_ops, flops, forward_s = _profile_reference(job, base, timed=gate is not None)
     hold_limit_s = HOLD_BASE_S + HOLD_FORWARDS * forward_s
     clock.lap("reference_profile")
     before = guards.snapshot(job.reference_ops)
@@ -182,13 +182,18 @@ def run_time(job: WorkerJob, job_dir: Path) -> CandidateReport:
         return _failed(failure, checks, phases)
 
 
-def _profile_reference(job: WorkerJob, base: torch.nn.Module) -> tuple[list[str], int, float]:
-    """The top-level aten ops, the matmul/conv FLOPs and the wall time of a reference forward."""
+def _profile_reference(
+    job: WorkerJob, base: torch.nn.Module, timed: bool
+) -> tuple[list[str], int, float]:
+    """The top-level aten ops and the matmul/conv FLOPs of a reference forward, and (``timed``:
+    only a stream gate needs it) the wall time of one more."""
     inputs = make_inputs(job.problem, job.cases[0].seed, job.strengthened)
     with torch.no_grad():
         ops = profiling.profile_forward(base, inputs, job.problem.device, kernels=False)
         with FlopCounterMode(display=False) as counter:
             base(*inputs)
+        if not timed:
+            return ops.aten_ops, int(counter.get_total_flops()), 0.0
         guards.settle(job.problem.device)
         started = time.perf_counter()
         base(*inputs)

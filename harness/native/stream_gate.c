@@ -335,59 +335,32 @@ static int open_stream(cudaStream_t stream) {
     return deps == 2 ? 2 : (involved || deps);
 }
 
-/* The candidate is about to wait for ``stream`` (a synchronize, a copy from pageable memory):
-   open its held work and what that waits for, which the call then waits for; nothing else.
-   Where what it waits for is not known, open and drain everything (imprecise). A wait that is
-   not followed (a dependency made around the interposed calls) is opened by the watchdog. */
-INTERNAL void kpg_before_stream_wait(cudaStream_t stream) {
+/* The candidate is about to wait for ``what`` (a stream or an event: a synchronize, a copy to
+   pageable memory) or, with ``query``, to ask whether it is done. Open its held work and what
+   that waits for, and nothing else: a wait then waits for exactly that. A query does not wait,
+   so what it let go is drained here (held work then looks like work that finishes, not work
+   that never starts) and the hold no longer tests this call (imprecise). Where what it waits
+   for is not known, open and drain everything (imprecise). A wait made around the interposed
+   calls is not followed: the watchdog opens it. */
+static void before(void *what, int is_event, int query) {
     if (!atomic_load(&holding))
         return;
     pthread_mutex_lock(&lock);
-    int opened = open_stream(stream);
-    opened_for_a_wait(opened);
+    int opened = is_event ? open_deps(node_of(what, 1, 0)) : open_stream(what);
+    if (query)
+        imprecise += opened != 0;
+    else
+        opened_for_a_wait(opened);
     pthread_mutex_unlock(&lock);
-    if (opened == 2)
+    int (*done)(void *) = is_event ? event_done : stream_done;
+    if (opened == 2 || (query && opened && !poll_until(done, what, watchdog_s)))
         open_and_drain_all();
 }
 
-INTERNAL void kpg_before_event_wait(cudaEvent_t event) {
-    if (!atomic_load(&holding))
-        return;
-    pthread_mutex_lock(&lock);
-    int opened = open_deps(node_of(event, 1, 0));
-    opened_for_a_wait(opened);
-    pthread_mutex_unlock(&lock);
-    if (opened == 2)
-        open_and_drain_all();
-}
-
-/* A query of held work: that work is opened and drained, so that held work looks like work
-   that finishes rather than work that never starts; but a query does not wait, so what it let
-   go would have run on after forward returned: the hold no longer tests this call
-   (imprecise). A query of anything else is left alone. */
-INTERNAL void kpg_before_stream_query(cudaStream_t stream) {
-    if (!atomic_load(&holding))
-        return;
-    pthread_mutex_lock(&lock);
-    int opened = open_stream(stream);
-    if (opened)
-        imprecise++;
-    pthread_mutex_unlock(&lock);
-    if (opened == 2 || (opened && !poll_until(stream_done, stream, watchdog_s)))
-        open_and_drain_all();
-}
-
-INTERNAL void kpg_before_event_query(cudaEvent_t event) {
-    if (!atomic_load(&holding))
-        return;
-    pthread_mutex_lock(&lock);
-    int opened = open_deps(node_of(event, 1, 0));
-    if (opened)
-        imprecise++;
-    pthread_mutex_unlock(&lock);
-    if (opened == 2 || (opened && !poll_until(event_done, event, watchdog_s)))
-        open_and_drain_all();
-}
+INTERNAL void kpg_before_stream_wait(cudaStream_t stream) { before(stream, 0, 0); }
+INTERNAL void kpg_before_event_wait(cudaEvent_t event) { before(event, 1, 0); }
+INTERNAL void kpg_before_stream_query(cudaStream_t stream) { before(stream, 0, 1); }
+INTERNAL void kpg_before_event_query(cudaEvent_t event) { before(event, 1, 1); }
 
 /* The candidate's call waits for the legacy default stream (a copy to or from pageable
    memory): that stream's work and what it waits for, and the blocking streams, which the
