@@ -4,9 +4,9 @@
 #   here:  bash bench/fetch_gpu_wheels.sh          # once: .whl/ (git-ignored)
 #   (KP_WHEELS=DIR installs DIR/*.whl instead: a smaller set, without matplotlib's, leaves room
 #   in a call's 64 MiB carry for .kp-cache-parts; only the nightly stage plots)
-#   there: run(carry=[".whl"], command="bash bench/gpu_run.sh build gpu pack")  # <= 560 s
+#   there: run(carry=[".whl"], command="bash bench/gpu_run.sh build pack")  # cold: 300-450 s
 #   here:  rm -rf .kp-cache-parts && mkdir .kp-cache-parts && cp <files_at>/kp-cache.tgz.part-* .kp-cache-parts/
-#   there: run(carry=[".whl", ".kp-cache-parts"], command="bash bench/gpu_run.sh redteam")
+#   there: run(carry=[".whl", ".kp-cache-parts"], command="bash bench/gpu_run.sh gpu honest")
 #   (a call made within the machine's 30 s warm period finds .kp-cache still there)
 #
 # Stages: build (parallel prebuild of every CUDA candidate), gpu (tests/test_gpu.py: the
@@ -82,7 +82,7 @@ for what in "$@"; do
     echo "no build cache (.kp-cache): run the build stage or carry .kp-cache-parts"; exit 3
   fi
   case $what in
-    build) stage prebuild 300 python3 bench/prebuild_gpu.py ;;
+    build) stage prebuild 450 python3 bench/prebuild_gpu.py ;;  # 56 candidates cold: over 300 s
     gpu) stage gpu_tests 280 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py -rA \
            --durations=0 --junitxml="$OUT/gpu_tests.xml" ;;
     redteam) corpus redteam_tests 520 "redteam" ;;
@@ -123,9 +123,10 @@ for what in "$@"; do
       wait
       for level in "${levels[@]}"; do echo "=== kbsweep $level"; tail -n 12 "$OUT/kbsweep-$level.log"; done ;;
     streamgate)  # the CUDA stream-order entries with the stream gate on and off
-      # (bench/gpu_stream_gate.py; KP_GATE_ROUNDS evaluations per entry and side, default 1)
-      stage stream_gate 420 python3 bench/gpu_stream_gate.py --rounds "${KP_GATE_ROUNDS:-1}" \
-        --out "$OUT/stream_gate.json" ;;
+      # (bench/gpu_stream_gate.py; KP_GATE_ROUNDS evaluations per entry and side, default 1;
+      # KP_GATE_SELECT: only entries whose name contains it)
+      stage stream_gate "${KP_GATE_LIMIT:-420}" python3 bench/gpu_stream_gate.py --rounds "${KP_GATE_ROUNDS:-1}" \
+        --select "${KP_GATE_SELECT:-}" --out "$OUT/stream_gate.json" ;;
     kbfiles)  # bench/kb_sweep.py on the KernelBench files named in KP_KB_FILES (paths under
       # .kb/all, carry .kb), with KP_KB_CANDIDATE (copy or offline), into $OUT/kbfiles.json
       [ -d .kb/all ] || { echo "no .kb/all: run bench/fetch_kernelbench.sh --all, carry .kb"; exit 3; }

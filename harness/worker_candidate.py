@@ -95,7 +95,9 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[dict], bool])
     (``harness.handover``); the parent answers whether they were right: cases are compared
     one at a time, and the first wrong one ends the run."""
     transport = handover.transport_for(job.problem.device, job.recompute)
-    phases: dict[str, float] = {}
+    # The report's own list and dict are filled in place (pydantic copies what it is given).
+    report = CandidateReport()
+    checks, phases = report.checks, report.phase_seconds
     clock = _Clock(phases)
     gate = StreamGate.in_this_process()  # preloaded on cuda (harness.stream_gate)
     base = build_reference(job.problem, job.seeds[0])  # the user's code, before any candidate's
@@ -106,11 +108,8 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[dict], bool])
     job.reference_ops, flops, forward_s = _profile_reference(job, base, timed=gate is not None)
     hold_limit_s = HOLD_BASE_S + HOLD_FORWARDS * forward_s
     clock.lap("reference_profile")
+    report.flops, report.reference_ops = flops, job.reference_ops
     before = guards.snapshot(job.reference_ops)
-    checks: list[Check] = []
-    report = CandidateReport(
-        checks=checks, phase_seconds=phases, flops=flops, reference_ops=job.reference_ops
-    )
     try:
         model, loader = load_candidate(job, job_dir)
         clock.lap("build")

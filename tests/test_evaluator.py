@@ -74,3 +74,31 @@ def test_the_timing_worker_runs_no_profiler_before_its_timing_ends(tmp_path, mon
     assert sessions and min(sessions) > loops[-1]["ended"]  # the last call, profiled after
     checks_sessions = [r for r in seen if "profile" in r and r["pid"] != timing_pid]
     assert len(checks_sessions) >= len(result.seeds)  # the checks' worker: every checked call
+
+
+def test_a_passing_verdict_lists_every_check_it_passed_and_where_the_time_went():
+    """The review comment's table of checks is the verdict's ``checks``: a candidate that
+    passed shows each check the checks' worker ran, not only the comparison's and the timing's
+    (the worker once filled a list its report had copied, and its own checks and phases were
+    lost from every passing verdict)."""
+    evaluator = Evaluator(fast_config(), seed=1)
+    honest = Candidate(source=(FIXTURES / "isolation_honest.py").read_text())
+    result = evaluator.evaluate(PROBLEM, honest)
+    assert result.status is Status.ok, result.reason
+    names = [check.name for check in result.checks]
+    for name in (
+        "static_gate",
+        "state_dict_strict",
+        "plain_tensor_outputs",
+        "stable_after_sync",
+        "launches_own_kernel",
+        "no_input_alias",
+        "inputs_unchanged",
+        "fresh_outputs",
+        "correct_outputs",
+        "timed_outputs_correct",
+        "baseline_undisturbed",
+    ):
+        assert name in names, f"{name} missing from {names}"
+    assert all(check.passed for check in result.checks)
+    assert {"reference_profile", "build", "check", "timing"} <= set(result.phase_seconds)
