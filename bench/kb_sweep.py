@@ -17,7 +17,9 @@ For each problem file, in this process and with one ``Evaluator`` for the whole 
   (pointwise chains fused into generated kernels, library ops kept): an honest one that goes
   through the comparator and the timing, as a search's first candidate does (slower);
 - peak device memory (nvidia-smi, sampled every 0.2 s) for each of the two steps, of all
-  processes and of this sweep's own; then ``evaluator.release(problem)``.
+  processes and of this sweep's own; the verdict's phase times (build, checks, compile,
+  timing) and an ok candidate's speedups; then ``evaluator.release(problem)``. ``--verbose``
+  prints the evaluator's steps with the sweep's elapsed seconds as they come.
 
 Two sweeps may share one device (``--beside 1`` on each, disjoint problem lists, own
 ``--out``): a problem's own peak is then still its own, and one that runs out of memory beside
@@ -162,6 +164,9 @@ def sweep_problem(
                 row.candidate_kind, candidate = made
                 result = evaluator.evaluate(problem, candidate)
                 row.candidate_status, row.candidate_reason = result.status.value, result.reason
+                row.candidate_phases = {k: round(v, 2) for k, v in result.phase_seconds.items()}
+                row.speedup_vs_eager = result.speedup_vs_eager
+                row.speedup_vs_compile = result.speedup_vs_compile
                 row.memory_error = "\n".join(
                     m.group(0) for m in OOM_TEXT.finditer(f"{result.reason}\n{result.log}")
                 )[:1500]
@@ -183,6 +188,16 @@ def sweep_problem(
 
 
 # --- the sweep -----------------------------------------------------------------------------
+
+
+def _timed_progress(since: float):
+    """The evaluator's progress lines, each with the sweep's elapsed seconds: where a problem
+    stopped at a time limit, the last line says how long each step had taken."""
+
+    def show(message: str) -> None:
+        print(f"  {time.monotonic() - since:7.1f} s  {message}", flush=True)
+
+    return show
 
 
 def leading_number(path: Path) -> tuple[int, str]:
@@ -236,7 +251,7 @@ def sweep(args: argparse.Namespace) -> list[SweepRow]:
         EvalConfig(),
         seed=0,
         work_dir=work / "eval",
-        progress=(lambda message: print(f"  {message}", flush=True)) if args.verbose else None,
+        progress=_timed_progress(time.monotonic()) if args.verbose else None,
     )
     started = time.monotonic()
     print(

@@ -34,6 +34,13 @@ class SweepRow(BaseModel):
     )
     candidate_reason: str = Field(default="", description="First 300 characters of the reason.")
     candidate_s: float | None = None
+    candidate_phases: dict[str, float] = Field(
+        default_factory=dict,
+        description="Where the candidate's seconds went, as its verdict's phase_seconds (build, "
+        "check, compile, eager_alone, timing, ...).",
+    )
+    speedup_vs_eager: float | None = Field(default=None, description="An ok candidate's.")
+    speedup_vs_compile: float | None = Field(default=None, description="An ok candidate's.")
     peak_reference_mib: int | None = Field(
         default=None, description="Most device memory in use (all processes) during reference()."
     )
@@ -89,6 +96,14 @@ def progress_line(row: SweepRow) -> str:
         if row.candidate_status
         else "no candidate"
     )
+    if row.speedup_vs_eager is not None:
+        candidate += f" ({row.speedup_vs_eager:.2f}x eager"
+        if row.speedup_vs_compile is not None:
+            candidate += f", {row.speedup_vs_compile:.2f}x torch.compile"
+        candidate += ")"
+    if row.candidate_phases:
+        slowest = sorted(row.candidate_phases.items(), key=lambda kv: -kv[1])[:4]
+        candidate += " [" + ", ".join(f"{name} {s:.1f} s" for name, s in slowest) + "]"
     return f"{row.name}: {reference}; {candidate}; peak MiB reference/candidate {shown}"
 
 
