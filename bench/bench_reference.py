@@ -18,12 +18,16 @@ yardstick it is held to:
 
 ratio = reference seconds / goal; the goal is met when the reference ran (verdict ok) and
 ratio <= 1. Peak device memory: the report's ``peak_device_bytes`` where the harness reports
-it, and always on cuda nvidia-smi's memory.used polled during the run, less its value at the
-start (so it includes the worker's CUDA context).
+it, and always on cuda nvidia-smi's memory.used of all processes sampled during the run (every
+0.2 s), less its value at the start (so it includes the worker's CUDA context).
 
     python bench/bench_reference.py [PROBLEM.py ...] [--device auto|cpu|cuda] [--out FILE]
         [--only TEXT ...] [--repo DIR] [--work-dir DIR] [--scale-down N]
     python bench/bench_reference.py --compare BEFORE.json[,MORE.json] AFTER.json[,MORE.json]
+
+Its parts: ``kb_files.py`` (the problem files, scaled copies, the harness commit, the JSON
+written, leftover workers ended), ``device_memory.py`` (nvidia-smi's peak),
+``bench_reference_tables.py`` (the progress line and the markdown tables).
 
 Problems default to .kb/problems (bench/fetch_kernelbench.sh), in its sample.txt order.
 ``--repo DIR`` measures another checkout's harness (DIR/harness, e.g. .kb/before from
@@ -35,22 +39,31 @@ every problem; an interrupt (a stage's time limit) records the problem it stoppe
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
+from bench_reference_tables import compare_table, load_side, markdown_table, progress_line
+from device_memory import MemoryPeak
+from kb_files import (
+    harness_version,
+    kill_children,
+    problem_files,
+    problem_name,
+    sample_source,
+    scaled_copy,
+    write_json,
+)
+
 REPO_ENV = "KP_BENCH_REPO"  # set when this process measures another checkout's harness
 ROOT = Path(__file__).resolve().parent.parent
-GIB = 2**30
+MIB = 2**20
 
 
 def _reexec_for_repo() -> None:
@@ -136,58 +149,6 @@ def run_yardstick(path: Path, device: str, cases: int) -> dict:
     return json.loads(lines[-1])
 
 
-# --- peak device memory --------------------------------------------------------------------
-
-
-class SmiPeak:
-    """The most device memory in use while it runs (nvidia-smi polled every 100 ms), less
-    the value at the start. Reads any process's memory, so it works for every harness version."""
-
-    def __init__(self, device: str) -> None:
-        self.device, self.process = device, None
-        self.first: int | None = None
-        self.peak: int | None = None
-
-    def __enter__(self) -> SmiPeak:
-        if self.device != "cuda" or shutil.which("nvidia-smi") is None:
-            return self
-        gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
-        query = [
-            "nvidia-smi",
-            "-i",
-            gpu,
-            "--query-gpu=memory.used",
-            "--format=csv,noheader,nounits",
-        ]
-        self.process = subprocess.Popen([*query, "-lms", "100"], stdout=subprocess.PIPE, text=True)
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-        deadline = time.monotonic() + 5
-        while self.first is None and time.monotonic() < deadline:  # the value at the start
-            time.sleep(0.02)
-        return self
-
-    def _read(self) -> None:
-        assert self.process is not None and self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.strip().isdigit():
-                mib = int(line.strip()) * 2**20
-                self.first = mib if self.first is None else self.first
-                self.peak = mib if self.peak is None else max(self.peak, mib)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.process is not None:
-            time.sleep(0.3)  # one more sample after the end
-            self.process.terminate()
-            self.process.wait()
-            self.reader.join(timeout=5)
-
-    def bytes_used(self) -> int | None:
-        if self.peak is None or self.first is None:
-            return None
-        return self.peak - self.first
-
-
 # --- one problem ---------------------------------------------------------------------------
 
 
@@ -200,7 +161,8 @@ def measure_reference(path: Path, device: str, work: Path) -> dict:
     from harness.problem import problem_from_target
 
     row: dict = {"verdict": "ok", "ok": True}
-    with SmiPeak(device) as smi:
+    with MemoryPeak(device) as memory:
+        at_start = memory.now()
         start = time.perf_counter()
         try:
             problem = problem_from_target(str(path), device, "float32")
@@ -213,12 +175,23 @@ def measure_reference(path: Path, device: str, work: Path) -> dict:
         row["reference_s"] = time.perf_counter() - start
         if row["ok"] and hasattr(evaluator, "close"):  # older checkouts have no comparator
             evaluator.close()
-    row["smi_peak_bytes"] = smi.bytes_used()
+        peak, _ = memory.take()
+    row["smi_peak_bytes"] = _growth_bytes(at_start, peak)
     if row["ok"]:
         row.update(_report_fields(data.report))
         row["recomputed"] = getattr(data, "recomputed", False)
         del data, evaluator  # stored reference outputs: gigabytes in this process
     return row
+
+
+def _growth_bytes(at_start: int | None, peak: int | None) -> int | None:
+    """The most device memory in use by all processes during the step (the value at its start
+    counts), less the value at its start: MiB in, bytes out; None where there is no start value
+    (off cuda, no nvidia-smi)."""
+    if at_start is None:
+        return None
+    peak = at_start if peak is None else max(peak, at_start)
+    return (peak - at_start) * MIB
 
 
 def _report_fields(report) -> dict:
@@ -261,98 +234,16 @@ def measure_problem(path: Path, device: str, work_root: Path, worker_start: floa
 # --- the run -------------------------------------------------------------------------------
 
 
-def problem_files(given: list[Path], only: list[str]) -> list[Path]:
-    if given:
-        files = given
-    else:
-        folder = ROOT / ".kb" / "problems"
-        listed = folder / "sample.txt"
-        names = listed.read_text().split() if listed.is_file() else []
-        files = [folder / name for name in names] or sorted(folder.glob("level*/*.py"))
-    return [f for f in files if not only or any(text in str(f) for text in only)]
-
-
-def problem_name(path: Path) -> str:
-    return f"{path.parent.name}/{path.stem}"
-
-
-def scaled_copy(path: Path, factor: int, folder: Path) -> Path:
-    """A copy whose module-level integer constants of at least 256 are divided by ``factor``
-    (shapes small enough for a CPU trial: NOT the published sizes)."""
-    tree = ast.parse(path.read_text())
-    for node in tree.body:
-        value = node.value if isinstance(node, ast.Assign) else None
-        if isinstance(value, ast.Constant) and type(value.value) is int and value.value >= 256:
-            node.value = ast.Constant(max(1, value.value // factor))
-    copy = folder / path.parent.name / path.name
-    copy.parent.mkdir(parents=True, exist_ok=True)
-    copy.write_text(ast.unparse(tree) + "\n")
-    return copy
-
-
-def harness_version() -> str:
-    recorded = HARNESS_ROOT / "COMMIT"
-    if recorded.is_file():
-        return recorded.read_text().strip()
-    head = _git("rev-parse", "HEAD")
-    if not head:  # a copy without .git (the device machine's)
-        return "unknown commit (no git history here)"
-    dirty = _git("status", "--porcelain", "--", "harness")
-    return head + (" + uncommitted harness changes" if dirty else "")
-
-
-def _git(*command: str) -> str:
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(HARNESS_ROOT), *command], capture_output=True, text=True
-        )
-    except OSError:
-        return ""
-    return done.stdout.strip() if done.returncode == 0 else ""
-
-
-def _sample_source(files: list[Path]) -> str | None:
-    """Where the problem files came from: the commit bench/fetch_kernelbench.sh records."""
-    folder = (ROOT / ".kb" / "problems").resolve()
-    source = folder / "SOURCE"
-    if not source.is_file() or not all(f.resolve().is_relative_to(folder) for f in files):
-        return None
-    return source.read_text().strip()
-
-
-def write_json(path: Path | None, result: dict) -> None:
-    if path is None:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(path.suffix + ".part")
-    partial.write_text(json.dumps(result, indent=1))
-    os.replace(partial, path)
-
-
-def kill_children() -> None:
-    """End the processes this one started and left running (a worker when interrupted): by
-    their ids, each with its process group where it leads one (a worker's own session)."""
-    for children in Path("/proc/self/task").glob("*/children"):
-        for pid in map(int, children.read_text().split()):
-            try:
-                if os.getpgid(pid) == pid:
-                    os.killpg(pid, signal.SIGKILL)
-                else:
-                    os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
 def run(args: argparse.Namespace, device: str) -> dict:
     work_root = Path(tempfile.mkdtemp(prefix="kbref-", dir=args.work_dir))
     files = problem_files(args.problems, args.only)
-    source = _sample_source(files)
+    source = sample_source(files)
     if args.scale_down:
         files = [scaled_copy(f, args.scale_down, work_root / "scaled") for f in files]
     starts = worker_start_seconds(device)
     result = {
         "device": device,
-        "harness": harness_version(),
+        "harness": harness_version(HARNESS_ROOT),
         "harness_root": str(HARNESS_ROOT),
         "torch": torch.__version__,
         "sample_source": source,
@@ -388,104 +279,6 @@ def run(args: argparse.Namespace, device: str) -> dict:
         write_json(args.out, result)
         shutil.rmtree(work_root, ignore_errors=True)
     return result
-
-
-def progress_line(row: dict) -> str:
-    yard = row["yardstick"]
-    cases = yard.get("case_s")
-    error = (yard.get("error") or "yardstick failed").splitlines()[-1]
-    cases_text = f"{sum(cases):.2f} s for {len(cases)} cases" if cases else error
-    return (
-        f"reference+audit {row['reference_s']:.1f} s, goal {row['goal_s']:.1f} s (cases "
-        f"{cases_text}), ratio {row['ratio']:.2f}, peak {peak_text(row)}; "
-        f"{row['verdict'].splitlines()[0][:200]}"
-    )
-
-
-# --- tables --------------------------------------------------------------------------------
-
-
-def gib(value: int | None) -> str:
-    return "-" if value is None else f"{value / GIB:.1f}"
-
-
-def peak_text(row: dict) -> str:
-    """Peak device GiB: the report's own figure / nvidia-smi's."""
-    return f"{gib(row.get('peak_device_bytes'))} / {gib(row.get('smi_peak_bytes'))}"
-
-
-def phases_text(row: dict) -> str:
-    phases = row.get("phase_seconds") or {}
-    return ", ".join(f"{key} {value:.1f}" for key, value in phases.items()) or "-"
-
-
-def verdict_text(row: dict) -> str:
-    first = row.get("verdict", "-").splitlines()[0].replace("|", "/")
-    return first[:140] + ("..." if len(first) > 140 else "")
-
-
-def markdown_table(result: dict) -> str:
-    sizes = (
-        "published sizes"
-        if result["published_sizes"]
-        else (f"NOT the published sizes: shapes shrunk by --scale-down {result['scale_down']}")
-    )
-    lines = [
-        f"Reference + audit on {result['device']}, harness {result['harness']}, {sizes}; "
-        f"goal = worker start {result['worker_start_s']:.2f} s + 3 x cases; peak GiB = "
-        "the report's / nvidia-smi's",
-        "",
-        "| problem | reference+audit s | yardstick (goal) s | ratio | goal met | peak device GiB "
-        "| phases s | verdict |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for row in result["problems"]:
-        if "goal_s" not in row:
-            lines.append(f"| {row['problem']} | - | - | - | no | - | - | {verdict_text(row)} |")
-            continue
-        lines.append(
-            f"| {row['problem']} | {row['reference_s']:.1f} | {row['goal_s']:.1f} | "
-            f"{row['ratio']:.2f} | {'yes' if row['goal_met'] else 'no'} | {peak_text(row)} | "
-            f"{phases_text(row)} | {verdict_text(row)} |"
-        )
-    return "\n".join(lines)
-
-
-def load_side(paths: str) -> dict:
-    """One side of the comparison: --out files joined by commas (a run split over device
-    calls), their problems merged in order (a later file's row replaces an earlier one's)."""
-    parts = [json.loads(Path(path).read_text()) for path in paths.split(",")]
-    rows = {row["problem"]: row for part in parts for row in part["problems"]}
-    harnesses = sorted({part["harness"] for part in parts})
-    return {**parts[-1], "harness": " & ".join(harnesses), "problems": list(rows.values())}
-
-
-def compare_table(before: dict, after: dict) -> str:
-    """One row per problem: reference+audit seconds before and after, peaks, verdicts."""
-    old = {row["problem"]: row for row in before["problems"]}
-    published = before["published_sizes"] and after["published_sizes"]
-    sizes = "published sizes" if published else "NOT the published sizes (--scale-down)"
-    lines = [
-        f"Before: harness {before['harness']}; after: harness {after['harness']}; "
-        f"device {after['device']}; {sizes}",
-        "",
-        "| problem | reference+audit s before | after | yardstick (goal) s | ratio after | goal met | "
-        "peak device GiB before | after | verdict before | verdict after |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for row in after["problems"]:
-        prior = old.get(row["problem"], {})
-        lines.append(
-            f"| {row['problem']} | {seconds(prior, 'reference_s')} | {seconds(row, 'reference_s')} | "
-            f"{seconds(row, 'goal_s')} | {seconds(row, 'ratio', 2)} | "
-            f"{'yes' if row.get('goal_met') else 'no'} | {peak_text(prior) if prior else '-'} | "
-            f"{peak_text(row)} | {verdict_text(prior) if prior else '-'} | {verdict_text(row)} |"
-        )
-    return "\n".join(lines)
-
-
-def seconds(row: dict, key: str, digits: int = 1) -> str:
-    return f"{row[key]:.{digits}f}" if key in row else "-"
 
 
 # --- entry ---------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Device memory in use, sampled in a thread (nvidia-smi): all processes, and this process
-with the ones it started. For the KernelBench sweep (bench/kb_sweep.py)."""
+with the ones it started. For the KernelBench sweep (bench/kb_sweep.py) and
+bench/bench_reference.py's peak."""
 
 from __future__ import annotations
 

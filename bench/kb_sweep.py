@@ -37,7 +37,8 @@ seconds, so a device call ends on its own.
     python bench/kb_sweep.py --table OUT.json ...   # a markdown table of what ran
 
 Its parts: ``kb_copy_candidate.py`` (the copy candidate), ``device_memory.py`` (the peaks),
-``kb_sweep_rows.py`` (the rows, the summary, the table).
+``kb_sweep_rows.py`` (the rows, the summary, the table), ``kb_files.py`` (the problems' names,
+scaled copies, leftover workers ended; shared with bench_reference.py).
 
 Problems are files or folders (a folder's .py files in the order of their leading numbers);
 by default .kb/all/level1 then .kb/all/level2 (``bash bench/fetch_kernelbench.sh --all``).
@@ -60,9 +61,9 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench_reference import kill_children, problem_name, scaled_copy
 from device_memory import MemoryPeak
 from kb_copy_candidate import copy_candidate
+from kb_files import kill_children, problem_name, scaled_copy
 from kb_sweep_rows import SweepRow, interrupted, progress_line, summary, table, write_rows
 
 from harness.records import Candidate
