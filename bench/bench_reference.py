@@ -54,8 +54,8 @@ from device_memory import MemoryPeak
 from kb_files import (
     harness_version,
     kill_children,
-    problem_files,
     problem_name,
+    sample_files,
     sample_source,
     scaled_copy,
     write_json,
@@ -236,7 +236,7 @@ def measure_problem(path: Path, device: str, work_root: Path, worker_start: floa
 
 def run(args: argparse.Namespace, device: str) -> dict:
     work_root = Path(tempfile.mkdtemp(prefix="kbref-", dir=args.work_dir))
-    files = problem_files(args.problems, args.only)
+    files = sample_files(args.problems, args.only)
     source = sample_source(files)
     if args.scale_down:
         files = [scaled_copy(f, args.scale_down, work_root / "scaled") for f in files]

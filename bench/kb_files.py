@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / ".kb" / "problems"  # bench/fetch_kernelbench.sh
 
 
-def problem_files(given: list[Path], only: list[str]) -> list[Path]:
+def sample_files(given: list[Path], only: list[str]) -> list[Path]:
     """The files given, else the sample's in its sample.txt order (all of its level*/*.py
     where there is no sample.txt); only those whose path contains one of ``only``'s texts."""
     if given:

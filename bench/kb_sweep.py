@@ -66,9 +66,11 @@ from kb_copy_candidate import copy_candidate
 from kb_files import kill_children, problem_name, scaled_copy
 from kb_sweep_rows import SweepRow, interrupted, progress_line, summary, table, write_rows
 
-from harness.records import Candidate
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the checkout's harness, installed or not
+
+from harness.records import Candidate  # noqa: E402
+
 OOM_TEXT = re.compile(r"[^\n]*(out of (device )?memory|OutOfMemoryError)[^\n]*", re.IGNORECASE)
 
 
