@@ -5,6 +5,7 @@ before anything else reads them; the comparison itself is the parent's or the co
 from __future__ import annotations
 
 import traceback
+from typing import NamedTuple
 
 import torch
 from torch.profiler import ProfilerActivity
@@ -35,7 +36,6 @@ def run_case(
     """One checked call; on a busy stream with ``gate``, work on other streams is held until
     the harness has read the outputs (``harness.stream_gate``): the caller's stream, its joins
     let go, has ``hold_limit_s`` after the inputs are ready to finish the call and the reads."""
-    device = job.problem.device
     try:
         model.load_state_dict(reference.state_dict(), strict=True)
     except Exception as err:
@@ -43,6 +43,18 @@ def run_case(
             Status.runtime_error, "state_dict_strict", f"load_state_dict(strict=True): {err}"
         ) from err
     pass_once(checks, "state_dict_strict", "loads the reference's parameters")
+    staged = _stage(job, spec)
+    loader.calls.clear()
+    call = _call(model, staged, spec, job.problem.device, gate, hold_limit_s)
+    _check_after(job, loader, spec, staged, call, checks, gate is not None)
+    return call.outputs
+
+
+def _stage(job: WorkerJob, spec: CaseSpec) -> streams.Staged:
+    """The case's inputs, drawn again here and checked against the reference worker's draw,
+    staged to be produced at the call (on a busy stream for ``spec.async_stream``); the memory
+    they and the outputs will be allocated from holds the case's poison."""
+    device = job.problem.device
     raw = case_inputs(job.problem, spec, job.strengthened)
     if raw is None or input_digest(raw) != spec.input_digest:
         raise CheckFailed(
@@ -59,7 +71,29 @@ def run_case(
     del raw
     with staged.current_stream():  # blocks freed on the stream the candidate allocates on
         guards.poison_memory(spec.output_meta, device, fill)
-    loader.calls.clear()
+    return staged
+
+
+class _Called(NamedTuple):
+    """A checked call: its inputs and outputs, what the outputs held at return (the harness's
+    first read, queued right after the call on the caller's stream) and the ops it ran."""
+
+    inputs: list
+    outputs: list[torch.Tensor]
+    at_return: guards.AtReturn
+    ops: list[str]
+
+
+def _call(
+    model,
+    staged: streams.Staged,
+    spec: CaseSpec,
+    device: str,
+    gate: StreamGate | None,
+    hold_limit_s: float,
+) -> _Called:
+    """The candidate's call on the staged inputs, profiled, with other streams held until the
+    harness's first read of the outputs where there is a gate."""
     # Every checked call is profiled (CPU ops only: that adds no synchronization), so a
     # PyTorch fallback taken on some shapes or seeds only is seen too.
     with (
@@ -89,23 +123,41 @@ def run_case(
                     f"{spec.name}: forward returned with another stream current than its "
                     f"caller's: {streams.STREAM_HINT}",
                 )
-            outputs = result if isinstance(result, list | tuple) else [result]
-            if not all(type(out) is torch.Tensor for out in outputs):
-                kinds = ", ".join(type(out).__name__ for out in outputs)
-                raise CheckFailed(
-                    Status.rejected,
-                    "plain_tensor_outputs",
-                    f"outputs are {kinds}, not plain tensors",
-                )
+            outputs = _plain_tensors(result)
             # Before anything else reads them, on the same stream; other streams' work waits.
             at_return = guards.at_return(outputs, hold.wait_then_release if hold else None)
-    computes = profiling.pytorch_compute_problems(profiling.forward_ops(prof), job.reference_ops)
+    return _Called(inputs, outputs, at_return, profiling.forward_ops(prof))
+
+
+def _plain_tensors(result) -> list[torch.Tensor]:
+    outputs = list(result) if isinstance(result, list | tuple) else [result]
+    if not all(type(out) is torch.Tensor for out in outputs):
+        kinds = ", ".join(type(out).__name__ for out in outputs)
+        raise CheckFailed(
+            Status.rejected, "plain_tensor_outputs", f"outputs are {kinds}, not plain tensors"
+        )
+    return outputs
+
+
+def _check_after(
+    job: WorkerJob,
+    loader: CachedLoader,
+    spec: CaseSpec,
+    staged: streams.Staged,
+    call: _Called,
+    checks: list[Check],
+    gated: bool,
+) -> None:
+    """What the call did besides its outputs' values: PyTorch compute, outputs that changed
+    after return, its own kernel called, outputs aliasing inputs, inputs modified."""
+    device, inputs, outputs = job.problem.device, call.inputs, call.outputs
+    computes = profiling.pytorch_compute_problems(call.ops, job.reference_ops)
     if computes:
         raise CheckFailed(Status.rejected, "no_pytorch_compute", f"{spec.name}: {computes}")
     guards.settle(device)
-    if guards.changed_since(at_return, outputs):
+    if guards.changed_since(call.at_return, outputs):
         hint = f": {streams.STREAM_HINT}" if staged.stream is not None else ""
-        held = ", held back until the harness had read the outputs" if gate else ""
+        held = ", held back until the harness had read the outputs" if gated else ""
         raise CheckFailed(
             Status.incorrect,
             "stable_after_sync",
@@ -140,7 +192,6 @@ def run_case(
             "stream_ordered",
             "right with inputs produced asynchronously on a busy non-default current stream",
         )
-    return list(outputs)
 
 
 def harness_out_of_memory(spec: CaseSpec, device: str, err: torch.OutOfMemoryError) -> CheckFailed:
