@@ -655,3 +655,32 @@ def test_the_summary_says_what_the_gate_did():
         "1 let go early by the candidate's own calls)"
     )
     assert "is off here" in _gate(setup_failure="no driver").summary()
+
+
+def test_a_passing_candidates_stream_check_says_what_the_gate_did():
+    """The verdict's stream_ordered line carries the gate's summary (how many calls were held
+    and how many of them tested the candidate): the reader of a review comment sees that the
+    hold ran, not only that the check passed."""
+    from harness.records import Check
+    from harness.worker_candidate import _check_gate
+
+    checks = [Check(name="stream_ordered", passed=True, detail="right on a busy stream")]
+    _check_gate(checks, _gate(held_calls=3, conclusive=3, streams_held=1))
+    assert checks[0].detail == (
+        "right on a busy stream; other streams held in 3 calls (3 conclusive, 1 stream(s) held)"
+    )
+
+
+def test_a_candidate_no_held_call_tested_fails_stream_order_with_the_causes():
+    from harness.jobs import CheckFailed
+    from harness.records import Check, Status
+    from harness.worker_candidate import _check_gate
+
+    checks = [Check(name="stream_ordered", passed=True, detail="right on a busy stream")]
+    with pytest.raises(CheckFailed) as failed:
+        _check_gate(checks, _gate(held_calls=2, imprecise=2))
+    assert failed.value.status is Status.rejected and failed.value.check == "stream_ordered"
+    assert "none of the 2 calls" in failed.value.reason and "let its held work go early" in (
+        failed.value.reason
+    )
+    assert not checks  # the passed line gives way to the failed one
