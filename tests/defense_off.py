@@ -196,8 +196,8 @@ DEFENSES: list[Defense] = [
     Defense(
         "stream_gate_follows_only_accepted_joins",
         "harness/native/stream_gate_calls.c",
-        "        if (result == cudaSuccess)                                                   \\",
-        "        if (1)                                                                       \\",
+        "        if (result == cudaSuccess)                                                           \\",
+        "        if (1)                                                                               \\",
         ("tests/test_stream_gate.py", "-k", "refused_is_not_followed"),
     ),
     Defense(

@@ -55,6 +55,11 @@ INTERNAL void *kpg_real(const char *name, const char *library);
     static __typeof__(type) real_##name;                                              \
     if (!real_##name)                                                                 \
         real_##name = (type)kpg_real(#name, library);
+/* The same in an interposed call, which returns ``failure`` where the real one is missing. */
+#define REAL_OR(failure, type, name, library)                                         \
+    REAL(type, name, library)                                                         \
+    if (!real_##name)                                                                 \
+        return failure;
 
 /* What the interposed calls ask of the gate (stream_gate.c). */
 INTERNAL int kpg_holding(void);
