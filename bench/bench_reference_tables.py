@@ -33,13 +33,20 @@ def seconds(row: dict, key: str, digits: int = 1) -> str:
     return f"{row[key]:.{digits}f}" if key in row else "-"
 
 
+def reference_text(row: dict) -> str:
+    """The reference seconds; of a repeated measurement, the median and the runs' range."""
+    runs = row.get("reference_runs_s") or []
+    spread = f" ({min(runs):.1f}-{max(runs):.1f})" if len(runs) > 1 else ""
+    return f"{row['reference_s']:.1f}{spread}"
+
+
 def progress_line(row: dict) -> str:
     yard = row["yardstick"]
     cases = yard.get("case_s")
     error = (yard.get("error") or "yardstick failed").splitlines()[-1]
     cases_text = f"{sum(cases):.2f} s for {len(cases)} cases" if cases else error
     return (
-        f"reference+audit {row['reference_s']:.1f} s, goal {row['goal_s']:.1f} s (cases "
+        f"reference+audit {reference_text(row)} s, goal {row['goal_s']:.1f} s (cases "
         f"{cases_text}), ratio {row['ratio']:.2f}, peak {peak_text(row)}; "
         f"{row['verdict'].splitlines()[0][:200]}"
     )
@@ -54,7 +61,12 @@ def markdown_table(result: dict) -> str:
     lines = [
         f"Reference + audit on {result['device']}, harness {result['harness']}, {sizes}; "
         f"goal = worker start {result['worker_start_s']:.2f} s + 3 x cases; peak GiB = "
-        "the report's / nvidia-smi's",
+        "the report's / nvidia-smi's"
+        + (
+            f"; reference+audit: the median of {result['repeat']} runs (their range)"
+            if result.get("repeat", 1) > 1
+            else ""
+        ),
         "",
         "| problem | reference+audit s | yardstick (goal) s | ratio | goal met | peak device GiB "
         "| phases s | verdict |",
@@ -65,7 +77,7 @@ def markdown_table(result: dict) -> str:
             lines.append(f"| {row['problem']} | - | - | - | no | - | - | {verdict_text(row)} |")
             continue
         lines.append(
-            f"| {row['problem']} | {row['reference_s']:.1f} | {row['goal_s']:.1f} | "
+            f"| {row['problem']} | {reference_text(row)} | {row['goal_s']:.1f} | "
             f"{row['ratio']:.2f} | {'yes' if row['goal_met'] else 'no'} | {peak_text(row)} | "
             f"{phases_text(row)} | {verdict_text(row)} |"
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from pydantic import BaseModel
@@ -115,31 +116,45 @@ def compare(
 SAMPLE = 1 << 16
 
 
-def fails_on_sample(output: torch.Tensor, reference: torch.Tensor, tol: Tolerance) -> bool:
+def reference_scale(reference: torch.Tensor) -> float:
+    """The reference's RMS over all its elements, as ``compare`` scales ``atol`` by (1.0 where
+    it is 0): one chunked float64 pass over the reference."""
+    ref = reference.detach().reshape(-1)
+    count = ref.numel()
+    ref_sq = torch.zeros((), dtype=torch.float64, device=ref.device)
+    chunk = CHUNK.get(ref.device.type, CHUNK["cpu"])
+    for start in range(0, count, chunk):
+        step = ref[start : start + chunk].double()
+        ref_sq += torch.dot(step, step)
+    return math.sqrt(float(ref_sq) / max(count, 1)) or 1.0
+
+
+def fails_on_sample(
+    output: torch.Tensor,
+    reference: torch.Tensor,
+    tol: Tolerance,
+    scale: Callable[[], float] | None = None,
+) -> bool:
     """True when a sample of the elements alone proves ``compare`` fails: one sampled element
     outside the elementwise bound, whose scale (the reference's RMS) is taken over the whole
     reference, as ``compare`` takes it. False says nothing: compare in full then.
 
     A null answer (zeros, a constant, an input) is wrong almost everywhere, so the sample
     decides it for the price of one pass over the reference instead of a full comparison.
+    ``scale``, where given, returns ``reference_scale(reference)`` instead (a caller trying
+    several answers against one reference takes that pass once).
     """
     if output.shape != reference.shape or output.dtype != reference.dtype:
         return True
     count = reference.numel()
     if count == 0 or not reference.is_floating_point():
         return False
-    ref = reference.detach().reshape(-1)
-    ref_sq = torch.zeros((), dtype=torch.float64, device=ref.device)
-    chunk = CHUNK.get(ref.device.type, CHUNK["cpu"])
-    for start in range(0, count, chunk):
-        step = ref[start : start + chunk].double()
-        ref_sq += torch.dot(step, step)
-    scale = math.sqrt(float(ref_sq) / count) or 1.0
-    index = torch.arange(0, count, max(1, count // SAMPLE), device=ref.device)
-    out = torch.take(output.detach().to(ref.device), index).double()
+    rms = scale() if scale is not None else reference_scale(reference)
+    index = torch.arange(0, count, max(1, count // SAMPLE), device=reference.device)
+    out = torch.take(output.detach().to(reference.device), index).double()
     sampled = torch.take(reference.detach(), index).double()
     slack = ((out - sampled).abs() - tol.rtol * sampled.abs()).nan_to_num(nan=math.inf)
-    return bool(slack.max() > tol.atol * scale * 1.001)
+    return bool(slack.max() > tol.atol * rms * 1.001)
 
 
 def _steps(out: torch.Tensor, ref: torch.Tensor):

@@ -360,6 +360,16 @@ DEFENSES: list[Defense] = [
         ("tests/test_tolerance.py::test_a_loss_is_not_its_own_null_answer",),
     ),
     Defense(
+        "audit_scales_each_output_once",  # a pass over GBs per null answer tried, not per case
+        "harness/audit.py",
+        "            if not self._passes(answer(), outputs[index], functools.partial(rms, index)):",
+        "            if not self._passes(answer(), outputs[index], None):",
+        (
+            "tests/test_tolerance.py::"
+            "test_the_audit_reads_each_output_whole_once_per_case_for_its_scale",
+        ),
+    ),
+    Defense(
         "outputs_read_back_in_chunks",  # whole-output float64 copies: 4x the output beside it
         "harness/guards.py",
         '        step = CHUNK.get(flat.device.type, CHUNK["cpu"])',

@@ -131,6 +131,29 @@ def test_the_audit_lets_a_case_go_once_no_null_answer_needs_it():
     assert alive == [True, False, False, False]  # the first, for the second case only
 
 
+def test_the_audit_reads_each_output_whole_once_per_case_for_its_scale(monkeypatch):
+    """Zeros, a constant, a passed-through input: each is refuted by a sample scaled by the
+    output's RMS, a pass over the whole output (GBs at KernelBench's sizes). The audit takes
+    it once per output and case, however many answers it tries, and finds the same."""
+    from harness import audit as audit_module
+    from harness import tolerance
+
+    passes = []
+    real = tolerance.reference_scale
+    for module in (audit_module, tolerance):
+        monkeypatch.setattr(
+            module, "reference_scale", lambda ref: passes.append(ref.shape) or real(ref)
+        )
+    cases = []
+    for seed in range(3):
+        x = torch.randn(32, 32, generator=torch.Generator().manual_seed(seed))
+        cases.append(([x, x.clone()], [x.sin(), x.cos()]))  # two inputs passed through, each
+    assert null_answer_findings(cases, TOL) == []
+    # Case 1: zeros, a constant and two inputs for each of the two outputs; case 2 adds
+    # another seed's output. Every answer is refuted on one of them; case 3 costs nothing.
+    assert passes == [(32, 32)] * 4
+
+
 def test_a_passed_through_input_is_found():
     cases = [([x := torch.randn(8, 8)], [x.clone()]) for _ in range(3)]
     names = [f.detail for f in null_answer_findings(cases, TOL)]
