@@ -28,7 +28,8 @@ less its value at the start (so it includes the worker's CUDA context).
         [--only TEXT ...] [--repo DIR] [--work-dir DIR] [--scale-down N] [--repeat N]
     python bench/bench_reference.py --compare BEFORE.json[,MORE.json] AFTER.json[,MORE.json]
 
-Its parts: ``kb_files.py`` (the problem files, scaled copies, the harness commit, the JSON
+Its parts: ``kb_yardstick.py`` (the worker start and the cases' own time, each in a fresh
+process), ``kb_files.py`` (the problem files, scaled copies, the harness commit, the JSON
 written, leftover workers ended), ``device_memory.py`` (nvidia-smi's peak),
 ``bench_reference_tables.py`` (the progress line and the markdown tables).
 
@@ -42,11 +43,9 @@ every problem; an interrupt (a stage's time limit) records the problem it stoppe
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -63,6 +62,7 @@ from kb_files import (
     scaled_copy,
     write_json,
 )
+from kb_yardstick import run_yardstick, worker_start_seconds
 
 REPO_ENV = "KP_BENCH_REPO"  # set when this process measures another checkout's harness
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,64 +93,6 @@ import torch  # noqa: E402
 
 # The harness is imported where it is used: --help and --compare work whatever state the
 # measured checkout is in.
-
-# --- the yardstick -------------------------------------------------------------------------
-
-
-def worker_start_seconds(device: str, runs: int = 3) -> list[float]:
-    """Wall seconds of bare worker starts: interpreter, torch, the reference worker's modules,
-    and on cuda the CUDA context, as the real worker needs before its first case."""
-    code = "import torch, harness.worker, harness.worker_reference"
-    if device == "cuda":
-        code += "; torch.zeros(1, device='cuda'); torch.cuda.synchronize()"
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True, env=_child_env())
-        times.append(time.perf_counter() - start)
-    return times
-
-
-def _child_env() -> dict[str, str]:
-    path = os.pathsep.join(p for p in [str(HARNESS_ROOT), os.environ.get("PYTHONPATH", "")] if p)
-    return dict(os.environ, PYTHONPATH=path)
-
-
-def cases_yardstick(path: Path, device: str, cases: int) -> dict:
-    """In this process: build the module once, then per case make_inputs + forward + sync."""
-    from harness.cases import build_reference, make_inputs
-    from harness.problem import problem_from_target
-
-    problem = problem_from_target(str(path), device, "float32")
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    start = time.perf_counter()
-    module = build_reference(problem, 1)
-    sync()
-    build_s = time.perf_counter() - start
-    case_s = []
-    for seed in range(1, cases + 1):
-        start = time.perf_counter()
-        inputs = make_inputs(problem, seed)
-        with torch.no_grad():
-            outputs = module(*inputs)
-        sync()
-        case_s.append(time.perf_counter() - start)
-        del inputs, outputs
-    peak = torch.cuda.max_memory_allocated() if device == "cuda" else None
-    return {"build_s": build_s, "case_s": case_s, "peak_bytes": peak}
-
-
-def run_yardstick(path: Path, device: str, cases: int) -> dict:
-    """cases_yardstick in a fresh process (this script, --yardstick-child)."""
-    command = [sys.executable, __file__, "--yardstick-child", str(path), "--device", device]
-    done = subprocess.run(
-        [*command, "--cases", str(cases)], capture_output=True, text=True, env=_child_env()
-    )
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        return {"error": f"exit {done.returncode}: {done.stderr.strip()[-1500:]}"}
-    return json.loads(lines[-1])
-
 
 # --- one problem ---------------------------------------------------------------------------
 
@@ -236,7 +178,7 @@ def measure_problem(
     )
     cases = len(row.get("case_names") or []) or most
     row["cases"], row["cases_from"] = cases, "report" if row.get("case_names") else "assumed"
-    row["yardstick"] = run_yardstick(path, device, cases)
+    row["yardstick"] = run_yardstick(path, device, cases, HARNESS_ROOT)
     cases_s = sum(row["yardstick"].get("case_s", [float("nan")]))
     row["goal_s"] = worker_start + 3 * cases_s
     row["ratio"] = row["reference_s"] / row["goal_s"]
@@ -259,7 +201,7 @@ def run(args: argparse.Namespace, device: str) -> dict:
     source = sample_source(files)
     if args.scale_down:
         files = [scaled_copy(f, args.scale_down, work_root / "scaled") for f in files]
-    starts = worker_start_seconds(device, max(3, args.repeat))
+    starts = worker_start_seconds(device, HARNESS_ROOT, max(3, args.repeat))
     result = {
         "device": device,
         "harness": harness_version(HARNESS_ROOT),
@@ -371,18 +313,6 @@ def parse_args() -> argparse.Namespace:
         help="print the before/after table of --out files, measure nothing; a side run over "
         "several device calls: its files joined by commas",
     )
-    parser.add_argument(
-        "--yardstick-child",
-        type=Path,
-        metavar="PROBLEM",
-        help="internal: time one problem's cases in this process, print JSON",
-    )
-    parser.add_argument(
-        "--cases",
-        type=int,
-        default=9,
-        help="internal, with --yardstick-child: how many cases to time",
-    )
     return parser.parse_args()
 
 
@@ -395,9 +325,6 @@ def main() -> None:
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    if args.yardstick_child:
-        print(json.dumps(cases_yardstick(args.yardstick_child, device, args.cases)))
-        return
     import harness
 
     if not Path(harness.__file__).resolve().is_relative_to(HARNESS_ROOT.resolve()):

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from harness.cases import copy_with_layout, layout_like
+from harness.input_variants import copy_with_layout, layout_like
 from harness.tolerance import CHUNK
 
 GUARD_ELEMENTS = 1024

@@ -23,7 +23,7 @@ from typing import Literal
 
 import torch
 
-from harness.cases import copy_with_layout
+from harness.input_variants import copy_with_layout
 from harness.jobs import outputs_file
 
 Transport = Literal["file", "ipc"]

@@ -24,13 +24,12 @@ from harness.cases import (
     build_reference,
     case_inputs,
     case_module,
-    copy_with_layout,
     input_digest,
     params_digest,
-    wide_scale,
 )
 from harness.devices import copy_bandwidth_gbs, matmul_tflops
 from harness.errors import UserError
+from harness.input_variants import copy_with_layout, wide_scale
 from harness.jobs import CaseSpec, ReferenceReport, WorkerJob, reference_file
 from harness.profiling import OpProfile, profile_forward
 from harness.records import AuditFinding, AuditReport

@@ -389,7 +389,7 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "variant_drawn_in_runs",  # one int64 index of every element: 2x the input beside it
-        "harness/cases.py",
+        "harness/input_variants.py",
         "    block = max(1, min(PICK_BLOCK, flat.numel() // 64))",
         "    block = 1",
         ("tests/test_memory.py::test_a_shape_variant_is_drawn_without_an_index_twice_the_input",),

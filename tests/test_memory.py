@@ -94,7 +94,7 @@ def test_the_audit_refutes_null_answers_without_output_sized_copies_of_them():
 
 VARIANT = """
 import json, resource, torch
-from harness.cases import resized_inputs
+from harness.input_variants import resized_inputs
 x = torch.randn(8192, 8192)  # 256 MiB
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 (wider,) = resized_inputs([x], variant=2, seed=7)  # the last dimension grown a little

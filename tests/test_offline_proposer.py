@@ -24,7 +24,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from agents.offline import Proposal, propose
 from harness.buildcache import CachedLoader, default_cache_dir
-from harness.cases import build_reference, make_inputs, perturb_parameters, resized_inputs
+from harness.cases import build_reference, make_inputs, perturb_parameters
+from harness.input_variants import resized_inputs
 from harness.problem import DTYPES, init_arguments, problem_from_target
 from harness.records import Problem
 from tests.conftest import EXAMPLES, ROOT, write_module

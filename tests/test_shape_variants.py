@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from harness import guards
-from harness.cases import copy_with_layout, resized_inputs, strided_inputs
+from harness.input_variants import copy_with_layout, resized_inputs, strided_inputs
 
 
 def _inputs() -> list:
@@ -59,7 +59,7 @@ class _Exp(torch.nn.Module):
 
 
 def test_wide_range_case_scales_float_inputs():
-    from harness.cases import scaled_inputs, wide_scale
+    from harness.input_variants import scaled_inputs, wide_scale
 
     inputs = [torch.randn(8, 4), 3]
     scaled = scaled_inputs(inputs, seed=5)
