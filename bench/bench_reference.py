@@ -158,7 +158,8 @@ def measure_problem(
     path: Path, device: str, work_root: Path, worker_start: float, repeat: int = 1
 ) -> dict:
     """The reference ``repeat`` times (a fresh work directory each), the median run's row
-    (the first failure's, where one fails), against the yardstick."""
+    (the first failure's, where one fails; the peaks are the most of any run), against the
+    yardstick."""
     from harness.config import EvalConfig
 
     runs = []
@@ -172,6 +173,10 @@ def measure_problem(
             break
     row = runs[-1] if not runs[-1]["ok"] else median_run(runs)
     row["reference_runs_s"] = [run["reference_s"] for run in runs]
+    for key in ("smi_peak_bytes", "peak_device_bytes"):  # the most of any run, not the median's
+        peaks = [run[key] for run in runs if run.get(key) is not None]
+        if peaks:
+            row[key] = max(peaks)
     config = EvalConfig()
     most = (
         config.seeds + config.shape_variants + int(config.wide_range) + int(config.strided_inputs)

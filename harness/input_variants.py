@@ -65,7 +65,10 @@ def _picked(flat: torch.Tensor, count: int, picker: torch.Generator) -> torch.Te
     int64 index twice a float32 input's size beside it (16 GiB for KernelBench's 8 GiB
     inputs) and, on the device, a scattered read of every element; runs of 256 need an index
     1/128 of the input's size and read whole cache lines. A run is at most 1/64 of a small
-    input, so its values still come from all over it."""
+    input, so its values still come from all over it (the first and last ``block - 1``
+    elements are drawn less often: a run starts no later than ``block`` before the end)."""
+    if count == 0 or flat.numel() == 0:  # a dimension of size 0 (there is nothing to draw)
+        return flat.new_empty(count)
     block = max(1, min(PICK_BLOCK, flat.numel() // 64))
     runs = flat.unfold(0, block, 1)  # row i: flat[i : i + block], a view
     picked = torch.empty(count, dtype=flat.dtype, device=flat.device)

@@ -39,8 +39,18 @@ def test_last_dim_variant_adds_an_odd_amount_to_every_matching_tensor():
 
 
 def test_the_same_seed_gives_the_same_shapes_and_values():
-    first, second = resized_inputs(_inputs(), 1, 7), resized_inputs(_inputs(), 1, 7)
-    assert first[0].shape == second[0].shape
+    """Every worker draws a case again from its seed, and the digest of its draw must match
+    the reference worker's."""
+    for variant in (1, 2):
+        for size in (40, 300, 5000):  # runs of 1, 4 and 78 elements (tails included)
+            inputs = [torch.randn(size, 7, generator=torch.Generator().manual_seed(size))]
+            first, second = resized_inputs(inputs, variant, 7), resized_inputs(inputs, variant, 7)
+            assert torch.equal(first[0], second[0]), (variant, size)
+
+
+def test_an_input_with_an_empty_dimension_gets_an_empty_variant():
+    (x,) = resized_inputs([torch.randn(4, 0)], 1, 3)
+    assert x.shape[1] == 0 and x.shape[0] < 4
 
 
 def test_values_come_from_the_original_inputs():
