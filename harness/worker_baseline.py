@@ -15,7 +15,7 @@ import time
 
 from harness.cases import build_reference, make_inputs
 from harness.jobs import BaselineReport, WorkerJob
-from harness.worker_reference import describe_inputs
+from harness.reference_forward import describe_inputs
 from harness.worker_timing import make_compiled, time_stand_ins
 
 

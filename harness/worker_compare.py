@@ -40,8 +40,8 @@ from harness.errors import UserError
 from harness.jobs import CaseSpec, WorkerJob
 from harness.profiling import profile_forward
 from harness.receive import judge_case
+from harness.reference_forward import as_outputs
 from harness.tolerance import CaseComparer
-from harness.worker_reference import as_outputs
 
 
 class Comparator:

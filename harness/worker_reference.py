@@ -29,29 +29,20 @@ from harness.cases import (
 )
 from harness.devices import copy_bandwidth_gbs, matmul_tflops
 from harness.errors import UserError
-from harness.input_variants import copy_with_layout, wide_scale
+from harness.input_variants import wide_scale
 from harness.jobs import CaseSpec, ReferenceReport, WorkerJob, reference_file
 from harness.profiling import OpProfile, profile_forward
 from harness.records import AuditFinding, AuditReport
+from harness.reference_forward import (
+    as_outputs,
+    describe_inputs,
+    finite,
+    nonfinite_error,
+    on_host,
+    out_of_memory,
+    tensor_bytes,
+)
 from harness.tolerance import Tolerance, tolerance_for
-
-
-def as_outputs(value, where: str) -> list[torch.Tensor]:
-    """A forward's result as a list of tensors."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if (
-        isinstance(value, list | tuple)
-        and value
-        and all(isinstance(v, torch.Tensor) for v in value)
-    ):
-        return list(value)
-    raise UserError(
-        f"forward returned {type(value).__name__}, not a tensor or a tuple of tensors",
-        where=where,
-        fix="return tensors from forward",
-    )
-
 
 # The first case run again: a finding if the two runs differ beyond tolerance, whether they
 # agree bit for bit, and the reference's profile where that run was profiled.
@@ -119,7 +110,7 @@ class ReferenceRun:
             try:
                 inputs = case_inputs(self.problem, spec, strengthened)
             except torch.OutOfMemoryError as err:
-                raise _out_of_memory(self.problem, [], spec.name) from err
+                raise out_of_memory(self.problem, [], spec.name) from err
         if inputs is None:
             return None
         if spec.kind == "variant":
@@ -131,13 +122,13 @@ class ReferenceRun:
         module = case_module(self.base, spec)
         with self.phase("forward"):
             outputs = as_outputs(self.forward(module, inputs, spec.name), self.where)
-        if not _finite(outputs):
+        if not finite(outputs):
             return None
         if audit is not None:
             with self.phase("audit"):
                 audit.add(inputs, outputs)
         if spec.kind == "seed" and spec.reference_case == 0:
-            self.io_bytes = sum(_bytes(x) for x in [*inputs, *outputs])
+            self.io_bytes = sum(tensor_bytes(x) for x in [*inputs, *outputs])
             self.input_summary = describe_inputs(inputs)
         spec.input_digest = input_digest(inputs)
         spec.output_meta = [
@@ -145,7 +136,7 @@ class ReferenceRun:
         ]
         if not self.job.recompute:  # else: the comparator makes them again, on the device
             with self.phase("store"):
-                cpu = [_on_host(out.detach()) for out in outputs]
+                cpu = [on_host(out.detach()) for out in outputs]
                 torch.save(cpu, self.job_dir / reference_file(spec.reference_case))
         return outputs
 
@@ -154,7 +145,7 @@ class ReferenceRun:
             try:
                 return module(*inputs)
             except torch.OutOfMemoryError as err:
-                raise _out_of_memory(self.problem, inputs, case) from err
+                raise out_of_memory(self.problem, inputs, case) from err
             except Exception as err:  # the user's forward: any failure is theirs to fix
                 raise UserError(
                     f"the reference forward raised {type(err).__name__}: {err}",
@@ -215,7 +206,7 @@ def run_reference(job: WorkerJob, job_dir: Path) -> ReferenceReport:
         torch.cuda.reset_peak_memory_stats()
     specs, audit, nonfinite, determined = run.run_seed_cases(job.strengthened, determinism=True)
     if nonfinite:
-        raise _nonfinite_error(job, nonfinite)
+        raise nonfinite_error(job, nonfinite)
     findings = audit.findings()
     assert determined is not None  # every case finite: the first was run twice
     nondeterministic, bitwise, ops = determined
@@ -264,64 +255,4 @@ def _report(
         # The ceiling a memory-bound kernel is measured against in the planner's feedback.
         copy_bandwidth_gbs=copy_bandwidth_gbs(device, (1 << 26) if device == "cuda" else (1 << 24)),
         matmul_tflops=matmul_tflops(device, run.problem.dtype),
-    )
-
-
-def describe_inputs(inputs: list) -> str:
-    """The forward's inputs as a reader of a report takes them: ``float32[8, 1024], 0.5``."""
-    parts = []
-    for value in inputs:
-        if isinstance(value, torch.Tensor):
-            dtype = str(value.dtype).removeprefix("torch.")
-            parts.append(f"{dtype}[{', '.join(str(size) for size in value.shape)}]")
-        else:
-            parts.append(repr(value)[:40])
-    return ", ".join(parts)
-
-
-def _bytes(value) -> int:
-    return value.numel() * value.element_size() if isinstance(value, torch.Tensor) else 0
-
-
-def _on_host(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor on the host in its own layout (a dense cpu tensor as it is: no copy)."""
-    if tensor.device.type == "cpu" and tensor.is_contiguous():
-        return tensor
-    return copy_with_layout(tensor, "cpu")
-
-
-def _finite(outputs: list[torch.Tensor]) -> bool:
-    return all(bool(torch.isfinite(out).all()) for out in outputs if out.is_floating_point())
-
-
-def _nonfinite_error(job: WorkerJob, name: str) -> UserError:
-    """A reference output with NaN or Inf makes every candidate fail (a candidate's output
-    must be finite): the inputs are outside what the module computes, which is the spec's
-    problem to fix, said once, not a failure of each candidate."""
-    problem = job.problem
-    return UserError(
-        f"the reference's output holds NaN or Inf on the verification case '{name}': its "
-        "inputs are outside what the module computes (log or sqrt of negatives, overflow)",
-        where=f"{problem.inputs_path or problem.source_path}: {problem.inputs_fn or 'inputs'}()",
-        fix="make the input factory produce inputs the module is meant for (e.g. "
-        "torch.rand(...) + 0.1 for a log), so that its outputs are finite",
-    )
-
-
-def _out_of_memory(problem, inputs: list, case: str) -> UserError:
-    """The device ran out running the reference on one case: what it held, what was free."""
-    held = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
-    free, total = torch.cuda.mem_get_info() if problem.device == "cuda" else (0, 0)
-    memory = f"{free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB" if total else "host memory"
-    step = (
-        f"the forward (its inputs alone take {held / 2**30:.2f} GiB)"
-        if inputs
-        else "drawing inputs"
-    )
-    return UserError(
-        f"the reference ran out of device memory on the case '{case}' in {step}; {memory}; "
-        "the harness holds one case at a time",
-        where=f"{problem.inputs_path or problem.source_path}: {problem.inputs_fn or 'inputs'}()",
-        fix="shrink the input shapes the input factory returns (or the module's sizes) until "
-        "one forward fits on the device",
     )
