@@ -29,6 +29,7 @@ test-gpu: setup
 
 lint: setup
 	$(VENV)/bin/ruff check bot agents harness tests bench
+	$(VENV)/bin/ruff format --check bot agents harness tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/actionlint -shellcheck $(VENV)/bin/shellcheck -pyflakes "" .github/workflows/*.yml examples/workflows/*.yml
 	$(VENV)/bin/zizmor --offline --min-severity medium action.yml .github/workflows/*.yml examples/workflows/*.yml

@@ -61,7 +61,9 @@ def evaluate(entry: Path, seed: int) -> dict:
     row["status"], row["reason"] = result.status.value, result.reason[:300]
     for name in ("eager_alone", "eager", "compiled", "candidate"):
         stats = getattr(result, name)
-        row[name] = None if stats is None else {"median_ms": stats.median_ms, "min_ms": stats.min_ms}
+        row[name] = (
+            None if stats is None else {"median_ms": stats.median_ms, "min_ms": stats.min_ms}
+        )
     if result.eager and result.eager_alone:
         row["ratio"] = result.eager.median_ms / result.eager_alone.median_ms
         row["fastest_ratio"] = result.eager.min_ms / result.eager_alone.min_ms

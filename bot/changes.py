@@ -194,7 +194,11 @@ def _examine(
 
 
 def _module_record(
-    path: str, change: ClassChange, node: ast.ClassDef, project: HeadProject, inputs_class: str | None
+    path: str,
+    change: ClassChange,
+    node: ast.ClassDef,
+    project: HeadProject,
+    inputs_class: str | None,
 ) -> ChangedModule:
     record = ChangedModule(
         path=path,

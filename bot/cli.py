@@ -132,8 +132,7 @@ def _run(verbose: bool, action) -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         click.echo(
-            "\ninterrupted: the report and each search's trajectory (--resume) hold what was "
-            "done",
+            "\ninterrupted: the report and each search's trajectory (--resume) hold what was done",
             err=True,
         )
         sys.exit(130)

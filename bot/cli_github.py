@@ -137,6 +137,7 @@ def gate_command(approval_label, verbose) -> None:
     run (true/false) and sha (the commit to check out). Runs no pull-request code. A fork runs
     only after a maintainer adds the approval label, on the head of that moment; a later push
     removes the label (needs GITHUB_TOKEN with pull-requests: write)."""
+
     def action() -> None:
         with commands_stopped():
             gate(load_event(), actions_env(), approval_label, _progress)

@@ -79,7 +79,9 @@ def nightly(
     """
 
     def action() -> None:
-        options = _options(device, None, out_dir, seed, no_compile_baseline, None, start=repo.resolve())
+        options = _options(
+            device, None, out_dir, seed, no_compile_baseline, None, start=repo.resolve()
+        )
         check_toolchain(options.device)
         store = _store(history_dir, branch)
         with commands_stopped():
@@ -197,7 +199,9 @@ def _read_history(path: str, repo: Path, branch: str, history_dir: Path | None) 
                             fix=f"list {history_dir / FOLDER} for the benchmarks recorded")  # fmt: skip
         return file.read_text(errors="replace")
     for ref in (branch, f"origin/{branch}"):
-        done = subprocess.run(["git", "show", f"{ref}:{path}"], cwd=repo, capture_output=True, check=False)
+        done = subprocess.run(
+            ["git", "show", f"{ref}:{path}"], cwd=repo, capture_output=True, check=False
+        )
         if done.returncode == 0:
             return done.stdout.decode(errors="replace")
     raise UserError(

@@ -41,7 +41,9 @@ def render_comment(results: PullResults, followup_url: str | None = None) -> str
         if len(body) <= COMMENT_LIMIT:
             return body
     cut = body[: COMMENT_LIMIT - 300]
-    return cut + "\n\n_(cut at GitHub's comment limit; the full report is in the run's artifacts)_\n"
+    return (
+        cut + "\n\n_(cut at GitHub's comment limit; the full report is in the run's artifacts)_\n"
+    )
 
 
 def render_notice(notice: str, commit: str = "") -> str:

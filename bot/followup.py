@@ -23,7 +23,9 @@ from bot.results import PullResults, TargetSource, safe_relative_path
 from harness.tolerance import tolerance_for
 
 BRANCH_PREFIX = "kernelpilot/"
-HEADER_TAG = "kernelpilot-verified"  # the header's first line: how the nightly finds shipped kernels
+HEADER_TAG = (
+    "kernelpilot-verified"  # the header's first line: how the nightly finds shipped kernels
+)
 
 
 class FollowupFile(BaseModel):
@@ -54,9 +56,13 @@ def build_followup(results: PullResults, test_dir: str | None) -> Followup | Non
             continue
         module_path = safe_relative_path(source.module_path, f"results: {row.target}")
         kernel_path = module_path.with_name(f"{module_path.stem}_kernelpilot.py")
-        files.append(FollowupFile(path=str(kernel_path), content=kernel_module(row, source, results)))
+        files.append(
+            FollowupFile(path=str(kernel_path), content=kernel_module(row, source, results))
+        )
         test_path = _test_path(module_path, test_dir)
-        files.append(FollowupFile(path=str(test_path), content=test_module(source, kernel_path, test_path)))
+        files.append(
+            FollowupFile(path=str(test_path), content=test_module(source, kernel_path, test_path))
+        )
         improved.append((row, kernel_path))
     if not files:
         return None
@@ -94,7 +100,9 @@ def kernel_module(row: TargetReport, source: TargetSource, results: PullResults)
         "# Re-verify after changing either class: kernelpilot evaluate checks it on fresh inputs.",
         "",
     ]
-    return "\n".join(header) + row.kernel_source.rstrip("\n") + f"\n\n\n{cls}Kernelpilot = ModelNew\n"
+    return (
+        "\n".join(header) + row.kernel_source.rstrip("\n") + f"\n\n\n{cls}Kernelpilot = ModelNew\n"
+    )
 
 
 def test_module(source: TargetSource, kernel_path: PurePosixPath, test_path: PurePosixPath) -> str:
@@ -183,7 +191,9 @@ def _test_path(module_path: PurePosixPath, test_dir: str | None) -> PurePosixPat
 
 
 def _body(results: PullResults, improved: list[tuple[TargetReport, PurePosixPath]]) -> str:
-    source_pr = f"#{results.pull_number}" if results.pull_number is not None else results.commit[:12]
+    source_pr = (
+        f"#{results.pull_number}" if results.pull_number is not None else results.commit[:12]
+    )
     lines = [
         "<!-- kernelpilot:followup -->",
         f"Verified kernels for the modules changed in {source_pr}, found by kernelpilot.",

@@ -36,7 +36,9 @@ def decide(event: Event, approval_label: str, sender_permission: str | None = No
     (asked only for a fork's labeled event; None when it could not be read)."""
     pull = event.pull
     if pull is None:
-        return GateDecision(run=True, sha=event.sha, reason=f"{event.name}: started by a maintainer")
+        return GateDecision(
+            run=True, sha=event.sha, reason=f"{event.name}: started by a maintainer"
+        )
     if event.action == "labeled" and event.label != approval_label:
         return GateDecision(run=False, reason=f"another label ({event.label}): nothing to do")
     if not pull.fork:  # the approval label on such a pull request asks for a re-run

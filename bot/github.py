@@ -128,7 +128,9 @@ class PullWriter:
                     if existing[note.key].body != body:
                         existing[note.key].edit(body)
                 elif note.line in visible.get(note.path, set()):
-                    new.append({"path": note.path, "line": note.line, "side": "RIGHT", "body": body})
+                    new.append(
+                        {"path": note.path, "line": note.line, "side": "RIGHT", "body": body}
+                    )
                 else:
                     skipped.append(f"{note.path}:{note.line} is not in the diff")
             if new:
@@ -207,7 +209,11 @@ def upsert_followup(
                 ref.edit(commit.sha, force=True)
         owner = repository.split("/")[0]
         for pull in repo.get_pulls(state="open", head=f"{owner}:{followup.branch}"):
-            if pull.title != followup.title or pull.body != followup.body or pull.base.ref != base_branch:
+            if (
+                pull.title != followup.title
+                or pull.body != followup.body
+                or pull.base.ref != base_branch
+            ):
                 pull.edit(title=followup.title, body=followup.body, base=base_branch)
             return pull.html_url
         try:

@@ -218,7 +218,11 @@ class HistoryStore:
         tree = self.repo.get_git_tree(tip, recursive=True)
         files = {}
         for entry in tree.tree:
-            if entry.type == "blob" and entry.path.startswith(f"{FOLDER}/") and entry.path.endswith(".jsonl"):
+            if (
+                entry.type == "blob"
+                and entry.path.startswith(f"{FOLDER}/")
+                and entry.path.endswith(".jsonl")
+            ):
                 blob = self.repo.get_git_blob(entry.sha)
                 files[entry.path] = _decode(blob.content, blob.encoding)
         return files

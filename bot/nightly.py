@@ -121,7 +121,9 @@ def render_table(report: NightlyReport, plot_url: Callable[[str], str] | None = 
     ]
     for row in report.rows:
         record = row.record
-        change = f"{row.verdict.change:+.1%}" if row.verdict and row.verdict.change is not None else "-"
+        change = (
+            f"{row.verdict.change:+.1%}" if row.verdict and row.verdict.change is not None else "-"
+        )
         kernel = _ms(record.time_ms) if record.has_kernel else NO_KERNEL
         lines.append(
             f"| `{row.benchmark}` | {row.status} | {kernel} | {_ms(record.eager_ms)} "

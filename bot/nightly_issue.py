@@ -19,7 +19,10 @@ MARKER = "<!-- kernelpilot:nightly -->"
 
 
 def upkeep_issue(
-    client: Github, repo: Repository, report: NightlyReport, plot_url: Callable[[str], str] | None = None
+    client: Github,
+    repo: Repository,
+    report: NightlyReport,
+    plot_url: Callable[[str], str] | None = None,
 ) -> str | None:
     """Open, edit or close the nightly issue; its URL (None when there is none to show)."""
     try:

@@ -39,7 +39,9 @@ def plot_png(benchmark: str, records: list[Record]) -> bytes:
                 previous = record.setup
         bad = [i for i, r in enumerate(records) if r.status != "ok"]
         if bad:
-            axes.scatter(bad, [0] * len(bad), marker="x", color="red", label="stale, missing or failed")
+            axes.scatter(
+                bad, [0] * len(bad), marker="x", color="red", label="stale, missing or failed"
+            )
         axes.set_title(benchmark, fontsize=10)
         axes.set_ylabel("median time (ms)")
         axes.set_ylim(bottom=0)

@@ -192,7 +192,8 @@ def publish(
     if followup is not None:
         into = results.base_ref if results.fork or not results.head_ref else results.head_ref
         outcome.followup_url = _attempt(
-            outcome, lambda: upsert_followup(client, event.repository, into, results.commit, followup)
+            outcome,
+            lambda: upsert_followup(client, event.repository, into, results.commit, followup),
         )
     body = render_comment(results, outcome.followup_url)
     if event.pull is not None:

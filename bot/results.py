@@ -102,7 +102,8 @@ class PullResults(BaseModel):
     run_url: str = ""
     note: str = Field(default="", description="Why nothing ran, when nothing did.")
     test_dir: str | None = Field(
-        default=None, description="Where the repository keeps its tests (tests/, test/), if it does."
+        default=None,
+        description="Where the repository keeps its tests (tests/, test/), if it does.",
     )
 
     def save(self, out_dir: Path) -> Path:

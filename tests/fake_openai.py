@@ -42,21 +42,35 @@ class RecordedRequest:
     at: float  # time.monotonic() on arrival, to check the waits between retries
 
 
-def completion(text: str | None, *, model: str = "fake-model", prompt_tokens: int = 10,
-               completion_tokens: int = 5, finish_reason: str = "stop",
-               usage: bool = True) -> dict[str, Any]:
+def completion(
+    text: str | None,
+    *,
+    model: str = "fake-model",
+    prompt_tokens: int = 10,
+    completion_tokens: int = 5,
+    finish_reason: str = "stop",
+    usage: bool = True,
+) -> dict[str, Any]:
     """A chat-completion body as OpenAI sends it."""
     body: dict[str, Any] = {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
         "created": 1700000000,
         "model": model,
-        "choices": [{"index": 0, "finish_reason": finish_reason,
-                     "message": {"role": "assistant", "content": text}}],
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": finish_reason,
+                "message": {"role": "assistant", "content": text},
+            }
+        ],
     }
     if usage:
-        body["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                         "total_tokens": prompt_tokens + completion_tokens}
+        body["usage"] = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
     return body
 
 
@@ -70,9 +84,15 @@ def megabyte_reply(size: int = 1 << 20) -> Behaviour:
     return reply("x" * size, completion_tokens=size // 4)
 
 
-def error(status: int, message: str, *, type_: str = "invalid_request_error",
-          param: str | None = None, code: str | None = None,
-          headers: tuple[tuple[str, str], ...] = ()) -> Behaviour:
+def error(
+    status: int,
+    message: str,
+    *,
+    type_: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | None = None,
+    headers: tuple[tuple[str, str], ...] = (),
+) -> Behaviour:
     """An error in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``."""
     body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
     return Behaviour(status=status, body=json.dumps(body).encode(), headers=headers)
@@ -80,15 +100,24 @@ def error(status: int, message: str, *, type_: str = "invalid_request_error",
 
 def rate_limited(retry_after_s: float = 0.01) -> Behaviour:
     """429 with ``retry-after`` (seconds; the openai client accepts fractions)."""
-    return error(429, "Rate limit reached for requests", type_="requests",
-                 code="rate_limit_exceeded", headers=(("retry-after", f"{retry_after_s:g}"),))
+    return error(
+        429,
+        "Rate limit reached for requests",
+        type_="requests",
+        code="rate_limit_exceeded",
+        headers=(("retry-after", f"{retry_after_s:g}"),),
+    )
 
 
 def server_error(status: int = 500, retry_after_s: float | None = 0.01) -> Behaviour:
     """A 5xx; with ``retry-after`` unless ``retry_after_s`` is None (then the client's backoff)."""
     headers = () if retry_after_s is None else (("retry-after", f"{retry_after_s:g}"),)
-    return error(status, "The server had an error while processing your request.",
-                 type_="server_error", headers=headers)
+    return error(
+        status,
+        "The server had an error while processing your request.",
+        type_="server_error",
+        headers=headers,
+    )
 
 
 def slow(delay_s: float, then: Behaviour | None = None) -> Behaviour:
@@ -111,28 +140,43 @@ def empty_choices() -> Behaviour:
 
 def unauthorized() -> Behaviour:
     """401 that echoes the key it got, as OpenAI does (masked there; whole here, the worst case)."""
-    return error(401, f"Incorrect API key provided: {API_KEY}. You can find your API key at "
-                 "https://platform.openai.com/account/api-keys.", code="invalid_api_key")
+    return error(
+        401,
+        f"Incorrect API key provided: {API_KEY}. You can find your API key at "
+        "https://platform.openai.com/account/api-keys.",
+        code="invalid_api_key",
+    )
 
 
 def model_not_found(model: str = "fake-model") -> Behaviour:
     """404 for an unknown model, in OpenAI's words."""
-    return error(404, f"The model `{model}` does not exist or you do not have access to it.",
-                 code="model_not_found")
+    return error(
+        404,
+        f"The model `{model}` does not exist or you do not have access to it.",
+        code="model_not_found",
+    )
 
 
 def temperature_unsupported(value: float = 0.1) -> Behaviour:
     """400 that a reasoning model sends for a temperature other than 1."""
-    return error(400, f"Unsupported value: 'temperature' does not support {value:g} with this "
-                 "model. Only the default (1) value is supported.",
-                 param="temperature", code="unsupported_value")
+    return error(
+        400,
+        f"Unsupported value: 'temperature' does not support {value:g} with this "
+        "model. Only the default (1) value is supported.",
+        param="temperature",
+        code="unsupported_value",
+    )
 
 
 def max_tokens_unsupported() -> Behaviour:
     """400 that a model wanting ``max_completion_tokens`` sends for ``max_tokens``."""
-    return error(400, "Unsupported parameter: 'max_tokens' is not supported with this model. "
-                 "Use 'max_completion_tokens' instead.",
-                 param="max_tokens", code="unsupported_parameter")
+    return error(
+        400,
+        "Unsupported parameter: 'max_tokens' is not supported with this model. "
+        "Use 'max_completion_tokens' instead.",
+        param="max_tokens",
+        code="unsupported_parameter",
+    )
 
 
 @dataclass
@@ -166,8 +210,12 @@ class FakeOpenAI:
         server.daemon_threads = True
         server.fake = self  # type: ignore[attr-defined]
         self._server = server
-        serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                   name="fake-openai", daemon=True)
+        serving = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fake-openai",
+            daemon=True,
+        )
         deadline = threading.Timer(self.lifetime_s, self.stop)
         deadline.daemon = True
         self._threads = [serving, deadline]
@@ -197,8 +245,12 @@ class FakeOpenAI:
             self.requests.append(request)
             if self._queue:
                 return self._queue.pop(0)
-        return error(500, "fake_openai: no behaviour queued for this request",
-                     type_="fake_openai", headers=(("x-should-retry", "false"),))
+        return error(
+            500,
+            "fake_openai: no behaviour queued for this request",
+            type_="fake_openai",
+            headers=(("x-should-retry", "false"),),
+        )
 
 
 class _Handler(BaseHTTPRequestHandler):

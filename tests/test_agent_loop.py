@@ -88,7 +88,13 @@ def test_the_team_finds_a_verified_kernel_through_failures(fake_openai, tmp_path
         "0.1.1.1": "rejected",
         "0.1.1.1.1": "incorrect",
     }
-    assert [node.kind for node in nodes.values()] == ["root", "improve", "debug", "improve", "debug"]
+    assert [node.kind for node in nodes.values()] == [
+        "root",
+        "improve",
+        "debug",
+        "improve",
+        "debug",
+    ]
     gate_reason = nodes["0.1.1.1"].result.reason
     assert "imports os" in gate_reason
     assert trajectory.stopped == "budget reached: 4 attempts"
@@ -106,8 +112,9 @@ def test_the_team_finds_a_verified_kernel_through_failures(fake_openai, tmp_path
     again = replay(
         trajectory,
         LLMConfig(provider="openai", model="fake-model"),
-        SearchConfig(strategy="epsilon-greedy", epsilon=1.0, seed_offline=False, root_first=1,
-                     attempts=4),
+        SearchConfig(
+            strategy="epsilon-greedy", epsilon=1.0, seed_offline=False, root_first=1, attempts=4
+        ),
         tmp_path / "replayed.json",
     )
     shape = lambda t: [(n.id, n.kind, n.source, n.plan, n.result and n.result.status)  # noqa: E731

@@ -21,7 +21,7 @@ def test_auto_uses_the_team_only_when_an_endpoint_is_configured(monkeypatch):
 def test_settings_come_from_the_project_and_flags_win(tmp_path, monkeypatch):
     (tmp_path / "pyproject.toml").write_text(
         '[tool.kernelpilot]\n[tool.kernelpilot.llm]\nmodel = "qwen2.5-coder"\n'
-        "[tool.kernelpilot.search]\nattempts = 12\nstrategy = \"greedy\"\n"
+        '[tool.kernelpilot.search]\nattempts = 12\nstrategy = "greedy"\n'
     )
     monkeypatch.chdir(tmp_path)
     assert llm_config("openai", {}).model == "qwen2.5-coder"
@@ -32,7 +32,7 @@ def test_settings_come_from_the_project_and_flags_win(tmp_path, monkeypatch):
 
 def test_a_bad_setting_names_its_key(tmp_path, monkeypatch):
     (tmp_path / "pyproject.toml").write_text(
-        "[tool.kernelpilot]\n[tool.kernelpilot.search]\nstrategy = \"annealing\"\n"
+        '[tool.kernelpilot]\n[tool.kernelpilot.search]\nstrategy = "annealing"\n'
     )
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UserError) as caught:

@@ -28,15 +28,28 @@ def row(target: str = "m.py:Block", **fields) -> TargetReport:
 
 
 def results(*rows: TargetReport, **fields) -> PullResults:
-    values = dict(mode="pull_request", repository="o/r", pull_number=3, commit=SHA,
-                  report=Report(targets=list(rows)), head_ref="feature", base_ref="main")
+    values = dict(
+        mode="pull_request",
+        repository="o/r",
+        pull_number=3,
+        commit=SHA,
+        report=Report(targets=list(rows)),
+        head_ref="feature",
+        base_ref="main",
+    )
     values.update(fields)
     return PullResults(**values)
 
 
 def test_a_verified_but_slower_kernel_is_never_offered():
-    slower = row(speedup_vs_eager=0.43, faster_than_eager=False, slower_than_eager=True,
-                 speedup_vs_compile=0.35, faster_than_compile=False, slower_than_compile=True)
+    slower = row(
+        speedup_vs_eager=0.43,
+        faster_than_eager=False,
+        slower_than_eager=True,
+        speedup_vs_compile=0.35,
+        faster_than_compile=False,
+        slower_than_compile=True,
+    )
     body = render_comment(results(slower))
     assert "**no faster kernel found**" in body
     assert "0.43x slower" in body and "0.35x slower" in body and "(noise)" not in body
@@ -71,7 +84,7 @@ def test_untrusted_text_cannot_break_the_table_mention_anyone_or_close_a_fence()
     prose = outside_fences(body)  # inside a fence, text is shown as code: inert
     assert "<img" not in prose and "<script>" not in prose and "@octocat" not in prose
     assert "@maintainers please merge <script>" in body  # the plan, shown as code
-    kernel = body[body.index("**Kernel**"):]
+    kernel = body[body.index("**Kernel**") :]
     assert kernel.splitlines()[2].startswith("````python")  # longer than the ``` inside
 
 
@@ -133,7 +146,9 @@ def pull_event(action="opened", fork=True, labels=(), label=None, sender="dev") 
 def test_the_gate(event, permission, runs, removes, notice):
     decision = decide(event, "ok", permission)
     assert (decision.run, decision.remove_label, decision.notice is not None) == (
-        runs, removes, notice
+        runs,
+        removes,
+        notice,
     )
     assert decision.sha == (SHA if runs else "")
 
@@ -143,7 +158,9 @@ def test_dispatch_inputs_are_read_and_a_bad_budget_says_where():
                         {"inputs": {"targets": "a.py:X  b.py", "budget": "4", "open-pr": "false"}})  # fmt: skip
     assert event.mode == "workflow_dispatch" and event.dispatch is not None
     assert (event.dispatch.targets, event.dispatch.budget, event.dispatch.open_pr) == (
-        ["a.py:X", "b.py"], 4, False
+        ["a.py:X", "b.py"],
+        4,
+        False,
     )
     with pytest.raises(UserError, match="budget input 'many'"):
         parse_event("workflow_dispatch", {"inputs": {"budget": "many"}})

@@ -159,7 +159,7 @@ def test_a_comparator_that_dies_before_the_end_fails_a_candidate_it_answered(
     assert result is not None and result.failed and "did not finish" in result.failed
 
 
-UNSEEDED = '''
+UNSEEDED = """
 import random
 
 import torch
@@ -182,7 +182,7 @@ def get_inputs():
 
 def get_init_inputs():
     return [3.0]
-'''
+"""
 
 
 @pytest.mark.parametrize("mode", ["stored", "recomputed"])

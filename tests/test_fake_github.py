@@ -31,7 +31,9 @@ from tests.fake_github import FakeGitHub
 REPO = "acme/models"
 MARKER = "<!-- kernelpilot -->"
 MODULE = "models/block.py"
-BASE_SOURCE = "import torch\n\n\nclass Block(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+BASE_SOURCE = (
+    "import torch\n\n\nclass Block(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+)
 HEAD_SOURCE = BASE_SOURCE.replace("return x", "return torch.relu(x) * 2")
 
 
@@ -42,8 +44,14 @@ def server(fake_github: FakeGitHub) -> FakeGitHub:
     fake_github.add_user("maintainer-token", "maintainer", "admin")
     fake_github.add_user("read-token", "github-actions[bot]", "read")
     fake_github.add_repo(REPO, files={MODULE: BASE_SOURCE, "README.md": "models\n"})
-    fake_github.add_pull(REPO, 7, head_ref="relu-block", author="alice",
-                         head_files={MODULE: HEAD_SOURCE}, title="ReLU block")
+    fake_github.add_pull(
+        REPO,
+        7,
+        head_ref="relu-block",
+        author="alice",
+        head_files={MODULE: HEAD_SOURCE},
+        title="ReLU block",
+    )
     return fake_github
 
 
@@ -86,8 +94,9 @@ def test_review_with_a_line_comment_is_edited_not_duplicated(server: FakeGitHub)
     [changed] = pull.get_files()
     assert changed.filename == MODULE and "+        return torch.relu(x) * 2" in changed.patch
     line: ReviewComment = {"path": MODULE, "line": 6, "side": "RIGHT", "body": "1.8x faster"}
-    review = pull.create_review(commit=repo.get_commit(pull.head.sha), body="kernelpilot",
-                                event="COMMENT", comments=[line])
+    review = pull.create_review(
+        commit=repo.get_commit(pull.head.sha), body="kernelpilot", event="COMMENT", comments=[line]
+    )
     assert review.state == "COMMENTED" and review.commit_id == pull.head.sha
     [comment] = pull.get_review_comments()
     assert (comment.path, comment.line, comment.pull_request_review_id) == (MODULE, 6, review.id)
@@ -100,14 +109,18 @@ def test_review_comment_outside_the_diff_is_refused_whole(server: FakeGitHub) ->
     pull = server.client("bot-token").get_repo(REPO).get_pull(7)
     comments: list[ReviewComment] = [
         {"path": MODULE, "line": 6, "side": "RIGHT", "body": "in the diff"},
-        {"path": "README.md", "line": 1, "side": "RIGHT", "body": "not in the PR"}]
+        {"path": "README.md", "line": 1, "side": "RIGHT", "body": "not in the PR"},
+    ]
     with pytest.raises(GithubException) as refused:
         pull.create_review(body="kernelpilot", event="COMMENT", comments=comments)
     assert refused.value.status == 422
     assert refused.value.data["errors"] == ["Path could not be resolved"]
     with pytest.raises(GithubException, match="Line could not be resolved"):
-        pull.create_review(body="kp", event="COMMENT",
-                           comments=[{"path": MODULE, "line": 1, "side": "RIGHT", "body": "x"}])
+        pull.create_review(
+            body="kp",
+            event="COMMENT",
+            comments=[{"path": MODULE, "line": 1, "side": "RIGHT", "body": "x"}],
+        )
     assert list(pull.get_reviews()) == [] and list(pull.get_review_comments()) == []
 
 
@@ -147,13 +160,19 @@ def test_duplicates_get_githubs_422(server: FakeGitHub) -> None:
     repo.create_git_ref("refs/heads/kp", sha)
     with pytest.raises(GithubException) as ref_exists:
         repo.create_git_ref("refs/heads/kp", sha)
-    assert (ref_exists.value.status, ref_exists.value.data["message"]) == (422, "Reference already exists")
+    assert (ref_exists.value.status, ref_exists.value.data["message"]) == (
+        422,
+        "Reference already exists",
+    )
     repo.create_file("k.py", "kernel", "k\n", branch="kp")
     repo.create_pull(title="kernels", body="", head="kp", base="main")
     with pytest.raises(GithubException) as pull_exists:
         repo.create_pull(title="kernels", body="", head="kp", base="main")
     assert pull_exists.value.status == 422
-    assert pull_exists.value.data["errors"][0]["message"] == "A pull request already exists for acme:kp."
+    assert (
+        pull_exists.value.data["errors"][0]["message"]
+        == "A pull request already exists for acme:kp."
+    )
     with pytest.raises(GithubException, match="not a fast forward"):
         repo.get_git_ref("heads/kp").edit(sha)
 
@@ -169,17 +188,26 @@ def test_git_data_commit_of_several_files_on_a_forced_branch_and_a_pull(server: 
     source = b"__global__ void k() {}\n"
     kernel = repo.create_git_blob(base64.b64encode(source).decode(), "base64")
     assert base64.b64decode(repo.get_git_blob(kernel.sha).content) == source
-    tree = repo.create_git_tree([
-        InputGitTreeElement("kernels/block.cu", "100644", "blob", sha=kernel.sha),
-        InputGitTreeElement(MODULE, "100644", "blob", content=HEAD_SOURCE),
-        InputGitTreeElement("bench.sh", "100755", "blob", content="#!/bin/sh\n"),
-        InputGitTreeElement("README.md", "100644", "blob", sha=None)], base_tree=base.tree)
+    tree = repo.create_git_tree(
+        [
+            InputGitTreeElement("kernels/block.cu", "100644", "blob", sha=kernel.sha),
+            InputGitTreeElement(MODULE, "100644", "blob", content=HEAD_SOURCE),
+            InputGitTreeElement("bench.sh", "100755", "blob", content="#!/bin/sh\n"),
+            InputGitTreeElement("README.md", "100644", "blob", sha=None),
+        ],
+        base_tree=base.tree,
+    )
     assert [(e.path, e.type, e.mode) for e in tree.tree] == [
-        ("bench.sh", "blob", "100755"), ("kernels", "tree", "040000"), ("models", "tree", "040000")]
+        ("bench.sh", "blob", "100755"),
+        ("kernels", "tree", "040000"),
+        ("models", "tree", "040000"),
+    ]
     commit = repo.create_git_commit("kernelpilot: 1 kernel for #7", tree, [base])
     assert (commit.tree.sha, [p.sha for p in commit.parents]) == (tree.sha, [base.sha])
     assert (commit.author.name, commit.committer.email) == (
-        "kernelpilot-bot", "kernelpilot-bot@users.noreply.github.com")
+        "kernelpilot-bot",
+        "kernelpilot-bot@users.noreply.github.com",
+    )
     assert repo.get_git_commit(commit.sha).message == "kernelpilot: 1 kernel for #7"
 
     with pytest.raises(GithubException, match="Update is not a fast forward"):
@@ -193,13 +221,21 @@ def test_git_data_commit_of_several_files_on_a_forced_branch_and_a_pull(server: 
         repo.get_contents("README.md", ref=branch)
     assert server.file(REPO, "old_kernel.cu", ref=branch) is None  # forced away
     listed = repo.get_git_tree(branch, recursive=True).tree
-    assert [e.path for e in listed] == ["bench.sh", "kernels", "kernels/block.cu", "models",
-                                        "models/block.py"]
+    assert [e.path for e in listed] == [
+        "bench.sh",
+        "kernels",
+        "kernels/block.cu",
+        "models",
+        "models/block.py",
+    ]
     pull = repo.create_pull(title="kernelpilot: 1 kernel for #7", body="", head=branch, base="main")
     assert pull.head.sha == commit.sha
     assert [(f.filename, f.status) for f in pull.get_files()] == [
-        ("README.md", "removed"), ("bench.sh", "added"), ("kernels/block.cu", "added"),
-        (MODULE, "modified")]
+        ("README.md", "removed"),
+        ("bench.sh", "added"),
+        ("kernels/block.cu", "added"),
+        (MODULE, "modified"),
+    ]
     module = repo.get_contents(MODULE, ref=branch)
     assert isinstance(module, ContentFile.ContentFile)
     repo.update_file(MODULE, "tune", HEAD_SOURCE + "# tuned\n", module.sha, branch=branch)
@@ -212,11 +248,15 @@ def test_git_data_ids_are_gits_and_shared_with_forks(server: FakeGitHub) -> None
     server.add_repo("acme/empty")
     gh = server.client("bot-token")
     assert gh.get_repo("acme/empty").get_branch("main").commit.commit.tree.sha == (
-        "4b825dc642cb6eb9a060e54bf8d69288fbee4904")  # git's empty tree
+        "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+    )  # git's empty tree
     repo = gh.get_repo(REPO)
-    tree = repo.create_git_tree([
-        InputGitTreeElement("models/block.py", "100644", "blob", content="import torch\n"),
-        InputGitTreeElement("run.sh", "100755", "blob", content="#!/bin/sh\n")])
+    tree = repo.create_git_tree(
+        [
+            InputGitTreeElement("models/block.py", "100644", "blob", content="import torch\n"),
+            InputGitTreeElement("run.sh", "100755", "blob", content="#!/bin/sh\n"),
+        ]
+    )
     assert tree.sha == "2fdf966397b0e78caf6b9c31bc6444530a0083d7"
     author = InputGitAuthor("a", "a@b.c", "2026-01-31T12:00:00Z")
     committer = InputGitAuthor("c", "c@d.e", "2026-01-31T14:00:00+01:00")  # 13:00 UTC
@@ -234,13 +274,17 @@ def test_git_data_writes_need_a_write_token(server: FakeGitHub) -> None:
     repo = server.client("read-token").get_repo(REPO)
     head = repo.get_git_commit(repo.get_branch("main").commit.sha)  # reading is allowed
     item = InputGitTreeElement("x", "100644", "blob", content="x")
-    for write in (lambda: repo.create_git_blob("x", "utf-8"),
-                  lambda: repo.create_git_tree([item], base_tree=head.tree),
-                  lambda: repo.create_git_commit("x", head.tree, [head])):
+    for write in (
+        lambda: repo.create_git_blob("x", "utf-8"),
+        lambda: repo.create_git_tree([item], base_tree=head.tree),
+        lambda: repo.create_git_commit("x", head.tree, [head]),
+    ):
         with pytest.raises(GithubException) as refused:
             write()
         assert (refused.value.status, refused.value.data["message"]) == (
-            403, "Resource not accessible by integration")
+            403,
+            "Resource not accessible by integration",
+        )
     assert [r.status for r in server.calls("POST", "/git/")] == [403, 403, 403]
 
 
@@ -254,23 +298,31 @@ def test_git_data_unknown_objects_get_githubs_422_and_404(server: FakeGitHub) ->
     repo = gh.get_repo(REPO)
     head = repo.get_git_commit(repo.get_branch("main").commit.sha)
 
-    def refused(message: str, create: Callable[..., object], *args: object, **kwargs: object
-                ) -> None:
+    def refused(
+        message: str, create: Callable[..., object], *args: object, **kwargs: object
+    ) -> None:
         with pytest.raises(GithubException) as error:
             create(*args, **kwargs)
         assert (error.value.status, error.value.data["message"]) == (422, message)
 
-    refused("Parent SHA does not exist or is not a commit object",
-            repo.create_git_commit, "x", head.tree, [foreign])
+    refused(
+        "Parent SHA does not exist or is not a commit object",
+        repo.create_git_commit,
+        "x",
+        head.tree,
+        [foreign],
+    )
     refused("Tree SHA does not exist", repo.create_git_commit, "x", foreign.tree, [head])
     refused("base_tree is not a valid tree oid", repo.create_git_tree, [], base_tree=foreign.tree)
     missing = "0" * 40
     for item, message in (
-            (InputGitTreeElement("k.cu", "100644", "blob", sha=missing),
-             f"tree.sha {missing} is not a valid blob"),
-            (InputGitTreeElement("/k.cu", "100644", "blob", ""),
-             "tree.path cannot start with a slash"),
-            (InputGitTreeElement("k.cu", "100664", "blob", ""), "Must supply a valid tree.mode")):
+        (
+            InputGitTreeElement("k.cu", "100644", "blob", sha=missing),
+            f"tree.sha {missing} is not a valid blob",
+        ),
+        (InputGitTreeElement("/k.cu", "100644", "blob", ""), "tree.path cannot start with a slash"),
+        (InputGitTreeElement("k.cu", "100664", "blob", ""), "Must supply a valid tree.mode"),
+    ):
         refused(message, repo.create_git_tree, [item])
     for read in (repo.get_git_commit, repo.get_git_tree, repo.get_git_blob):
         with pytest.raises(github.UnknownObjectException):
@@ -281,11 +333,15 @@ def test_git_data_unknown_objects_get_githubs_422_and_404(server: FakeGitHub) ->
 
 def test_read_only_token_on_a_fork_pr_gets_403_once(server: FakeGitHub) -> None:
     """PyGithub's retry looks into a 403's body: not a rate limit, so it is not retried."""
-    server.add_pull(REPO, 9, head_ref="main", fork=True, author="mallory",
-                    head_files={MODULE: HEAD_SOURCE})
+    server.add_pull(
+        REPO, 9, head_ref="main", fork=True, author="mallory", head_files={MODULE: HEAD_SOURCE}
+    )
     pull = server.client("read-token").get_repo(REPO).get_pull(9)
     assert (pull.head.repo.full_name, pull.head.repo.fork, pull.head.label) == (
-        "mallory/models", True, "mallory:main")
+        "mallory/models",
+        True,
+        "mallory:main",
+    )
     with pytest.raises(GithubException) as refused:
         pull.create_issue_comment(f"{MARKER} results")
     assert refused.value.status == 403
@@ -326,13 +382,17 @@ def test_pagination_follows_link_headers(server: FakeGitHub) -> None:
     assert len(server.calls("GET", "/issues/7/comments$")) - before == 2
 
 
-@pytest.mark.parametrize("inject", [
-    lambda s: s.fail_next("GET", r"/pulls/7$", 502),
-    lambda s: s.fail_next("GET", r"/pulls/7$", 503, times=2),
-    lambda s: s.secondary_rate_limit("GET", r"/pulls/7$", retry_after=0),
-    lambda s: s.secondary_rate_limit("GET", r"/pulls/7$"),  # waits secondary_rate_wait
-    lambda s: s.fail_next("GET", r"/pulls/7$", 429, "slow down", headers={"retry-after": "0"}),
-], ids=["502", "503x2", "secondary-retry-after", "secondary-no-retry-after", "429-retry-after"])
+@pytest.mark.parametrize(
+    "inject",
+    [
+        lambda s: s.fail_next("GET", r"/pulls/7$", 502),
+        lambda s: s.fail_next("GET", r"/pulls/7$", 503, times=2),
+        lambda s: s.secondary_rate_limit("GET", r"/pulls/7$", retry_after=0),
+        lambda s: s.secondary_rate_limit("GET", r"/pulls/7$"),  # waits secondary_rate_wait
+        lambda s: s.fail_next("GET", r"/pulls/7$", 429, "slow down", headers={"retry-after": "0"}),
+    ],
+    ids=["502", "503x2", "secondary-retry-after", "secondary-no-retry-after", "429-retry-after"],
+)
 def test_injected_faults_are_retried_by_github_retry(server: FakeGitHub, inject) -> None:
     repo = server.client("bot-token", retry=GithubRetry(secondary_rate_wait=0.01)).get_repo(REPO)
     inject(server)
@@ -363,10 +423,14 @@ def test_default_retry_skips_patch_and_gives_up_with_a_retry_error(server: FakeG
 def test_issues_created_found_by_labels_and_creator_updated_and_closed(server: FakeGitHub) -> None:
     gh = server.client("bot-token")
     repo = gh.get_repo(REPO)
-    issue = repo.create_issue("Nightly kernel benchmarks", body="| table |",
-                              labels=["kernelpilot-nightly"])
-    found = list(repo.get_issues(state="open", labels=["kernelpilot-nightly"],
-                                 creator=gh.get_user("kernelpilot-bot")))
+    issue = repo.create_issue(
+        "Nightly kernel benchmarks", body="| table |", labels=["kernelpilot-nightly"]
+    )
+    found = list(
+        repo.get_issues(
+            state="open", labels=["kernelpilot-nightly"], creator=gh.get_user("kernelpilot-bot")
+        )
+    )
     assert [i.number for i in found] == [issue.number]
     assert [label.name for label in found[0].labels] == ["kernelpilot-nightly"]
     found[0].edit(body="| table v2 |", labels=["kernelpilot-nightly", "regression"])
@@ -395,20 +459,27 @@ def test_errors_and_rate_limit_headers_reach_pygithub(server: FakeGitHub) -> Non
 
 
 def test_pygithub_builds_urls_under_the_enterprise_prefix(server: FakeGitHub) -> None:
-    gh = Github(auth=Auth.Token("bot-token"), base_url=server.base_url + "/",
-                seconds_between_requests=None, seconds_between_writes=None)
+    gh = Github(
+        auth=Auth.Token("bot-token"),
+        base_url=server.base_url + "/",
+        seconds_between_requests=None,
+        seconds_between_writes=None,
+    )
     assert gh.get_repo(REPO).get_pull(7).url == f"{server.base_url}/repos/{REPO}/pulls/7"
     assert [r.path for r in server.requests] == [f"/repos/{REPO}", f"/repos/{REPO}/pulls/7"]
 
 
 def test_pull_event_payload_matches_the_rest_answer(server: FakeGitHub) -> None:
     server.add_label(REPO, 7, "kernelpilot:approved", actor="maintainer")
-    payload = server.pull_event(REPO, 7, "labeled", label="kernelpilot:approved",
-                                sender="maintainer")
+    payload = server.pull_event(
+        REPO, 7, "labeled", label="kernelpilot:approved", sender="maintainer"
+    )
     pull = server.client("bot-token").get_repo(REPO).get_pull(7)
     assert payload["pull_request"]["head"]["sha"] == pull.head.sha
-    assert (payload["label"]["name"], payload["sender"]["login"]) == ("kernelpilot:approved",
-                                                                      "maintainer")
+    assert (payload["label"]["name"], payload["sender"]["login"]) == (
+        "kernelpilot:approved",
+        "maintainer",
+    )
 
 
 def test_serves_loopback_only_and_stops_after_its_lifetime() -> None:

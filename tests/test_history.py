@@ -105,7 +105,9 @@ OLD_LINE = (
 
 
 def test_a_line_written_before_targets_were_measured_still_loads(tmp_path):
-    records, problems = parse_lines("history/kernel_models_act_kernelpilot.py.jsonl", OLD_LINE + "\n")
+    records, problems = parse_lines(
+        "history/kernel_models_act_kernelpilot.py.jsonl", OLD_LINE + "\n"
+    )
     assert problems == []
     [old] = records
     assert old.has_kernel and old.eager_iqr_ms == 0.0 and old.remeasured_eager_ms == []

@@ -88,9 +88,11 @@ def test_reply_tokens_cost_and_request(fake_openai: FakeOpenAI) -> None:
 
 
 def test_unpriced_model_costs_unknown_and_missing_usage_is_noted(fake_openai: FakeOpenAI) -> None:
-    fake_openai.push(reply("a", model="local-llama"), reply("b", usage=False),
-                     reply("c", model="fake-model-2024-08-06", prompt_tokens=10**6,
-                           completion_tokens=0))
+    fake_openai.push(
+        reply("a", model="local-llama"),
+        reply("b", usage=False),
+        reply("c", model="fake-model-2024-08-06", prompt_tokens=10**6, completion_tokens=0),
+    )
     client = client_for(fake_openai.base_url, model="local-llama", prices={})
     assert client.complete(MESSAGES).cost_usd is None
     no_usage = client.complete(MESSAGES)
@@ -178,15 +180,27 @@ def test_unknown_model_is_fatal(fake_openai: FakeOpenAI) -> None:
 
 
 def test_quota_exhausted_is_fatal(fake_openai: FakeOpenAI) -> None:
-    fake_openai.push(error(429, "You exceeded your current quota, please check your plan.",
-                           type_="insufficient_quota", code="insufficient_quota"))
+    fake_openai.push(
+        error(
+            429,
+            "You exceeded your current quota, please check your plan.",
+            type_="insufficient_quota",
+            code="insufficient_quota",
+        )
+    )
     with pytest.raises(LLMFatalError, match="quota"):
         client_for(fake_openai.base_url, max_retries=0).complete(MESSAGES)
 
 
 def test_context_too_long_fails_only_the_call(fake_openai: FakeOpenAI) -> None:
-    fake_openai.push(error(400, "This model's maximum context length is 128000 tokens.",
-                           param="messages", code="context_length_exceeded"))
+    fake_openai.push(
+        error(
+            400,
+            "This model's maximum context length is 128000 tokens.",
+            param="messages",
+            code="context_length_exceeded",
+        )
+    )
     with pytest.raises(LLMCallFailed, match="maximum context length") as caught:
         client_for(fake_openai.base_url).complete(MESSAGES)
     assert caught.value.attempts == 1
@@ -271,7 +285,10 @@ def test_config_defaults_and_environment(monkeypatch, tmp_path: Path) -> None:
     config = LLMConfig()
     assert config.base_url == OPENAI_BASE_URL and config.api_key_env == "OPENAI_API_KEY"
     assert [config.temperature_for(role) for role in ("planner", "coder", "debugger")] == [
-        0.8, 0.1, 0.1]
+        0.8,
+        0.1,
+        0.1,
+    ]
     monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:11434/v1")
     assert LLMConfig().base_url == "http://localhost:11434/v1"
     assert KEY not in LLMConfig(api_key_env=KEY_ENV).model_dump_json()
@@ -288,11 +305,14 @@ def write_script(directory: Path, entries: list[dict[str, object]]) -> Path:
 def test_scripted_replays_in_order_and_records_temperatures(tmp_path: Path) -> None:
     (tmp_path / "candidates").mkdir()
     (tmp_path / "candidates" / "fused.py").write_text("class ModelNew: ...\n")
-    script = write_script(tmp_path, [
-        {"role": "planner", "text": "plan", "prompt_tokens": 900, "completion_tokens": 120},
-        {"role": "coder", "file": "candidates/fused.py"},
-        {"role": "debugger", "error": "call_failed", "text": "HTTP 503"},
-    ])
+    script = write_script(
+        tmp_path,
+        [
+            {"role": "planner", "text": "plan", "prompt_tokens": 900, "completion_tokens": 120},
+            {"role": "coder", "file": "candidates/fused.py"},
+            {"role": "debugger", "error": "call_failed", "text": "HTTP 503"},
+        ],
+    )
     client = make_client(LLMConfig(provider="scripted", script=script))
     assert isinstance(client, ScriptedClient)
     plan = client.complete(MESSAGES, temperature=0.8)

@@ -13,10 +13,17 @@ REPO = "acme/models"
 def report(night: str, *statuses: str) -> NightlyReport:
     rows = [
         NightlyRow(
-            benchmark=f"kernel:k{i}.py", status=status, reason=f"{status} on {night}",
-            record=Record(benchmark=f"kernel:k{i}.py", night=night, commit="c" * 40,
-                          device="cuda", status="ok" if status in ("ok", "alert") else status,
-                          time_ms=1.0),
+            benchmark=f"kernel:k{i}.py",
+            status=status,
+            reason=f"{status} on {night}",
+            record=Record(
+                benchmark=f"kernel:k{i}.py",
+                night=night,
+                commit="c" * 40,
+                device="cuda",
+                status="ok" if status in ("ok", "alert") else status,
+                time_ms=1.0,
+            ),
         )  # fmt: skip
         for i, status in enumerate(statuses)
     ]
@@ -45,7 +52,10 @@ def test_the_issue_is_opened_kept_up_to_date_and_closed(fake_github):
 
     upkeep_issue(client, repo, report("2026-11-22", "alert", "stale"))
     [issue] = ours(fake_github)  # edited, not a second one
-    assert issue.title.endswith("1 slower or failing, 1 stale or missing") and "2026-11-22" in issue.body
+    assert (
+        issue.title.endswith("1 slower or failing, 1 stale or missing")
+        and "2026-11-22" in issue.body
+    )
 
     upkeep_issue(client, repo, report("2026-11-23", "ok", "ok"))
     [issue] = ours(fake_github)
@@ -75,9 +85,19 @@ def test_a_missing_target_counts_with_the_stale_kernels_and_shows_no_kernel_time
     night = report("2026-11-21", "stale")
     gone = "error: the configured target's file m.py does not exist\n  where: pyproject.toml\n  fix: restore it"
     night.rows.append(
-        NightlyRow(benchmark="target:m.py:Net", status="missing", reason=gone,
-                   record=Record(benchmark="target:m.py:Net", night=night.night, commit="c" * 40,
-                                 device="cuda", status="missing", note=gone))  # fmt: skip
+        NightlyRow(
+            benchmark="target:m.py:Net",
+            status="missing",
+            reason=gone,
+            record=Record(
+                benchmark="target:m.py:Net",
+                night=night.night,
+                commit="c" * 40,
+                device="cuda",
+                status="missing",
+                note=gone,
+            ),
+        )  # fmt: skip
     )
     upkeep_issue(client, client.get_repo(REPO), night)
     [issue] = ours(fake_github)

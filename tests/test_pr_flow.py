@@ -133,7 +133,9 @@ def test_a_push_updates_the_comment_and_moves_the_followup_onto_the_new_head(
     assert head2 in fake_github.file(REPO, "models/act_kernelpilot.py", "kernelpilot/pr-7").decode()
 
 
-def fork_event(fake: FakeGitHub, action: str, label: str | None = None, sender: str = "contributor"):
+def fork_event(
+    fake: FakeGitHub, action: str, label: str | None = None, sender: str = "contributor"
+):
     return fake.pull_event(REPO, NUMBER, action, label=label, sender=sender)
 
 
@@ -159,9 +161,7 @@ def test_a_maintainers_label_approves_the_head_of_that_moment(project, fake_gith
     }  # fmt: skip
 
 
-def test_a_label_from_someone_without_write_access_approves_nothing(
-    project, fake_github, tmp_path
-):
+def test_a_label_from_someone_without_write_access_approves_nothing(project, fake_github, tmp_path):
     project.seed(fake_github, fork=True, labels=("kernelpilot:approved",))
     event = fork_event(fake_github, "labeled", "kernelpilot:approved", sender="reader")
     job = Job(tmp_path, fake_github, event)
@@ -188,7 +188,9 @@ def test_a_refused_write_falls_back_to_the_job_summary(
     project.seed(fake_github)
     token = "ro-token" if how == "read-only token" else "gh-token"
     if how == "403 on the comment":
-        fake_github.fail_next("POST", r"/issues/\d+/comments$", 403, "Resource not accessible by integration")
+        fake_github.fail_next(
+            "POST", r"/issues/\d+/comments$", 403, "Resource not accessible by integration"
+        )
     job = Job(tmp_path, fake_github, fake_github.pull_event(REPO, NUMBER), token=token)
     done = job.run("publish", "--results", str(measured), "--no-open-pr")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -281,9 +283,7 @@ def test_kernelpilot_review_prints_the_comment_for_the_local_branch(project, tmp
     assert (tmp_path / "out" / "results.json").is_file()
 
 
-def test_a_pull_request_without_module_changes_gets_a_short_comment_or_none(
-    fake_github, tmp_path
-):
+def test_a_pull_request_without_module_changes_gets_a_short_comment_or_none(fake_github, tmp_path):
     (tmp_path / "checkout").mkdir()
     project = Project(tmp_path / "checkout")
     git(project.root, "reset", "--quiet", "--hard", project.base)

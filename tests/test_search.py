@@ -87,7 +87,9 @@ def test_a_plan_without_markers_is_a_recorded_failure_and_the_coder_still_works(
     from agents.llm.scripted import ScriptedClient, ScriptedReply
     from agents.team import Team, TeamConfig
 
-    candidate = "Here.\n```python\nimport torch\n\n\nclass ModelNew(torch.nn.Module):\n    pass\n```\n"
+    candidate = (
+        "Here.\n```python\nimport torch\n\n\nclass ModelNew(torch.nn.Module):\n    pass\n```\n"
+    )
     client = ScriptedClient([ScriptedReply(text="Just fuse it all."),
                              ScriptedReply(text="Fuse everything, really."),
                              ScriptedReply(text=candidate)])  # fmt: skip

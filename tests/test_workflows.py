@@ -208,7 +208,9 @@ def test_the_nightly_runs_only_the_default_branch_with_the_writes_it_needs(path)
     assert "OPENAI_API_KEY" not in json.dumps(job)  # no LLM: it measures what is shipped
     for step in job["steps"]:
         if is_checkout(step):
-            assert "ref" not in step.get("with", {}) and step["with"]["persist-credentials"] is False
+            assert (
+                "ref" not in step.get("with", {}) and step["with"]["persist-credentials"] is False
+            )
 
 
 @pytest.mark.parametrize("path", KERNELPILOT_WORKFLOWS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -278,8 +280,6 @@ def test_ci_still_runs_the_test_command():
 REPO = "acme/models"
 NUMBER = 3
 # The module, its change and the project are the PR-flow tests' own (tests/prflow.py).
-
-
 
 
 class UserRepository:
@@ -470,7 +470,10 @@ def test_nightly_workflow_records_the_shipped_kernel_and_opens_an_issue_once_it_
                          actor="maintainer", secrets={"GITHUB_TOKEN": "actions-token"})  # fmt: skip
     assert stale.returncode != 0  # a stale kernel fails the night
     nights = fake_github.file(REPO, history, "kernelpilot-data").decode().splitlines()
-    assert json.loads(nights[-1])["status"] == "stale" and retuned[:12] in json.loads(nights[-1])["note"]
+    assert (
+        json.loads(nights[-1])["status"] == "stale"
+        and retuned[:12] in json.loads(nights[-1])["note"]
+    )
     [issue] = [i for i in fake_github.repo(REPO).issues.values() if i.pull is None]
     assert issue.title == "kernelpilot nightly: 0 slower or failing, 1 stale or missing"
     assert "kernelpilot-data/plots/kernel_models_act_kernelpilot.py.png" in issue.body

@@ -44,6 +44,20 @@ from .state import (
     User,
 )
 
-__all__ = ["API_PREFIX", "ApiError", "Comment", "Commit", "FakeGitHub", "Issue", "IssueEvent",
-           "Label", "PullInfo", "RecordedRequest", "Repo", "Review", "ReviewComment", "State",
-           "User"]
+__all__ = [
+    "API_PREFIX",
+    "ApiError",
+    "Comment",
+    "Commit",
+    "FakeGitHub",
+    "Issue",
+    "IssueEvent",
+    "Label",
+    "PullInfo",
+    "RecordedRequest",
+    "Repo",
+    "Review",
+    "ReviewComment",
+    "State",
+    "User",
+]

@@ -18,15 +18,28 @@ def diff_files(base: dict[str, bytes], head: dict[str, bytes]) -> list[dict[str,
         old, new = base.get(path), head.get(path)
         if old == new:
             continue
-        lines = list(difflib.unified_diff((old or b"").decode(errors="replace").splitlines(),
-                                          (new or b"").decode(errors="replace").splitlines(),
-                                          lineterm="", n=3))[2:]
+        lines = list(
+            difflib.unified_diff(
+                (old or b"").decode(errors="replace").splitlines(),
+                (new or b"").decode(errors="replace").splitlines(),
+                lineterm="",
+                n=3,
+            )
+        )[2:]
         additions = sum(line.startswith("+") for line in lines)
         deletions = sum(line.startswith("-") for line in lines)
         status = "added" if old is None else "removed" if new is None else "modified"
-        files.append({"filename": path, "status": status, "additions": additions,
-                      "deletions": deletions, "changes": additions + deletions,
-                      "patch": "\n".join(lines), "sha": blob_sha(new or b"")})
+        files.append(
+            {
+                "filename": path,
+                "status": status,
+                "additions": additions,
+                "deletions": deletions,
+                "changes": additions + deletions,
+                "patch": "\n".join(lines),
+                "sha": blob_sha(new or b""),
+            }
+        )
     return files
 
 

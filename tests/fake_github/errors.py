@@ -23,4 +23,3 @@ class ApiError(Exception):
 
 def invalid(*errors: Any) -> ApiError:
     return ApiError(422, "Validation Failed", list(errors))
-

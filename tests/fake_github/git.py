@@ -63,8 +63,9 @@ class Objects:
                 entries.append(TreeEntry(path, modes.get(path, FILE_MODE), self.write_blob(data)))
         for folder, inner in folders.items():
             prefix = f"{folder}/"
-            inner_modes = {p.removeprefix(prefix): m for p, m in modes.items()
-                           if p.startswith(prefix)}
+            inner_modes = {
+                p.removeprefix(prefix): m for p, m in modes.items() if p.startswith(prefix)
+            }
             entries.append(TreeEntry(folder, TREE_MODE, self.write_tree(inner, inner_modes)))
         # git's order: by name, a tree's name taken as if it ended in "/"
         entries.sort(key=lambda e: e.name.encode() + (b"/" if e.type == "tree" else b""))
@@ -112,10 +113,17 @@ def utc_date(text: str) -> str:
     return stamp.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def commit_sha(tree: str, parents: list[str], author: Signature, committer: Signature,
-               message: str) -> str:
+def commit_sha(
+    tree: str, parents: list[str], author: Signature, committer: Signature, message: str
+) -> str:
     """The id git gives the commit object of these fields."""
-    lines = [f"tree {tree}", *(f"parent {p}" for p in parents), f"author {author.raw()}",
-             f"committer {committer.raw()}", "", message]
+    lines = [
+        f"tree {tree}",
+        *(f"parent {p}" for p in parents),
+        f"author {author.raw()}",
+        f"committer {committer.raw()}",
+        "",
+        message,
+    ]
     raw = "\n".join(lines).encode()
     return hashlib.sha1(b"commit %d\0" % len(raw) + raw).hexdigest()

@@ -17,8 +17,9 @@ class Seeding:
     state: State
     _lock: threading.RLock
 
-    def add_user(self, token: str | None, login: str, permission: str = "write",
-                 app: bool | None = None) -> User:
+    def add_user(
+        self, token: str | None, login: str, permission: str = "write", app: bool | None = None
+    ) -> User:
         """A user whose ``token`` may do ``permission`` (none, read, write, admin) on every repo
         it does not own (admin on its own). The permission is the token's: a read-only token is
         refused every write, as GITHUB_TOKEN is on a fork's PR, even where a person with read
@@ -34,8 +35,13 @@ class Seeding:
                 self.state.tokens[token] = login
             return user
 
-    def add_repo(self, full_name: str, default_branch: str = "main",
-                 files: dict[str, str | bytes] | None = None, private: bool = False) -> Repo:
+    def add_repo(
+        self,
+        full_name: str,
+        default_branch: str = "main",
+        files: dict[str, str | bytes] | None = None,
+        private: bool = False,
+    ) -> Repo:
         """A repository with one commit holding ``files`` on ``default_branch``."""
         with self._lock:
             assert full_name not in self.state.repos, f"{full_name} exists"
@@ -53,16 +59,29 @@ class Seeding:
             parent = self.state.repo(full_name)
             name = f"{owner}/{parent.name}"
             if name not in self.state.repos:
-                self.state.repos[name] = Repo(name, self.state.next_id(), parent.default_branch,
-                                              parent.private, parent.full_name,
-                                              dict(parent.refs), parent.commits,
-                                              objects=parent.objects)
+                self.state.repos[name] = Repo(
+                    name,
+                    self.state.next_id(),
+                    parent.default_branch,
+                    parent.private,
+                    parent.full_name,
+                    dict(parent.refs),
+                    parent.commits,
+                    objects=parent.objects,
+                )
                 self.state.user(owner)
             return self.state.repos[name]
 
-    def push(self, full_name: str, branch: str, files: dict[str, str | bytes] | None = None,
-             message: str = "push", author: str | None = None, sha: str | None = None,
-             start: str | None = None) -> str:
+    def push(
+        self,
+        full_name: str,
+        branch: str,
+        files: dict[str, str | bytes] | None = None,
+        message: str = "push",
+        author: str | None = None,
+        sha: str | None = None,
+        start: str | None = None,
+    ) -> str:
         """A new commit on ``branch`` (made from ``start`` or the default branch if missing)
         whose tree is the old one updated with ``files``; returns its sha."""
         with self._lock:
@@ -75,11 +94,21 @@ class Seeding:
             repo.refs[ref] = commit.sha
             return commit.sha
 
-    def add_pull(self, full_name: str, number: int | None = None, head_ref: str = "feature",
-                 base_ref: str | None = None, head_sha: str | None = None, fork: bool = False,
-                 labels: Iterable[str] = (), files: list[str | dict[str, Any]] | None = None,
-                 author: str = "contributor", title: str = "A change", body: str = "",
-                 head_files: dict[str, str | bytes] | None = None) -> Issue:
+    def add_pull(
+        self,
+        full_name: str,
+        number: int | None = None,
+        head_ref: str = "feature",
+        base_ref: str | None = None,
+        head_sha: str | None = None,
+        fork: bool = False,
+        labels: Iterable[str] = (),
+        files: list[str | dict[str, Any]] | None = None,
+        author: str = "contributor",
+        title: str = "A change",
+        body: str = "",
+        head_files: dict[str, str | bytes] | None = None,
+    ) -> Issue:
         """An open PR from ``head_ref`` (in ``author``'s fork when ``fork``) into ``base_ref``.
 
         The head gets a new commit (sha ``head_sha`` if given) holding ``head_files``. The PR's
@@ -90,10 +119,22 @@ class Seeding:
             repo = self.state.repo(full_name)
             head_repo = self.fork(full_name, author) if fork else repo
             base_ref = base_ref or repo.default_branch
-            sha = self.push(head_repo.full_name, head_ref, head_files, f"{title} (head)", author,
-                            head_sha, start=base_ref)
-            pull = PullInfo(head_repo.full_name, head_ref, base_ref, sha,
-                            [file_entry(f) for f in files] if files is not None else None)
+            sha = self.push(
+                head_repo.full_name,
+                head_ref,
+                head_files,
+                f"{title} (head)",
+                author,
+                head_sha,
+                start=base_ref,
+            )
+            pull = PullInfo(
+                head_repo.full_name,
+                head_ref,
+                base_ref,
+                sha,
+                [file_entry(f) for f in files] if files is not None else None,
+            )
             issue = new_issue(self.state, repo, title, body, author, labels, pull, number)
             self.state.user(author)
             return issue
@@ -102,8 +143,9 @@ class Seeding:
         with self._lock:
             repo = self.state.repo(full_name)
             stamp = now()
-            comment = Comment(self.state.next_id(), repo.issue(number).number, body, author,
-                              stamp, stamp)
+            comment = Comment(
+                self.state.next_id(), repo.issue(number).number, body, author, stamp, stamp
+            )
             repo.comments[comment.id] = comment
             self.state.user(author)
             return comment
@@ -138,4 +180,3 @@ class Seeding:
 
 def _encode(files: dict[str, str | bytes] | None) -> dict[str, bytes]:
     return {p: d.encode() if isinstance(d, str) else d for p, d in (files or {}).items()}
-

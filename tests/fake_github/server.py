@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 API_PREFIX = "/api/v3"
 SECONDARY_RATE_LIMIT_MESSAGE = (
     "You have exceeded a secondary rate limit. Please wait a few minutes before you try again. "
-    "If you reach out to GitHub Support for help, please include the request ID FAKE:0001.")
+    "If you reach out to GitHub Support for help, please include the request ID FAKE:0001."
+)
 
 
 @dataclass
@@ -80,8 +81,12 @@ class FakeGitHub(Seeding):
         server.daemon_threads = True
         server.fake = self  # type: ignore[attr-defined]
         self._server, self._port = server, server.server_address[1]
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                         name="fake-github", daemon=True).start()
+        threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fake-github",
+            daemon=True,
+        ).start()
         self._timer = threading.Timer(self.lifetime_s, self.stop)
         self._timer.daemon = True
         self._timer.start()
@@ -111,50 +116,83 @@ class FakeGitHub(Seeding):
         import github
 
         settings: dict[str, Any] = {
-            "base_url": self.base_url, "timeout": 10, "seconds_between_requests": None,
+            "base_url": self.base_url,
+            "timeout": 10,
+            "seconds_between_requests": None,
             "seconds_between_writes": None,
-            "retry": github.GithubRetry(total=3, secondary_rate_wait=0.01)}
+            "retry": github.GithubRetry(total=3, secondary_rate_wait=0.01),
+        }
         settings.update(options)
         return github.Github(auth=github.Auth.Token(token) if token else None, **settings)
 
-    def pull_event(self, full_name: str, number: int, action: str = "opened",
-                   label: str | None = None, sender: str | None = None) -> dict[str, Any]:
+    def pull_event(
+        self,
+        full_name: str,
+        number: int,
+        action: str = "opened",
+        label: str | None = None,
+        sender: str | None = None,
+    ) -> dict[str, Any]:
         """The ``pull_request`` webhook payload (what ``GITHUB_EVENT_PATH`` holds) for a PR."""
         with self._lock:
             repo = self.state.repo(full_name)
             issue = repo.pull(number)
             render = Render(self.state, self.base_url, self.root, None)
-            payload = {"action": action, "number": number, "pull_request": render.pull(repo, issue),
-                       "repository": render.repo(repo), "sender": render.user(sender or issue.author)}
+            payload = {
+                "action": action,
+                "number": number,
+                "pull_request": render.pull(repo, issue),
+                "repository": render.repo(repo),
+                "sender": render.user(sender or issue.author),
+            }
             if label is not None:
                 payload["label"] = render.label(repo, repo.label(label, self.state.next_id).name)
             return payload
 
     # -- faults and recorded requests
 
-    def fail_next(self, method: str, path_pattern: str, status: int, body: Any = None, *,
-                  times: int = 1, headers: dict[str, str] | None = None) -> None:
+    def fail_next(
+        self,
+        method: str,
+        path_pattern: str,
+        status: int,
+        body: Any = None,
+        *,
+        times: int = 1,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         """Answer the next ``times`` requests of ``method`` whose path (under /api/v3, without
         the query) matches the regex ``path_pattern`` with ``status``; ``body`` is a message, a
         dict, or None for GitHub's body for that status."""
         if body is None or isinstance(body, str):
             body = ApiError(status, body or HTTPStatus(status).phrase).body()
         with self._lock:
-            self._faults.append(Fault(method.upper(), re.compile(path_pattern),
-                                      Reply(status, body, dict(headers or {})), times))
+            self._faults.append(
+                Fault(
+                    method.upper(),
+                    re.compile(path_pattern),
+                    Reply(status, body, dict(headers or {})),
+                    times,
+                )
+            )
 
-    def secondary_rate_limit(self, method: str, path_pattern: str,
-                             retry_after: int | None = None, times: int = 1) -> None:
+    def secondary_rate_limit(
+        self, method: str, path_pattern: str, retry_after: int | None = None, times: int = 1
+    ) -> None:
         """GitHub's 403 for a secondary rate limit, with ``retry-after`` when given."""
         headers = {} if retry_after is None else {"retry-after": str(retry_after)}
-        self.fail_next(method, path_pattern, 403, SECONDARY_RATE_LIMIT_MESSAGE, times=times,
-                       headers=headers)
+        self.fail_next(
+            method, path_pattern, 403, SECONDARY_RATE_LIMIT_MESSAGE, times=times, headers=headers
+        )
 
     def calls(self, method: str, path_pattern: str = "") -> list[RecordedRequest]:
         """The recorded requests of ``method`` whose path matches ``path_pattern``."""
         with self._lock:
-            return [r for r in self.requests
-                    if r.method == method.upper() and re.search(path_pattern, r.path)]
+            return [
+                r
+                for r in self.requests
+                if r.method == method.upper() and re.search(path_pattern, r.path)
+            ]
 
     # -- dispatch
 
@@ -164,8 +202,14 @@ class FakeGitHub(Seeding):
         path = url.path.removeprefix(API_PREFIX) if url.path.startswith(API_PREFIX) else None
         with self._lock:
             user = self.state.users.get(self.state.tokens.get(token or "", ""))
-            record = RecordedRequest(method, path or url.path, query, body,
-                                     user.login if user else None, at=time.monotonic())
+            record = RecordedRequest(
+                method,
+                path or url.path,
+                query,
+                body,
+                user.login if user else None,
+                at=time.monotonic(),
+            )
             self.requests.append(record)
             self.state.rate_remaining = max(0, self.state.rate_remaining - 1)
             reply = self._reply(method, path, query, body, token, user)
@@ -173,8 +217,15 @@ class FakeGitHub(Seeding):
             reply.headers = self._rate_headers() | reply.headers
             return reply
 
-    def _reply(self, method: str, path: str | None, query: dict[str, str], body: Any,
-               token: str | None, user: User | None) -> Reply:
+    def _reply(
+        self,
+        method: str,
+        path: str | None,
+        query: dict[str, str],
+        body: Any,
+        token: str | None,
+        user: User | None,
+    ) -> Reply:
         if path is None:
             return _error(ApiError(404, f"fake_github serves only {API_PREFIX}/..."))
         for fault in self._faults:
@@ -188,8 +239,16 @@ class FakeGitHub(Seeding):
             if candidate.method != method or match is None:
                 continue
             params = {k: urllib.parse.unquote(v) for k, v in match.groupdict().items()}
-            call = Call(self.state, Render(self.state, self.base_url, self.root, user), method,
-                        path, params, query, {} if body is None else body, user)
+            call = Call(
+                self.state,
+                Render(self.state, self.base_url, self.root, user),
+                method,
+                path,
+                params,
+                query,
+                {} if body is None else body,
+                user,
+            )
             try:
                 if "owner" in params:
                     self._authorize(call, candidate.write)
@@ -214,10 +273,14 @@ class FakeGitHub(Seeding):
 
     def _rate_headers(self) -> dict[str, str]:
         remaining = self.state.rate_remaining
-        return {"x-ratelimit-limit": str(RATE_LIMIT), "x-ratelimit-remaining": str(remaining),
-                "x-ratelimit-reset": str(self.state.rate_reset),
-                "x-ratelimit-used": str(RATE_LIMIT - remaining), "x-ratelimit-resource": "core",
-                "x-github-request-id": f"FAKE:{len(self.requests):04d}"}
+        return {
+            "x-ratelimit-limit": str(RATE_LIMIT),
+            "x-ratelimit-remaining": str(remaining),
+            "x-ratelimit-reset": str(self.state.rate_reset),
+            "x-ratelimit-used": str(RATE_LIMIT - remaining),
+            "x-ratelimit-resource": "core",
+            "x-github-request-id": f"FAKE:{len(self.requests):04d}",
+        }
 
 
 def _error(error: ApiError) -> Reply:

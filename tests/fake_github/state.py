@@ -240,16 +240,31 @@ class State:
             return "none" if repo.private else "read"
         return "admin" if user.login == repo.owner else user.permission
 
-    def commit(self, repo: Repo, parent: str | None, files: dict[str, bytes], message: str,
-               author: str, sha: str | None = None) -> Commit:
+    def commit(
+        self,
+        repo: Repo,
+        parent: str | None,
+        files: dict[str, bytes],
+        message: str,
+        author: str,
+        sha: str | None = None,
+    ) -> Commit:
         """A commit of ``files`` (its tree written to the objects); the paths it keeps from
         ``parent`` keep their modes."""
         number = self.next_id()
         sha = sha or hashlib.sha1(f"{parent}:{message}:{author}:{number}".encode()).hexdigest()
         kept = repo.commits[parent].modes if parent else {}
         modes = {path: mode for path, mode in kept.items() if path in files}
-        commit = Commit(sha, message, [parent] if parent else [], files, author, now(),
-                        repo.objects.write_tree(files, modes), modes)
+        commit = Commit(
+            sha,
+            message,
+            [parent] if parent else [],
+            files,
+            author,
+            now(),
+            repo.objects.write_tree(files, modes),
+            modes,
+        )
         repo.commits[sha] = commit
         return commit
 
@@ -276,13 +291,19 @@ def head_sha(state: State, issue: Issue) -> str:
     return (head.refs.get(f"refs/heads/{pull.head_ref}") if head else None) or pull.head_sha
 
 
-def new_issue(state: State, repo: Repo, title: str, body: str | None, author: str,
-              labels: Iterable[str], pull: PullInfo | None = None, number: int | None = None
-              ) -> Issue:
+def new_issue(
+    state: State,
+    repo: Repo,
+    title: str,
+    body: str | None,
+    author: str,
+    labels: Iterable[str],
+    pull: PullInfo | None = None,
+    number: int | None = None,
+) -> Issue:
     number = number or max(repo.issues, default=0) + 1
     assert number not in repo.issues, f"#{number} exists in {repo.full_name}"
     names = [repo.label(name, state.next_id).name for name in labels]
     issue = Issue(number, state.next_id(), title, body, author, names, now(), now(), pull=pull)
     repo.issues[number] = issue
     return issue
-

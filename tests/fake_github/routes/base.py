@@ -66,6 +66,7 @@ def route(method: str, pattern: str, *, write: bool = False) -> Callable[[Handle
     def register(handler: Handler) -> Handler:
         ROUTES.append(Route(method, re.compile(f"^{pattern}$"), handler, write))
         return handler
+
     return register
 
 
@@ -84,6 +85,5 @@ def paged(call: Call, items: list[Any]) -> Reply:
         links += [link(page - 1, "prev"), link(1, "first")]
     if page < last:
         links += [link(page + 1, "next"), link(last, "last")]
-    chunk = items[(page - 1) * per_page:page * per_page]
+    chunk = items[(page - 1) * per_page : page * per_page]
     return Reply(200, chunk, {"link": ", ".join(links)} if links else {})
-

@@ -17,8 +17,9 @@ from ..state import Commit, Repo, noreply_email, now
 from .base import REPO, Call, Reply, route
 
 ENTRY_MODES = (*BLOB_MODES, TREE_MODE, SUBMODULE_MODE)
-SHA_OR_CONTENT = ("Must supply either tree.sha or tree.content. "
-                  "Request will be rejected if both are present.")
+SHA_OR_CONTENT = (
+    "Must supply either tree.sha or tree.content. Request will be rejected if both are present."
+)
 
 
 @route("POST", REPO + "/git/blobs", write=True)
@@ -68,8 +69,9 @@ def create_tree(call: Call) -> Reply:
     return Reply(201, call.render.tree(repo, repo.objects.write_tree(files, modes)))
 
 
-def apply_item(repo: Repo, files: dict[str, bytes], modes: dict[str, str],
-               item: dict[str, Any]) -> None:
+def apply_item(
+    repo: Repo, files: dict[str, bytes], modes: dict[str, str], item: dict[str, Any]
+) -> None:
     """One item of a create-tree request applied to the flat tree ``files`` (and ``modes``)."""
     path, mode = checked_path(item.get("path")), item.get("mode")
     content, sha = item.get("content"), item.get("sha")
@@ -156,8 +158,9 @@ def create_commit(call: Call) -> Reply:
     if not isinstance(tree, str) or tree not in repo.objects.trees:
         known = isinstance(tree, str) and (tree in repo.objects.blobs or tree in repo.commits)
         raise ApiError(422, "Tree SHA is not a tree object" if known else "Tree SHA does not exist")
-    if not isinstance(parents, list) or not all(isinstance(p, str) and p in repo.commits
-                                                for p in parents):
+    if not isinstance(parents, list) or not all(
+        isinstance(p, str) and p in repo.commits for p in parents
+    ):
         raise ApiError(422, "Parent SHA does not exist or is not a commit object")
     user = call.login()
     author = signature(call, "author", Signature(user, noreply_email(user), now()))
@@ -165,9 +168,18 @@ def create_commit(call: Call) -> Reply:
     sha = commit_sha(tree, parents, author, committer, message)
     if sha not in repo.commits:  # the same fields make the same commit, as in git
         files, modes = repo.objects.read_tree(tree)
-        repo.commits[sha] = Commit(sha, message, list(parents), files,
-                                   call.state.login_for(author.email), author.date, tree, modes,
-                                   author, committer)
+        repo.commits[sha] = Commit(
+            sha,
+            message,
+            list(parents),
+            files,
+            call.state.login_for(author.email),
+            author.date,
+            tree,
+            modes,
+            author,
+            committer,
+        )
     return Reply(201, call.render.git_commit(repo, repo.commits[sha]))
 
 

@@ -19,7 +19,10 @@ def create_repo_label(call: Call) -> Reply:
     if name in repo.labels:
         raise invalid({"resource": "Label", "code": "already_exists", "field": "name"})
     label = repo.label(name, call.state.next_id)
-    label.color, label.description = call.body.get("color", label.color), call.body.get("description", "")
+    label.color, label.description = (
+        call.body.get("color", label.color),
+        call.body.get("description", ""),
+    )
     return Reply(201, call.render.label(repo, name))
 
 
@@ -27,24 +30,36 @@ def issue_filter(call: Call, issue: Issue) -> bool:
     state = call.query.get("state", "open")
     labels = [name for name in call.query.get("labels", "").split(",") if name]
     creator = call.query.get("creator")
-    return ((state == "all" or issue.state == state) and all(n in issue.labels for n in labels)
-            and (creator is None or issue.author == creator))
+    return (
+        (state == "all" or issue.state == state)
+        and all(n in issue.labels for n in labels)
+        and (creator is None or issue.author == creator)
+    )
 
 
 @route("GET", REPO + "/issues")
 def list_issues(call: Call) -> Reply:
     """Pull requests are listed too, with a ``pull_request`` key, as GitHub lists them."""
     repo = call.repo
-    issues = sorted((i for i in repo.issues.values() if issue_filter(call, i)),
-                    key=lambda i: i.number, reverse=call.query.get("direction", "desc") == "desc")
+    issues = sorted(
+        (i for i in repo.issues.values() if issue_filter(call, i)),
+        key=lambda i: i.number,
+        reverse=call.query.get("direction", "desc") == "desc",
+    )
     return paged(call, [call.render.issue(repo, issue) for issue in issues])
 
 
 @route("POST", REPO + "/issues", write=True)
 def create_issue(call: Call) -> Reply:
     repo = call.repo
-    issue = new_issue(call.state, repo, call.field("title"), call.body.get("body"), call.login(),
-                      call.body.get("labels", []))
+    issue = new_issue(
+        call.state,
+        repo,
+        call.field("title"),
+        call.body.get("body"),
+        call.login(),
+        call.body.get("labels", []),
+    )
     return Reply(201, call.render.issue(repo, issue))
 
 
@@ -58,12 +73,14 @@ def set_labels(call: Call, issue: Issue, names: list[str]) -> None:
     """Replace the labels, recording ``labeled``/``unlabeled`` events as GitHub does."""
     repo = call.repo
     for name in [n for n in issue.labels if n not in names]:
-        repo.events.append(IssueEvent(call.state.next_id(), issue.number, "unlabeled",
-                                      call.login(), name, now()))
+        repo.events.append(
+            IssueEvent(call.state.next_id(), issue.number, "unlabeled", call.login(), name, now())
+        )
     for name in [n for n in names if n not in issue.labels]:
         repo.label(name, call.state.next_id)
-        repo.events.append(IssueEvent(call.state.next_id(), issue.number, "labeled",
-                                      call.login(), name, now()))
+        repo.events.append(
+            IssueEvent(call.state.next_id(), issue.number, "labeled", call.login(), name, now())
+        )
     issue.labels = list(dict.fromkeys(names))
 
 
@@ -72,9 +89,16 @@ def set_state(call: Call, issue: Issue, state: str, reason: str | None) -> None:
         return
     issue.state, issue.state_reason = state, reason or ("completed" if state == "closed" else None)
     issue.closed_at = now() if state == "closed" else None
-    call.repo.events.append(IssueEvent(call.state.next_id(), issue.number,
-                                       "closed" if state == "closed" else "reopened",
-                                       call.login(), None, now()))
+    call.repo.events.append(
+        IssueEvent(
+            call.state.next_id(),
+            issue.number,
+            "closed" if state == "closed" else "reopened",
+            call.login(),
+            None,
+            now(),
+        )
+    )
 
 
 def edit_issue_fields(call: Call, issue: Issue) -> None:
@@ -99,7 +123,9 @@ def edit_issue(call: Call) -> Reply:
 @route("GET", REPO + r"/issues/(?P<number>\d+)/labels")
 def list_issue_labels(call: Call) -> Reply:
     repo = call.repo
-    return paged(call, [call.render.label(repo, n) for n in repo.issue(call.params["number"]).labels])
+    return paged(
+        call, [call.render.label(repo, n) for n in repo.issue(call.params["number"]).labels]
+    )
 
 
 @route("POST", REPO + r"/issues/(?P<number>\d+)/labels", write=True)
@@ -134,8 +160,9 @@ def list_issue_events(call: Call) -> Reply:
 def list_issue_comments(call: Call) -> Reply:
     repo = call.repo
     number = repo.issue(call.params["number"]).number
-    return paged(call, [call.render.comment(repo, c) for c in repo.comments.values()
-                        if c.number == number])
+    return paged(
+        call, [call.render.comment(repo, c) for c in repo.comments.values() if c.number == number]
+    )
 
 
 @route("POST", REPO + r"/issues/(?P<number>\d+)/comments", write=True)

@@ -10,8 +10,12 @@ from ..state import Issue, PullInfo, Repo, Review, ReviewComment, State, head_sh
 from .base import REPO, Call, Reply, paged, route
 from .issues import edit_issue_fields
 
-REVIEW_STATES = {"COMMENT": "COMMENTED", "APPROVE": "APPROVED",
-                 "REQUEST_CHANGES": "CHANGES_REQUESTED", None: "PENDING"}
+REVIEW_STATES = {
+    "COMMENT": "COMMENTED",
+    "APPROVE": "APPROVED",
+    "REQUEST_CHANGES": "CHANGES_REQUESTED",
+    None: "PENDING",
+}
 
 
 def pull_filter(call: Call, repo: Repo, issue: Issue) -> bool:
@@ -21,16 +25,21 @@ def pull_filter(call: Call, repo: Repo, issue: Issue) -> bool:
     state = call.query.get("state", "open")
     owner, _, ref = call.query.get("head", "").rpartition(":")
     head_owner = call.state.repos[pull.head_repo].owner
-    return ((state == "all" or issue.state == state)
-            and (not ref or (pull.head_ref == ref and owner in ("", head_owner)))
-            and call.query.get("base", pull.base_ref) == pull.base_ref)
+    return (
+        (state == "all" or issue.state == state)
+        and (not ref or (pull.head_ref == ref and owner in ("", head_owner)))
+        and call.query.get("base", pull.base_ref) == pull.base_ref
+    )
 
 
 @route("GET", REPO + "/pulls")
 def list_pulls(call: Call) -> Reply:
     repo = call.repo
-    pulls = sorted((i for i in repo.issues.values() if pull_filter(call, repo, i)),
-                   key=lambda i: i.number, reverse=call.query.get("direction", "desc") == "desc")
+    pulls = sorted(
+        (i for i in repo.issues.values() if pull_filter(call, repo, i)),
+        key=lambda i: i.number,
+        reverse=call.query.get("direction", "desc") == "desc",
+    )
     return paged(call, [call.render.pull(repo, issue) for issue in pulls])
 
 
@@ -54,16 +63,37 @@ def create_pull(call: Call) -> Reply:
             raise invalid({"resource": "PullRequest", "field": name, "code": "invalid"})
     title = call.field("title")
     for issue in repo.issues.values():
-        if (issue.state == "open" and issue.pull and issue.pull.head_repo == head_repo.full_name
-                and issue.pull.head_ref == ref and issue.pull.base_ref == base):
-            raise invalid({"resource": "PullRequest", "code": "custom",
-                           "message": f"A pull request already exists for {head_repo.owner}:{ref}."})
+        if (
+            issue.state == "open"
+            and issue.pull
+            and issue.pull.head_repo == head_repo.full_name
+            and issue.pull.head_ref == ref
+            and issue.pull.base_ref == base
+        ):
+            raise invalid(
+                {
+                    "resource": "PullRequest",
+                    "code": "custom",
+                    "message": f"A pull request already exists for {head_repo.owner}:{ref}.",
+                }
+            )
     tip = head_repo.refs[f"refs/heads/{ref}"]
     if repo.is_ancestor(tip, repo.refs[f"refs/heads/{base}"]):
-        raise invalid({"resource": "PullRequest", "code": "custom",
-                       "message": f"No commits between {base} and {head}"})
-    pull = PullInfo(head_repo.full_name, ref, base, tip, draft=bool(call.body.get("draft")),
-                    maintainer_can_modify=bool(call.body.get("maintainer_can_modify")))
+        raise invalid(
+            {
+                "resource": "PullRequest",
+                "code": "custom",
+                "message": f"No commits between {base} and {head}",
+            }
+        )
+    pull = PullInfo(
+        head_repo.full_name,
+        ref,
+        base,
+        tip,
+        draft=bool(call.body.get("draft")),
+        maintainer_can_modify=bool(call.body.get("maintainer_can_modify")),
+    )
     issue = new_issue(call.state, repo, title, call.body.get("body"), call.login(), [], pull)
     return Reply(201, call.render.pull(repo, issue))
 
@@ -97,8 +127,9 @@ def list_pull_files(call: Call) -> Reply:
 def list_reviews(call: Call) -> Reply:
     repo = call.repo
     number = repo.pull(call.params["number"]).number
-    return paged(call, [call.render.review(repo, r) for r in repo.reviews.values()
-                        if r.number == number])
+    return paged(
+        call, [call.render.review(repo, r) for r in repo.reviews.values() if r.number == number]
+    )
 
 
 def check_line(call: Call, issue: Issue, comment: dict[str, Any]) -> None:
@@ -112,12 +143,24 @@ def check_line(call: Call, issue: Issue, comment: dict[str, Any]) -> None:
         raise ApiError(422, "Unprocessable Entity", ["Line could not be resolved"])
 
 
-def new_review_comment(call: Call, issue: Issue, comment: dict[str, Any],
-                       review_id: int | None, commit_id: str) -> ReviewComment:
+def new_review_comment(
+    call: Call, issue: Issue, comment: dict[str, Any], review_id: int | None, commit_id: str
+) -> ReviewComment:
     stamp = now()
-    created = ReviewComment(call.state.next_id(), issue.number, review_id, comment["path"],
-                            comment["line"], comment.get("side", "RIGHT"), comment["body"],
-                            commit_id, call.login(), stamp, stamp, comment.get("in_reply_to"))
+    created = ReviewComment(
+        call.state.next_id(),
+        issue.number,
+        review_id,
+        comment["path"],
+        comment["line"],
+        comment.get("side", "RIGHT"),
+        comment["body"],
+        commit_id,
+        call.login(),
+        stamp,
+        stamp,
+        comment.get("in_reply_to"),
+    )
     call.repo.review_comments[created.id] = created
     return created
 
@@ -136,8 +179,15 @@ def create_review(call: Call) -> Reply:
     for comment in comments:
         check_line(call, issue, comment)
     commit_id = call.body.get("commit_id") or head_sha(call.state, issue)
-    review = Review(call.state.next_id(), issue.number, call.login(), call.body.get("body") or "",
-                    REVIEW_STATES[event], commit_id, now())
+    review = Review(
+        call.state.next_id(),
+        issue.number,
+        call.login(),
+        call.body.get("body") or "",
+        REVIEW_STATES[event],
+        commit_id,
+        now(),
+    )
     repo.reviews[review.id] = review
     for comment in comments:
         new_review_comment(call, issue, comment, review.id, commit_id)
@@ -148,8 +198,14 @@ def create_review(call: Call) -> Reply:
 def list_review_comments(call: Call) -> Reply:
     repo = call.repo
     number = repo.pull(call.params["number"]).number
-    return paged(call, [call.render.review_comment(repo, c) for c in repo.review_comments.values()
-                        if c.number == number])
+    return paged(
+        call,
+        [
+            call.render.review_comment(repo, c)
+            for c in repo.review_comments.values()
+            if c.number == number
+        ],
+    )
 
 
 @route("POST", REPO + r"/pulls/(?P<number>\d+)/comments", write=True)

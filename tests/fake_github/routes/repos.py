@@ -19,14 +19,17 @@ def get_repo(call: Call) -> Reply:
 def get_permission(call: Call) -> Reply:
     login = call.params["login"]
     permission = call.state.permission(call.state.user(login), call.repo)
-    return Reply(200, {"permission": permission, "role_name": permission,
-                       "user": call.render.user(login)})
+    return Reply(
+        200, {"permission": permission, "role_name": permission, "user": call.render.user(login)}
+    )
 
 
 @route("GET", REPO + "/branches")
 def list_branches(call: Call) -> Reply:
     repo = call.repo
-    names = sorted(ref.removeprefix("refs/heads/") for ref in repo.refs if ref.startswith("refs/heads/"))
+    names = sorted(
+        ref.removeprefix("refs/heads/") for ref in repo.refs if ref.startswith("refs/heads/")
+    )
     return paged(call, [call.render.branch(repo, name) for name in names])
 
 
@@ -97,12 +100,20 @@ def get_contents(call: Call) -> Reply:
     if path in tree:
         return Reply(200, call.render.content(repo, path, tree[path], ref))
     prefix = f"{path}/" if path else ""
-    children = {p[len(prefix):].split("/")[0]: "/" in p[len(prefix):]
-                for p in tree if p.startswith(prefix)}
+    children = {
+        p[len(prefix) :].split("/")[0]: "/" in p[len(prefix) :]
+        for p in tree
+        if p.startswith(prefix)
+    }
     if not children:
         raise ApiError(404, "Not Found")
-    return Reply(200, [call.render.entry(repo, prefix + name, "dir" if is_dir else "file", ref)
-                       for name, is_dir in sorted(children.items())])
+    return Reply(
+        200,
+        [
+            call.render.entry(repo, prefix + name, "dir" if is_dir else "file", ref)
+            for name, is_dir in sorted(children.items())
+        ],
+    )
 
 
 def commit_file(call: Call, path: str, data: bytes | None) -> tuple[Repo, Commit, bool]:
@@ -121,7 +132,9 @@ def commit_file(call: Call, path: str, data: bytes | None) -> tuple[Repo, Commit
         raise ApiError(409, f"{path} does not match {given}")
     if path not in tree and data is None:
         raise ApiError(404, "Not Found")
-    files = {p: d for p, d in tree.items() if p != path} | ({path: data} if data is not None else {})
+    files = {p: d for p, d in tree.items() if p != path} | (
+        {path: data} if data is not None else {}
+    )
     commit = call.state.commit(repo, repo.refs[ref], files, call.field("message"), call.login())
     repo.refs[ref] = commit.sha
     return repo, commit, path in tree
@@ -132,9 +145,13 @@ def put_contents(call: Call) -> Reply:
     path = call.params["path"].strip("/")
     data = base64.b64decode(call.field("content"))
     repo, commit, existed = commit_file(call, path, data)
-    return Reply(200 if existed else 201,
-                 {"content": call.render.content(repo, path, data, commit.sha),
-                  "commit": call.render.commit(repo, commit)})
+    return Reply(
+        200 if existed else 201,
+        {
+            "content": call.render.content(repo, path, data, commit.sha),
+            "commit": call.render.commit(repo, commit),
+        },
+    )
 
 
 @route("DELETE", REPO + r"/contents/(?P<path>.+)", write=True)

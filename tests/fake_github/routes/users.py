@@ -25,7 +25,10 @@ def get_user(call: Call) -> Reply:
 
 @route("GET", "/rate_limit")
 def get_rate_limit(call: Call) -> Reply:
-    core = {"limit": RATE_LIMIT, "remaining": call.state.rate_remaining,
-            "reset": call.state.rate_reset, "used": RATE_LIMIT - call.state.rate_remaining}
+    core = {
+        "limit": RATE_LIMIT,
+        "remaining": call.state.rate_remaining,
+        "reset": call.state.rate_reset,
+        "used": RATE_LIMIT - call.state.rate_remaining,
+    }
     return Reply(200, {"resources": {"core": core, "search": core, "graphql": core}, "rate": core})
-
