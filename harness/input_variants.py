@@ -24,6 +24,8 @@ def resized_inputs(inputs: list, variant: int, seed: int) -> list | None:
         return None
     axis = 0 if variant == 1 else -1
     old = tensors[0].shape[axis]
+    if old == 0:  # no values along it to draw a longer one from
+        return None
     generator = torch.Generator().manual_seed(seed)
 
     def draw(low: int, high: int) -> int:  # inclusive
@@ -67,8 +69,8 @@ def _picked(flat: torch.Tensor, count: int, picker: torch.Generator) -> torch.Te
     1/128 of the input's size and read whole cache lines. A run is at most 1/64 of a small
     input, so its values still come from all over it (the first and last ``block - 1``
     elements are drawn less often: a run starts no later than ``block`` before the end)."""
-    if count == 0 or flat.numel() == 0:  # a dimension of size 0 (there is nothing to draw)
-        return flat.new_empty(count)
+    if count == 0:  # another dimension of size 0: nothing to draw
+        return flat.new_empty(0)
     block = max(1, min(PICK_BLOCK, flat.numel() // 64))
     runs = flat.unfold(0, block, 1)  # row i: flat[i : i + block], a view
     picked = torch.empty(count, dtype=flat.dtype, device=flat.device)

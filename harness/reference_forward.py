@@ -74,7 +74,7 @@ def nonfinite_error(job: WorkerJob, name: str) -> UserError:
 
 def out_of_memory(problem, inputs: list, case: str) -> UserError:
     """The device ran out running the reference on one case: what it held, what was free."""
-    held = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+    held = sum(tensor_bytes(x) for x in inputs)
     free, total = torch.cuda.mem_get_info() if problem.device == "cuda" else (0, 0)
     memory = f"{free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB" if total else "host memory"
     step = (

@@ -51,6 +51,8 @@ def test_the_same_seed_gives_the_same_shapes_and_values():
 def test_an_input_with_an_empty_dimension_gets_an_empty_variant():
     (x,) = resized_inputs([torch.randn(4, 0)], 1, 3)
     assert x.shape[1] == 0 and x.shape[0] < 4
+    # An empty batch has no values to draw a batch of 2 from: no such case, not garbage.
+    assert resized_inputs([torch.randn(0, 5)], 1, 3) is None
 
 
 def test_values_come_from_the_original_inputs():
