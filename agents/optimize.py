@@ -51,7 +51,7 @@ def optimize_problem(
         trajectory.stopped = ""
     if trajectory is None:
         say(f"{problem.name}: proposing fused kernels (offline proposer)")
-        proposal = propose(problem)
+        proposal = propose(problem, evaluator.config)
         llm = "offline" if team is None else team.llm.model
         first = proposal.candidate if config.seed_offline or team is None else None
         trajectory = new_trajectory(problem, llm, config, seed, first)

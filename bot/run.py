@@ -8,9 +8,11 @@ so what was measured survives whatever comes later.
 
 from __future__ import annotations
 
+import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -19,6 +21,7 @@ from agents.loop import SearchConfig
 from agents.trajectory import Trajectory
 from bot.render import write_report
 from bot.report import Report, TargetReport
+from harness.buildcache import default_cache_dir
 from harness.config import EvalConfig, find_pyproject, load_project_config
 from harness.errors import UserError
 from harness.evaluate import Evaluator, WeakSpecError
@@ -49,6 +52,39 @@ class RunOptions(BaseModel):
     project_dir: Path | None = Field(
         default=None, description="Where the project's pyproject.toml is looked for (None: here)."
     )
+    sandbox: Literal["bubblewrap", "off"] = Field(
+        default_factory=lambda: sandbox_from_environment(os.environ),
+        description="How workers that run the module's and candidates' code are isolated "
+        "(KERNELPILOT_SANDBOX; never pyproject.toml, which a pull request can change).",
+    )
+    cache_scope: str = Field(
+        default_factory=lambda: cache_scope(os.environ),
+        description="The build cache's folder for this run's trust level: a pull request's "
+        "builds never reach the nightly job's (from GITHUB_EVENT_NAME; local outside Actions).",
+    )
+
+
+SCOPES = {"pull_request": "pull-request", "pull_request_target": "pull-request",
+          "schedule": "nightly", "workflow_dispatch": "dispatch"}  # fmt: skip
+
+
+def cache_scope(environ: Mapping[str, str]) -> str:
+    """Each kind of run builds into a cache of its own: ``local`` outside GitHub Actions."""
+    event = environ.get("GITHUB_EVENT_NAME")
+    if not event:
+        return "local"
+    return SCOPES.get(event, "other-events")
+
+
+def sandbox_from_environment(environ: Mapping[str, str]) -> Literal["bubblewrap", "off"]:
+    value = environ.get("KERNELPILOT_SANDBOX", "").strip().lower() or "bubblewrap"
+    if value not in ("bubblewrap", "off"):
+        raise UserError(
+            f"KERNELPILOT_SANDBOX={value!r} is not a sandbox kind",
+            where="the environment",
+            fix="set KERNELPILOT_SANDBOX to bubblewrap (the default) or off (trusted code only)",
+        )
+    return value  # type: ignore[return-value]
 
 
 Progress = Callable[[str], None]
@@ -64,6 +100,8 @@ def project_eval_config(options: RunOptions, start: Path | None = None) -> EvalC
         updates["compile_baseline"] = options.compile_baseline
     if options.time_budget_s is not None:
         updates["time_budget_s"] = options.time_budget_s
+    updates["sandbox"] = options.sandbox
+    updates["cache_dir"] = (config.cache_dir or default_cache_dir()) / options.cache_scope
     return config.model_copy(update=updates)
 
 

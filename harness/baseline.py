@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from harness.bubblewrap import problem_view
 from harness.buildcache import default_cache_dir
 from harness.config import EvalConfig
 from harness.errors import UserError
@@ -41,7 +42,8 @@ def time_baselines(
     job_dir = Path(tempfile.mkdtemp(prefix="baseline-", dir=work_dir))
     try:
         (job_dir / "job.json").write_text(job.model_dump_json())
-        outcome = run_worker(job_dir, config.run_timeout_s, None, isolate_network=False)
+        view = problem_view(problem, job.cache_dir)
+        outcome = run_worker(job_dir, config.run_timeout_s, None, view, config.sandbox)
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)
     try:

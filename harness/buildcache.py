@@ -1,30 +1,30 @@
 """Building candidates' kernels: ``load_inline`` behind a content-hash cache and a call counter.
 
 Inside a worker, ``torch.utils.cpp_extension.load_inline`` is replaced by ``CachedLoader``:
-the build directory and module name come from a hash of everything that shapes the binary
-(sources, functions, flags, torch version, device and arch), so a repeated candidate is never
-rebuilt, and the returned module counts calls into each compiled function (launch evidence).
-The built library is checked (``harness.symbols``) before it is loaded: loading runs its static
-initializers, which are the candidate's code too.
+it gates the sources and flags, and asks its builder for the library of a key hashed from
+everything that shapes the binary (sources, functions, flags, torch version, device and arch),
+so a repeated candidate is never rebuilt; the returned module counts calls into each compiled
+function (launch evidence). In a candidate worker the builder is the parent, which builds in a
+sandbox of its own and keeps the cache (``harness.buildstore``). The library's hash is checked
+against the one recorded at build time, and its objects (``harness.symbols``), before it is
+loaded: loading runs its static initializers, which are the candidate's code too.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import json
 import os
-import platform
 import re
-import sys
 import threading
 from collections import Counter
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from torch.utils import cpp_extension
 
+from harness.buildstore import BuildSpec, BuildStore, Built, file_sha256, spec_key
 from harness.gate import GateRejection
 from harness.native_gate import check_native
 from harness.sandbox import tools_first
@@ -55,13 +55,23 @@ class BuildFailed(Exception):
 class CachedLoader:
     """A drop-in ``load_inline`` for candidates; one per worker process."""
 
-    def __init__(self, cache_dir: Path, device: str, dtype: str, arch: str | None = None) -> None:
-        """``arch`` (e.g. "9.0") defaults to the visible GPU's compute capability on cuda."""
+    def __init__(
+        self,
+        cache_dir: Path,
+        device: str,
+        dtype: str,
+        arch: str | None = None,
+        builder: Builder | None = None,
+    ) -> None:
+        """``arch`` (e.g. "9.0") defaults to the visible GPU's compute capability on cuda.
+        ``builder`` gets each build: in a worker, the parent's (``harness.buildstore``: the
+        cache is read-only there); else one that builds in this process into ``cache_dir``."""
         self.cache_dir = cache_dir
         self.device = device
         self.dtype = dtype
         self.calls: Counter[str] = Counter()
         self.builds: list[str] = []
+        self.builder = builder or local_builder(cache_dir)
         os.environ["PATH"] = tools_first(os.environ.get("PATH", ""))  # as in every worker
         if device == "cuda":
             if arch is None:
@@ -86,9 +96,7 @@ class CachedLoader:
             raise GateRejection([f"builds CUDA sources but the problem runs on {self.device}"])
         reasons = check_native(cpp + "\n" + cuda, self.dtype)
         flags = [*(extra_cflags or []), *(extra_cuda_cflags or []), *(extra_ldflags or [])]
-        reasons += [
-            f"build flag {flag!r} is not allowed" for flag in flags if not ALLOWED_FLAG.match(flag)
-        ]
+        reasons += flag_problems(flags)
         if reasons:
             raise GateRejection(reasons)
         if isinstance(functions, str):
@@ -106,31 +114,55 @@ class CachedLoader:
         return CountingModule(module, self.calls)
 
     def _build(self, key, cpp, cuda, functions, cflags, cuda_flags, ldflags):
-        directory = self.cache_dir / key
-        directory.mkdir(parents=True, exist_ok=True)
+        spec = _spec(cpp, cuda, functions, cflags, cuda_flags, ldflags, self.device)
         self.builds.append(key)
-        # No use_pch: torch keeps one precompiled header in site-packages and deletes it
-        # whenever any load_inline call runs without use_pch, so builds would race on it.
-        try:
-            with _build_only():
-                library = _load_inline(
-                    name=f"kp_{key}",
-                    cpp_sources=[cpp],
-                    cuda_sources=[cuda] if cuda else None,
-                    functions=functions,
-                    extra_cflags=list(cflags),  # load_inline appends to the lists it is given
-                    extra_cuda_cflags=list(cuda_flags) or None,
-                    extra_ldflags=list(ldflags),
-                    build_directory=str(directory),
-                    with_cuda=bool(cuda),
-                    verbose=False,
-                )
-        except (RuntimeError, OSError, ImportError) as err:
-            raise BuildFailed(str(err)) from err
-        reasons = check_binary(Path(library))
+        built = self.builder(spec, key)
+        if built.error is not None or built.library is None:
+            raise BuildFailed(built.error or "no library")
+        # The builder verified the entry; this process checks the file it is about to load.
+        if file_sha256(built.library) != built.sha256:
+            raise BuildFailed(f"{built.library} changed after its build was verified")
+        reasons = check_binary(built.library)
         if reasons:
             raise GateRejection(reasons)
-        return _load_library(f"kp_{key}", Path(library))
+        return _load_library(f"kp_{key}", built.library)
+
+
+Builder = Callable[[BuildSpec, str], Built]
+DEFAULT_CACHE_BYTES = 20 * 2**30
+
+
+def local_builder(cache_dir: Path, max_bytes: int = DEFAULT_CACHE_BYTES) -> Builder:
+    """Builds in this process into ``cache_dir``: for code that trusts what it builds (tests,
+    benchmarks of kernels of our own); workers that run candidates ask their parent instead."""
+    from harness.compile_worker import compile_here
+
+    return BuildStore(cache_dir, compile_here, max_bytes).library
+
+
+def flag_problems(flags: list[str]) -> list[str]:
+    return [f"build flag {flag!r} is not allowed" for flag in flags if not ALLOWED_FLAG.match(flag)]
+
+
+def build_library(spec: BuildSpec, module_name: str, build_dir: Path) -> Path:
+    """Compile ``spec`` into ``build_dir`` without loading it; the library's path. Raises
+    what ``load_inline`` raises when the compiler says no."""
+    # No use_pch: torch keeps one precompiled header in site-packages and deletes it
+    # whenever any load_inline call runs without use_pch, so builds would race on it.
+    with _build_only():
+        library = _load_inline(
+            name=module_name,
+            cpp_sources=[spec.cpp],
+            cuda_sources=[spec.cuda] if spec.cuda else None,
+            functions=spec.functions,
+            extra_cflags=list(spec.cflags),  # load_inline appends to the lists it is given
+            extra_cuda_cflags=list(spec.cuda_flags) or None,
+            extra_ldflags=list(spec.ldflags),
+            build_directory=str(build_dir),
+            with_cuda=bool(spec.cuda),
+            verbose=False,
+        )
+    return Path(library)
 
 
 _original_import = cpp_extension._import_module_from_library
@@ -198,27 +230,16 @@ def check_binary(library: Path) -> list[str]:
 
 
 def build_key(cpp, cuda, functions, cflags, cuda_flags, ldflags, device) -> str:
+    """The cache key of a build in this process (the arch from TORCH_CUDA_ARCH_LIST)."""
+    return spec_key(_spec(cpp, cuda, functions, cflags, cuda_flags, ldflags, device))
+
+
+def _spec(cpp, cuda, functions, cflags, cuda_flags, ldflags, device) -> BuildSpec:
     arch = os.environ.get("TORCH_CUDA_ARCH_LIST", "") if device == "cuda" else ""
-    payload = json.dumps(
-        {
-            "cpp": cpp,
-            "cuda": cuda,
-            "functions": functions,
-            "cflags": cflags,
-            "cuda_flags": cuda_flags,
-            "ldflags": ldflags,
-            "torch": torch.__version__,
-            # Another install of the same version has other header paths in build.ninja:
-            # sharing a directory would make ninja rebuild at each switch.
-            "torch_dir": os.path.dirname(torch.__file__),
-            "python": sys.version_info[:2],
-            "device": device,
-            "arch": arch,
-            "machine": platform.machine(),
-        },
-        sort_keys=True,
-    )
-    return hashlib.sha256(payload.encode()).hexdigest()[:20]
+    return BuildSpec(
+        cpp=cpp, cuda=cuda, functions=functions, cflags=list(cflags),
+        cuda_flags=list(cuda_flags), ldflags=list(ldflags), device=device, arch=arch,
+    )  # fmt: skip
 
 
 def _joined(sources) -> str:

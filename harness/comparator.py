@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.bubblewrap import problem_view
 from harness.config import EvalConfig
 from harness.errors import UserError
 from harness.jobs import ReferenceReport, UserErrorReport, WorkerJob
@@ -50,7 +51,9 @@ class Comparator:
         (self.job_dir / "job.json").write_text(job.model_dump_json())
         self.started = time.monotonic()
         # The reference is the user's own code: no limits beyond the machine's, as its worker.
-        self.process, self.reader = start_worker(self.job_dir, None, isolate_network=False)
+        # It reads candidates' outputs from their job folders (harness.handover), in work_dir.
+        view = problem_view(problem, cache_dir, writable=[work_dir])
+        self.process, self.reader = start_worker(self.job_dir, None, view, config.sandbox)
         self.read = 0  # messages taken so far
         self.kernels: list[str] | None = None
         self.report: ReferenceReport | None = None

@@ -74,6 +74,9 @@ class EvalConfig(BaseModel):
     cache_dir: Path | None = Field(
         default=None, description="Build cache; default $KERNELPILOT_CACHE or ~/.cache/kernelpilot."
     )
+    cache_max_gb: float = Field(
+        default=20, gt=0, description="Size of the built kernels kept; least recently used go."
+    )
     stream_gate: bool = Field(
         default=True,
         description=(
@@ -82,6 +85,14 @@ class EvalConfig(BaseModel):
             "(harness/native/stream_gate.c, preloaded into the checks' worker), so that work the "
             "caller's stream does not wait for is caught every time, not only when it is still "
             "running. false: those cases race the work, as the free ones do."
+        ),
+    )
+    sandbox: Literal["bubblewrap", "off"] = Field(
+        default="bubblewrap",
+        description=(
+            "How workers that run the module's or a candidate's code are isolated "
+            "(harness.bubblewrap): bubblewrap, or off for trusted code only. Not settable in "
+            "pyproject.toml, which a pull request can change: --sandbox or KERNELPILOT_SANDBOX."
         ),
     )
     reference_outputs: Literal["auto", "stored", "recomputed"] = Field(
@@ -163,6 +174,13 @@ def load_project_config(pyproject: Path) -> ProjectConfig:
 def project_config(table: dict, where: str) -> ProjectConfig:
     """A ``[tool.kernelpilot]`` table (from a file, or a file at a commit) as the checked
     config; a bad key is a UserError naming it."""
+    if "sandbox" in table.get("eval", {}):
+        raise UserError(
+            "the sandbox cannot be set in pyproject.toml (a pull request could switch it off)",
+            where=f"{where}: tool.kernelpilot.eval.sandbox",
+            fix="remove the key; pass --sandbox off (or KERNELPILOT_SANDBOX=off) for trusted "
+            "code only",
+        )
     try:
         return ProjectConfig.model_validate(table)
     except ValidationError as err:

@@ -19,6 +19,8 @@ from typing import Literal
 
 from harness import stream_gate
 from harness.accept import confirm_disturbance
+from harness.bubblewrap import problem_view
+from harness.build_requests import ParentBuilder
 from harness.buildcache import default_cache_dir
 from harness.comparator import Comparator, ComparatorStopped
 from harness.config import EvalConfig
@@ -61,6 +63,12 @@ class Evaluator:
         if work_dir is None:  # its own: the cases' files (GBs for large problems) go with it
             weakref.finalize(self, shutil.rmtree, self.work_dir, ignore_errors=True)
         self.cache_dir = self.config.cache_dir or default_cache_dir()
+        self.builder = ParentBuilder(
+            self.cache_dir / "kernels",
+            self.config.sandbox,
+            self.config.build_timeout_s,
+            int(self.config.cache_max_gb * 2**30),
+        )
         self.progress = progress or (lambda message: None)
         self._references: dict[str, ReferenceData] = {}
         # Per problem where reference outputs are made again per candidate (on cuda): its
@@ -259,9 +267,13 @@ class Evaluator:
         # The checks' worker on cuda holds other streams' work back (harness.stream_gate).
         gated = mode == "evaluate" and problem.device == "cuda" and config.stream_gate
         extra_env = stream_gate.worker_environment(self.cache_dir) if gated else None
+        # The build cache is read-only there: its builds are asked of us (harness.build_requests).
+        view = problem_view(problem, self.cache_dir)
         outcome = run_worker(
-            job_dir, timeout, memory, receiver.at(job_dir) if receiver else None, True, extra_env
-        )
+            job_dir, timeout, memory, view, config.sandbox,
+            receiver.at(job_dir) if receiver else None, extra_env,
+            on_build=lambda body: self.builder.answer(body, problem.device, problem.dtype),
+        )  # fmt: skip
         return candidate_report(outcome, problem, timeout)
 
 

@@ -50,10 +50,13 @@ class HandoverError(Exception):
     """The announcement does not describe outputs the trusted side can read."""
 
 
-def transport_for(device: str, recompute: bool) -> Transport:
-    """IPC where a comparator worker on the device compares; a file where the parent does (it
-    never opens a CUDA context) or on cpu."""
-    return "ipc" if device == "cuda" and recompute else "file"
+def transport_for(device: str, recompute: bool, sandbox: str) -> Transport:
+    """IPC where a comparator worker on the device compares, when workers are not sandboxed; a
+    file where the parent does (it never opens a CUDA context), on cpu, and between sandboxes:
+    CUDA IPC opens the exporting process's memory through its ``/proc`` entries, which a
+    sandbox hides from every other (seen on an H200: "invalid device context" across PID
+    namespaces, "mapping of buffer object failed" across user namespaces)."""
+    return "ipc" if device == "cuda" and recompute and sandbox == "off" else "file"
 
 
 def send(

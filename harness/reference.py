@@ -12,6 +12,7 @@ from typing import BinaryIO
 
 import torch
 
+from harness.bubblewrap import problem_view
 from harness.buildcache import default_cache_dir
 from harness.config import EvalConfig
 from harness.errors import UserError
@@ -79,7 +80,8 @@ def reference_data(
     job_dir = Path(tempfile.mkdtemp(prefix="reference-", dir=work_dir))
     (job_dir / "job.json").write_text(job.model_dump_json())
     # The reference is the user's own code: no memory limit beyond the machine's.
-    outcome = run_worker(job_dir, config.run_timeout_s, None, isolate_network=False)
+    view = problem_view(problem, job.cache_dir)
+    outcome = run_worker(job_dir, config.run_timeout_s, None, view, config.sandbox)
     try:
         report = ReferenceReport.model_validate(worker_result(outcome, problem))
         data = ReferenceData(report=report, seeds=seeds, recomputed=job.recompute)

@@ -1,4 +1,6 @@
-"""Run a worker in its own process: no secrets, no network where the OS allows, time and memory limits.
+"""Run a worker in its own sandboxed process (``harness.bubblewrap``): no secrets, no network,
+no view of other processes or of the machine's files beyond what its job needs, time and memory
+limits.
 
 A candidate that segfaults, hangs, poisons its CUDA context, runs out of memory or prints
 megabytes costs one failed result; the caller goes on with a fresh process for the next one.
@@ -25,7 +27,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from harness.bubblewrap import Isolation, WorkerView, wrap
+
 SECRET_NAME = re.compile(r"(TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL|AUTH)", re.IGNORECASE)
+# Whole families a worker has no use for: the Actions runner's (its file-command paths, its
+# runtime URLs), the action's inputs, the LLM endpoint's settings.
+RUNNER_PREFIXES = ("GITHUB_", "ACTIONS_", "RUNNER_", "INPUT_", "OPENAI_")
+WORKER_ENTRY = "harness.worker"
 LOG_LIMIT = 8000  # characters of a worker's output kept for the report and the debugger
 CHANNEL_LIMIT = 16 * 2**20  # bytes a worker may send on its channel
 CLONE_NEWNET = 0x40000000
@@ -54,8 +62,11 @@ class WorkerOutcome(BaseModel):
 
 def clean_environment() -> dict[str, str]:
     """The environment a worker sees: ours, minus anything that looks like a secret."""
-    env = {name: value for name, value in os.environ.items() if not SECRET_NAME.search(name)}
-    env.pop("GITHUB_TOKEN", None)
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not SECRET_NAME.search(name) and not name.upper().startswith(RUNNER_PREFIXES)
+    }
     env["PYTHONUNBUFFERED"] = "1"
     env["PATH"] = tools_first(env.get("PATH", ""))
     project_root = str(Path(__file__).resolve().parent.parent)
@@ -77,19 +88,25 @@ def run_worker(
     job_dir: Path,
     timeout_s: float,
     memory_limit_gb: float | None,
+    view: WorkerView,
+    isolation: Isolation,
     on_outputs: Callable[[object], bool] | None = None,
-    isolate_network: bool = True,
     extra_env: dict[str, str] | None = None,
+    entry: str = WORKER_ENTRY,
+    on_build: Callable[[object], dict] | None = None,
 ) -> WorkerOutcome:
-    """Run ``python -m harness.worker job_dir FD`` and wait for it, at most ``timeout_s``.
+    """Run ``python -m ENTRY job_dir FD`` in its sandbox and wait for it, at most ``timeout_s``.
 
     Each time the worker says a case's outputs are ready, ``on_outputs(body)`` (the message's
-    body, untrusted) decides whether it goes on ("go" on its stdin) or stops.
+    body, untrusted) decides whether it goes on ("go" on its stdin) or stops. Each time it asks
+    for a build, ``on_build(body)`` answers (a JSON line on its stdin; with no ``on_build``, a
+    refusal).
     """
     started = time.monotonic()
-    process, reader = start_worker(job_dir, memory_limit_gb, isolate_network, extra_env)
+    process, reader = start_worker(job_dir, memory_limit_gb, view, isolation, extra_env, entry)
     with reader:
-        timed_out = _wait(process, reader, started + timeout_s, on_outputs)
+        answer = Answers(on_outputs, on_build)
+        timed_out = _wait(process, reader, started + timeout_s, answer)
         _kill_group(process)
         reader.drain()
     return _outcome(process, reader, timed_out, started, job_dir)
@@ -98,25 +115,39 @@ def run_worker(
 def start_worker(
     job_dir: Path,
     memory_limit_gb: float | None,
-    isolate_network: bool,
+    view: WorkerView,
+    isolation: Isolation,
     extra_env: dict[str, str] | None = None,
+    entry: str = WORKER_ENTRY,
 ) -> tuple[subprocess.Popen, ChannelReader]:
-    """Start ``python -m harness.worker job_dir FD``; its log goes to ``job_dir/worker.log``,
-    its messages come on the reader, its stdin is a pipe of ours. ``extra_env``: the harness's
-    own additions to the cleaned environment (the stream gate's preload)."""
+    """Start ``python -m ENTRY job_dir FD``: in a bubblewrap sandbox that sees ``view`` and its
+    job folder (``harness.bubblewrap``), or with ``isolation`` off only in a network namespace
+    where the OS allows one. Its log goes to ``job_dir/worker.log``, its messages come on the
+    reader, its stdin is a pipe of ours. ``extra_env``: the harness's own additions to the
+    cleaned environment (the stream gate's preload, whose library the sandbox shows)."""
+    env = clean_environment() | (extra_env or {})
     read_end, write_end = os.pipe()
+    argv = [sys.executable, "-m", entry, str(job_dir), str(write_end)]
+    if isolation == "bubblewrap":
+        preloads = [Path(p) for p in env.get("LD_PRELOAD", "").split() if p]
+        for folder in view.writable:  # a folder bound in must exist
+            folder.mkdir(parents=True, exist_ok=True)
+        view = view.model_copy(
+            update={"writable": [*view.writable, job_dir], "read_only": view.read_only + preloads}
+        )
+        argv = wrap(argv, view, env | {"HOME": "/tmp", "TMPDIR": "/tmp"}, job_dir)
     with (job_dir / "worker.log").open("wb") as log:
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "harness.worker", str(job_dir), str(write_end)],
+                argv,
                 stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=clean_environment() | (extra_env or {}),
+                env=env,
                 cwd=job_dir,
                 start_new_session=True,
                 pass_fds=(write_end,),
-                preexec_fn=_limits(memory_limit_gb, isolate_network),
+                preexec_fn=_limits(memory_limit_gb, isolate_network=isolation == "off"),
             )
         except BaseException:
             os.close(read_end)
@@ -143,6 +174,12 @@ def _outcome(
     signal_name = None
     if returncode is not None and returncode < 0:
         signal_name = signal.Signals(-returncode).name
+    elif returncode is not None and 128 < returncode <= 128 + 64:
+        # bubblewrap exits with 128 + the signal that ended the command inside it
+        try:
+            signal_name = signal.Signals(returncode - 128).name
+        except ValueError:
+            pass
     return WorkerOutcome(
         returncode=returncode,
         timed_out=timed_out,
@@ -202,21 +239,43 @@ class ChannelReader:
                 break
 
 
-def _wait(process: subprocess.Popen, reader: ChannelReader, deadline: float, on_outputs) -> bool:
-    """Wait for the worker, answering each of its outputs messages in turn; True when it ran
-    out of time."""
+class Answers:
+    """What the parent says to a worker's questions: outputs ready (go on?) and builds."""
+
+    def __init__(
+        self,
+        on_outputs: Callable[[object], bool] | None,
+        on_build: Callable[[object], dict] | None,
+    ) -> None:
+        self.on_outputs, self.on_build = on_outputs, on_build
+
+    def __call__(self, message: dict) -> bytes | None:
+        body = message.get("body")
+        if message.get("kind") == "outputs":
+            go = self.on_outputs(body) if self.on_outputs else True
+            return b"go\n" if go else b"stop\n"
+        if message.get("kind") == "build":
+            built = self.on_build(body) if self.on_build else {"key": "", "error": "no builds here"}
+            return json.dumps(built).encode() + b"\n"
+        return None
+
+
+def _wait(process: subprocess.Popen, reader: ChannelReader, deadline: float, answer) -> bool:
+    """Wait for the worker, answering each of its questions in turn; True when it ran out of
+    time."""
     assert process.stdin is not None
     answered = 0
     while process.poll() is None:
         if time.monotonic() > deadline:
             return True
         reader.poll(0.02)
-        asked = [m for m in reader.messages if m.get("kind") == "outputs"]
-        for message in asked[answered:]:
+        for message in reader.messages[answered:]:
             answered += 1
-            go = on_outputs(message.get("body")) if on_outputs else True
+            reply = answer(message)
+            if reply is None:
+                continue
             try:
-                process.stdin.write(b"go\n" if go else b"stop\n")
+                process.stdin.write(reply)
                 process.stdin.flush()
             except BrokenPipeError:
                 pass

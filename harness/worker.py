@@ -18,6 +18,7 @@ from typing import TextIO
 
 import torch
 
+from harness.buildstore import BuildSpec, Built
 from harness.errors import UserError
 from harness.jobs import (
     BaselineReport,
@@ -53,6 +54,15 @@ def _outputs_ready(channel: TextIO, body: dict) -> bool:
     return sys.stdin.readline().strip() == "go"
 
 
+def _build_by_parent(channel: TextIO, spec: BuildSpec, key: str) -> Built:
+    """Ask the parent for a build (``harness.build_requests``); the cache is read-only here."""
+    send(channel, "build", spec.model_dump(mode="json"))
+    line = sys.stdin.readline()
+    if not line:
+        return Built(key=key, error="the parent did not answer the build request")
+    return Built.model_validate_json(line)
+
+
 def run(job: WorkerJob, job_dir: Path, channel: TextIO) -> tuple[str, dict]:
     report: ReferenceReport | CandidateReport | BaselineReport
     try:
@@ -72,12 +82,16 @@ def run(job: WorkerJob, job_dir: Path, channel: TextIO) -> tuple[str, dict]:
         else:
             from harness.worker_candidate import run_build, run_evaluate, run_time
 
+            def builder(spec: BuildSpec, key: str) -> Built:
+                return _build_by_parent(channel, spec, key)
+
             if job.mode == "build":
-                report = run_build(job, job_dir)
+                report = run_build(job, job_dir, builder)
             elif job.mode == "time":
-                report = run_time(job, job_dir)
+                report = run_time(job, job_dir, builder)
             else:
-                report = run_evaluate(job, job_dir, lambda body: _outputs_ready(channel, body))
+                ready = lambda body: _outputs_ready(channel, body)  # noqa: E731
+                report = run_evaluate(job, job_dir, ready, builder)
     except UserError as err:
         return "user_error", UserErrorReport(
             what=err.what, where=err.where, fix=err.fix

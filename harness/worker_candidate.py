@@ -24,7 +24,7 @@ from torch.utils import cpp_extension
 from torch.utils.flop_counter import FlopCounterMode
 
 from harness import guards, handover, profiling, streams
-from harness.buildcache import BuildFailed, CachedLoader
+from harness.buildcache import Builder, BuildFailed, CachedLoader
 from harness.cases import (
     build_reference,
     case_module,
@@ -48,10 +48,13 @@ HOLD_BASE_S = 1.0
 HOLD_FORWARDS = 10
 
 
-def load_candidate(job: WorkerJob, job_dir: Path) -> tuple[torch.nn.Module, CachedLoader]:
-    """Import and construct ``ModelNew``; builds its kernels on the way."""
+def load_candidate(
+    job: WorkerJob, job_dir: Path, builder: Builder | None = None
+) -> tuple[torch.nn.Module, CachedLoader]:
+    """Import and construct ``ModelNew``; its kernels are built on the way, by ``builder``
+    (the parent's, in a worker: the cache is read-only here)."""
     args, kwargs = init_arguments(job.problem)  # the user's code, before any candidate code
-    loader = CachedLoader(job.cache_dir, job.problem.device, job.problem.dtype)
+    loader = CachedLoader(job.cache_dir, job.problem.device, job.problem.dtype, builder=builder)
     cpp_extension.load_inline = loader  # type: ignore[assignment]
     path = job_dir / "candidate.py"
     path.write_text(job.candidate_source or "")
@@ -80,9 +83,9 @@ def load_candidate(job: WorkerJob, job_dir: Path) -> tuple[torch.nn.Module, Cach
     return model, loader
 
 
-def run_build(job: WorkerJob, job_dir: Path) -> CandidateReport:
+def run_build(job: WorkerJob, job_dir: Path, builder: Builder) -> CandidateReport:
     try:
-        _, loader = load_candidate(job, job_dir)
+        _, loader = load_candidate(job, job_dir, builder)
     except CheckFailed as failure:
         return _failed(failure, [])
     return CandidateReport(
@@ -90,11 +93,13 @@ def run_build(job: WorkerJob, job_dir: Path) -> CandidateReport:
     )
 
 
-def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[dict], bool]) -> CandidateReport:
+def run_evaluate(
+    job: WorkerJob, job_dir: Path, proceed: Callable[[dict], bool], builder: Builder
+) -> CandidateReport:
     """The checks. ``proceed(announcement)`` hands one case's outputs over
     (``harness.handover``); the parent answers whether they were right: cases are compared
     one at a time, and the first wrong one ends the run."""
-    transport = handover.transport_for(job.problem.device, job.recompute)
+    transport = handover.transport_for(job.problem.device, job.recompute, job.config.sandbox)
     # The report's own list and dict are filled in place (pydantic copies what it is given).
     report = CandidateReport()
     checks, phases = report.checks, report.phase_seconds
@@ -111,7 +116,7 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[dict], bool])
     report.flops, report.reference_ops = flops, job.reference_ops
     before = guards.snapshot(job.reference_ops)
     try:
-        model, loader = load_candidate(job, job_dir)
+        model, loader = load_candidate(job, job_dir, builder)
         clock.lap("build")
         checks.append(Check(name="static_gate", passed=True, detail="Python and kernel sources"))
         # The previous case's outputs stay alive: a buffer reused across calls shows.
@@ -149,7 +154,7 @@ def run_evaluate(job: WorkerJob, job_dir: Path, proceed: Callable[[dict], bool])
         return _failed(failure, checks, phases)
 
 
-def run_time(job: WorkerJob, job_dir: Path) -> CandidateReport:
+def run_time(job: WorkerJob, job_dir: Path, builder: Builder) -> CandidateReport:
     """The timing, in a process of its own. ``job.reference_ops``: what the checks' worker
     profiled; nothing is profiled here before the timing ends."""
     phases: dict[str, float] = {}
@@ -164,7 +169,7 @@ def run_time(job: WorkerJob, job_dir: Path) -> CandidateReport:
     before = guards.snapshot(job.reference_ops)
     checks: list[Check] = []
     try:
-        model, _ = load_candidate(job, job_dir)
+        model, _ = load_candidate(job, job_dir, builder)
         check_unpatched(job, before, checks, "import")
         clock.lap("load")
         report = time_interleaved(job, model, state, checks, alone, compiled)

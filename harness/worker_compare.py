@@ -96,8 +96,10 @@ class Comparator:
         produced: list[torch.Tensor] | None = None
         try:
             expected = self.reference_outputs(spec)
-            transport = handover.transport_for(self.problem.device, True)
+            transport = handover.transport_for(self.problem.device, True, self.job.config.sandbox)
             produced = handover.receive(request["body"], Path(request["dir"]), number, transport)
+            if transport == "file":  # on the host: compared where the reference's are
+                produced = [out.to(self.problem.device) for out in produced]
             go = judge_case(comparer, spec, produced, expected)
         except handover.HandoverError as err:
             comparer.failed = f"{spec.name}: {err}"

@@ -1,23 +1,27 @@
 """A crashing, a hanging and a wrong candidate each end as their own status; the run goes on.
 
-And a worker that ``run_worker`` really spawned has no secrets in its environment, a network
-namespace of its own where the OS allows one, and an address-space limit: read from /proc.
+And code in a worker that ``run_worker`` really started in its sandbox (``tests/sandbox/probe.py``)
+finds no secrets in its environment, no parent or other process, no file its job does not name,
+no network, a read-only checkout and an address-space limit, and nothing it starts outlives it.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
-import subprocess
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from harness.bubblewrap import SandboxUnavailable, WorkerView
 from harness.evaluate import Evaluator
 from harness.problem import problem_from_target
 from harness.records import Candidate, Status
-from harness.sandbox import CLONE_NEWNET, CLONE_NEWUSER, clean_environment, run_worker
+from harness.sandbox import clean_environment, run_worker
 from tests.conftest import FIXTURES, fast_config
 
 
@@ -55,82 +59,111 @@ def test_worker_environment_has_no_secrets(monkeypatch):
     assert env["HARMLESS"] == "yes"
 
 
-# --- what a worker run_worker really spawned carries (not what its helpers say) ---------------
+# --- what code in a real worker's sandbox can reach (tests/sandbox/probe.py tries) -----------
 MEMORY_LIMIT_GB = 8
 SECRETS = {"GITHUB_TOKEN": "ghs_secret", "OPENAI_API_KEY": "sk-secret", "DB_PASSWORD": "hunter2"}
+RUNNER_VARIABLES = {"GITHUB_OUTPUT": "/runner/_temp/out", "ACTIONS_RUNTIME_URL": "http://x"}
 
 
 @dataclass(frozen=True)
-class Spawned:
-    """What the kernel says about a worker process right after it was started."""
-
-    environ: dict[str, str]
-    net_namespace: str
-    limits: str
-
-
-def _observe(pid: int) -> Spawned:
-    proc = Path(f"/proc/{pid}")
-    raw = (proc / "environ").read_bytes()
-    environ = dict(entry.split("=", 1) for entry in raw.decode().split("\0") if "=" in entry)
-    return Spawned(environ, os.readlink(proc / "ns" / "net"), (proc / "limits").read_text())
+class Probe:
+    findings: dict
+    leave_behind: Path
+    checkout: Path
 
 
 @pytest.fixture(scope="module")
-def spawned(tmp_path_factory: pytest.TempPathFactory) -> Spawned:
-    """One real worker, started by run_worker with secrets in our environment.
-
-    Popen returns once the child has exec'd (it waits for exec to succeed), so the spawned
-    ``python -m harness.worker`` is read from /proc right then, while it is still importing
-    torch; with no job.json it then exits: one cheap worker start for every test below.
-    """
-    seen: list[Spawned] = []
-    real_popen = subprocess.Popen
-
-    def spawn(*args, **kwargs) -> subprocess.Popen:
-        process = real_popen(*args, **kwargs)
-        seen.append(_observe(process.pid))
-        return process
-
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in {**SECRETS, "HARMLESS": "yes"}.items():
+def probed(tmp_path_factory: pytest.TempPathFactory) -> Probe:
+    """One real sandboxed worker, started by run_worker with secrets in our environment, a
+    secret file in a folder its job does not name, a listener on loopback and a checkout it
+    may read: the probe reports what it could reach, and leaves a process behind."""
+    root = tmp_path_factory.mktemp("machine")
+    home, checkout, job_dir = root / "home", root / "checkout", root / "job"
+    for folder in (home, checkout, job_dir):
+        folder.mkdir()
+    (home / "credentials").write_text("the runner's secret")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    leave_behind = job_dir / "outlived.txt"
+    plan = {
+        "parent_pid": os.getpid(), "secret_file": str(home / "credentials"), "home": str(home),
+        "checkout": str(checkout), "port": listener.getsockname()[1],
+        "leave_behind": str(leave_behind),
+    }  # fmt: skip
+    (job_dir / "probe.json").write_text(json.dumps(plan))
+    view = WorkerView(read_only=[checkout])
+    with pytest.MonkeyPatch.context() as patch, listener:
+        for name, value in {**SECRETS, **RUNNER_VARIABLES, "HARMLESS": "yes"}.items():
             patch.setenv(name, value)
-        patch.setattr(subprocess, "Popen", spawn)
-        outcome = run_worker(tmp_path_factory.mktemp("job"), 60, MEMORY_LIMIT_GB)
-    assert len(seen) == 1 and not outcome.timed_out
-    return seen[0]
+        outcome = run_worker(
+            job_dir, 120, MEMORY_LIMIT_GB, view, "bubblewrap", entry="tests.sandbox.probe"
+        )
+    assert outcome.results(), outcome.log_tail
+    return Probe(outcome.results()[0]["body"], leave_behind, checkout)
 
 
-def test_a_real_worker_starts_without_secrets(spawned: Spawned):
-    assert spawned.environ.get("HARMLESS") == "yes", "the worker's environment was not read"
-    leaked = sorted(SECRETS.keys() & spawned.environ.keys())
-    assert not leaked, f"secrets in the worker's environment: {leaked}"
+def test_a_real_worker_starts_without_secrets(probed: Probe):
+    environ = probed.findings["environ"]
+    assert environ.get("HARMLESS") == "yes", "the worker's environment was not read"
+    leaked = sorted((SECRETS.keys() | RUNNER_VARIABLES.keys()) & environ.keys())
+    assert not leaked, f"secrets or runner variables in the worker's environment: {leaked}"
 
 
-def _unshare(flags: int) -> bool:
-    return ctypes.CDLL(None, use_errno=True).unshare(flags) == 0
+def test_a_sandboxed_worker_cannot_see_the_parent_or_other_processes(probed: Probe):
+    assert probed.findings["parent_environ"] is None, "the worker read its parent's environ"
+    assert os.getpid() not in probed.findings["visible_pids"]
+    assert len(probed.findings["visible_pids"]) <= 3, probed.findings["visible_pids"]
 
 
-def _os_allows_a_network_namespace() -> bool:
-    """Can a child of ours get its own network namespace? Probed without the harness's code."""
-
-    def unshare() -> None:  # as root, or else through a user namespace
-        if not _unshare(CLONE_NEWNET):
-            _unshare(CLONE_NEWUSER | CLONE_NEWNET)
-
-    probe = subprocess.run(
-        ["readlink", "/proc/self/ns/net"], preexec_fn=unshare, capture_output=True, text=True
-    )
-    return probe.stdout.strip() not in ("", os.readlink("/proc/self/ns/net"))
+def test_a_sandboxed_worker_sees_no_file_its_job_does_not_name(probed: Probe):
+    assert probed.findings["secret_file"] is None, "the worker read a file outside its view"
+    assert probed.findings["home_listing"] is None
 
 
-def test_a_real_worker_has_a_network_namespace_of_its_own(spawned: Spawned):
-    if not _os_allows_a_network_namespace():
-        pytest.skip("the OS allows no private network namespace here")
-    assert spawned.net_namespace != os.readlink("/proc/self/ns/net")
+def test_a_sandboxed_worker_reads_the_checkout_but_cannot_write_it(probed: Probe):
+    assert probed.findings["checkout_writable"] is False
+    assert probed.findings["job_dir_writable"] is True
 
 
-def test_a_real_cpu_worker_has_an_address_space_limit(spawned: Spawned):
-    row = next(line for line in spawned.limits.splitlines() if line.startswith("Max address space"))
+def test_a_sandboxed_worker_has_no_network(probed: Probe):
+    assert probed.findings["network"] is False, "the worker reached a listener on loopback"
+
+
+def test_nothing_a_sandboxed_worker_starts_outlives_it(probed: Probe):
+    time.sleep(5)  # the left-behind process writes 3 s after it started, if it still lives
+    assert not probed.leave_behind.exists(), "a process the worker started outlived it"
+
+
+def test_a_real_cpu_worker_has_an_address_space_limit(probed: Probe):
+    limits = probed.findings["limits"]
+    row = next(line for line in limits.splitlines() if line.startswith("Max address space"))
     limit = str(MEMORY_LIMIT_GB * 2**30)
     assert row.split()[3:5] == [limit, limit], row
+
+
+def test_the_parent_is_not_dumpable_once_it_started_a_sandbox(probed: Probe):
+    """Its memory and /proc entries (the LLM key, the tokens) are closed to other processes of
+    the same user, sandboxed or not."""
+    PR_GET_DUMPABLE = 3
+    assert ctypes.CDLL(None, use_errno=True).prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 0
+
+
+def test_a_missing_bubblewrap_is_a_clear_error_not_a_downgrade(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELPILOT_BWRAP", str(tmp_path / "no-bwrap"))
+    with pytest.raises(SandboxUnavailable) as raised:
+        run_worker(tmp_path, 30, None, WorkerView(), "bubblewrap", entry="tests.sandbox.probe")
+    assert "bubblewrap" in raised.value.what and "apt-get install bubblewrap" in raised.value.fix
+
+
+def test_a_sandbox_the_machine_refuses_is_a_clear_error(tmp_path, monkeypatch):
+    fake = tmp_path / "bwrap"
+    fake.write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("KERNELPILOT_BWRAP", str(fake))
+    with pytest.raises(SandboxUnavailable) as raised:
+        run_worker(tmp_path, 30, None, WorkerView(), "bubblewrap", entry="tests.sandbox.probe")
+    assert "No permissions to creating new namespace" in raised.value.what
+    assert "user namespaces" in raised.value.fix

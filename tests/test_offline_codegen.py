@@ -8,7 +8,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from agents.offline import propose
+from agents.offline import propose_here
 from harness.gate import check_python
 from harness.native_gate import check_native
 from harness.problem import problem_from_target
@@ -47,7 +47,7 @@ def test_module_without_pointwise_ops_gets_no_candidate(tmp_path: Path) -> None:
         """,
         "[torch.randn(8, 32)]",
     )
-    proposal = propose(problem)
+    proposal = propose_here(problem)
     assert proposal.candidate is None
     assert proposal.fused_chains == 0
     assert proposal.reason.startswith("nothing to fuse")
@@ -66,7 +66,7 @@ def test_untraceable_module_says_why(tmp_path: Path) -> None:
         """,
         "[torch.randn(8, 32)]",
     )
-    proposal = propose(problem)
+    proposal = propose_here(problem)
     assert proposal.candidate is None
     assert proposal.reason.startswith("cannot trace")
 
@@ -89,7 +89,7 @@ def test_chains_separated_by_a_matmul_are_two_kernels(tmp_path: Path) -> None:
         """,
         "[torch.randn(8, 32), torch.randn(32, 32)]",
     )
-    proposal = propose(problem)
+    proposal = propose_here(problem)
     assert proposal.fused_chains == 2, proposal.reason
     source = proposal.candidate.source
     assert source.count("_ext.fused_") == 2
@@ -112,7 +112,7 @@ def test_gelu_exact_and_tanh_forms(tmp_path: Path) -> None:
         """,
         "[torch.randn(8, 32)]",
     )
-    proposal = propose(problem)
+    proposal = propose_here(problem)
     assert proposal.fused_chains == 1
     source = proposal.candidate.source
     assert "kp::erf(a0 * 0.70710678118654752440f)" in source
@@ -122,7 +122,7 @@ def test_gelu_exact_and_tanh_forms(tmp_path: Path) -> None:
 def test_candidate_passes_the_static_gate_and_is_deterministic(tmp_path: Path) -> None:
     for target in EXAMPLES.values():
         problem = problem_from_target(str(ROOT / target), "cpu", None)
-        first, second = propose(problem), propose(problem)
+        first, second = propose_here(problem), propose_here(problem)
         assert first.candidate is not None
         assert first.candidate.source == second.candidate.source
         source = first.candidate.source
@@ -133,7 +133,7 @@ def test_candidate_passes_the_static_gate_and_is_deterministic(tmp_path: Path) -
 
 def test_cuda_candidate_source(tmp_path: Path) -> None:
     problem = problem_from_target(str(ROOT / EXAMPLES["fused_gelu_block"]), "cuda", None)
-    proposal = propose(problem)
+    proposal = propose_here(problem)
     source = proposal.candidate.source
     assert "cuda_sources=[_CUDA_SOURCE]" in source and "extra_cuda_cflags=['-O3']" in source
     cuda = source.split('_CUDA_SOURCE = r"""', 1)[1].split('"""', 1)[0]
@@ -171,7 +171,7 @@ def test_constructor_needing_another_package_is_reported(tmp_path: Path) -> None
         """,
         "[torch.randn(4, 8)]",
     )
-    proposal = propose(problem)
+    proposal = propose_here(problem)
     assert proposal.candidate is None
     assert "'st'" in proposal.reason and "statistics" in proposal.reason
 
@@ -200,7 +200,7 @@ def test_in_place_writes(tmp_path: Path) -> None:
         """,
         "[torch.randn(4, 8)]",
     )
-    proposal = propose(problem)
+    proposal = propose_here(problem)
     assert "[relu, sigmoid]; [add]; left to PyTorch" in proposal.reason  # a + b: fresh again
     assert proposal.reason.endswith("mul, relu_, mul_1")
     forward = proposal.candidate.source.split("def forward", 1)[1]

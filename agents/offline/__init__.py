@@ -5,13 +5,17 @@ softmax, reductions...) stay PyTorch calls and every maximal group of connected 
 becomes one C++ (OpenMP) or CUDA kernel. The result is a normal candidate, verified like any
 other, and it seeds the LLM search with a strong first child.
 
-    proposal = propose(problem)
+    proposal = propose(problem)   # in a sandboxed worker: the module is the pull request's code
     if proposal.candidate is not None: ...
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+import shutil
+import tempfile
+from pathlib import Path
+
+from pydantic import BaseModel, Field, ValidationError
 
 from agents.offline.emit import CannotEmit, forward_source
 from agents.offline.grouping import fusion_groups, schedule
@@ -19,11 +23,16 @@ from agents.offline.init_copy import CannotCopy, copy_constructor
 from agents.offline.kernel import FusedKernel, build_kernel
 from agents.offline.module import module_source
 from agents.offline.trace import NotTraceable, trace
+from harness.bubblewrap import problem_view
 from harness.cases import build_reference, make_inputs
+from harness.config import EvalConfig
+from harness.errors import UserError
 from harness.problem import DTYPES, reference_class
 from harness.records import Candidate, Problem
+from harness.reference import worker_result
+from harness.sandbox import run_worker
 
-__all__ = ["Proposal", "propose"]
+__all__ = ["Proposal", "propose", "propose_here"]
 
 
 class Proposal(BaseModel):
@@ -36,8 +45,34 @@ class Proposal(BaseModel):
     fused_chains: int = Field(default=0, description="Kernels in the candidate (fused groups).")
 
 
-def propose(problem: Problem) -> Proposal:
-    """Trace the problem's reference and fuse its pointwise chains, for ``problem.device``.
+def propose(problem: Problem, config: EvalConfig | None = None) -> Proposal:
+    """``propose_here`` in a sandboxed worker (``agents.offline.worker``): tracing imports and
+    runs the module, which is the pull request's code, and none of it runs in this process.
+    The worker's answer is data, checked as a ``Proposal``; the module's errors are UserErrors."""
+    config = config or EvalConfig()
+    job_dir = Path(tempfile.mkdtemp(prefix="propose-"))
+    try:
+        (job_dir / "job.json").write_text(problem.model_dump_json())
+        outcome = run_worker(
+            job_dir, config.run_timeout_s, config.memory_limit_gb,
+            problem_view(problem, gpu=False), config.sandbox, entry="agents.offline.worker",
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(job_dir, ignore_errors=True)
+    body = worker_result(outcome, problem)
+    try:
+        return Proposal.model_validate(body)
+    except ValidationError as err:
+        raise UserError(
+            f"the offline proposer's worker answered with no proposal: {err.errors()[0]['msg']}",
+            where=f"{problem.source_path}:{problem.class_name}",
+            fix="this is a kernelpilot bug: report it with the module",
+        ) from None
+
+
+def propose_here(problem: Problem) -> Proposal:
+    """Trace the problem's reference and fuse its pointwise chains, for ``problem.device``, in
+    this process: for trusted modules only (tests, benchmarks); ``propose`` is the sandboxed one.
 
     Tracing and shape propagation run on the CPU with fake tensors, so CUDA candidates can be
     written on machines without a GPU. Errors in the user's module setup (``UserError``) raise.

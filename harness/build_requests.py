@@ -1,0 +1,76 @@
+"""The parent's side of a candidate worker's builds.
+
+A candidate worker sees the build cache read-only: each ``load_inline`` it makes becomes a
+"build" message, answered here. The request is untrusted (the candidate's code runs in that
+worker), so it is gated again, its key is computed here, and the compiler runs in a sandbox of
+its own (``harness.compile_worker``) that runs no candidate code; the library lands in the
+cache with its hashes recorded (``harness.buildstore``).
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from harness.bubblewrap import Isolation, WorkerView
+from harness.buildcache import flag_problems, spec_key
+from harness.buildstore import BuildSpec, BuildStore, Built
+from harness.compile_worker import CompileJob
+from harness.native_gate import check_native
+from harness.sandbox import run_worker
+
+ARCH = re.compile(r"^\d{1,2}\.\d{1,2}a?(\+PTX)?$")
+
+
+class ParentBuilder:
+    def __init__(
+        self, cache_dir: Path, isolation: Isolation, timeout_s: float, max_bytes: int
+    ) -> None:
+        self.isolation, self.timeout_s = isolation, timeout_s
+        self.store = BuildStore(cache_dir, self._compile, max_bytes)
+
+    def answer(self, body: object, device: str, dtype: str) -> dict:
+        """A worker's build request, answered with a ``Built`` record (as JSON)."""
+        try:
+            spec = BuildSpec.model_validate(body)
+        except ValidationError as err:
+            built = Built(key="", error=f"a malformed build request: {err.errors()[0]['msg']}")
+        else:
+            reasons = self.problems(spec, device, dtype)
+            if reasons:
+                built = Built(key="", error="refused: " + "; ".join(reasons))
+            else:
+                built = self.store.library(spec, spec_key(spec))
+        return built.model_dump(mode="json")
+
+    @staticmethod
+    def problems(spec: BuildSpec, device: str, dtype: str) -> list[str]:
+        reasons = []
+        if spec.device != device:
+            reasons.append(f"a build for {spec.device} in a problem on {device}")
+        if spec.cuda and device != "cuda":
+            reasons.append(f"builds CUDA sources but the problem runs on {device}")
+        if device == "cuda" and not ARCH.match(spec.arch):
+            reasons.append(f"an architecture that is not one: {spec.arch[:40]!r}")
+        reasons += check_native(spec.cpp + "\n" + spec.cuda, dtype)
+        reasons += flag_problems([*spec.cflags, *spec.cuda_flags, *spec.ldflags])
+        return reasons
+
+    def _compile(self, spec: BuildSpec, module_name: str, build_dir: Path) -> str | None:
+        job_dir = Path(tempfile.mkdtemp(prefix="compile-"))
+        job = CompileJob(spec=spec, module_name=module_name, build_dir=build_dir)
+        (job_dir / "job.json").write_text(job.model_dump_json())
+        view = WorkerView(writable=[build_dir])
+        outcome = run_worker(
+            job_dir, self.timeout_s, None, view, self.isolation, entry="harness.compile_worker"
+        )
+        if outcome.timed_out:
+            return f"the build took longer than {self.timeout_s:.0f} s"
+        results = outcome.results()
+        if len(results) != 1:
+            return f"the compiler's worker ended without a report:\n{outcome.log_tail}"
+        error = results[0]["body"].get("error")
+        return None if error is None else str(error)
