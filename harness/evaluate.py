@@ -19,7 +19,7 @@ from typing import Literal
 
 from harness import stream_gate
 from harness.accept import confirm_disturbance
-from harness.bubblewrap import problem_view
+from harness.bubblewrap import WorkerView, problem_view
 from harness.build_requests import ParentBuilder
 from harness.buildcache import default_cache_dir
 from harness.comparator import Comparator, ComparatorStopped
@@ -267,14 +267,18 @@ class Evaluator:
         # The checks' worker on cuda holds other streams' work back (harness.stream_gate).
         gated = mode == "evaluate" and problem.device == "cuda" and config.stream_gate
         extra_env = stream_gate.worker_environment(self.cache_dir) if gated else None
-        # The build cache is read-only there: its builds are asked of us (harness.build_requests).
-        view = problem_view(problem, self.cache_dir)
         outcome = run_worker(
-            job_dir, timeout, memory, view, config.sandbox,
+            job_dir, timeout, memory, candidate_view(problem, self.cache_dir), config.sandbox,
             receiver.at(job_dir) if receiver else None, extra_env,
             on_build=lambda body: self.builder.answer(body, problem.device, problem.dtype),
         )  # fmt: skip
         return candidate_report(outcome, problem, timeout)
+
+
+def candidate_view(problem: Problem, cache_dir: Path) -> WorkerView:
+    """What a candidate's worker sees besides its job folder: the checkout and the build cache,
+    both read-only (its builds are asked of the parent: ``harness.build_requests``)."""
+    return problem_view(problem, cache_dir)
 
 
 def _close_all(comparators: dict[str, Comparator]) -> None:

@@ -30,6 +30,13 @@ def _writable(folder: str) -> bool:
         return False
 
 
+def _writable_mounts() -> list[str]:
+    """Every mount point of this sandbox that takes a write."""
+    mountinfo = _read("/proc/self/mountinfo") or ""
+    points = sorted({line.split()[4] for line in mountinfo.splitlines() if len(line.split()) > 4})
+    return [point for point in points if point not in ("/proc", "/dev") and _writable(point)]
+
+
 def _connects(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=2):
@@ -41,6 +48,11 @@ def _connects(port: int) -> bool:
 def main(job_dir: Path, channel_fd: int) -> None:
     channel = os.fdopen(channel_fd, "w")
     plan = json.loads((job_dir / "probe.json").read_text())
+    plan.setdefault("parent_pid", os.getppid())
+    plan.setdefault("secret_file", "/nonexistent")
+    plan.setdefault("home", "/nonexistent")
+    plan.setdefault("checkout", str(job_dir))
+    plan.setdefault("port", 9)
     pids = sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
     findings = {
         "environ": dict(os.environ),
@@ -52,6 +64,7 @@ def main(job_dir: Path, channel_fd: int) -> None:
         "job_dir_writable": _writable(str(job_dir)),
         "network": _connects(plan["port"]),
         "limits": _read("/proc/self/limits"),
+        "writable_mounts": _writable_mounts(),
     }
     if plan.get("leave_behind"):
         # A process that tries to outlive the worker and write after it ended.
