@@ -49,6 +49,11 @@ class RunOptions(BaseModel):
     project_dir: Path | None = Field(
         default=None, description="Where the project's pyproject.toml is looked for (None: here)."
     )
+    eval_config: EvalConfig | None = Field(
+        default=None,
+        description="The eval settings to use instead of the project's (a pull request's: its "
+        "base commit's, bot.base_config); the overrides above still apply.",
+    )
 
 
 Progress = Callable[[str], None]
@@ -57,8 +62,11 @@ Progress = Callable[[str], None]
 def project_eval_config(options: RunOptions, start: Path | None = None) -> EvalConfig:
     """The nearest project's ``[tool.kernelpilot.eval]`` (defaults without one), with the
     run's overrides: every command verifies and times under the project's settings."""
-    pyproject = find_pyproject(start or options.project_dir or Path.cwd())
-    config = load_project_config(pyproject).eval if pyproject else EvalConfig()
+    if options.eval_config is not None:
+        config = options.eval_config
+    else:
+        pyproject = find_pyproject(start or options.project_dir or Path.cwd())
+        config = load_project_config(pyproject).eval if pyproject else EvalConfig()
     updates: dict = {}
     if options.compile_baseline is not None:
         updates["compile_baseline"] = options.compile_baseline
