@@ -125,11 +125,11 @@ def _judged(judged: JudgingConfig, pull: bool) -> list[str]:
     """Which configuration judged the run, and what of the pull request's was not used."""
     if not pull:
         return []
-    at = md.code(judged.commit[:12]) if judged.commit else "the base commit"
+    at = f"the base commit {md.code(judged.commit[:12])}" if judged.commit else "the base commit"
     source = (
-        f"{md.code(judged.pyproject)} at the base commit {at}"
+        f"{md.code(judged.pyproject)} at {at}"
         if judged.pyproject
-        else f"the default settings (no `[tool.kernelpilot]` at the base commit {at})"
+        else f"the default settings (no `[tool.kernelpilot]` at {at})"
     )
     lines = ["", f"Judged by {source}: a pull request cannot change how it is checked."]
     if judged.refused:

@@ -81,7 +81,8 @@ def html(text: str, limit: int = 200) -> str:
     """Untrusted text inside raw HTML, on one line."""
     text = one_line(text, limit)
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _unlinked(text.replace('"', "&quot;").replace("'", "&#39;"))
+    text = text.replace('"', "&quot;").replace("'", "&#39;")
+    return _unlinked(text.replace("[", "&#91;").replace("]", "&#93;"))
 
 
 def fenced(text: str, language: str = "text", limit: int = 20_000, indent: str = "") -> list[str]:
