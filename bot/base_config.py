@@ -148,18 +148,26 @@ def _base_entry(problem: Problem, settings: BaseSettings):
     return relative, None, project
 
 
+def review_speedup(raw: bytes | None, where: str) -> float:
+    """``eval.review_speedup`` of a pyproject.toml's text (the default without one)."""
+    table = None if raw is None else _parse(raw, where).get("tool", {}).get("kernelpilot")
+    return project_config(table if isinstance(table, dict) else {}, where).eval.review_speedup
+
+
 def kernelpilot_table(repo: Path, commit: str, pyproject: str) -> dict | None:
     """The ``[tool.kernelpilot]`` table of ``pyproject`` at ``commit``; None without one."""
     raw = file_at(repo, commit, pyproject)
     if raw is None:
         return None
-    where = f"{pyproject} at commit {commit[:12]}"
+    found = _parse(raw, f"{pyproject} at commit {commit[:12]}").get("tool", {}).get("kernelpilot")
+    return found if isinstance(found, dict) else None
+
+
+def _parse(raw: bytes, where: str) -> dict:
     try:
-        table = tomllib.loads(raw.decode("utf-8-sig"))
+        return tomllib.loads(raw.decode("utf-8-sig"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise UserError(f"not valid TOML: {err}", where=where, fix="fix the TOML") from None
-    found = table.get("tool", {}).get("kernelpilot")
-    return found if isinstance(found, dict) else None
 
 
 def _toml(value: object) -> str:

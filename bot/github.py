@@ -98,6 +98,17 @@ class PullWriter:
             base_repo=pull.base.repo.full_name,
         )
 
+    def file_at(self, path: str, ref: str) -> bytes | None:
+        """A file of the base repository at ``ref`` (a commit kernelpilot trusts: the base);
+        None where there is none."""
+        try:
+            content = self.repo.get_contents(path, ref=ref)
+        except GithubException as err:
+            if err.status == 404:
+                return None
+            raise failure(err, f"reading {path} at {ref[:12]}") from None
+        return content.decoded_content if not isinstance(content, list) else None
+
     def _ours(self, user, body: str, marker: str) -> bool:
         if not (body or "").startswith(marker):
             return False

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from bot import markdown as md
 from bot.actions_io import add_summary, set_outputs
+from bot.base_config import ROOT_PYPROJECT, review_speedup
 from bot.comment import render_comment
 from bot.event import ActionsEnv, Event
 from bot.followup import Followup, build_followup
@@ -33,7 +34,7 @@ from bot.github import (
 )
 from bot.results import PullResults, load_results
 from bot.run import Progress
-from bot.trust import check_import_path, followup_place, kernel_reasons, vet_kernels
+from bot.trust import check_import_path, flag_claims, followup_place, kernel_reasons, vet_kernels
 from harness.errors import UserError
 
 Written = TypeVar("Written")
@@ -78,6 +79,12 @@ def publish(
     check_import_path(results_dir)
     outcome = PublishOutcome(refused=vet_kernels(results))
     writer = PullWriter(client, event.repository, event.pull.number) if event.pull else None
+    if writer is not None and event.pull is not None:
+        base = event.pull.base_sha
+        raw = writer.file_at(ROOT_PYPROJECT, base)
+        flag_claims(
+            results, review_speedup(raw, f"{ROOT_PYPROJECT} at the base commit {base[:12]}")
+        )
     place = followup_place(event, writer.facts() if writer else None)
     followup = _vetted_followup(results, outcome) if open_pr else None
     unpushed = None

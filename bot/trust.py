@@ -84,6 +84,16 @@ def followup_place(event: Event, facts: PullFacts | None) -> Place:
     return Place(into=facts.head_ref, parent=facts.head_sha)
 
 
+def flag_claims(results: PullResults, review_speedup: float) -> None:
+    """Every speedup over ``review_speedup`` (the base commit's, read by publish through the
+    API) asks for a human review, whatever the artifact's flags and threshold say."""
+    threshold = min(review_speedup, results.report.review_speedup)
+    results.report.review_speedup = threshold
+    for row in results.report.targets:
+        claims = (row.speedup_vs_eager or 0.0, row.speedup_vs_compile or 0.0)
+        row.needs_review = row.needs_review or max(claims) > threshold
+
+
 def vet_kernels(results: PullResults) -> list[str]:
     """Gate every offered kernel again; a refused one loses its source and says why (in
     place). What was refused, for the log."""

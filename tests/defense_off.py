@@ -474,6 +474,13 @@ DEFENSES: list[Defense] = [
         ("tests/test_publish.py", "-k", "ungated_kernel and native"),
     ),
     Defense(
+        "publish_review_threshold_from_the_base",
+        "bot/trust.py",
+        "        row.needs_review = row.needs_review or max(claims) > threshold",
+        "        pass",
+        ("tests/test_publish.py", "-k", "big_claim"),
+    ),
+    Defense(
         "results_numbers_checked",
         "bot/results.py",
         "    _check_numbers(results, where)\n",

@@ -343,3 +343,17 @@ def test_skipped_files_of_hostile_names_are_listed_as_data():
                           changes=changes)  # fmt: skip
     shown = outside_code(render_comment(results))
     assert all(part not in shown for part in URL_PARTS)
+
+
+def test_a_big_claim_asks_for_review_by_the_base_commits_threshold(tmp_path, fake_github):
+    """The artifact says 48x needs no review (its own threshold 1000); the base says 10x."""
+    from tests.prflow import PROJECT
+
+    (tmp_path / "checkout").mkdir()
+    project = Project(tmp_path / "checkout", project=PROJECT.replace("review_speedup = 1000", ""))
+    project.seed(fake_github)
+    data = honest(project).model_dump(mode="json")
+    data["report"]["review_speedup"] = 1000.0
+    data["report"]["targets"][0].update(eager_ms=24.0, speedup_vs_eager=48.0, needs_review=False)
+    run_publish(fake_github, tmp_path, data)
+    assert "⚠️ faster, over 10x: review" in comment(fake_github)
