@@ -28,7 +28,8 @@ from bot.cli import (
 )
 from bot.comment import render_comment
 from bot.event import actions_env, load_event
-from bot.pr import DEFAULT_MAX_TARGETS, NIGHTLY_ELSEWHERE, gate, measure, publish, review_local
+from bot.pr import DEFAULT_MAX_TARGETS, NIGHTLY_ELSEWHERE, gate, measure, review_local
+from bot.publish import publish
 from harness.devices import check_toolchain
 
 MAX_TARGETS = click.option(

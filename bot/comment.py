@@ -1,19 +1,22 @@
 """The pull request's sticky comment, rendered from the results record (also the job summary and
 what ``kernelpilot review`` prints).
 
-Everything in it that came from the pull request or from generated code (paths, class names,
-error text, plans, kernel sources) is data: in table cells it is escaped, longer text goes into
-fenced blocks whose fence is longer than any run of backticks inside, and ``@`` is broken so
-that no text mentions a user. GitHub refuses a comment over 65,536 characters: details are
-dropped in steps (kernel sources, then plans and checks, then the per-module sections) until it
-fits, and the comment then says where the rest is (the run's artifacts).
+Everything in it that came from the pull request's job (paths, class names, device names, error
+text, plans, checks, kernel sources, the configuration's refused settings) goes through
+``bot.markdown``, the one renderer of untrusted text: code spans and fenced blocks that nothing
+inside can close, escaped prose, no mention, reference, link, image or HTML of the text's own.
+The only links are kernelpilot's own and those publish got from GitHub or its own run. GitHub
+refuses a comment over 65,536 characters: details are dropped in steps (the fork's patch and
+kernel sources, then plans and checks, then the per-module sections) until it fits, and the
+comment then says where the rest is (the run's artifacts).
 """
 
 from __future__ import annotations
 
-import re
-
+from bot import markdown as md
+from bot.base_config import JudgingConfig
 from bot.changes import ChangeReport
+from bot.followup import Followup, as_patch
 from bot.report import Report, TargetReport
 from bot.results import PullResults
 
@@ -34,48 +37,113 @@ RULES_DOC = "docs/honest-measurement.md"
 KERNELPILOT_URL = "https://github.com/kernelpilot/kernelpilot"
 
 
-def render_comment(results: PullResults, followup_url: str | None = None) -> str:
-    """The comment, as full as fits under GitHub's limit."""
+def render_comment(
+    results: PullResults,
+    followup_url: str | None = None,
+    unpushed: Followup | None = None,
+    no_followup: str = "",
+) -> str:
+    """The comment, as full as fits under GitHub's limit. ``unpushed``: the follow-up's files
+    when they are not pushed (a fork's pull request), shown as a patch; ``no_followup``: why
+    there is no follow-up pull request although a kernel is offered."""
+    body = ""
     for level in ("full", "no_source", "summary_details", "table_only"):
-        body = _render(results, followup_url, level)
+        body = _render(results, followup_url, unpushed, no_followup, level)
         if len(body) <= COMMENT_LIMIT:
             return body
-    cut = body[: COMMENT_LIMIT - 300]
-    return (
-        cut + "\n\n_(cut at GitHub's comment limit; the full report is in the run's artifacts)_\n"
-    )
+    return md.capped(body, COMMENT_LIMIT, _artifacts(results))
 
 
 def render_notice(notice: str, commit: str = "") -> str:
     """The sticky comment while nothing runs (a fork awaiting approval)."""
-    at = f" (head `{commit[:12]}`)" if commit else ""
-    return f"{MARKER}\n## kernelpilot\n\n{_text(notice)}{at}\n"
+    at = f" (head {md.code(commit[:12])})" if commit else ""
+    return f"{MARKER}\n## kernelpilot\n\n{md.plain(notice)}{at}\n"
 
 
-def _render(results: PullResults, followup_url: str | None, level: str) -> str:
+def _render(
+    results: PullResults,
+    followup_url: str | None,
+    unpushed: Followup | None,
+    no_followup: str,
+    level: str,
+) -> str:
     report = results.report
     lines = [MARKER, "## kernelpilot", ""]
     lines += _headline(results, followup_url)
+    if no_followup and report.improved():
+        lines += ["", f"No follow-up pull request: {md.plain(no_followup)}."]
     if report.targets:
         lines += ["", *_table(report)]
         lines += _not_improved(report)
     if results.changes is not None:
         lines += _changes(results.changes)
+    if unpushed is not None:
+        lines += _patch(unpushed, level)
     if level != "table_only" and report.targets:
         lines += [""]
         for row in report.targets:
-            lines += _details(row, report, level)
+            lines += _details(row, report, level, shown_as_patch=unpushed is not None)
     if level != "full":
-        where = f"[the run's artifacts]({results.run_url})" if results.run_url else "the artifacts"
-        lines += ["", f"_Some details are left out to fit GitHub's comment limit: see {where}._"]
+        lines += [
+            "",
+            f"_Some details are left out to fit GitHub's comment limit: see {_artifacts(results)}._",
+        ]
+    lines += _judged(results.judged_by, results.pull_number is not None)
     lines += ["", _footer(results)]
     return "\n".join(lines) + "\n"
+
+
+def _artifacts(results: PullResults) -> str:
+    """Where the rest is. ``run_url`` is the publishing job's own (set by publish from its
+    environment, never the artifact's)."""
+    return f"[the run's artifacts]({results.run_url})" if results.run_url else "the run's artifacts"
+
+
+def _patch(unpushed: Followup, level: str) -> list[str]:
+    """A fork's kernel files as a patch, marked as what they are."""
+    lines = [
+        "",
+        "**Kernel files, not pushed.** ⚠️ They were generated from this fork's unreviewed code "
+        "and measured in the job that ran it: review every line before using them. kernelpilot "
+        "pushes no branch for a fork's pull request. To try them: save the patch and run "
+        "`git apply` on the base branch.",
+    ]
+    if level != "full":
+        return [*lines, "", "_The patch is left out to fit GitHub's comment limit._"]
+    return [
+        *lines,
+        "",
+        "<details>",
+        "<summary>Patch: the kernel files (generated from unreviewed code)</summary>",
+        "",
+        *md.fenced(as_patch(unpushed), "diff", limit=COMMENT_LIMIT),
+        "</details>",
+    ]
+
+
+def _judged(judged: JudgingConfig, pull: bool) -> list[str]:
+    """Which configuration judged the run, and what of the pull request's was not used."""
+    if not pull:
+        return []
+    at = f"the base commit {md.code(judged.commit[:12])}" if judged.commit else "the base commit"
+    source = (
+        f"{md.code(judged.pyproject)} at {at}"
+        if judged.pyproject
+        else f"the default settings (no `[tool.kernelpilot]` at {at})"
+    )
+    lines = ["", f"Judged by {source}: a pull request cannot change how it is checked."]
+    if judged.refused:
+        lines += ["", "Settings in this pull request that were **not** used:"]
+        lines += [f"- {md.code(item, limit=300)}" for item in judged.refused[:50]]
+        if len(judged.refused) > 50:
+            lines.append(f"- and {len(judged.refused) - 50} more")
+    return lines
 
 
 def _headline(results: PullResults, followup_url: str | None) -> list[str]:
     report = results.report
     if results.note:
-        return [_text(results.note)]
+        return [md.plain(results.note)]
     improved = report.improved()
     changed = len(results.changes.modules) if results.changes else len(report.targets)
     if not report.targets:
@@ -85,19 +153,19 @@ def _headline(results: PullResults, followup_url: str | None) -> list[str]:
     noun = "module" if changed == 1 else "modules"
     found = (
         f"**{len(improved)} faster kernel{'s' if len(improved) != 1 else ''} found** "
-        f"(best {report.best_speedup():.2f}x vs eager)"
+        f"(best {md.number(report.best_speedup(), '.2f', 'x')} vs eager)"
         if improved
         else "**no faster kernel found**"
     )
     first = report.targets[0]
     device = first.device_name or first.device
-    torch = f", torch {first.torch_version}" if first.torch_version else ""
-    cuda = f", CUDA {results.environment.cuda}" if results.environment.cuda else ""
+    torch = f", torch {md.plain(first.torch_version, 40)}" if first.torch_version else ""
+    cuda = f", CUDA {md.plain(results.environment.cuda, 40)}" if results.environment.cuda else ""
     lines = [
-        f"{changed} changed {noun}, {found}. Verified on {_cell(device)}{torch}{cuda} "
-        f"at `{results.commit[:12]}`."
+        f"{changed} changed {noun}, {found}. Verified on {md.plain(device, 100)}{torch}{cuda} "
+        f"at {md.code(results.commit[:12])}."
     ]
-    if improved and followup_url:
+    if improved and followup_url:  # GitHub's own answer when publish opened it
         lines += ["", f"Follow-up pull request with the kernels: {followup_url}"]
     return lines
 
@@ -106,14 +174,14 @@ def _table(report: Report) -> list[str]:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in report.targets:
         cells = [
-            f"`{_code(row.target)}`",
-            _cell(row.inputs) or "-",
+            md.code(row.target, in_table=True),
+            md.code(row.inputs, in_table=True) or "-",
             _ms(row.eager_ms),
             _ms(row.compile_ms),
             _ms(row.candidate_ms),
             _ratio(row.speedup_vs_eager, row.faster_than_eager, row.slower_than_eager),
             _ratio(row.speedup_vs_compile, row.faster_than_compile, row.slower_than_compile),
-            "-" if row.max_abs_error is None else f"{row.max_abs_error:.1e}",
+            md.number(row.max_abs_error, ".1e"),
             _status(row, report),
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -133,7 +201,7 @@ def _not_improved(report: Report) -> list[str]:
                 else ""
             )
             lines.append(
-                f"- `{_code(row.target)}`: no faster kernel found. The best verified attempt ran "
+                f"- {md.code(row.target)}: no faster kernel found. The best verified attempt ran "
                 f"{versus} vs eager{compile_note}; it is not offered."
             )
     return ["", *lines] if lines else []
@@ -142,7 +210,7 @@ def _not_improved(report: Report) -> list[str]:
 def _status(row: TargetReport, report: Report) -> str:
     if row.improved:
         if row.needs_review:
-            return f"⚠️ faster, over {report.review_speedup:g}x: review"
+            return f"⚠️ faster, over {md.number(report.review_speedup, 'g', 'x')}: review"
         return "✅ faster"
     if row.status == "ok":
         return "verified, not faster"
@@ -150,7 +218,8 @@ def _status(row: TargetReport, report: Report) -> str:
         "no_candidate": "no kernel",
         "weak_spec": "⚠️ weak inputs",
         "error": "❌ error",
-    }.get(row.status, f"❌ {row.status}")
+        "refused": "❌ refused by publish",
+    }.get(row.status, f"❌ {md.plain(row.status, 40)}")
 
 
 def _changes(changes: ChangeReport) -> list[str]:
@@ -162,16 +231,18 @@ def _changes(changes: ChangeReport) -> list[str]:
         for module in unconfigured:
             lines += [
                 "",
-                f"- `{_code(module.path)}:{_code(module.class_name)}` ({_text(module.reason)}), "
-                f"in `{_code(module.config_path or 'pyproject.toml')}`:",
+                f"- {md.code(f'{module.path}:{module.class_name}')} ({md.plain(module.reason, 300)}), "
+                f"in {md.code(module.config_path or 'pyproject.toml')}:",
                 "",
-                *_fenced(module.missing_config or "", "toml", indent="  "),
+                *md.fenced(module.missing_config or "", "toml", limit=4000, indent="  "),
             ]
     if changes.skipped_files:
         lines += ["", "**Files not looked at:**"]
-        lines += [f"- `{_code(f.path)}`: {_text(f.reason)}" for f in changes.skipped_files]
+        lines += [
+            f"- {md.code(f.path)}: {md.plain(f.reason, 300)}" for f in changes.skipped_files[:100]
+        ]
     if changes.over_cap:
-        names = ", ".join(f"`{_code(m.target or m.class_name)}`" for m in changes.over_cap)
+        names = ", ".join(md.code(m.target or m.class_name) for m in changes.over_cap[:100])
         lines += [
             "",
             f"**Over the cap of {changes.max_targets} targets per run**, not optimized: {names}. "
@@ -180,37 +251,37 @@ def _changes(changes: ChangeReport) -> list[str]:
     return lines
 
 
-def _details(row: TargetReport, report: Report, level: str) -> list[str]:
-    summary = f"<b>{_html(row.target)}</b>: {_html(_status(row, report))}"
+def _details(row: TargetReport, report: Report, level: str, shown_as_patch: bool) -> list[str]:
+    summary = f"<code>{md.html(row.target)}</code>: {md.html(_status(row, report))}"
     lines = ["<details>", f"<summary>{summary}</summary>", ""]
     if row.reason:
-        lines += _fenced(row.reason, "text")
+        lines += md.fenced(row.reason, "text", limit=4000)
     if level in ("full", "no_source"):
         if row.plan:
-            lines += ["**Plan**", "", *_fenced(row.plan, "text")]
+            lines += ["**Plan**", "", *md.fenced(row.plan, "text", limit=4000)]
         if row.checks:
             passed = sum(check.passed for check in row.checks)
             lines += [f"**Checks**: {passed} of {len(row.checks)} passed", ""]
             lines += [
-                f"- {'✅' if c.passed else '❌'} `{_code(c.name)}`: {_cell(c.detail)}"
-                for c in row.checks
+                f"- {'✅' if c.passed else '❌'} {md.code(c.name, 80)}: {md.plain(c.detail, 300)}"
+                for c in row.checks[:100]
             ]
             lines.append("")
     search = f"**Search**: {row.attempts} attempt{'s' if row.attempts != 1 else ''}, proposer "
-    search += f"`{_code(row.proposer)}`"
+    search += md.code(row.proposer, 80)
     if row.tokens:
         search += f", {row.tokens:,} tokens"
     if row.cost_usd is not None:
-        search += f", ${row.cost_usd:.2f}"
+        search += f", ${md.number(row.cost_usd, '.2f')}"
     lines += [search, ""]
-    if level == "full" and row.kernel_source and row.status == "ok":
-        lines += ["**Kernel**", "", *_fenced(row.kernel_source, "python")]
+    if level == "full" and row.kernel_source and row.status == "ok" and not shown_as_patch:
+        lines += ["**Kernel**", "", *md.fenced(row.kernel_source, "python", limit=COMMENT_LIMIT)]
     lines += ["</details>", ""]
     return lines
 
 
 def _footer(results: PullResults) -> str:
-    run = f" · [run]({results.run_url})" if results.run_url else ""
+    run = f" · [run]({results.run_url})" if results.run_url else ""  # publish's own run
     return (
         "<sub>Each kernel was checked against the module on fresh inputs and timed against eager "
         f"and torch.compile: [how kernelpilot measures]({KERNELPILOT_URL}/blob/main/{RULES_DOC})"
@@ -222,42 +293,12 @@ def _footer(results: PullResults) -> str:
 
 
 def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f} ms"
+    return md.number(value, ".3f", " ms")
 
 
 def _ratio(value: float | None, faster: bool, slower: bool) -> str:
     if value is None:
         return "-"
-    return f"{value:.2f}x" + ("" if faster else " slower" if slower else " (within noise)")
-
-
-def _cell(text: str) -> str:
-    """Untrusted text in a table cell: one line, no pipes, no HTML, no mentions."""
-    text = " ".join(text.split())
-    return _no_mentions(_html(text).replace("|", "\\|"))[:300]
-
-
-def _text(text: str) -> str:
-    """Untrusted text as a paragraph."""
-    return _no_mentions(_html(text))
-
-
-def _code(text: str) -> str:
-    """Untrusted text inside a code span: no backticks, one line."""
-    return " ".join(text.replace("`", "'").split())[:200]
-
-
-def _html(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _no_mentions(text: str) -> str:
-    return text.replace("@", "@\u200b")
-
-
-def _fenced(text: str, language: str, indent: str = "") -> list[str]:
-    """A fenced block that no text inside can close."""
-    longest = max((len(run) for run in re.findall(r"`+|~+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    body = [indent + line for line in text.rstrip("\n").split("\n")]
-    return [f"{indent}{fence}{language}", *body, f"{indent}{fence}", ""]
+    return md.number(value, ".2f", "x") + (
+        "" if faster else " slower" if slower else " (within noise)"
+    )

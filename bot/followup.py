@@ -9,6 +9,12 @@ goes where the repository keeps its tests (``tests/`` or ``test/`` at the root, 
 module) and needs nothing but torch and pytest: it imports both files by path, builds the
 module and its inputs the way the target is configured, and compares outputs under the same
 dtype tolerance the harness used.
+
+Every field of the results that goes into these files was checked by ``bot.results`` (names are
+identifiers, paths relative ``.py`` paths, numbers finite) and is written as a Python literal
+or a comment on one line; the kernel itself is gated again before publish pushes or shows it
+(``bot.trust``). The description goes through ``bot.markdown``. A fork's pull request gets the
+files as a patch in its comment (``as_patch``), never a branch.
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from bot import markdown as md
 from bot.report import TargetReport
 from bot.results import PullResults, TargetSource, safe_relative_path
 from harness.tolerance import tolerance_for
@@ -31,6 +38,10 @@ HEADER_TAG = (
 class FollowupFile(BaseModel):
     path: str
     content: str
+    reference_class: str | None = Field(
+        default=None, description="A kernel file's: the class it replaces (the gate's reference)."
+    )
+    dtype: str = "float32"
 
 
 class Followup(BaseModel):
@@ -57,7 +68,12 @@ def build_followup(results: PullResults, test_dir: str | None) -> Followup | Non
         module_path = safe_relative_path(source.module_path, f"results: {row.target}")
         kernel_path = module_path.with_name(f"{module_path.stem}_kernelpilot.py")
         files.append(
-            FollowupFile(path=str(kernel_path), content=kernel_module(row, source, results))
+            FollowupFile(
+                path=str(kernel_path),
+                content=kernel_module(row, source, results),
+                reference_class=source.class_name,
+                dtype=source.dtype,
+            )
         )
         test_path = _test_path(module_path, test_dir)
         files.append(
@@ -73,8 +89,8 @@ def build_followup(results: PullResults, test_dir: str | None) -> Followup | Non
     )
     return Followup(
         branch=followup_branch(results),
-        title=title,
-        body=_body(results, improved),
+        title=md.one_line(title, md.TITLE_LIMIT),
+        body=md.capped(_body(results, improved)),
         files=files,
     )
 
@@ -83,7 +99,7 @@ def kernel_module(row: TargetReport, source: TargetSource, results: PullResults)
     env = results.environment
     cls = source.class_name
     dotted = source.module_path.removesuffix(".py").replace("/", ".")
-    versions = f"torch {env.torch}" + (f", CUDA {env.cuda}" if env.cuda else "")
+    versions = f"torch {_line(env.torch)}" + (f", CUDA {_line(env.cuda)}" if env.cuda else "")
     compile_note = (
         f", {row.speedup_vs_compile:.2f}x vs torch.compile"
         if row.speedup_vs_compile is not None
@@ -93,7 +109,8 @@ def kernel_module(row: TargetReport, source: TargetSource, results: PullResults)
         f"# {HEADER_TAG}: {source.module_path}:{cls}",
         f"# A drop-in for {cls}: the same constructor, and it loads the same state_dict (strict).",
         f"# Verified at commit {results.commit} on {_line(row.device_name or row.device)} "
-        f"({row.device}), {versions}, python {env.python}, kernelpilot {env.kernelpilot}.",
+        f"({_line(row.device)}), {versions}, python {_line(env.python)}, "
+        f"kernelpilot {_line(env.kernelpilot)}.",
         f"# Measured {row.speedup_vs_eager or 0:.2f}x vs eager{compile_note}, "
         f"inputs {_line(row.inputs) or 'as configured'}, {source.dtype}.",
         f"# Swap it in: from {dotted}_kernelpilot import {cls}Kernelpilot as {cls}",
@@ -123,7 +140,7 @@ def test_module(source: TargetSource, kernel_path: PurePosixPath, test_path: Pur
     else:
         inputs = f"        inputs = [torch.randn(shape) for shape in {source.input_shapes!r}]"
     name = _identifier(f"{cls}_kernelpilot").lower()
-    return f'''"""kernelpilot: {cls}Kernelpilot ({kernel_path}) against {cls} ({source.module_path})."""
+    return f'''"""kernelpilot: {cls}Kernelpilot against the original {cls}."""
 
 import importlib.util
 import pathlib
@@ -202,12 +219,10 @@ def _body(results: PullResults, improved: list[tuple[TargetReport, PurePosixPath
         "|---|---|---|---|",
     ]
     for row, kernel_path in improved:
-        compile_cell = (
-            f"{row.speedup_vs_compile:.2f}x" if row.speedup_vs_compile is not None else "-"
-        )
         lines.append(
-            f"| `{_line(row.target)}` | `{kernel_path}` | {row.speedup_vs_eager or 0:.2f}x "
-            f"| {compile_cell} |"
+            f"| {md.code(row.target, in_table=True)} | {md.code(str(kernel_path), in_table=True)} "
+            f"| {md.number(row.speedup_vs_eager, '.2f', 'x')} "
+            f"| {md.number(row.speedup_vs_compile, '.2f', 'x')} |"
         )
     lines += [
         "",
@@ -216,13 +231,31 @@ def _body(results: PullResults, improved: list[tuple[TargetReport, PurePosixPath
         "original module. Nothing is swapped in by this pull request: review the kernels, then "
         "change the import where you want them.",
     ]
-    if results.fork or results.pull_number is None:
-        lines += ["", f"It is based on the head of {source_pr}: merge that first."]
+    if results.pull_number is None:
+        lines += ["", f"It is based on {source_pr}: merge that first."]
     return "\n".join(lines) + "\n"
 
 
+def as_patch(followup: Followup) -> str:
+    """The follow-up's files as one patch of new files (what ``git apply`` takes)."""
+    parts = []
+    for file in followup.files:
+        lines = file.content.splitlines()
+        parts += [
+            f"diff --git a/{file.path} b/{file.path}",
+            "new file mode 100644",
+            "--- /dev/null",
+            f"+++ b/{file.path}",
+            f"@@ -0,0 +1,{len(lines)} @@",
+            *(f"+{line}" for line in lines),
+        ]
+    return "\n".join(parts) + "\n"
+
+
 def _line(text: str) -> str:
-    return " ".join(text.split()).replace("`", "'")[:200]
+    """Untrusted text in a comment line of generated Python: one line, no line break of any
+    kind Python or an editor knows."""
+    return md.one_line(text, 200).replace("`", "'")
 
 
 def _identifier(text: str) -> str:

@@ -148,6 +148,23 @@ def find_merge_base(repo: Path, base_sha: str, head_sha: str, base: str, head: s
     return result.stdout.decode().strip()
 
 
+def file_at(repo: Path, commit: str, path: str) -> bytes | None:
+    """The file ``path`` (relative to the root) as it is in ``commit``; None where the commit
+    has no such file. A file over MAX_FILE_BYTES is refused: a configuration is not that big."""
+    spec = f"{commit}:{path}"
+    found = run_git(repo, ["cat-file", "-s", spec])
+    if found.returncode != 0:
+        return None
+    size = int(found.stdout.decode().strip())
+    if size > MAX_FILE_BYTES:
+        raise UserError(
+            f"{size:,} bytes, over the {MAX_FILE_BYTES:,}-byte limit",
+            where=f"{path} at commit {commit[:12]}",
+            fix="keep [tool.kernelpilot] in a pyproject.toml of ordinary size",
+        )
+    return git(repo, ["cat-file", "blob", spec])
+
+
 def git(repo: Path, args: list[str], stdin: bytes | None = None) -> bytes:
     """git's output; a failure here is ours (the commits were checked), so it raises."""
     result = run_git(repo, args, stdin)

@@ -22,15 +22,18 @@ from collections.abc import Iterable
 import github
 from github import Auth, Github, GithubException, GithubRetry, InputGitTreeElement
 from github.PullRequest import PullRequest, ReviewComment
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from requests.exceptions import RetryError
 from urllib3.util.retry import Retry
 
+from bot import markdown as md
 from bot.comment import MARKER
 from bot.followup import Followup
+from bot.trust import PullFacts
 
 HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(?P<start>\d+)(?:,(?P<count>\d+))? @@")
 REVIEW_MARKER = "<!-- kernelpilot:review {key} -->"
+REVIEW_KEY = re.compile(r"[\w./:]+")  # what may stand inside the marker's HTML comment
 
 
 class ReadOnly(Exception):
@@ -44,7 +47,7 @@ class WriteFailed(Exception):
 class LineNote(BaseModel):
     """A review comment for one class: ``key`` identifies it across re-runs."""
 
-    key: str
+    key: str = Field(pattern=REVIEW_KEY.pattern, max_length=300)
     path: str
     line: int
     body: str
@@ -83,6 +86,29 @@ class PullWriter:
         self.pull: PullRequest = self.repo.get_pull(number)
         self._login: str | None | bool = False  # False: not asked yet
 
+    def facts(self) -> PullFacts:
+        """The pull request as GitHub reports it now (not as any artifact says)."""
+        pull = self.pull
+        return PullFacts(
+            number=pull.number,
+            head_sha=pull.head.sha,
+            head_ref=pull.head.ref,
+            head_repo=pull.head.repo.full_name if pull.head.repo is not None else None,
+            base_ref=pull.base.ref,
+            base_repo=pull.base.repo.full_name,
+        )
+
+    def file_at(self, path: str, ref: str) -> bytes | None:
+        """A file of the base repository at ``ref`` (a commit kernelpilot trusts: the base);
+        None where there is none."""
+        try:
+            content = self.repo.get_contents(path, ref=ref)
+        except GithubException as err:
+            if err.status == 404:
+                return None
+            raise failure(err, f"reading {path} at {ref[:12]}") from None
+        return content.decoded_content if not isinstance(content, list) else None
+
     def _ours(self, user, body: str, marker: str) -> bool:
         if not (body or "").startswith(marker):
             return False
@@ -92,6 +118,7 @@ class PullWriter:
 
     def upsert_comment(self, body: str, create: bool = True) -> str | None:
         """Edit the sticky comment, or create it (unless ``create`` is False); its URL."""
+        body = md.capped(body)
         try:
             for comment in self.pull.get_issue_comments():
                 if self._ours(comment.user, comment.body, MARKER):
@@ -123,7 +150,7 @@ class PullWriter:
                     existing[key] = comment
             new: list[ReviewComment] = []
             for note in notes:
-                body = REVIEW_MARKER.format(key=note.key) + "\n" + note.body
+                body = md.capped(REVIEW_MARKER.format(key=note.key) + "\n" + note.body)
                 if note.key in existing:
                     if existing[note.key].body != body:
                         existing[note.key].edit(body)
@@ -185,7 +212,8 @@ def upsert_followup(
     client: Github, repository: str, base_branch: str, parent_sha: str, followup: Followup
 ) -> str:
     """Point ``followup.branch`` at a commit on ``parent_sha`` with the files, and open (or
-    edit) its pull request into ``base_branch``. The pull request's URL."""
+    edit) its pull request into ``base_branch``. The pull request's URL. Both come from publish's
+    event and the API (``bot.trust.followup_place``), never from the results."""
     try:
         repo = client.get_repo(repository)
         parent = repo.get_git_commit(parent_sha)

@@ -12,6 +12,7 @@ from github import Github, GithubException
 from github.Repository import Repository
 from requests.exceptions import RetryError
 
+from bot import markdown as md
 from bot.github import failure, own_login, written_by
 from bot.nightly import NightlyReport, render_table
 
@@ -31,16 +32,19 @@ def upkeep_issue(
         if not problems:
             if existing is not None:
                 existing.create_comment(
-                    f"No regression, no stale kernel and no missing target on {report.night} at "
-                    f"`{report.commit[:12]}`: closing."
+                    f"No regression, no stale kernel and no missing target on "
+                    f"{md.plain(report.night, 40)} at {md.code(report.commit[:12])}: closing."
                 )
                 existing.edit(state="closed")
                 return existing.html_url
             return None
         gone = sum(row.status in ("stale", "missing") for row in problems)
         slower = len(problems) - gone
-        title = f"kernelpilot nightly: {slower} slower or failing, {gone} stale or missing"
-        body = f"{MARKER}\n{render_table(report, plot_url)}"
+        title = md.one_line(
+            f"kernelpilot nightly: {slower} slower or failing, {gone} stale or missing",
+            md.TITLE_LIMIT,
+        )
+        body = md.capped(f"{MARKER}\n{render_table(report, plot_url)}", where="the nightly run")
         if existing is None:
             return repo.create_issue(title=title, body=body).html_url
         if existing.title != title or existing.body != body:

@@ -3,8 +3,9 @@
 - ``gate``: may this pull request's code run? (no PR code is checked out or imported)
 - ``measure``: in a checkout of the approved head, detect the changed modules, optimize them,
   write ``results.json``; makes no write to GitHub (its token is read-only).
-- ``publish``: from those results (untrusted: checked by ``bot.results``), upsert the comment,
-  the review and the follow-up pull request; never imports the pull request's code.
+- ``publish`` (``bot.publish``): from those results (untrusted), upsert the comment, the
+  review and the follow-up pull request where the event and the API say; never imports the
+  pull request's code.
 - ``review_local``: detect and measure between two refs of a local repository and return the
   comment that would be posted (``kernelpilot review``).
 """
@@ -12,21 +13,26 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import BaseModel
-
 from bot.actions_io import add_summary, set_outputs
+from bot.base_config import base_settings as read_base_settings
+from bot.base_config import hold_to_base
 from bot.changes import ChangeReport, detect_changes
 from bot.comment import render_comment, render_notice
 from bot.event import ActionsEnv, Event
-from bot.followup import build_followup
 from bot.gate import GateDecision, decide
 from bot.git import git
-from bot.github import LineNote, PullWriter, ReadOnly, WriteFailed, connect, upsert_followup
+from bot.github import (
+    PullWriter,
+    ReadOnly,
+    WriteFailed,
+    connect,
+)
 from bot.report import Report, TargetReport
-from bot.results import Environment, PullResults, TargetSource, load_results
+from bot.results import Environment, PullResults, TargetSource
 from bot.run import Progress, RunOptions, resolve_targets, run_targets
 from harness.errors import UserError
 from harness.records import Problem
@@ -38,14 +44,6 @@ NIGHTLY_ELSEWHERE = (
     "(the action's mode: nightly, examples/workflows/kernelpilot-nightly.yml); measure has "
     "nothing to do for it."
 )
-
-
-class PublishOutcome(BaseModel):
-    comment_url: str | None = None
-    followup_url: str | None = None
-    problems: list[str] = []
-    skipped: list[str] = []
-    read_only: str | None = None
 
 
 # --- gate -------------------------------------------------------------------------------------
@@ -109,6 +107,11 @@ def measure(
         )  # fmt: skip
         results.changes = detect_changes(repo, pull.base_sha, pull.head_sha, max_targets)
         targets = [module.target for module in results.changes.targets() if module.target]
+        options, hold = _judged_by_base(results, repo, pull.base_sha, head, options)
+        if results.note:  # refused to run at all: say why, measure nothing
+            results.report = Report()
+            _write(results, env, options.out_dir)
+            return results
     else:
         dispatch = event.dispatch
         results.base_ref = event.ref
@@ -118,18 +121,38 @@ def measure(
                 update={"attempts": dispatch.budget or options.attempts,
                         "model": dispatch.model or options.model}
             )  # fmt: skip
-    _optimize(results, repo, targets, options, progress)
+        hold = None
+    _optimize(results, repo, targets, options, progress, hold)
     _write(results, env, options.out_dir)
     return results
 
 
+def _judged_by_base(
+    results: PullResults, repo: Path, base_sha: str, head_sha: str, options: RunOptions
+) -> tuple[RunOptions, Callable[[Problem], Problem]]:
+    """The base commit's eval settings for the run, and the hold that keeps each target's
+    tolerance to the base's (``bot.base_config``); what the head changed is recorded."""
+    settings = read_base_settings(repo, base_sha, head_sha)
+    results.judged_by = settings.judged
+    results.note = settings.refusal
+    hold = partial(hold_to_base, settings=settings, dtype_flag=options.dtype)
+    return options.model_copy(update={"eval_config": settings.eval}), hold
+
+
 def _optimize(
-    results: PullResults, repo: Path, targets: list[str], options: RunOptions, progress: Progress
+    results: PullResults,
+    repo: Path,
+    targets: list[str],
+    options: RunOptions,
+    progress: Progress,
+    hold: Callable[[Problem], Problem] | None = None,
 ) -> None:
     if results.changes is not None and not targets:
         results.report = Report()
         return
     resolved = resolve_targets([f"{repo / target}" for target in targets], options, start=repo)
+    if hold is not None:
+        resolved = [hold(item) if isinstance(item, Problem) else item for item in resolved]
     results.report = run_targets(resolved, options, progress)
     for item, row in zip(resolved, results.report.targets, strict=True):
         if isinstance(item, Problem):
@@ -160,108 +183,6 @@ def _test_dir(repo: Path) -> str | None:
         if (repo / name).is_dir():
             return name
     return None
-
-
-# --- publish ----------------------------------------------------------------------------------
-
-
-def publish(
-    event: Event,
-    env: ActionsEnv,
-    results_dir: Path,
-    open_pr: bool,
-    progress: Progress,
-    comment_without_modules: bool = True,
-) -> PublishOutcome:
-    """Post what the measuring job found. A read-only token falls back to the job summary.
-    A pull request that changed no module gets the short comment only if asked
-    (``comment_without_modules``) or if it had a comment already (it changed modules before)."""
-    results = load_results(results_dir, event)
-    if event.dispatch is not None:
-        open_pr = open_pr and event.dispatch.open_pr
-    results.run_url = env.run_url or results.run_url  # this job's own word, not the artifact's
-    if env.token is None:
-        raise UserError(
-            "GITHUB_TOKEN is not set",
-            where="kernelpilot github publish",
-            fix="pass the github-token input (permissions: pull-requests: write, contents: write)",
-        )
-    client = connect(env.api_url, env.token.get_secret_value())
-    outcome = PublishOutcome()
-    followup = build_followup(results, results.test_dir) if open_pr else None
-    if followup is not None:
-        into = results.base_ref if results.fork or not results.head_ref else results.head_ref
-        outcome.followup_url = _attempt(
-            outcome,
-            lambda: upsert_followup(client, event.repository, into, results.commit, followup),
-        )
-    body = render_comment(results, outcome.followup_url)
-    if event.pull is not None:
-        writer = PullWriter(client, event.repository, event.pull.number)
-        quiet = not comment_without_modules and not (results.changes and results.changes.modules)
-        outcome.comment_url = _attempt(outcome, lambda: writer.upsert_comment(body, not quiet))
-        notes = review_notes(results, outcome.followup_url)
-        if notes and outcome.read_only is None:
-            skipped = _attempt(outcome, lambda: writer.upsert_review(notes, results.commit))
-            outcome.skipped += skipped or []
-    summary = body
-    if outcome.read_only:
-        summary = (
-            f"> **kernelpilot could not write to the pull request**: {outcome.read_only}. "
-            "This happens on a fork's `pull_request` run, whose token is read-only; the results "
-            "are below. Use the workflow from examples/workflows (pull_request_target with an "
-            "approval label) to get the comment and the follow-up pull request.\n\n" + body
-        )
-    add_summary(env.summary_file, summary)
-    set_outputs(env.output_file, {"followup-pr-url": outcome.followup_url or ""})
-    for line in outcome.skipped:
-        progress(f"publish: no review comment: {line}")
-    if outcome.read_only:
-        progress(f"publish: {outcome.read_only}")
-    for problem in outcome.problems:
-        progress(f"publish: {problem}")
-    return outcome
-
-
-def _attempt(outcome: PublishOutcome, write: Callable[[], Written]) -> Written | None:
-    """One write, its result; a read-only token or a refused write is noted (None), and the
-    others still run."""
-    try:
-        return write()
-    except ReadOnly as err:
-        outcome.read_only = outcome.read_only or str(err)
-    except WriteFailed as err:
-        outcome.problems.append(str(err))
-    return None
-
-
-def review_notes(results: PullResults, followup_url: str | None) -> list[LineNote]:
-    """One review comment per improved module, on its class line."""
-    if results.changes is None:
-        return []
-    modules = {module.target: module for module in results.changes.modules if module.target}
-    notes = []
-    for row in results.report.improved():
-        module = modules.get(row.target)
-        if module is None:
-            continue
-        versus = (
-            f" ({row.speedup_vs_compile:.2f}x vs torch.compile)"
-            if row.speedup_vs_compile is not None
-            else ""
-        )
-        link = f" Kernel and test: {followup_url}." if followup_url else ""
-        notes.append(
-            LineNote(
-                key=row.target,
-                path=module.path,
-                line=module.class_line,
-                body=f"⚡ kernelpilot: a verified kernel for `{module.class_name}` runs "
-                f"{row.speedup_vs_eager or 0:.2f}x faster than eager{versus} on "
-                f"{row.device_name or row.device}.{link}",
-            )
-        )
-    return notes
 
 
 # --- local ------------------------------------------------------------------------------------

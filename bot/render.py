@@ -1,4 +1,7 @@
-"""Rendering the report record: terminal table, markdown, JUnit XML, and the files."""
+"""Rendering the report record: terminal table, markdown, JUnit XML, and the files.
+
+The markdown (report.md) puts every string of the report through ``bot.markdown``, as the
+pull-request comment does: targets, reasons and checks may come from a pull request's code."""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ from pathlib import Path
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
+from bot import markdown as md
 from bot.report import Report
 
 COLUMNS = [
@@ -78,16 +82,21 @@ def render_markdown(report: Report) -> str:
     lines = ["## kernelpilot results", ""]
     first = report.targets[0] if report.targets else None
     if first:
-        lines.append(f"Device: {first.device} ({first.device_name}), torch {first.torch_version}.")
+        lines.append(
+            f"Device: {md.plain(first.device, 40)} ({md.plain(first.device_name, 100)}), "
+            f"torch {md.plain(first.torch_version, 40)}."
+        )
         lines.append("")
     lines.append("| " + " | ".join(COLUMNS) + " |")
     lines.append("|" + "---|" * len(COLUMNS))
     for cells in table_rows(report):
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+        target, status, *numbers = cells
+        text = [md.code(target, in_table=True), md.code(status, 40, in_table=True)]
+        lines.append("| " + " | ".join([*text, *numbers]) + " |")
     for row in report.targets:
-        lines += ["", f"### {row.target}: {row.status}"]
+        lines += ["", f"### {md.plain(row.target, 200)}: {md.plain(row.status, 40)}"]
         if row.reason:
-            lines.append(f"{row.reason}")
+            lines += ["", *md.fenced(row.reason, "text", limit=8000)]
         if row.needs_review:
             lines.append(
                 "**Speedup above 10x: a human should review this kernel before trusting it.**"
@@ -98,7 +107,10 @@ def render_markdown(report: Report) -> str:
             )
         if row.checks:
             lines.append("")
-            lines += [f"- {'✅' if c.passed else '❌'} `{c.name}`: {c.detail}" for c in row.checks]
+            lines += [
+                f"- {'✅' if c.passed else '❌'} {md.code(c.name, 80)}: {md.plain(c.detail, 300)}"
+                for c in row.checks
+            ]
     return "\n".join(lines) + "\n"
 
 

@@ -62,6 +62,11 @@ class RunOptions(BaseModel):
         description="The build cache's folder for this run's trust level: a pull request's "
         "builds never reach the nightly job's (from GITHUB_EVENT_NAME; local outside Actions).",
     )
+    eval_config: EvalConfig | None = Field(
+        default=None,
+        description="The eval settings to use instead of the project's (a pull request's: its "
+        "base commit's, bot.base_config); the overrides above still apply.",
+    )
 
 
 SCOPES = {"pull_request": "pull-request", "pull_request_target": "pull-request",
@@ -93,8 +98,11 @@ Progress = Callable[[str], None]
 def project_eval_config(options: RunOptions, start: Path | None = None) -> EvalConfig:
     """The nearest project's ``[tool.kernelpilot.eval]`` (defaults without one), with the
     run's overrides: every command verifies and times under the project's settings."""
-    pyproject = find_pyproject(start or options.project_dir or Path.cwd())
-    config = load_project_config(pyproject).eval if pyproject else EvalConfig()
+    if options.eval_config is not None:
+        config = options.eval_config
+    else:
+        pyproject = find_pyproject(start or options.project_dir or Path.cwd())
+        config = load_project_config(pyproject).eval if pyproject else EvalConfig()
     updates: dict = {}
     if options.compile_baseline is not None:
         updates["compile_baseline"] = options.compile_baseline

@@ -14,6 +14,7 @@ from pathlib import Path
 from tests.fake_github import FakeGitHub
 from tests.gitrepo import commit, git, init
 
+ROOT = Path(__file__).resolve().parent.parent
 REPO = "acme/models"
 NUMBER = 7
 BOT = "github-actions[bot]"
@@ -101,6 +102,8 @@ class Job:
             "GITHUB_REPOSITORY": REPO, "GITHUB_API_URL": fake.base_url, "GITHUB_RUN_ID": "42",
             "GITHUB_SERVER_URL": fake.root, "GITHUB_OUTPUT": str(self.output),
             "GITHUB_STEP_SUMMARY": str(self.summary),
+            # The jobs run this tree's kernelpilot, not whichever one is installed.
+            "PYTHONPATH": str(ROOT),
         })  # fmt: skip
         if token:
             self.env["GITHUB_TOKEN"] = token

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from bot.changes import ChangedModule, ChangeReport
@@ -10,7 +12,7 @@ from bot.event import Event, PullRequest, parse_event
 from bot.followup import build_followup
 from bot.gate import decide
 from bot.report import Report, TargetReport
-from bot.results import PullResults, TargetSource, _check_matches
+from bot.results import PullResults, TargetSource, load_results
 from harness.errors import UserError
 
 SHA = "a" * 40
@@ -79,13 +81,41 @@ def test_untrusted_text_cannot_break_the_table_mention_anyone_or_close_a_fence()
         plan="@maintainers please merge <script>",
     )
     body = render_comment(results(evil))
-    table_row = next(line for line in body.splitlines() if line.startswith("| `a"))
-    assert table_row.count(" | ") == 8  # nine cells: no pipe from the text split a cell
+    table_row = next(line for line in body.splitlines() if line.startswith("| ` a"))
+    assert len(table_cells(table_row)) == 9  # no pipe from the text split a cell
     prose = outside_fences(body)  # inside a fence, text is shown as code: inert
-    assert "<img" not in prose and "<script>" not in prose and "@octocat" not in prose
+    assert "<img" not in outside_code(prose) and "<script>" not in outside_code(prose)
+    assert "@octocat" not in outside_code(prose)
     assert "@maintainers please merge <script>" in body  # the plan, shown as code
     kernel = body[body.index("**Kernel**") :]
     assert kernel.splitlines()[2].startswith("````python")  # longer than the ``` inside
+
+
+def table_cells(line: str) -> list[str]:
+    """GFM's split of a table row: a backslash takes the next character with it, any other
+    pipe ends a cell (before code spans are read)."""
+    cells, cell, index = [], "", 0
+    line = line.strip().removeprefix("|")
+    while index < len(line):
+        char = line[index]
+        if char == "\\" and index + 1 < len(line):
+            cell += line[index : index + 2]
+            index += 2
+            continue
+        if char == "|":
+            cells.append(cell)
+            cell = ""
+        else:
+            cell += char
+        index += 1
+    return cells + ([cell] if cell.strip() else [])
+
+
+def outside_code(text: str) -> str:
+    """``text`` without its code spans (GitHub links, mentions and renders nothing in them)."""
+    import re
+
+    return re.sub(r"(`+) .*? \1", " ", text)
 
 
 def outside_fences(body: str) -> str:
@@ -107,7 +137,7 @@ def test_the_comment_fits_githubs_limit_and_says_where_the_rest_is():
     body = render_comment(big)
     assert len(body) <= COMMENT_LIMIT
     assert body.startswith(MARKER)
-    assert all(f"`m{i}.py:Block`" in body for i in range(12))  # every row is still there
+    assert all(f"` m{i}.py:Block `" in body for i in range(12))  # every row is still there
     assert "https://github.example/o/r/actions/runs/9" in body and "left out" in body
 
 
@@ -120,7 +150,7 @@ def test_modules_without_inputs_show_the_lines_to_add_and_the_cap_is_said():
     changes = ChangeReport(base="main", head="HEAD", base_sha=SHA, head_sha=SHA, merge_base=SHA,
                            max_targets=0, modules=[module], over_cap=[capped])  # fmt: skip
     body = render_comment(results(changes=changes))
-    assert 'module = "m.py:Net"' in body and "cap of 0 targets" in body and "`n.py:Big`" in body
+    assert 'module = "m.py:Net"' in body and "cap of 0 targets" in body and "` n.py:Big `" in body
 
 
 def pull_event(action="opened", fork=True, labels=(), label=None, sender="dev") -> Event:
@@ -168,8 +198,10 @@ def test_dispatch_inputs_are_read_and_a_bad_budget_says_where():
 
 @pytest.mark.parametrize("path", ["../evil.py", "/etc/x.py", ".github/workflows/x.py", "a/./b.py",
                                   "a\\b.py", ".git/hooks/x.py", "a//b.py"])  # fmt: skip
-def test_results_naming_a_path_outside_the_repository_are_refused(path):
-    bad = results(row(), sources={"m.py:Block": TargetSource(module_path=path, class_name="B")})
-    event = pull_event(fork=False)
+def test_results_naming_a_path_outside_the_repository_are_refused(path, tmp_path):
+    good = results(row(), sources={"m.py:Block": TargetSource(module_path="m.py", class_name="B")})
+    data = good.model_dump(mode="json")
+    data["sources"]["m.py:Block"]["module_path"] = path
+    (tmp_path / "results.json").write_text(json.dumps(data))
     with pytest.raises(UserError, match="refusing the path"):
-        _check_matches(bad, event, "results.json")
+        load_results(tmp_path, pull_event(fork=False))

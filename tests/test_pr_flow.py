@@ -263,7 +263,7 @@ def test_the_llm_team_through_an_openai_compatible_server_runs_the_same_flow(
     publish = Job(tmp_path / "publish", fake_github, event)
     assert publish.run("publish", "--results", str(tmp_path / "results")).returncode == 0
     [comment] = ours(fake_github)
-    assert "proposer `fake-model`" in comment.body and "Fuse the chain." in comment.body
+    assert "proposer ` fake-model `" in comment.body and "Fuse the chain." in comment.body
     [followup] = followups(fake_github)
     shipped = fake_github.file(REPO, "models/act_kernelpilot.py", "kernelpilot/pr-7").decode()
     assert kernel.strip() in shipped

@@ -364,7 +364,8 @@ def test_a_label_other_than_approval_runs_nothing(fake_github, tmp_path):
 def test_pull_request_workflow_from_a_fork_runs_after_approval(fake_github, tmp_path):
     """The example PR workflow, for a fork's pull request: opened, the gate says why nothing
     runs (no PR code is checked out); a maintainer adds the approval label, and the head SHA
-    of that moment is measured on the runner, commented on and offered in a follow-up PR."""
+    of that moment is measured on the runner and commented on, its kernel as a patch (no
+    branch is made on a fork's head)."""
     repo = UserRepository(tmp_path, fake_github, ["kernelpilot-pr.yml"])
     fake_github.add_pull(REPO, NUMBER, head_ref="feature", head_sha=repo.head, fork=True,
                          head_files=repo.head_files, author="contributor")  # fmt: skip
@@ -392,10 +393,13 @@ def test_pull_request_workflow_from_a_fork_runs_after_approval(fake_github, tmp_
     assert "::stop-commands::" in result.log
     [comment] = repo.comments()  # the notice, edited into the results
     assert comment.id == notice.id and "models/act.py:Activation" in comment.body
-    [followup] = repo.followups()
-    assert followup.head.ref == f"kernelpilot/pr-{NUMBER}"
-    assert followup.base.ref == "main"  # a fork's branch is not ours to push to
-    assert f"/pull/{followup.number}" in comment.body
+    # No branch made on a fork's unreviewed head: the kernel comes as a patch in the comment.
+    assert (
+        repo.followups() == []
+        and f"refs/heads/kernelpilot/pr-{NUMBER}" not in fake_github.repo(REPO).refs
+    )
+    assert "generated from this fork's unreviewed code" in comment.body
+    assert "diff --git a/models/act_kernelpilot.py" in comment.body
 
 
 @pytest.mark.slow
