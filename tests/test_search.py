@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from agents.loop import SearchConfig, grow, new_trajectory
 from agents.search.budget import Budget
 from agents.search.strategy import EpsilonGreedy, Greedy
@@ -84,7 +86,7 @@ def test_spend_caps_per_target_per_run_and_for_a_model_without_a_price():
     second.charge(Spend(cost_usd=0.2))
     assert second.exhausted() == "the run's cost cap of $3.00 (spent $3.10)"
     run.finish(second, before)
-    assert run.spent_cost_usd == 2.7  # only what the second spent in this run
+    assert run.spent_cost_usd == pytest.approx(2.7)  # only what the second spent in this run
 
 
 def test_a_repeated_candidate_is_recorded_and_never_run_again():

@@ -277,12 +277,14 @@ def test_no_secret_reaches_a_prompt_from_any_other_text(monkeypatch):
         Reference(source=source, device="cpu"),
         KernelSummary(node_id="0.1", code=CANDIDATE, status="build_error"),
         plan=f"Summary: use {OPENAI_KEY}",
-        log="error",
+        # Over the log's share of the budget, with a line that trimming cuts inside the key.
+        log="\n".join(["error: the build failed"] + ["note: in expansion"] * 4000
+                       + ["x" * 1990 + " " + OPENAI_KEY]),
         siblings=[sibling],
-    )
+    )  # fmt: skip
     client = ScriptedClient([reply(code_reply(CANDIDATE))])
     debug(client, window, LLM)
     prompt = prompts_of(client)[0]
-    assert MARKER in prompt
-    for secret in (OPENAI_KEY, GITHUB_TOKEN, PARENT_SECRET):
+    assert MARKER in prompt and "lines (" in prompt  # the log was trimmed
+    for secret in (OPENAI_KEY, GITHUB_TOKEN, PARENT_SECRET, "sk-proj-Q"):
         assert secret not in prompt
