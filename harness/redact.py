@@ -87,17 +87,19 @@ def scrub(text: str, secrets: Sequence[str] | None = None) -> str:
 
 def scrub_record(record: Scrubbed) -> Scrubbed:
     """A copy of ``record`` with every string in it scrubbed (nested records, lists, dicts)."""
-    secrets = secret_values()
-    return type(record).model_validate(_scrub_value(record.model_dump(), secrets))
+    return type(record).model_validate(scrub_value(record.model_dump()))
 
 
-def _scrub_value(value: object, secrets: Sequence[str]) -> object:
+def scrub_value(value: object, secrets: Sequence[str] | None = None) -> object:
+    """``value`` with every string in it scrubbed, through dicts, lists and tuples (a worker's
+    decoded JSON message, a record's dump)."""
+    secrets = secret_values() if secrets is None else secrets
     if isinstance(value, str):
         return scrub(value, secrets)
     if isinstance(value, dict):
-        return {key: _scrub_value(item, secrets) for key, item in value.items()}
+        return {key: scrub_value(item, secrets) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return type(value)(_scrub_value(item, secrets) for item in value)
+        return type(value)(scrub_value(item, secrets) for item in value)
     return value
 
 
