@@ -480,6 +480,7 @@ DEFENSES: list[Defense] = [
         "child.result = evaluator.evaluate(problem, candidate(child))",
         (
             "tests/test_untrusted.py::test_a_worker_log_with_keys_reaches_no_prompt_and_no_trajectory",
+            "tests/test_agent_loop.py::test_a_worker_log_with_keys_reaches_no_prompt_trajectory_or_report",
         ),
     ),
     Defense(

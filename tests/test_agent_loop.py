@@ -182,7 +182,9 @@ seed_offline = false
 WORDS = "Just fuse it all."  # no grounded plan, no code: nothing is built
 
 
-def run_optimize(tmp_path, monkeypatch, project: str, args: list[str], env: dict) -> dict:
+def run_optimize(
+    tmp_path, monkeypatch, project: str, args: list[str], env: dict, exit_code: int = 0
+) -> dict:
     (tmp_path / "pyproject.toml").write_text(project)
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
@@ -192,7 +194,8 @@ def run_optimize(tmp_path, monkeypatch, project: str, args: list[str], env: dict
          "--out", str(out), *args],
         env=env,
     )  # fmt: skip
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == exit_code, result.output
+    assert OPENAI_KEY not in result.output and GITHUB_TOKEN not in result.output
     return json.loads((out / "report.json").read_text())["targets"][0]
 
 
@@ -272,8 +275,8 @@ def test_a_worker_log_with_keys_reaches_no_prompt_trajectory_or_report(
     env = {"OPENAI_BASE_URL": fake_openai.base_url, "OPENAI_API_KEY": "sk-test"}
     project = CAPPED_PROJECT + "attempts = 2\nroot_first = 1\n"
     row = run_optimize(tmp_path, monkeypatch, project,
-                       ["--llm", "openai", "--model", "fake-model"], env)  # fmt: skip
-    assert row["status"] == "runtime_error", row["reason"]
+                       ["--llm", "openai", "--model", "fake-model"], env, exit_code=1)  # fmt: skip
+    assert row["status"] == "runtime_error", row["reason"]  # no kernel: exit status 1
     trajectory = Path(row["trajectory_file"]).read_text()
     debugger_prompt = fake_openai.bodies[2]["messages"][-1]["content"]
     assert "environ: [REDACTED]" in debugger_prompt and "environ: [REDACTED]" in trajectory

@@ -73,7 +73,9 @@ def code_block(kernel: KernelSummary) -> str:
 
 
 def detail_block(kernel: KernelSummary) -> str:
-    return data_block(kernel.detail.strip() or "-", f"the verdict on kernel {kernel.node_id}")
+    if not kernel.detail.strip():
+        return "-"
+    return data_block(kernel.detail, f"the verdict on kernel {kernel.node_id}")
 
 
 def kernels_text(window: ContextWindow, group: str) -> str:
