@@ -17,6 +17,10 @@ Trimming rules (``trim_code``, ``trim_log``): whole lines only, head and tail fo
 first error and the tail for logs, and a marker line where lines were cut that says how many.
 A single line longer than ``MAX_LINE_CHARS`` is the one exception: it keeps its start and says
 how many characters it lost.
+
+Secrets: every text of a window is scrubbed (``harness.redact``) before it is trimmed, so a cut
+cannot leave a key's head too short to be recognised. The roles then put the texts into data
+blocks (``agents.untrusted``).
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from agents.roles.render import render
+from harness.redact import scrub_record
 
 Role = Literal["planner", "coder", "debugger"]
 CHARS_PER_TOKEN = 4
@@ -65,6 +70,14 @@ class Reference(BaseModel):
     class_name: str = Field(default="Model", description="The reference class in that source.")
     device: str = Field(description="'cpu' or 'cuda'.")
     dtype: str = Field(default="float32", description="The problem's dtype.")
+
+    @field_validator("class_name")
+    @classmethod
+    def _identifier(cls, name: str) -> str:
+        # Shown outside the data blocks: only a class name that Python could have loaded.
+        if not name.isidentifier():
+            raise ValueError(f"reference class name {name[:80]!r} is not a Python identifier")
+        return name
 
 
 class ContextWindow(BaseModel):
@@ -153,6 +166,7 @@ def debugger_window(
 
 def _fit(window: ContextWindow) -> ContextWindow:
     """Trim the window's parts to its budget by the role's shares (module docstring)."""
+    window = scrub_record(window)
     pinned = estimate_tokens(window.selected.code) + estimate_tokens(window.plan)
     detail = trim_log(window.selected.detail, max(window.budget_tokens // 20, 50))
     available = max(0, window.budget_tokens - pinned - estimate_tokens(detail))

@@ -4,7 +4,12 @@ A tree rooted at the reference; the offline proposer's kernel, when there is one
 root's first child. Each step the strategy selects a node, the team proposes ``width``
 children (planner and coder on a verified node, the debugger on a failed one), the new
 candidates are built in parallel and then checked and timed one at a time, and the trajectory
-is written. It ends when a budget runs out (attempts, wall time, tokens, cost).
+is written. It ends when a budget runs out (attempts, wall time, tokens, cost: the spend caps
+of ``agents.search.budget``, on by default).
+
+What enters the tree from outside kernelpilot (the harness's verdicts, which quote worker logs
+and the user's errors; the models' replies, plans and failures) is scrubbed of secrets first
+(``harness.redact``): the trajectory, the report and later prompts are made from the tree.
 """
 
 from __future__ import annotations
@@ -18,12 +23,14 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from agents.search.budget import Budget, RunSpend, Spend
 from agents.search.strategy import make_strategy
 from agents.search.tree import Node, Tree
 from agents.team import Proposal, Team
 from agents.trajectory import Trajectory
 from harness.accept import honest_baseline
 from harness.records import Candidate, EvalResult, Problem
+from harness.redact import scrub, scrub_record
 
 
 class CandidateEvaluator(Protocol):
@@ -34,6 +41,16 @@ class CandidateEvaluator(Protocol):
     def build(self, problem: Problem, candidate: Candidate) -> object: ...
 
     def evaluate(self, problem: Problem, candidate: Candidate) -> EvalResult: ...
+
+
+# Default spend caps. A step asks the planner and the coder (about 20-30k prompt tokens and a
+# few thousand completion tokens each): at gpt-4.1's list price a full 30-attempt search costs
+# about $4-8, so $5 per target lets most of one run, and $20 per run bounds what a pull request
+# touching many modules can spend. Unpriced tokens: about 30 attempts' worth per target.
+DEFAULT_MAX_COST_USD = 5.0
+DEFAULT_MAX_UNPRICED_TOKENS = 2_000_000
+DEFAULT_RUN_MAX_COST_USD = 20.0
+DEFAULT_RUN_MAX_UNPRICED_TOKENS = 8_000_000
 
 
 class SearchConfig(BaseModel):
@@ -56,7 +73,27 @@ class SearchConfig(BaseModel):
     attempts: int = Field(default=30, ge=1, description="Candidates per target, at most.")
     max_seconds: float | None = Field(default=None, description="Wall time per target.")
     max_tokens: int | None = Field(default=None, description="LLM tokens per target.")
-    max_cost_usd: float | None = Field(default=None, description="LLM cost per target, USD.")
+    max_cost_usd: float | None = Field(
+        default=DEFAULT_MAX_COST_USD,
+        gt=0,
+        description="LLM cost per target, USD (calls priced by llm.prices); `inf` lifts it.",
+    )
+    max_unpriced_tokens: int | None = Field(
+        default=DEFAULT_MAX_UNPRICED_TOKENS,
+        gt=0,
+        description="LLM tokens per target of calls whose cost is unknown (a model without a "
+        "price): the cap that stands in for max_cost_usd there.",
+    )
+    run_max_cost_usd: float | None = Field(
+        default=DEFAULT_RUN_MAX_COST_USD,
+        gt=0,
+        description="LLM cost per run (a pull request, a command), all targets together, USD.",
+    )
+    run_max_unpriced_tokens: int | None = Field(
+        default=DEFAULT_RUN_MAX_UNPRICED_TOKENS,
+        gt=0,
+        description="LLM tokens per run of calls whose cost is unknown.",
+    )
 
 
 def search(
@@ -77,8 +114,10 @@ def search(
             rng = random.Random(f"{trajectory.seed}:{trajectory.steps}")  # the same on resume
             strategy = make_strategy(config.strategy, rng, config.epsilon, config.root_first)
             node = strategy.select(tree)
-            proposals = [team.propose(tree, node) for _ in range(config.width)]
-            children = [grow(tree, node, proposal, trajectory) for proposal in proposals]
+            children = [
+                grow(tree, node, team.propose(tree, node, budget), trajectory)
+                for _ in range(config.width)
+            ]  # each charged as it grows: the next proposal's calls see the spend
             evaluate_children(problem, evaluator, tree, children)
             trajectory.steps += 1
             budget.tick(resumed_at)
@@ -101,17 +140,18 @@ def pending(tree: Tree) -> list[Node]:
 
 def grow(tree: Tree, parent: Node, proposal: Proposal, trajectory: Trajectory) -> Node:
     """The proposal as a new child of ``parent``, charged to the budget (an attempt, its
-    tokens and cost); a repeat of an earlier source is recorded, never built or run again."""
+    tokens and cost); a repeat of an earlier source is recorded, never built or run again.
+    The roles' words (replies, plan, failure) are scrubbed; the source is kept as the model
+    wrote it (it is what runs, and the model only ever saw scrubbed text)."""
     earlier = next(
         (n for n in tree.nodes.values() if n.source and n.source == proposal.source), None
     )
+    calls = [scrub_record(call) for call in proposal.calls]
     child = tree.add(parent, "debug" if proposal.kind == "debug" else "improve",
-                     source=proposal.source, plan=proposal.plan, failure=proposal.failure,
-                     calls=proposal.calls)  # fmt: skip
-    child.seconds["llm"] = sum(call.seconds for call in proposal.calls)
-    tokens = sum(call.prompt_tokens + call.completion_tokens for call in proposal.calls)
-    costs = [call.cost_usd for call in proposal.calls if call.cost_usd is not None]
-    trajectory.budget.charge(tokens, sum(costs) if costs else None, attempt=True)
+                     source=proposal.source, plan=scrub(proposal.plan),
+                     failure=scrub(proposal.failure), calls=calls)  # fmt: skip
+    child.seconds["llm"] = sum(call.seconds for call in calls)
+    trajectory.budget.charge(Spend.of(calls), attempt=True)
     if earlier is not None:
         child.failure = f"the same candidate as node {earlier.id}: not built or run again"
     return child
@@ -145,7 +185,8 @@ def evaluate_children(
 
 def _evaluate(problem: Problem, evaluator: CandidateEvaluator, tree: Tree, child: Node) -> None:
     started = time.perf_counter()
-    child.result = evaluator.evaluate(problem, candidate(child))
+    # Scrubbed on the way in: the verdict quotes worker logs and the user's errors.
+    child.result = scrub_record(evaluator.evaluate(problem, candidate(child)))
     child.seconds["evaluate"] = time.perf_counter() - started
     child.seconds.update(child.result.phase_seconds)
     if child.result.eager is not None:
@@ -154,6 +195,25 @@ def _evaluate(problem: Problem, evaluator: CandidateEvaluator, tree: Tree, child
 
 def candidate(node: Node) -> Candidate:
     return Candidate(source=node.source, origin=node.kind)
+
+
+def budget_limits(config: SearchConfig) -> dict:
+    """The per-target limits of ``config`` as ``Budget`` fields (the run's come from
+    ``RunSpend``)."""
+    return {
+        "attempts": config.attempts,
+        "max_seconds": config.max_seconds,
+        "max_tokens": config.max_tokens,
+        "max_cost_usd": config.max_cost_usd,
+        "max_unpriced_tokens": config.max_unpriced_tokens,
+    }
+
+
+def run_spend(config: SearchConfig) -> RunSpend:
+    """A fresh spend record of a run under ``config``'s run caps (one per run)."""
+    return RunSpend(
+        max_cost_usd=config.run_max_cost_usd, max_unpriced_tokens=config.run_max_unpriced_tokens
+    )
 
 
 def status_line(trajectory: Trajectory, node: Node, children: list[Node]) -> str:
@@ -183,15 +243,8 @@ def new_trajectory(
     problem: Problem, llm: str, config: SearchConfig, seed: int, offline: Candidate | None = None
 ) -> Trajectory:
     """A fresh tree, with the offline proposer's kernel as the root's first child if any."""
-    from agents.search.budget import Budget
-
     tree = Tree.rooted()
-    budget = Budget(
-        attempts=config.attempts,
-        max_seconds=config.max_seconds,
-        max_tokens=config.max_tokens,
-        max_cost_usd=config.max_cost_usd,
-    )
+    budget = Budget(**budget_limits(config))
     if offline is not None:
         tree.add(tree.root, "offline", source=offline.source, plan=offline.note)
         budget.charge(attempt=True)

@@ -1,5 +1,7 @@
 """One target from proposal to verdict: the offline proposer's kernel first, then (with an
 LLM) the team's tree search; the best verified kernel and the trajectory that found it.
+
+A search that a spend cap stopped says so in the attempt's reason, which the report shows.
 """
 
 from __future__ import annotations
@@ -9,8 +11,17 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from agents.loop import SearchConfig, evaluate_children, new_trajectory, pending, search
+from agents.loop import (
+    SearchConfig,
+    budget_limits,
+    evaluate_children,
+    new_trajectory,
+    pending,
+    run_spend,
+    search,
+)
 from agents.offline import propose
+from agents.search.budget import RunSpend
 from agents.team import Team
 from agents.trajectory import Trajectory
 from harness.evaluate import Evaluator
@@ -37,17 +48,18 @@ def optimize_problem(
     resume: Trajectory | None = None,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    spend: RunSpend | None = None,
 ) -> Attempt:
-    """The offline proposer alone when ``team`` is None; the LLM search otherwise."""
+    """The offline proposer alone when ``team`` is None; the LLM search otherwise.
+
+    ``spend``: the run's spend so far, shared by its targets (None: this target is the run).
+    """
     config = config or SearchConfig()
     say = progress or evaluator.progress
     evaluator.reference(problem)  # audit first: a weak spec stops here, before any build
     trajectory = resume
     if trajectory is not None:  # the limits of this run, on what the earlier one spent
-        trajectory.budget = trajectory.budget.model_copy(
-            update={"attempts": config.attempts, "max_seconds": config.max_seconds,
-                    "max_tokens": config.max_tokens, "max_cost_usd": config.max_cost_usd}
-        )  # fmt: skip
+        trajectory.budget = trajectory.budget.model_copy(update=budget_limits(config))
         trajectory.stopped = ""
     if trajectory is None:
         say(f"{problem.name}: proposing fused kernels (offline proposer)")
@@ -64,8 +76,25 @@ def optimize_problem(
         trajectory.save(path)
     else:
         say(f"{problem.name}: tree search with {team.llm.model} ({config.strategy})")
-        search(problem, evaluator, team, trajectory, path, config, say)
-    return best_attempt(problem, trajectory, path)
+        spend = spend or run_spend(config)
+        before = spend.start(trajectory.budget)
+        try:
+            search(problem, evaluator, team, trajectory, path, config, say)
+        finally:
+            spend.finish(trajectory.budget, before)
+    attempt = best_attempt(problem, trajectory, path)
+    if cap := trajectory.budget.spend_cap():
+        say(f"{problem.name}: search stopped at {cap}")
+        attempt.reason = "; ".join(part for part in (attempt.reason, cap_note(cap)) if part)
+    return attempt
+
+
+def cap_note(cap: str) -> str:
+    """What the report says about a search a spend cap stopped, and how to lift the cap."""
+    return (
+        f"the search stopped at {cap}: raise search.max_cost_usd / run_max_cost_usd "
+        "(--max-cost) or the token caps in [tool.kernelpilot.search] to search further"
+    )
 
 
 def best_attempt(problem: Problem, trajectory: Trajectory, path: Path) -> Attempt:

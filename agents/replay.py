@@ -20,6 +20,12 @@ from agents.team import Team, TeamConfig
 from agents.trajectory import Trajectory
 from harness.records import Candidate, EvalResult, Problem
 
+# The recorded budget's limits, the run's caps and what the run's earlier targets spent.
+LIMITS = {
+    "attempts", "max_tokens", "max_cost_usd", "max_unpriced_tokens", "run_max_cost_usd",
+    "run_max_unpriced_tokens", "run_spent_cost_usd", "run_spent_unpriced_tokens",
+}  # fmt: skip
+
 
 class RecordedEvaluator:
     """The evaluator's interface, answered from a trajectory's verdicts."""
@@ -75,11 +81,7 @@ def replay(trajectory: Trajectory, llm: LLMConfig, config: SearchConfig, out: Pa
             "tree": Tree.rooted(),
             "steps": 0,
             "stopped": "",
-            "budget": Budget(
-                attempts=trajectory.budget.attempts,
-                max_tokens=trajectory.budget.max_tokens,
-                max_cost_usd=trajectory.budget.max_cost_usd,
-            ),
+            "budget": Budget(**trajectory.budget.model_dump(include=LIMITS)),
         }
     )
     offline = next((n for n in trajectory.tree.nodes.values() if n.kind == "offline"), None)

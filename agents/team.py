@@ -18,6 +18,7 @@ from agents.llm.client import LLMClient, LLMConfig, Reply, Role
 from agents.roles import coder, debugger, planner
 from agents.roles.records import Draft, Plan, RoleFailure
 from agents.roles.render import render
+from agents.search.budget import Budget, Spend
 from agents.search.tree import LLMCall, Node, Tree
 
 REPLY_CHARS_KEPT = 20_000  # of each reply, in the trajectory
@@ -49,13 +50,14 @@ class Team:
     ) -> None:
         self.client, self.llm, self.reference, self.config = client, llm, reference, config
 
-    def propose(self, tree: Tree, node: Node) -> Proposal:
-        """Improve a verified node (or the root); repair a failed one."""
+    def propose(self, tree: Tree, node: Node, budget: Budget | None = None) -> Proposal:
+        """Improve a verified node (or the root); repair a failed one. With ``budget``, no
+        call is made once its spend caps are reached (this step's calls counted)."""
         if node.kind == "root" or node.ok:
-            return self.improve(tree, node)
-        return self.repair(tree, node)
+            return self.improve(tree, node, budget)
+        return self.repair(tree, node, budget)
 
-    def improve(self, tree: Tree, node: Node) -> Proposal:
+    def improve(self, tree: Tree, node: Node, budget: Budget | None = None) -> Proposal:
         proposal = Proposal(kind="improve")
         selected = self.summary(tree, node)
         window = planner_window(
@@ -67,7 +69,7 @@ class Team:
             budget_tokens=self.config.context_tokens,
         )
         plan = self._ask("planner", lambda feedback: planner.plan(
-            self.client, window, self.llm, feedback=feedback), proposal)  # fmt: skip
+            self.client, window, self.llm, feedback=feedback), proposal, budget)  # fmt: skip
         if isinstance(plan, Plan):
             proposal.plan = plan.text()
         elif isinstance(plan, RoleFailure) and plan.kind != "llm_call_failed":
@@ -86,13 +88,13 @@ class Team:
             budget_tokens=self.config.context_tokens,
         )
         draft = self._ask("coder", lambda feedback: coder.code(
-            self.client, window, self.llm, feedback=feedback), proposal)  # fmt: skip
+            self.client, window, self.llm, feedback=feedback), proposal, budget)  # fmt: skip
         if isinstance(draft, Draft):
             # A candidate came of it: the planner's failure, if any, stays on its call.
             proposal.source, proposal.failure = draft.source, ""
         return proposal
 
-    def repair(self, tree: Tree, node: Node) -> Proposal:
+    def repair(self, tree: Tree, node: Node, budget: Budget | None = None) -> Proposal:
         proposal = Proposal(kind="debug", plan=node.plan)
         window = debugger_window(
             self.reference,
@@ -103,15 +105,19 @@ class Team:
             budget_tokens=self.config.context_tokens,
         )
         draft = self._ask("debugger", lambda feedback: debugger.debug(
-            self.client, window, self.llm, feedback=feedback), proposal)  # fmt: skip
+            self.client, window, self.llm, feedback=feedback), proposal, budget)  # fmt: skip
         if isinstance(draft, Draft):
             proposal.source, proposal.failure = draft.source, ""
         return proposal
 
-    def _ask(self, role: Role, call, proposal: Proposal):
-        """Ask a role, again with the reason when its reply was unusable; record every call."""
+    def _ask(self, role: Role, call, proposal: Proposal, budget: Budget | None):
+        """Ask a role, again with the reason when its reply was unusable; record every call.
+        None, without a call, once ``budget``'s spend caps are reached."""
         feedback: RoleFailure | None = None
         for _ in range(1 + self.config.retries_per_role):
+            if budget and (cap := budget.spend_cap(Spend.of(proposal.calls))):
+                proposal.failure = f"{role}: not asked: budget reached: {cap}"
+                return None
             outcome = call(feedback)
             reply = outcome.reply if not isinstance(outcome, RoleFailure) else outcome.reply
             proposal.calls.append(self._record(role, reply, outcome))

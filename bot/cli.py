@@ -97,7 +97,7 @@ LLM_OPTIONS = [
         "--max-cost",
         type=float,
         default=None,
-        help="Stop a target's search at this LLM cost (USD).",
+        help="Stop a target's search at this LLM cost (USD) [default: search.max_cost_usd, 5].",
     ),
     click.option(
         "--max-time", type=float, default=None, help="Stop a target's search after these seconds."

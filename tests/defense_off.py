@@ -543,6 +543,119 @@ DEFENSES: list[Defense] = [
         "    return options, hold",
         ("tests/test_base_config.py", "-k", "measure_runs_with_the_base"),
     ),
+    # --- prompts and spend caps (agents/untrusted.py, harness/redact.py, agents/loop.py,
+    # agents/team.py, agents/search/budget.py, agents/llm/openai_client.py; issue 22 item 8) -----
+    Defense(
+        "prompt_data_blocks",  # PR text spliced into the prompt as it is
+        "agents/untrusted.py",
+        '    return render("data", values).strip("\\n")',
+        "    return text",
+        (
+            "tests/test_untrusted.py::test_an_injected_docstring_is_only_inside_data_blocks_in_every_roles_prompt",
+        ),
+    ),
+    Defense(
+        "data_block_id_redraw",  # a text holding the closing line ends its block
+        "agents/untrusted.py",
+        "    while block_id in text:",
+        "    while False:",
+        ("tests/test_untrusted.py::test_a_source_holding_the_closing_line_cannot_end_its_block",),
+    ),
+    Defense(
+        "data_block_long_fence",
+        "agents/untrusted.py",
+        '"fence": "`" * max(3, longest + 1),',
+        '"fence": "```",',
+        ("tests/test_untrusted.py::test_a_data_block_holds_its_text_whole_behind_a_longer_fence",),
+    ),
+    Defense(
+        "scrub_secret_shapes",
+        "harness/redact.py",
+        "    text = _SHAPES.sub(MARKER, text)",
+        "    text = text",
+        ("tests/test_untrusted.py", "-k", "secret_shapes"),
+    ),
+    Defense(
+        "scrub_secret_assignments",
+        "harness/redact.py",
+        "    return _scrub_assignments(text)",
+        "    return text",
+        ("tests/test_untrusted.py", "-k", "secret_shapes"),
+    ),
+    Defense(
+        "scrub_pem_blocks",
+        "harness/redact.py",
+        "    text = _scrub_pem(text)",
+        "    text = text",
+        ("tests/test_untrusted.py", "-k", "secret_shapes"),
+    ),
+    Defense(
+        "scrub_parent_secret_values",  # a key read from /proc/<ppid>/environ, any shape
+        "harness/redact.py",
+        "        text = text.replace(value, MARKER)",
+        "        text = text",
+        ("tests/test_untrusted.py", "-k", "secret_shapes"),
+    ),
+    Defense(
+        "scrub_verdicts_into_tree",  # worker logs into the trajectory and the report
+        "agents/loop.py",
+        "child.result = scrub_record(evaluator.evaluate(problem, candidate(child)))",
+        "child.result = evaluator.evaluate(problem, candidate(child))",
+        (
+            "tests/test_untrusted.py::test_a_worker_log_with_keys_reaches_no_prompt_and_no_trajectory",
+            "tests/test_agent_loop.py::test_a_worker_log_with_keys_reaches_no_prompt_trajectory_or_report",
+        ),
+    ),
+    Defense(
+        "scrub_replies_into_tree",  # model replies into the trajectory
+        "agents/loop.py",
+        "calls = [scrub_record(call) for call in proposal.calls]",
+        "calls = list(proposal.calls)",
+        (
+            "tests/test_untrusted.py::test_a_worker_log_with_keys_reaches_no_prompt_and_no_trajectory",
+        ),
+    ),
+    Defense(
+        "scrub_before_trim",  # a cut inside a key leaves a head too short to recognise
+        "agents/context.py",
+        "    window = scrub_record(window)",
+        "    pass",
+        ("tests/test_untrusted.py::test_no_secret_reaches_a_prompt_from_any_other_text",),
+    ),
+    Defense(
+        "default_cost_cap",
+        "agents/loop.py",
+        "        default=DEFAULT_MAX_COST_USD,",
+        "        default=None,",
+        ("tests/test_agent_loop.py::test_the_default_cost_cap_stops_the_scripted_model",),
+    ),
+    Defense(
+        "spend_cap_per_call",  # only checked between steps: a step's retries pass the cap
+        "agents/team.py",
+        "if budget and (cap := budget.spend_cap(Spend.of(proposal.calls))):",
+        "if False and (cap := budget.spend_cap(Spend.of(proposal.calls))):",
+        ("tests/test_agent_loop.py::test_the_default_cost_cap_stops_the_scripted_model",),
+    ),
+    Defense(
+        "run_spend_cap",
+        "agents/search/budget.py",
+        "if self.run_max_cost_usd is not None and run_cost >= self.run_max_cost_usd:",
+        "if False:",
+        (
+            "tests/test_search.py::test_spend_caps_per_target_per_run_and_for_a_model_without_a_price",
+        ),
+    ),
+    Defense(
+        "usage_upper_bound",  # a server without usage: tokens counted as 0, no cap holds
+        "agents/llm/openai_client.py",
+        """            prompt_tokens, completion_tokens = usage_upper_bound(
+                params["messages"], text, params[self._token_param]
+            )""",
+        "            prompt_tokens, completion_tokens = 0, 0",
+        (
+            "tests/test_agent_loop.py::test_without_usage_an_unpriced_model_is_stopped_by_the_token_cap",
+        ),
+    ),
 ]
 
 

@@ -164,3 +164,126 @@ def test_a_resumed_search_goes_on_where_it_stopped(fake_openai, tmp_path, monkey
     assert list(resumed.tree.nodes) == ["0", "0.1", "0.1.1", "0.1.1.1", "0.1.1.1.1"]
     assert resumed.budget.spent_attempts == 4 and len(fake_openai.requests) == 6
     assert resumed.tree.nodes["0.1.1"].result.status.value == "ok"  # kept, not run again
+
+
+# --- issue 22: spend caps and secrets in worker logs ----------------------------------------
+
+# No search budget set: the defaults apply (30 attempts, the default spend caps).
+CAPPED_PROJECT = """
+[tool.kernelpilot]
+[tool.kernelpilot.eval]
+compile_baseline = false
+time_budget_s = 0.2
+min_reps = 5
+max_reps = 50
+[tool.kernelpilot.search]
+seed_offline = false
+"""
+WORDS = "Just fuse it all."  # no grounded plan, no code: nothing is built
+
+
+def run_optimize(
+    tmp_path, monkeypatch, project: str, args: list[str], env: dict, exit_code: int = 0
+) -> dict:
+    (tmp_path / "pyproject.toml").write_text(project)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        main,
+        ["optimize", str(FIXTURES / "scale_problem.py"), "--device", "cpu", "--seed", "3",
+         "--out", str(out), *args],
+        env=env,
+    )  # fmt: skip
+    assert result.exit_code == exit_code, result.output
+    assert OPENAI_KEY not in result.output and GITHUB_TOKEN not in result.output
+    return json.loads((out / "report.json").read_text())["targets"][0]
+
+
+def model_calls(row: dict) -> list:
+    trajectory = Trajectory.load(Path(row["trajectory_file"]))
+    return [call for node in trajectory.tree.nodes.values() for call in node.calls]
+
+
+def test_the_default_cost_cap_stops_the_scripted_model(tmp_path, monkeypatch):
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"text": WORDS, "cost_usd": 2.0}] * 10))
+    row = run_optimize(tmp_path, monkeypatch, CAPPED_PROJECT,
+                       ["--llm", "scripted", "--script", str(script)], {})  # fmt: skip
+    # planner $2, planner again $4, coder $6: the coder is not asked again, the search ends.
+    cap = "the cost cap of $5.00 per target (spent $6.00)"
+    assert cap in row["reason"] and "--max-cost" in row["reason"]
+    assert Trajectory.load(Path(row["trajectory_file"])).stopped == f"budget reached: {cap}"
+    assert [call.role for call in model_calls(row)] == ["planner", "planner", "coder"]
+    assert row["cost_usd"] == 6.0 and row["attempts"] == 1
+
+
+def test_the_default_cost_cap_stops_the_openai_client_priced_from_usage(
+    fake_openai, tmp_path, monkeypatch
+):
+    # gpt-4.1 at its list price ($2 per million prompt tokens): $2 a call.
+    fake_openai.push(*[reply(WORDS, model="gpt-4.1", prompt_tokens=10**6, completion_tokens=0)] * 5)
+    env = {"OPENAI_BASE_URL": fake_openai.base_url, "OPENAI_API_KEY": "sk-test"}
+    row = run_optimize(tmp_path, monkeypatch, CAPPED_PROJECT,
+                       ["--llm", "openai", "--model", "gpt-4.1"], env)  # fmt: skip
+    assert "the cost cap of $5.00 per target (spent $6.00)" in row["reason"]
+    assert len(fake_openai.requests) == 3 and row["cost_usd"] == 6.0
+
+
+def test_without_usage_an_unpriced_model_is_stopped_by_the_token_cap(
+    fake_openai, tmp_path, monkeypatch
+):
+    """A server that sends no usage (some vLLM, Ollama and proxy setups): tokens are counted
+    as an upper bound, so the token cap that stands in for the cost cap still holds."""
+    fake_openai.push(*[reply(WORDS, model="local-llama", usage=False)] * 10)
+    env = {"OPENAI_BASE_URL": fake_openai.base_url, "OPENAI_API_KEY": "sk-test"}
+    project = CAPPED_PROJECT + "max_unpriced_tokens = 100000\n"
+    row = run_optimize(tmp_path, monkeypatch, project,
+                       ["--llm", "openai", "--model", "local-llama"], env)  # fmt: skip
+    assert "100,000 tokens per target for a model without a price" in row["reason"]
+    assert row["cost_usd"] is None and 2 <= len(fake_openai.requests) <= 4
+    assert all(call.prompt_tokens > 10_000 for call in model_calls(row))  # bytes, not 0
+
+
+SECRET_ENV = "KP_E2E_DEPLOY_TOKEN"
+PARENT_SECRET = "Shapeless" + "Value" + "0451"
+OPENAI_KEY = "sk-" + "proj-" + "Q7" * 16
+GITHUB_TOKEN = "ghp" + "_" + "Z9" * 18
+# A candidate that builds and runs (the shared test kernel), and whose forward raises with the
+# keys: assembled at run time, so the worker's log holds them and the source does not.
+LEAKING = HONEST.replace(
+    "        return _ext.honest(x, self.scale)",
+    '        y = _ext.honest(x, self.scale)\n'
+    '        if y.numel() > 0:\n'
+    '            raise RuntimeError("environ: " + "sk-" + "proj-" + "Q7" * 16 + " " + "ghp" + "_"\n'
+    '                               + "Z9" * 18 + " " + "Shapeless" + "Value" + "0451")\n'
+    '        return y',
+)  # fmt: skip
+
+
+def test_a_worker_log_with_keys_reaches_no_prompt_trajectory_or_report(
+    fake_openai, tmp_path, monkeypatch
+):
+    assert OPENAI_KEY not in LEAKING and GITHUB_TOKEN not in LEAKING
+    monkeypatch.setenv(SECRET_ENV, PARENT_SECRET)  # the parent's secret, as /proc would show it
+    problem_line = "        return torch.tanh(x) * self.scale + x"
+    fake_openai.push(
+        reply(plan(problem_line, "One C++ loop.")),
+        reply(code(LEAKING)),
+        reply(WORDS),  # the debugger, twice: no repair, so the report shows the leaking node
+        reply(WORDS),
+    )
+    env = {"OPENAI_BASE_URL": fake_openai.base_url, "OPENAI_API_KEY": "sk-test"}
+    project = CAPPED_PROJECT + "attempts = 2\nroot_first = 1\n"
+    row = run_optimize(tmp_path, monkeypatch, project,
+                       ["--llm", "openai", "--model", "fake-model"], env, exit_code=1)  # fmt: skip
+    assert row["status"] == "runtime_error", row["reason"]  # no kernel: exit status 1
+    trajectory = Path(row["trajectory_file"]).read_text()
+    debugger_prompt = fake_openai.bodies[2]["messages"][-1]["content"]
+    assert "environ: [REDACTED]" in debugger_prompt and "environ: [REDACTED]" in trajectory
+    out = tmp_path / "out"
+    texts = {"trajectory": trajectory, "debugger prompt": debugger_prompt}
+    texts |= {path.name: path.read_text() for path in out.iterdir() if path.suffix != ".py"}
+    texts |= {f"request {n}": json.dumps(body) for n, body in enumerate(fake_openai.bodies)}
+    for where, text in texts.items():
+        for secret in (OPENAI_KEY, GITHUB_TOKEN, PARENT_SECRET):
+            assert secret not in text, f"{secret} in {where}"

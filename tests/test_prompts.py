@@ -38,22 +38,23 @@ SELECTED = {"id": "n2", "status": "ok", "speedup": "1.31x", "detail": "correct o
 
 VALUES: dict[str, dict[str, str]] = {
     "system": {
-        "device": "cpu", "contract": "(the contract)", "example_reference": REFERENCE,
+        "device": "cpu", "data_rule": "(the data rule)", "contract": "(the contract)",
+        "example_reference": REFERENCE,
         "example_name": "fused_gelu_block_cpu.py", "example_candidate": CANDIDATE,
     },
     "planner": {
-        "reference_class": "Model", "original": REFERENCE,
+        "data_rule": "(the data rule)", "reference_class": "Model", "original": REFERENCE,
         **{f"selected_{k}": v for k, v in SELECTED.items()},
         "profile": "aten::linear 61% (0.9 of peak FLOP/s); bias_gelu_residual_clamp 39%",
         "children": KERNELS, "top": KERNELS, "device": "cpu", "begins": BEGINS, "ends": ENDS,
     },
     "coder": {
-        "reference_class": "Model", "original": REFERENCE,
+        "data_rule": "(the data rule)", "reference_class": "Model", "original": REFERENCE,
         **{f"selected_{k}": v for k, v in SELECTED.items()},
         "plan": "Summary: fuse\n\nChange 1: ...", "children": KERNELS, "cousins": KERNELS,
     },
     "debugger": {
-        "reference_class": "Model", "original": REFERENCE,
+        "data_rule": "(the data rule)", "reference_class": "Model", "original": REFERENCE,
         **{f"failed_{k}": v for k, v in SELECTED.items()},
         "plan": "Summary: fuse", "log": GATE_LOG, "siblings": KERNELS,
     },
@@ -68,6 +69,9 @@ VALUES: dict[str, dict[str, str]] = {
     "cut_line": {"chars": "99000"},
     "kernels_omitted": {"count": "3"},
     "kernels_none": {},
+    "data": {"id": "0f1e2d3c4b5a6978", "kind": "the reference module's source", "fence": "```",
+             "language": "python", "text": REFERENCE},
+    "data_rule": {},
     "contract_cpu": {"cpu_flags": "`-O3`", "openmp_and_ops": "the built kernel starts ..."},
     "contract_cuda": {"cuda_utilities": "`at::cuda::getCurrentCUDAStream`"},
     "contract_float32": {"low_precision_python": "`half`", "low_precision_native": "`kHalf`"},

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from agents.loop import SearchConfig, grow, new_trajectory
 from agents.search.budget import Budget
 from agents.search.strategy import EpsilonGreedy, Greedy
@@ -55,9 +57,36 @@ def test_epsilon_greedy_picks_a_random_leaf_with_a_candidate_or_the_best():
 def test_whichever_budget_ends_first_ends_the_search():
     assert Budget(attempts=2, spent_attempts=2).exhausted() == "2 attempts"
     assert Budget(max_tokens=100, spent_tokens=150).exhausted() == "100 tokens"
-    assert Budget(max_cost_usd=1.0, spent_cost_usd=1.5).exhausted() == "$1.00"
+    assert Budget(max_cost_usd=1.0, spent_cost_usd=1.5).exhausted() == (
+        "the cost cap of $1.00 per target (spent $1.50)"
+    )
     assert Budget(max_seconds=10, spent_seconds=11).exhausted() == "10 s of wall time"
     assert Budget().exhausted() == ""
+
+
+def test_spend_caps_per_target_per_run_and_for_a_model_without_a_price():
+    from agents.search.budget import RunSpend, Spend
+    from agents.search.tree import LLMCall
+
+    unpriced = Budget(max_cost_usd=1.0, max_unpriced_tokens=1000, spent_unpriced_tokens=1000)
+    assert "1,000 tokens per target for a model without a price" in unpriced.exhausted()
+    # Pending calls of the step count: the next call is not made once they reach a cap.
+    call = LLMCall(role="coder", temperature=0.1, text="", prompt_tokens=600, completion_tokens=0)
+    half = Budget(max_unpriced_tokens=1000, spent_unpriced_tokens=500)
+    assert half.spend_cap() == "" and "1,000 tokens" in half.spend_cap(Spend.of([call]))
+    # The run's cap holds over its targets: the second target starts with the first's spend.
+    run = RunSpend(max_cost_usd=3.0)
+    first = Budget(max_cost_usd=5.0)
+    before = run.start(first)
+    first.charge(Spend(cost_usd=2.5))
+    run.finish(first, before)
+    second = Budget(max_cost_usd=5.0, spent_cost_usd=0.4)  # a resumed search's earlier spend
+    before = run.start(second)
+    assert second.exhausted() == ""
+    second.charge(Spend(cost_usd=0.2))
+    assert second.exhausted() == "the run's cost cap of $3.00 (spent $3.10)"
+    run.finish(second, before)
+    assert run.spent_cost_usd == pytest.approx(2.7)  # only what the second spent in this run
 
 
 def test_a_repeated_candidate_is_recorded_and_never_run_again():
@@ -71,6 +100,7 @@ def test_a_repeated_candidate_is_recorded_and_never_run_again():
     again = grow(tree, first, Proposal(kind="improve", source="A", calls=[call]), trajectory)
     assert again.result is None and again.failure.startswith("the same candidate as node 0.1")
     assert trajectory.budget.spent_attempts == 2 and trajectory.budget.spent_tokens == 30
+    assert trajectory.budget.spent_unpriced_tokens == 30  # no cost given: unpriced
 
 
 def test_the_first_children_grow_from_the_reference_even_when_a_kernel_is_faster():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -38,7 +38,9 @@ class Reply(BaseModel):
 
     text: str = Field(description="The first choice's message content ('' when it had none).")
     model: str = Field(description="The model that answered, as the server names it.")
-    prompt_tokens: int = Field(ge=0, description="Input tokens (0 when the server sent no usage).")
+    prompt_tokens: int = Field(
+        ge=0, description="Input tokens (an upper bound when the server sent no usage)."
+    )
     completion_tokens: int = Field(ge=0, description="Output tokens, reasoning tokens included.")
     cost_usd: float | None = Field(
         description="From the price table; None when the model has no price (unknown, not 0)."
@@ -51,6 +53,27 @@ class Reply(BaseModel):
         description="What the report should show about this call (no usage sent, a dropped "
         "parameter).",
     )
+
+
+MESSAGE_OVERHEAD_TOKENS = 8  # the chat format's tokens around each message (role, separators)
+
+
+def usage_upper_bound(
+    messages: list[dict[str, Any]], text: str, max_tokens: int
+) -> tuple[int, int]:
+    """(prompt, completion) tokens at most, for a server that sent no ``usage``.
+
+    Byte-level BPE tokenizers (tiktoken's, Llama 3's, Qwen's) and SentencePiece with byte
+    fallback emit at most one token per UTF-8 byte, so the prompt's bytes (plus the chat
+    format's few tokens per message) bound its tokens: about four times the real count for
+    English and code. The server stops generating at the output limit (reasoning included), so
+    that bounds the completion, unless the visible text alone is longer.
+    """
+    prompt = sum(
+        len(str(message.get("content") or "").encode()) + MESSAGE_OVERHEAD_TOKENS
+        for message in messages
+    )
+    return prompt, max(max_tokens, len(text.encode()))
 
 
 class LLMClient(Protocol):

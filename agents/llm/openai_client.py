@@ -30,6 +30,7 @@ from agents.llm.client import (
     LLMFatalError,
     Message,
     Reply,
+    usage_upper_bound,
 )
 from agents.llm.failures import (
     TOKEN_PARAMS,
@@ -100,6 +101,7 @@ class OpenAIChatClient:
         self._send_temperature = True
         self._token_param = "max_tokens"  # what every compatible server takes; switched on a 400
         self._token_param_switched = False
+        self._warned_usage = False
 
     def complete(
         self,
@@ -133,7 +135,7 @@ class OpenAIChatClient:
                 raise connection_failure(err, self._context(attempts, started)) from None
             attempts += raw.retries_taken + 1
             try:
-                return self._reply(raw.http_response.text, attempts, started, notes)
+                return self._reply(raw.http_response.text, attempts, started, notes, params)
             except _BadReply as err:
                 if bad_replies >= self.config.max_retries:
                     raise LLMCallFailed(
@@ -179,20 +181,31 @@ class OpenAIChatClient:
     def _context(self, attempts: int, started: float) -> CallContext:
         return CallContext(self.config, self.where, self._key, attempts, time.monotonic() - started)
 
-    def _reply(self, body: str, attempts: int, started: float, notes: list[str]) -> Reply:
+    def _reply(
+        self, body: str, attempts: int, started: float, notes: list[str], params: dict[str, Any]
+    ) -> Reply:
         completion = _parse_completion(body)
         choice = completion.choices[0]
         usage = completion.usage or _Usage()
         prompt_tokens, completion_tokens = usage.prompt_tokens, usage.completion_tokens
         model = completion.model or self.config.model
-        cost = None
         if prompt_tokens is None or completion_tokens is None:
-            notes.append("the server sent no token usage: tokens counted as 0, cost unknown")
-            prompt_tokens, completion_tokens = prompt_tokens or 0, completion_tokens or 0
-        else:
-            cost = self.config.cost_usd(model, prompt_tokens, completion_tokens)
-            if cost is None and model != self.config.model:
-                cost = self.config.cost_usd(self.config.model, prompt_tokens, completion_tokens)
+            # Counted as an upper bound, so that the spend caps still hold (client.py).
+            text = choice.message.content or ""
+            prompt_tokens, completion_tokens = usage_upper_bound(
+                params["messages"], text, params[self._token_param]
+            )
+            notes.append(
+                f"the server sent no token usage: counted as an upper bound, {prompt_tokens} "
+                f"prompt tokens (one per byte) and {completion_tokens} completion tokens (the "
+                "output limit)"
+            )
+            if not self._warned_usage:
+                log.warning("%s sends no token usage: %s", self.where, notes[-1])
+                self._warned_usage = True
+        cost = self.config.cost_usd(model, prompt_tokens, completion_tokens)
+        if cost is None and model != self.config.model:
+            cost = self.config.cost_usd(self.config.model, prompt_tokens, completion_tokens)
         if choice.message.refusal:
             notes.append(f"the model refused: {choice.message.refusal[:300]}")
         elif not choice.message.content:

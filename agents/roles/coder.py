@@ -15,11 +15,13 @@ from agents.roles.prompting import (
     ask,
     kernel_values,
     kernels_text,
+    reference_block,
     require_role,
     system_message,
     user_message,
 )
 from agents.roles.records import Draft, RoleFailure
+from agents.untrusted import data_block
 
 
 def code(
@@ -36,9 +38,9 @@ def code(
     require_role(window, "coder")
     values = {
         "reference_class": window.reference.class_name,
-        "original": window.reference.source.strip("\n"),
+        "original": reference_block(window.reference),
         **kernel_values("selected", window.selected),
-        "plan": window.plan.strip(),
+        "plan": data_block(window.plan.strip() or "-", "the plan"),
         "children": kernels_text(window, "children"),
         "cousins": kernels_text(window, "cousins"),
     }

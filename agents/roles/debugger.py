@@ -16,11 +16,13 @@ from agents.roles.prompting import (
     ask,
     kernel_values,
     kernels_text,
+    reference_block,
     require_role,
     system_message,
     user_message,
 )
 from agents.roles.records import Draft, RoleFailure
+from agents.untrusted import data_block
 
 
 def debug(
@@ -37,10 +39,12 @@ def debug(
     require_role(window, "debugger")
     values = {
         "reference_class": window.reference.class_name,
-        "original": window.reference.source.strip("\n"),
+        "original": reference_block(window.reference),
         **kernel_values("failed", window.selected),
-        "plan": window.plan.strip() or "-",
-        "log": window.log.strip("\n") or "-",
+        "plan": data_block(window.plan.strip() or "-", "the plan"),
+        "log": data_block(
+            window.log.strip("\n") or "-", "the harness's report on the failed candidate"
+        ),
         "siblings": kernels_text(window, "siblings"),
     }
     messages = [system_message(window.reference), user_message("debugger", values, feedback)]

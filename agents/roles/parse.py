@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from agents.llm.client import Reply, Role
 from agents.roles.records import BEGINS, ENDS, FailureKind, GroundedSpan, RoleFailure
 from agents.roles.render import render_section
+from agents.untrusted import data_block
 
 MAX_REPLY_CHARS = (
     400_000  # ~100k tokens: no candidate or plan is that long; a longer reply ran away
@@ -123,9 +124,8 @@ def parse_plan(reply: Reply, selected_code: str) -> tuple[list[GroundedSpan], st
         grounded = _grounded(code, selected_code) if code.strip() else None
         if grounded is None:
             first = code.strip().splitlines()[0] if code.strip() else ""
-            return failure(
-                "planner", "span_not_found", reply, number=str(number), first_line=first[:200]
-            )
+            line = data_block(first[:200], "the first line of your span")
+            return failure("planner", "span_not_found", reply, number=str(number), first_line=line)
         if not instruction:
             return failure("planner", "no_instruction", reply, number=str(number), ends=ENDS)
         spans.append(GroundedSpan(code=grounded, instruction=instruction))

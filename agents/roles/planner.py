@@ -15,11 +15,13 @@ from agents.roles.prompting import (
     ask,
     kernel_values,
     kernels_text,
+    reference_block,
     require_role,
     system_message,
     user_message,
 )
 from agents.roles.records import Plan, RoleFailure
+from agents.untrusted import data_block
 
 
 def plan(
@@ -36,9 +38,9 @@ def plan(
     require_role(window, "planner")
     values = {
         "reference_class": window.reference.class_name,
-        "original": window.reference.source.strip("\n"),
+        "original": reference_block(window.reference),
         **kernel_values("selected", window.selected),
-        "profile": window.profile.strip() or "-",
+        "profile": data_block(window.profile.strip() or "-", "profiling feedback"),
         "children": kernels_text(window, "children"),
         "top": kernels_text(window, "top"),
         "device": window.reference.device,

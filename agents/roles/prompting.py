@@ -3,6 +3,9 @@
 The system message carries the candidate contract (generated from the gate's tables) and a
 complete example candidate for the device, read from ``examples/`` when the prompt is made, so
 the example the model sees is the file that is compiled and tested.
+
+Every text in a role's prompt that is not kernelpilot's own (sources, verdicts, logs, plans,
+profiles) goes in as a data block (``agents.untrusted``), and every prompt says what those are.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from agents.llm.client import LLMCallFailed, LLMClient, LLMConfig, Message, Repl
 from agents.roles.parse import failure
 from agents.roles.records import RoleFailure
 from agents.roles.render import render
+from agents.untrusted import data_block, data_rule
 
 EXAMPLES_DIR = data_dir("examples")
 EXAMPLE_REFERENCE = EXAMPLES_DIR / "fused_gelu_block.py"
@@ -31,6 +35,7 @@ def system_message(reference: Reference) -> Message:
     example = example_candidate(reference.device)
     values = {
         "device": reference.device,
+        "data_rule": data_rule(),
         "contract": candidate_contract(reference.device, reference.dtype).strip(),
         "example_reference": EXAMPLE_REFERENCE.read_text().strip(),
         "example_name": example.name,
@@ -41,7 +46,7 @@ def system_message(reference: Reference) -> Message:
 
 def user_message(template: str, values: dict[str, str], feedback: RoleFailure | None) -> Message:
     """The role's request; a failure of its previous reply is appended for it to act on."""
-    content = render(template, values).strip()
+    content = render(template, {**values, "data_rule": data_rule()}).strip()
     if feedback is not None:
         content += "\n\n" + render("retry", {"detail": feedback.detail}).strip()
     return Message(role="user", content=content)
@@ -53,9 +58,24 @@ def kernel_values(prefix: str, kernel: KernelSummary) -> dict[str, str]:
         f"{prefix}_id": kernel.node_id,
         f"{prefix}_status": kernel.status,
         f"{prefix}_speedup": speedup_text(kernel.speedup_vs_eager),
-        f"{prefix}_detail": kernel.detail.strip() or "-",
-        f"{prefix}_code": kernel.code.strip("\n"),
+        f"{prefix}_detail": detail_block(kernel),
+        f"{prefix}_code": code_block(kernel),
     }
+
+
+def reference_block(reference: Reference) -> str:
+    """The reference module's source as data (its docstrings are the pull request's text)."""
+    return data_block(reference.source, "the reference module's source", "python")
+
+
+def code_block(kernel: KernelSummary) -> str:
+    return data_block(kernel.code, f"the source of kernel {kernel.node_id}", "python")
+
+
+def detail_block(kernel: KernelSummary) -> str:
+    if not kernel.detail.strip():
+        return "-"
+    return data_block(kernel.detail, f"the verdict on kernel {kernel.node_id}")
 
 
 def kernels_text(window: ContextWindow, group: str) -> str:
@@ -68,8 +88,8 @@ def kernels_text(window: ContextWindow, group: str) -> str:
                 "node_id": kernel.node_id,
                 "status": kernel.status,
                 "speedup": speedup_text(kernel.speedup_vs_eager),
-                "detail": kernel.detail.strip() or "-",
-                "code": kernel.code.strip("\n"),
+                "detail": detail_block(kernel),
+                "code": code_block(kernel),
             },
         ).strip()
         for kernel in kernels
@@ -97,7 +117,7 @@ def ask(
             max_tokens=config.max_output_tokens,
         )
     except LLMCallFailed as err:
-        return failure(role, "llm_call_failed", None, error=str(err))
+        return failure(role, "llm_call_failed", None, error=data_block(str(err), "the error"))
 
 
 def require_role(window: ContextWindow, role: Role) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from agents.llm.client import Role
 from harness.records import EvalResult, Status
@@ -65,6 +65,13 @@ class Tree(BaseModel):
 
     nodes: dict[str, Node] = Field(default_factory=dict)
     root_ms: float = Field(default=math.inf, description="Eager's median time: the root's score.")
+
+    @field_validator("root_ms", mode="before")
+    @classmethod
+    def _not_timed_yet(cls, value: object) -> object:
+        # JSON has no infinity: a tree saved before anything was timed (a search a spend cap
+        # stopped at its first step) holds null there.
+        return math.inf if value is None else value
 
     @classmethod
     def rooted(cls) -> Tree:

@@ -1,0 +1,56 @@
+"""Text that is not kernelpilot's own, framed as data before it goes into a prompt.
+
+Everything a role is shown besides the templates' own words can carry text the pull request's
+author chose: the reference module's source and docstrings, candidates written by a model that
+read them, the harness's verdicts and logs (which quote the user's errors and the compiler's
+echo of a kernel source), profiler op names, other models' replies. ``data_block`` puts such a
+text, scrubbed of secrets (``harness.redact``), inside a block that ``prompts/data_rule.md``
+tells the model to read as data, never as instructions.
+
+The block cannot be closed from inside. Its opening and closing lines carry an id of 64 random
+bits drawn for each block (``secrets``), and an id that occurs anywhere in the text is drawn
+again: the text would have to contain the closing line before the id was chosen. The markdown
+fence inside the block is longer than any run of backticks in the text, so the text cannot end
+the code block either.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+
+from agents.roles.render import render
+from harness.redact import scrub
+
+ID_BYTES = 8
+_BACKTICKS = re.compile(r"`{3,}")
+
+
+def new_id() -> str:
+    """A fresh block id: 16 hex digits from the OS's random source."""
+    return secrets.token_hex(ID_BYTES)
+
+
+def data_block(text: str, kind: str, language: str = "text") -> str:
+    """``text``, scrubbed, as a data block (``prompts/data.md``) labelled ``kind``.
+
+    ``kind`` is kernelpilot's own label ("the reference module's source").
+    """
+    text = scrub(text.strip("\n"))
+    block_id = new_id()
+    while block_id in text:  # the text holds this id (a guess, or an id it was shown)
+        block_id = new_id()
+    longest = max((len(run) for run in _BACKTICKS.findall(text)), default=2)
+    values = {
+        "id": block_id,
+        "kind": kind,
+        "fence": "`" * max(3, longest + 1),
+        "language": language,
+        "text": text,
+    }
+    return render("data", values).strip("\n")
+
+
+def data_rule() -> str:
+    """What every role is told about data blocks (``prompts/data_rule.md``)."""
+    return render("data_rule", {}).strip()
