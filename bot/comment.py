@@ -69,6 +69,13 @@ def _render(
 ) -> str:
     report = results.report
     lines = [MARKER, "## kernelpilot", ""]
+    if results.sandbox == "off":
+        lines += [
+            "> ⚠️ **Run without the sandbox**: this workflow set `KERNELPILOT_SANDBOX=off`, so "
+            "the pull request's code ran with the runner's files and network in reach "
+            "(docs/security.md).",
+            "",
+        ]
     lines += _headline(results, followup_url)
     if no_followup and report.improved():
         lines += ["", f"No follow-up pull request: {md.plain(no_followup)}."]

@@ -101,9 +101,10 @@ def measure(
                 where=str(repo),
                 fix="check out the sha the gate job put out (actions/checkout with ref: that sha)",
             )
+        _refuse_unsandboxed_fork(pull.fork, options, progress)
         results = results.model_copy(
             update={"pull_number": pull.number, "base_ref": pull.base_ref,
-                    "head_ref": pull.head_ref, "fork": pull.fork}
+                    "head_ref": pull.head_ref, "fork": pull.fork, "sandbox": options.sandbox}
         )  # fmt: skip
         results.changes = detect_changes(repo, pull.base_sha, pull.head_sha, max_targets)
         targets = [module.target for module in results.changes.targets() if module.target]
@@ -172,6 +173,24 @@ def _write(results: PullResults, env: ActionsEnv, out_dir: Path) -> None:
         {"improved": len(results.report.improved()),
          "best-speedup": f"{best:.2f}" if best is not None else ""},
     )  # fmt: skip
+
+
+def _refuse_unsandboxed_fork(fork: bool, options: RunOptions, progress: Progress) -> None:
+    """A pull request's code runs in the sandbox; without it (the workflow's explicit
+    KERNELPILOT_SANDBOX=off) only a same-repository pull request runs, with a warning."""
+    if options.sandbox != "off":
+        return
+    if fork:
+        raise UserError(
+            "refusing to run a fork's pull request without the sandbox (KERNELPILOT_SANDBOX=off)",
+            where="kernelpilot github measure",
+            fix="install bubblewrap on the runner and remove KERNELPILOT_SANDBOX=off: a fork's "
+            "code runs only sandboxed (docs/security.md)",
+        )
+    progress(
+        "warning: the sandbox is off (KERNELPILOT_SANDBOX=off): this pull request's code runs "
+        "with the runner's files and network in reach"
+    )
 
 
 def _checked_out(repo: Path) -> str:

@@ -145,6 +145,11 @@ class PullResults(BaseModel):
     environment: Environment = Field(default_factory=Environment)
     run_url: str = ""
     note: str = Field(default="", description="Why nothing ran, when nothing did.")
+    sandbox: Literal["bubblewrap", "off"] = Field(
+        default="bubblewrap",
+        description="How the pull request's code was isolated: off only where the workflow "
+        "opted in (KERNELPILOT_SANDBOX=off), never for a fork; the comment warns of it.",
+    )
     test_dir: str | None = Field(
         default=None,
         description="Where the repository keeps its tests (tests/, test/), if it does.",

@@ -54,23 +54,105 @@ DEFENSES: list[Defense] = [
     Defense(
         "worker_env_secrets",
         "harness/sandbox.py",
-        "env=clean_environment() | (extra_env or {}),",
-        "env=dict(os.environ) | (extra_env or {}),",
+        "env = clean_environment() | (extra_env or {})",
+        "env = dict(os.environ) | (extra_env or {})",
         ("tests/test_isolation.py::test_a_real_worker_starts_without_secrets",),
     ),
     Defense(
         "secret_name_filter",
         "harness/sandbox.py",
-        "if not SECRET_NAME.search(name)}",
-        "}",
+        "if not SECRET_NAME.search(name) and not name.upper().startswith(RUNNER_PREFIXES)",
+        "if True",
         ("tests/test_isolation.py", "-k", "secrets"),
     ),
+    # --- the sandbox (harness/bubblewrap.py): what code in a real worker can reach ----------
     Defense(
-        "network_namespace",
+        "sandbox_network_namespace",
+        "harness/bubblewrap.py",
+        '        "--unshare-net",\n',
+        "",
+        ("tests/test_isolation.py::test_a_sandboxed_worker_has_no_network",),
+    ),
+    Defense(
+        "sandbox_pid_namespace",
+        "harness/bubblewrap.py",
+        '        "--unshare-pid",\n',
+        "",
+        ("tests/test_isolation.py", "-k", "cannot_see_the_parent or outlives"),
+    ),
+    Defense(
+        "sandbox_runner_variables",
         "harness/sandbox.py",
-        "        if isolate_network:\n            _unshare_network()",
-        "        if isolate_network:\n            pass",
-        ("tests/test_isolation.py::test_a_real_worker_has_a_network_namespace_of_its_own",),
+        'RUNNER_PREFIXES = ("GITHUB_", "ACTIONS_", "RUNNER_", "INPUT_", "OPENAI_")',
+        'RUNNER_PREFIXES = ("KP_NOTHING_",)',
+        ("tests/test_isolation.py::test_a_real_worker_starts_without_secrets",),
+    ),
+    Defense(
+        "sandbox_file_view",  # the machine's whole file system instead of the job's view
+        "harness/bubblewrap.py",
+        "    read_only = [Path(d) for d in SYSTEM_DIRS] + python_paths() + list(view.read_only)",
+        '    read_only = [Path("/")] + python_paths() + list(view.read_only)',
+        ("tests/test_isolation.py::test_a_sandboxed_worker_sees_no_file_its_job_does_not_name",),
+    ),
+    Defense(
+        "sandbox_read_only_binds",
+        "harness/bubblewrap.py",
+        '        command += ["--ro-bind-try", str(path), str(path)]',
+        '        command += ["--bind-try", str(path), str(path)]',
+        (
+            "tests/test_isolation.py::test_a_sandboxed_worker_reads_the_checkout_but_cannot_write_it",
+            "tests/test_buildstore.py::test_a_candidate_worker_finds_no_writable_cache_or_checkout",
+        ),
+    ),
+    Defense(
+        "candidate_cache_read_only",  # the candidate's worker given the cache writable
+        "harness/evaluate.py",
+        "    return problem_view(problem, cache_dir)",
+        "    return problem_view(problem, writable=[cache_dir])",
+        ("tests/test_buildstore.py::test_a_candidate_worker_finds_no_writable_cache_or_checkout",),
+    ),
+    Defense(
+        "parent_not_dumpable",
+        "harness/bubblewrap.py",
+        "    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)",
+        "    del libc",
+        ("tests/test_isolation.py::test_the_parent_is_not_dumpable_once_it_started_a_sandbox",),
+    ),
+    Defense(
+        "sandbox_checked_before_use",  # a bwrap that cannot start: a worker that silently fails
+        "harness/bubblewrap.py",
+        "    check(bwrap)\n    protect_this_process()",
+        "    protect_this_process()",
+        ("tests/test_isolation.py::test_a_sandbox_the_machine_refuses_is_a_clear_error",),
+    ),
+    Defense(
+        "no_fork_without_the_sandbox",
+        "bot/pr.py",
+        "    if fork:\n        raise UserError(",
+        "    if False:\n        raise UserError(",
+        ("tests/test_trust_levels.py::test_a_fork_is_never_run_without_the_sandbox",),
+    ),
+    Defense(
+        "sandbox_not_from_pyproject",
+        "harness/config.py",
+        '    if "sandbox" in table.get("eval", {}):',
+        "    if False:",
+        ("tests/test_trust_levels.py::test_pyproject_cannot_switch_the_sandbox_off",),
+    ),
+    Defense(
+        "cache_per_trust_level",
+        "bot/run.py",
+        '    updates["cache_dir"] = (config.cache_dir or default_cache_dir()) / options.cache_scope',
+        '    updates["cache_dir"] = config.cache_dir or default_cache_dir()',
+        ("tests/test_trust_levels.py", "-k", "cache"),
+    ),
+    Defense(
+        "proposer_in_a_worker",  # tracing the module in kernelpilot's own process
+        "agents/optimize.py",
+        "        proposal = propose(problem, evaluator.config)",
+        "        from agents.offline import propose_here\n"
+        "        proposal = propose_here(problem)",
+        ("tests/test_hostile_problem.py", "-k", "optimize"),
     ),
     Defense(
         "address_space_limit",
@@ -165,9 +247,51 @@ DEFENSES: list[Defense] = [
     Defense(
         "binary_checked_before_load",
         "harness/buildcache.py",
-        "reasons = check_binary(Path(library))",
+        "reasons = check_binary(built.library)",
         "reasons = []",
         ("tests/test_symbols.py::test_a_library_is_checked_before_it_is_loaded",),
+    ),
+    # --- the build cache (harness/buildstore.py, build_requests.py) --------------------------
+    Defense(
+        "cache_entries_verified_on_read",
+        "harness/buildstore.py",
+        "        if not isinstance(recorded, dict) or _hashes(entry) != recorded:",
+        "        if not isinstance(recorded, dict):",
+        ("tests/test_buildstore.py", "-k", "changed_after_its_build"),
+    ),
+    Defense(
+        "cache_needs_a_manifest",
+        "harness/buildstore.py",
+        "            recorded = json.loads((entry / MANIFEST).read_text())\n"
+        "        except (OSError, ValueError):\n            return None",
+        "            recorded = json.loads((entry / MANIFEST).read_text())\n"
+        "        except (OSError, ValueError):\n            recorded = _hashes(entry)",
+        (
+            "tests/test_buildstore.py::test_a_library_planted_without_a_manifest_is_never_used",
+            "tests/test_buildstore.py::test_a_planted_library_with_a_static_initializer_is_never_loaded",
+        ),
+    ),
+    Defense(
+        "builds_staged_then_renamed",  # a build made in place: a killed one blocks its key
+        "harness/buildstore.py",
+        '        staging = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=self.root / STAGING))',
+        "        staging = entry\n        staging.mkdir(parents=True, exist_ok=True)",
+        ("tests/test_buildstore.py::test_a_failed_or_interrupted_build_leaves_nothing_that_blocks_the_next",),
+    ),
+    Defense(
+        "cache_size_bounded",
+        "harness/buildstore.py",
+        "        self.evict(keep=entry)\n",
+        "",
+        ("tests/test_buildstore.py::test_the_cache_stays_within_its_size_least_recently_used_going_first",),
+    ),
+    Defense(
+        "build_requests_gated_again",
+        "harness/build_requests.py",
+        "        reasons += check_native(spec.cpp + \"\\n\" + spec.cuda, dtype)\n"
+        "        reasons += flag_problems([*spec.cflags, *spec.cuda_flags, *spec.ldflags])\n",
+        "",
+        ("tests/test_buildstore.py", "-k", "gates_a_build_request_again"),
     ),
     # --- dynamic checks in the worker (harness/guards.py, worker_*.py, profiling.py) -------
     # The stream gate's holding itself needs a GPU: bench/gpu_stream_gate.py runs the CUDA
