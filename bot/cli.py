@@ -20,6 +20,7 @@ from harness.errors import UserError
 from harness.evaluate import Evaluator
 from harness.problem import problem_from_target
 from harness.records import Candidate, Problem
+from harness.redact import scrub
 
 DEVICE = click.option(
     "--device",
@@ -128,7 +129,7 @@ def _run(verbose: bool, action) -> None:
     except UserError as err:
         if verbose:
             traceback.print_exc()
-        click.echo(err.render(), err=True)
+        click.echo(scrub(err.render()), err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         click.echo(

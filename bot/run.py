@@ -17,7 +17,8 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from agents.llm.client import LLMConfig, LLMFatalError
-from agents.loop import SearchConfig
+from agents.loop import SearchConfig, run_spend
+from agents.search.budget import RunSpend
 from agents.trajectory import Trajectory
 from bot.render import write_report
 from bot.report import Report, TargetReport
@@ -27,6 +28,7 @@ from harness.errors import UserError
 from harness.evaluate import Evaluator, WeakSpecError
 from harness.problem import problem_from_target, problems_from_project
 from harness.records import Problem
+from harness.redact import scrub
 
 
 class RunOptions(BaseModel):
@@ -47,6 +49,9 @@ class RunOptions(BaseModel):
     script: Path | None = Field(default=None, description="Replies for the scripted model.")
     attempts: int | None = Field(default=None, description="Override search.attempts.")
     max_cost_usd: float | None = Field(default=None, description="Override search.max_cost_usd.")
+    run_max_cost_usd: float | None = Field(
+        default=None, description="Override search.run_max_cost_usd (all targets of the run)."
+    )
     max_seconds: float | None = Field(default=None, description="Override search.max_seconds.")
     resume: Path | None = Field(default=None, description="A trajectory to continue.")
     project_dir: Path | None = Field(
@@ -155,19 +160,25 @@ def run_targets(
     progress(f"proposer: {'offline (no LLM)' if llm is None else f'LLM team, {llm.model}'}")
     search = search_config(
         {"attempts": options.attempts, "max_cost_usd": options.max_cost_usd,
-         "max_seconds": options.max_seconds},
+         "run_max_cost_usd": options.run_max_cost_usd, "max_seconds": options.max_seconds},
         options.project_dir,
     )  # fmt: skip
     config = project_eval_config(options)
     evaluator = Evaluator(config, seed, progress=progress)
     report = Report(review_speedup=config.review_speedup)
+    spend = run_spend(search)  # one per run: the run's spend caps hold over all its targets
     for number, target in enumerate(targets, 1):
         if isinstance(target, TargetReport):
             report.targets.append(target)
         else:
             progress(f"target {number}/{len(targets)}: {target.name} on {target.device}")
             run = TargetRun(
-                llm=llm, search=search, seed=seed, resume=resume, out_dir=options.out_dir
+                llm=llm,
+                search=search,
+                seed=seed,
+                resume=resume,
+                out_dir=options.out_dir,
+                spend=spend,
             )
             report.targets.append(optimize_target(target, evaluator, run, progress))
             evaluator.release(target)  # its comparator's device memory, for the next target
@@ -189,6 +200,7 @@ class TargetRun(BaseModel):
     seed: int
     resume: Trajectory | None = None
     out_dir: Path
+    spend: RunSpend = Field(description="The run's spend so far, shared by its targets.")
 
 
 def optimize_target(
@@ -202,15 +214,23 @@ def optimize_target(
     try:
         team = make_team(run.llm, problem) if run.llm else None
         attempt = optimize_problem(
-            problem, evaluator, team, run.search, run.out_dir, resume, run.seed, progress
+            problem,
+            evaluator,
+            team,
+            run.search,
+            run.out_dir,
+            resume,
+            run.seed,
+            progress,
+            run.spend,
         )
     except WeakSpecError as err:
-        return TargetReport.failed(problem.name, problem.device, "weak_spec", err.render())
+        return TargetReport.failed(problem.name, problem.device, "weak_spec", scrub(err.render()))
     except LLMFatalError:  # a bad key, an unknown model: no other target would fare better
         raise
     except UserError as err:  # this target's fault: report it, go on with the others
-        progress(err.render())
-        return TargetReport.failed(problem.name, problem.device, "error", err.render())
+        progress(scrub(err.render()))
+        return TargetReport.failed(problem.name, problem.device, "error", scrub(err.render()))
     if attempt.result is None or attempt.candidate is None:
         row = TargetReport.failed(problem.name, problem.device, "no_candidate", attempt.reason)
     else:

@@ -21,6 +21,7 @@ from harness.errors import UserError
 from harness.jobs import ReferenceReport, UserErrorReport, WorkerJob
 from harness.receive import next_case
 from harness.records import Problem
+from harness.redact import scrub
 from harness.sandbox import read_tail, start_worker, stop_worker
 from harness.tolerance import CaseComparer, CaseComparison
 
@@ -126,7 +127,7 @@ class Comparator:
                 )
             if self.reader.closed or time.monotonic() > deadline:
                 how = "ended" if self.reader.closed else f"gave no answer in {self.timeout:.0f} s"
-                log = read_tail(self.job_dir / "worker.log", 1500).strip()
+                log = scrub(read_tail(self.job_dir / "worker.log", 1500)).strip()
                 raise ComparatorStopped(
                     f"the comparator worker {how}" + (f"; its log ends:\n{log}" if log else "")
                 )

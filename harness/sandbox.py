@@ -28,6 +28,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from harness.bubblewrap import Isolation, WorkerView, wrap
+from harness.redact import scrub, scrub_value
 
 SECRET_NAME = re.compile(r"(TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL|AUTH)", re.IGNORECASE)
 # Whole families a worker has no use for: the Actions runner's (its file-command paths, its
@@ -184,9 +185,13 @@ def _outcome(
         returncode=returncode,
         timed_out=timed_out,
         seconds=time.monotonic() - started,
-        log_tail=read_tail(job_dir / "worker.log"),
+        # What a worker says is scrubbed of secrets' shapes and values before anyone reads it:
+        # its text reaches prompts, reports and comments (harness.redact).
+        log_tail=scrub(read_tail(job_dir / "worker.log")),
         signal_name=signal_name,
-        messages=reader.messages,
+        messages=[
+            message for message in map(scrub_value, reader.messages) if isinstance(message, dict)
+        ],
         channel_error=reader.error,
     )
 
