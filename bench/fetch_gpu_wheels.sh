@@ -27,3 +27,13 @@ find .whl -type f -name '*.whl' ! -name 'matplotlib-*' ! -name 'numpy-*' ! -name
   ! -name 'fonttools-*' ! -name 'kiwisolver-*' ! -name 'contourpy-*' ! -name 'cycler-*' \
   ! -name 'pyparsing-*' ! -name 'python_dateutil-*' -exec cp {} .whl-core/ \;
 du -sh .whl-core
+# .sbx/: bubblewrap for the sandbox (harness/bubblewrap.py), where the GPU machine has none:
+# this machine's bwrap and the libraries it links, behind a wrapper that finds them.
+if command -v bwrap >/dev/null; then
+  rm -rf .sbx && mkdir -p .sbx/bin .sbx/lib
+  cp "$(command -v bwrap)" .sbx/lib/bwrap.real
+  ldd "$(command -v bwrap)" | awk '/=> \// {print $3}' | grep -E 'libselinux|libcap|libpcre2' \
+    | xargs -r -I{} cp {} .sbx/lib/
+  printf '#!/bin/sh\nhere=$(dirname "$(readlink -f "$0")")/../lib\nLD_LIBRARY_PATH="$here" exec "$here/bwrap.real" "$@"\n' > .sbx/bin/bwrap
+  chmod +x .sbx/bin/bwrap
+fi

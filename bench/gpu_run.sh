@@ -37,6 +37,11 @@ mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site "${KP_WHEELS:-.whl}"/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 KERNELPILOT_CACHE=$PWD/.kp-cache
+# The sandbox's bwrap, where the machine has none: .sbx/ (git-ignored) holds a bwrap binary and
+# its libraries, carried with the call (bench/fetch_gpu_wheels.sh makes it).
+if ! command -v bwrap >/dev/null && [ -x .sbx/bin/bwrap ]; then
+  export KERNELPILOT_BWRAP=$PWD/.sbx/bin/bwrap
+fi
 # The machine's torch has no compiled bytecode (.pyc) where Python can use it, so every process
 # compiled the modules it imports from source: 5 s of the profiler's and torch.compile's imports
 # per worker (bench/NOTES.md, session 11). A pip-installed torch on a runner has them; a
@@ -78,11 +83,16 @@ kbref() {  # kbref SIDE OPTIONS...: bench_reference on .kb/problems, one column 
     --out "$OUT/kbref-$side.json"
 }
 for what in "$@"; do
-  if [ "$what" != build ] && [ "$what" != pack ] && [ "$what" != kbref ] && [ "$what" != kbsweep ] && [ "$what" != kbfiles ] && [ "$what" != scripted ] && [ "$what" != prflow ] && [ "$what" != nightly ] && [ ! -d .kp-cache ]; then
+  if [ "$what" != build ] && [ "$what" != pack ] && [ "$what" != kbref ] && [ "$what" != kbsweep ] && [ "$what" != kbfiles ] && [ "$what" != scripted ] && [ "$what" != prflow ] && [ "$what" != nightly ] && [ "$what" != sandbox ] && [ "$what" != sandboxcost ] && [ ! -d .kp-cache ]; then
     echo "no build cache (.kp-cache): run the build stage or carry .kp-cache-parts"; exit 3
   fi
   case $what in
     build) stage prebuild 450 python3 bench/prebuild_gpu.py ;;  # 56 candidates cold: over 300 s
+    sandbox) stage sandbox_tests 300 python3 -m pytest -q -p no:cacheprovider -rA \
+               tests/test_isolation.py tests/test_buildstore.py tests/test_trust_levels.py \
+               -k "not failures_are_contained and not planted_library_with" ;;
+    sandboxcost) stage sandbox_cost 400 python3 bench/bench_sandbox.py --device cuda \
+                   --rounds "${KP_SANDBOX_ROUNDS:-3}" --out "$OUT/sandbox_cost.json" ;;
     gpu) stage gpu_tests 280 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py -rA \
            --durations=0 --junitxml="$OUT/gpu_tests.xml" ;;
     redteam) corpus redteam_tests 520 "redteam" ;;
