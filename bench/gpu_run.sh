@@ -88,7 +88,7 @@ for what in "$@"; do
   fi
   case $what in
     build) stage prebuild 450 python3 bench/prebuild_gpu.py ;;  # 56 candidates cold: over 300 s
-    sandbox) stage sandbox_tests 300 python3 -m pytest -q -p no:cacheprovider -rA \
+    sandbox) stage sandbox_tests 150 python3 -m pytest -q -p no:cacheprovider -rA \
                tests/test_isolation.py tests/test_buildstore.py tests/test_trust_levels.py \
                -k "not failures_are_contained and not planted_library_with" ;;
     sandboxcost) stage sandbox_cost 400 python3 bench/bench_sandbox.py --device cuda \
