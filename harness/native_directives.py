@@ -193,3 +193,14 @@ def _pragma_operator_problems(code: list[Token]) -> list[str]:
         words = [Token("id", w, token.line) for w in text.replace('\\"', '"').split()[:2]]
         reasons += pragma_problems(words, token.line)
     return reasons
+
+
+def define_flag_problems(flags: list[str]) -> list[str]:
+    """Reasons to refuse ``-D``/``-U`` build flags that redefine keywords (``-Dconstexpr=inline``
+    would turn every immutable object the gate allowed into a mutable one)."""
+    reasons = []
+    for flag in flags:
+        match = re.match(r"-[DU](\w+)", flag)
+        if match and match.group(1) in CPP_KEYWORDS:
+            reasons.append(f"build flag {flag!r} redefines the keyword {match.group(1)}")
+    return reasons

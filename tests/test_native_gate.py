@@ -239,3 +239,12 @@ def test_unreadable_spellings_are_refused():
 
 def test_token_pasting_digraphs_are_refused():
     assert refused("#define P(n) Py %:%: n\nvoid f() { P(Run_SimpleString)(0); }", "pastes")
+
+
+def test_define_flags_that_redefine_keywords_are_named():
+    from harness.native_directives import define_flag_problems
+
+    assert define_flag_problems(["-Dconstexpr=inline", "-Uconst", "-DBLOCK=256"]) == [
+        "build flag '-Dconstexpr=inline' redefines the keyword constexpr",
+        "build flag '-Uconst' redefines the keyword const",
+    ]
