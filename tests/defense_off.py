@@ -780,6 +780,49 @@ DEFENSES: list[Defense] = [
             "tests/test_agent_loop.py::test_without_usage_an_unpriced_model_is_stopped_by_the_token_cap",
         ),
     ),
+    # --- native gate for the class (issue 22: harness/native_*.py, symbols.py) -------------
+    Defense(
+        "native_include_roots",
+        "harness/native_directives.py",
+        "            reasons += header_problems(include.header, include.line)",
+        "            pass",
+        ("tests/test_native_gate.py", "-k", "includes_outside"),
+    ),
+    Defense(
+        "native_state_rule",
+        "harness/native_gate.py",
+        "directive_problems(lexed) + state_problems(lexed) + _asm_reasons(lexed)",
+        "directive_problems(lexed) + _asm_reasons(lexed)",
+        ("tests/test_native_gate.py", "-k", "state_across"),
+    ),
+    Defense(
+        "native_network_names",
+        "harness/native_gate.py",
+        'r"\\b(c10d|gloo|tensorpipe|TCPStore\\w*|FileStore|HashStore|PrefixStore|ProcessGroup\\w*|"',
+        'r"\\b(kp_never_named|"',
+        ("tests/test_native_gate.py", "-k", "network_files"),
+    ),
+    Defense(
+        "symbols_distributed_families",
+        "harness/symbols.py",
+        'r"c10d::|torch::distributed::|gloo::|tensorpipe::|torch::jit::|caffe2::serialize::|"',
+        'r"kp_never_named::|"',
+        ("tests/test_native_gate.py::test_the_built_objects_show_what_the_source_hid",),
+    ),
+    Defense(
+        "symbols_writable_data",
+        "harness/symbols.py",
+        "        + writable_data_problems(host_cxx)",
+        "        + []",
+        ("tests/test_native_gate.py::test_the_built_objects_show_what_the_source_hid",),
+    ),
+    Defense(
+        "native_gate_linear_time",
+        "harness/native_gate.py",
+        "    code = joined(lexed)",
+        '    code = re.sub(r"\\s*::\\s*", "::", source)',
+        ("tests/test_native_gate.py", "-k", "adversarial"),
+    ),
 ]
 
 
