@@ -5,7 +5,7 @@ echo of a kernel source) goes to the LLM's prompt, the trajectory, the report an
 ``scrub`` replaces anything shaped like a credential with ``MARKER``:
 
 - the literal value of every secret-named variable of this process's environment (names that
-  ``harness.sandbox.SECRET_NAME`` matches; values of 8 characters or more), so a key read from
+  ``SECRET_NAME`` matches; values of 8 characters or more), so a key read from
   ``/proc/<pid>/environ`` is caught whatever its shape;
 - OpenAI keys (``sk-...``, ``sk-proj-...``), GitHub tokens (``ghp_``, ``gho_``, ``ghu_``,
   ``ghs_``, ``ghr_``, ``github_pat_``), AWS access key ids (``AKIA``/``ASIA``), JWTs,
@@ -27,7 +27,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from harness.sandbox import SECRET_NAME
+# A variable whose name says it holds a secret: never passed to a worker, its value scrubbed.
+SECRET_NAME = re.compile(r"(TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL|AUTH)", re.IGNORECASE)
 
 MARKER = "[REDACTED]"
 MIN_SECRET_VALUE = 8  # shorter values of secret-named variables ("1", "true") are not secrets

@@ -15,7 +15,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import re
 import resource
 import select
 import signal
@@ -28,9 +27,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from harness.bubblewrap import Isolation, WorkerView, wrap
-from harness.redact import scrub, scrub_value
+from harness.redact import SECRET_NAME, scrub, scrub_value
 
-SECRET_NAME = re.compile(r"(TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL|AUTH)", re.IGNORECASE)
 # Whole families a worker has no use for: the Actions runner's (its file-command paths, its
 # runtime URLs), the action's inputs, the LLM endpoint's settings.
 RUNNER_PREFIXES = ("GITHUB_", "ACTIONS_", "RUNNER_", "INPUT_", "OPENAI_")
