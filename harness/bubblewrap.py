@@ -157,7 +157,9 @@ def python_paths() -> list[Path]:
     for name in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(name):
             paths.add(Path(os.environ[name]))
-    return sorted(paths)
+    # Where a path is reached through a link (a virtual environment linked into a checkout),
+    # what it points to is bound too: a link alone leads nowhere in the sandbox.
+    return sorted(paths | {Path(os.path.realpath(path)) for path in paths})
 
 
 def _outermost(paths: Iterable[Path]) -> list[Path]:
