@@ -402,7 +402,9 @@ class UserRepository:
     the same commit SHAs; `checkout` is where act runs (main, as GitHub's event commit for
     pull_request_target and for a dispatch on main)."""
 
-    def __init__(self, tmp: Path, fake, workflows: list[str]) -> None:
+    def __init__(
+        self, tmp: Path, fake, workflows: list[str], ephemeral_runner: bool = False
+    ) -> None:
         self.fake = fake
         self.act = ActRunner(tmp, fake.base_url)
         self.checkout = tmp / "checkout"
@@ -412,9 +414,11 @@ class UserRepository:
         self.base_files = {"pyproject.toml": PROJECT, "models/act.py": MODULE,
                            "tests/__init__.py": ""}  # fmt: skip
         for name in workflows:
-            self.base_files[f".github/workflows/{name}"] = (
-                ROOT / "examples/workflows" / name
-            ).read_text()
+            text = (ROOT / "examples/workflows" / name).read_text()
+            if ephemeral_runner:  # what the user sets once the kernelpilot-pr runners are
+                assert text.count("ephemeral-runner: false") == 1
+                text = text.replace("ephemeral-runner: false", "ephemeral-runner: true")
+            self.base_files[f".github/workflows/{name}"] = text
         self.base = self.commit(self.base_files, "base")
         git(self.checkout, "checkout", "-q", "-b", "feature")
         self.head_files = {"models/act.py": CHANGED}
@@ -478,8 +482,10 @@ def test_a_label_other_than_approval_runs_nothing(fake_github, tmp_path):
 def test_pull_request_workflow_from_a_fork_runs_after_approval(fake_github, tmp_path):
     """The example PR workflow, for a fork's pull request: opened, the gate says why nothing
     runs (no PR code is checked out); a maintainer adds the approval label, and the head SHA
-    of that moment is measured on the runner, commented on and offered in a follow-up PR."""
-    repo = UserRepository(tmp_path, fake_github, ["kernelpilot-pr.yml"])
+    of that moment is measured on the runner, commented on and offered in a follow-up PR. The
+    workflow declares its runner ephemeral (act sets no RUNNER_ENVIRONMENT: without it, measure
+    refuses the fork, tests/test_nightly_jobs.py)."""
+    repo = UserRepository(tmp_path, fake_github, ["kernelpilot-pr.yml"], ephemeral_runner=True)
     fake_github.add_pull(REPO, NUMBER, head_ref="feature", head_sha=repo.head, fork=True,
                          head_files=repo.head_files, author="contributor")  # fmt: skip
 
@@ -534,13 +540,26 @@ def test_dispatch_workflow_opens_a_pull_request_with_the_kernels(fake_github, tm
     assert any(name.startswith("models/") and "kernelpilot" in name for name in kernel_files)
 
 
+MEASURE_JOB = "Nightly benchmark (measure)"
+PUBLISH_JOB = "Nightly benchmark (publish)"
+
+
+def uploaded_at(act: ActRunner) -> float:
+    """When the artifact stand-in uploaded the nightly's results (the measuring job's end)."""
+    stamps = sorted(act.artifacts.glob("*/kernelpilot-nightly.uploaded-at"),
+                    key=lambda path: path.stat().st_mtime)  # fmt: skip
+    return float(stamps[-1].read_text())  # the last run's
+
+
 @pytest.mark.slow
 def test_nightly_workflow_records_the_shipped_kernel_and_opens_an_issue_once_it_is_stale(
     fake_github, tmp_path
 ):
-    """The example nightly workflow on a schedule event: the kernel a merged follow-up shipped
-    (verified for real by `kernelpilot review`) is re-verified and recorded on the data branch
-    with its plot; after its module changes, the night reports it stale and opens the issue."""
+    """The example nightly workflow on a schedule event, its two jobs: the kernel a merged
+    follow-up shipped (verified for real by `kernelpilot review`) is re-verified by the
+    measuring job, which sends GitHub no request at all; the publishing job records it on the
+    data branch with its plot. After its module changes, the night reports it stale: measure
+    fails the run, and publish still records the night and opens the issue."""
     from bot.followup import build_followup
     from bot.results import PullResults
 
@@ -568,7 +587,11 @@ def test_nightly_workflow_records_the_shipped_kernel_and_opens_an_issue_once_it_
     event = {"schedule": "17 3 * * *", "repository": {"full_name": REPO, "name": "models",
              "owner": {"login": "acme"}, "default_branch": "main"}}  # fmt: skip
     result = repo.run("kernelpilot-nightly.yml", "schedule", event, actor="maintainer")
-    assert result.job_succeeded("Nightly benchmark")
+    assert result.job_succeeded(MEASURE_JOB) and result.job_succeeded(PUBLISH_JOB)
+    measured = uploaded_at(repo.act)
+    assert [r for r in fake_github.requests if r.at < measured] == []  # measure: none at all
+    assert {r.login for r in fake_github.requests} == {"github-actions[bot]"}  # publish's token
+    seen = len(fake_github.requests)
     history = "history/kernel_models_act_kernelpilot.py.jsonl"
     [night] = fake_github.file(REPO, history, "kernelpilot-data").decode().splitlines()
     assert json.loads(night)["status"] == "ok" and json.loads(night)["commit"] == merged
@@ -582,7 +605,12 @@ def test_nightly_workflow_records_the_shipped_kernel_and_opens_an_issue_once_it_
     stale = repo.act.run(".github/workflows/kernelpilot-nightly.yml", "schedule", event,
                          repo.checkout, actions={"your-org/kernelpilot": repo.kernelpilot},
                          actor="maintainer", secrets={"GITHUB_TOKEN": "actions-token"})  # fmt: skip
-    assert stale.returncode != 0  # a stale kernel fails the night
+    assert stale.returncode != 0  # a stale kernel fails the night: the measuring job
+    assert not stale.job_succeeded(MEASURE_JOB) and stale.job_succeeded(PUBLISH_JOB), stale.log[
+        -8000:
+    ]
+    measured = uploaded_at(repo.act)
+    assert [r for r in fake_github.requests[seen:] if r.at < measured] == []
     nights = fake_github.file(REPO, history, "kernelpilot-data").decode().splitlines()
     assert (
         json.loads(nights[-1])["status"] == "stale"
