@@ -8,6 +8,10 @@ first (GitHub's 422 "not a fast forward"), the files are read again from the new
 records appended there: two runs at once lose no record. A branch that does not exist yet is
 created with the first night's commit.
 
+The nightly's measuring job holds no token: it reads the same files with git from its own
+checkout (``GitHistory``: the data branch, or ``origin/`` of it, which a checkout with full
+history has).
+
 A line that does not parse (a hand edit, a merge gone wrong) is reported with its file and
 line number and left as it is; the other lines and the night's new records are kept.
 """

@@ -11,6 +11,11 @@ benchmark in the history (``bot.history``); the regression rule (``bot.regressio
 against the nights before on the same setup, and a night that looks slower is measured again
 in the same run before it is reported. The night's records are written even when some
 benchmarks failed.
+
+Two steps, run as two jobs in Actions: ``measure_night`` runs the repository's code and writes
+nothing (its NightlyResults are the artifact, ``bot.nightly_results``); ``record_night``
+appends the records and plots to a history store and runs no repository code.
+``run_nightly`` does both, for ``kernelpilot nightly`` on a local checkout.
 """
 
 from __future__ import annotations
@@ -226,8 +231,8 @@ def _within(lines: list[str], limit: int) -> str:
     text, used = [], 0
     for line in lines:
         if used + len(line) + 1 > limit:
-            text.append("\n… cut here to stay within GitHub's limit: the run's job summary and "
-                        "its artifact (nightly.md) have the whole night.")  # fmt: skip
+            text.append("\n… cut here to stay within GitHub's limit: the measuring job's "
+                        "artifact (nightly-results.json) has the whole night.")  # fmt: skip
             break
         text.append(line)
         used += len(line) + 1
