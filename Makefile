@@ -36,7 +36,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check bot agents harness tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/actionlint -shellcheck $(VENV)/bin/shellcheck -pyflakes "" .github/workflows/*.yml examples/workflows/*.yml
-	$(VENV)/bin/zizmor --offline --min-severity medium action.yml .github/workflows/*.yml examples/workflows/*.yml
+	$(VENV)/bin/zizmor --offline --persona auditor action.yml .github/workflows/*.yml examples/workflows/*.yml
 
 bench: setup
 	$(PY) bench/bench_offline.py

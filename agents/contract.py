@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 
 from agents.roles.render import render
-from harness import buildcache, gate_rules, native_gate, profiling, symbols
+from harness import buildcache, gate_rules, native_directives, native_gate, profiling, symbols
 
 # Standard-library modules models reach for most (paths, timing, caching, threads): named
 # in the contract when the gate's table refuses them.
@@ -33,6 +33,12 @@ NATIVE_SAMPLES = (
     "static std::vector<float> cache;", "static int calls = 0;", "at::native::", "at::cpu::",
     "c10::Dispatcher", "RecordFunction", "TORCH_LIBRARY", "getenv", "std::chrono",
     "PyObject", "py::object", "a ## b",
+    '#include "/etc/passwd"', '#include "../secret.h"', "#include HEADER_MACRO",
+    "#include_next <cmath>", "#if __has_include(<x.h>)", '#pragma GCC dependency "f"',
+    "#include <fstream>", "#include <sys/socket.h>", "c10d::TCPStore", "socket(",
+    "std::filesystem", "int counter = 0;", "namespace { float cache[256]; }",
+    "__device__ int launches;", "__constant__ float weights[256];",
+    "const torch::Tensor cache;", "struct S { static int calls; };",
 )  # fmt: skip
 # Plain C symbols a built kernel may import, and some it may not: each shown only when the
 # symbol allow-list (harness.symbols.ALLOWED_C) agrees.
@@ -67,6 +73,7 @@ def candidate_contract(device: str, dtype: str) -> str:
         "module_methods": _names(sorted(gate_rules.MODULE_METHODS)),
         "mutators": _names(f".{name}()" for name in sorted(gate_rules.MUTATORS)),
         "native_rules": _reasons(native_examples()),
+        "allowed_pragmas": _names(allowed_pragmas()),
         "symbols_allowed": _names(s for s in SYMBOLS_ALLOWED if _symbol_allowed(s)),
         "symbols_refused": _names(s for s in SYMBOLS_REFUSED if not _symbol_allowed(s)),
         "symbols_reason": "; ".join(symbols.symbol_problems(list(SYMBOLS_REFUSED[:1]))),
@@ -137,8 +144,21 @@ def native_examples() -> dict[str, list[str]]:
     grouped: dict[str, list[str]] = {}
     for sample in NATIVE_SAMPLES:
         for reason in native_gate.check_native(sample, "float32"):
-            grouped.setdefault(reason.split(": ")[0], []).append(f"`{sample}`")
+            names = grouped.setdefault(reason.split(": ")[0], [])
+            if f"`{sample}`" not in names:
+                names.append(f"`{sample}`")
     return grouped
+
+
+def allowed_pragmas() -> list[str]:
+    """The pragmas the native gate lets through, as ``#pragma`` lines."""
+    single = [f"#pragma {name}" for name in sorted(native_directives.ALLOWED_PRAGMAS)]
+    double = [
+        f"#pragma {first} {second}"
+        for first, seconds in sorted(native_directives.ALLOWED_SUB_PRAGMAS.items())
+        for second in sorted(seconds)
+    ]
+    return single + double
 
 
 def low_precision_native() -> list[str]:

@@ -7,6 +7,7 @@ shell command; each option names its variable in ``--help``.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from bot.comment import render_comment
 from bot.event import actions_env, load_event
 from bot.pr import DEFAULT_MAX_TARGETS, NIGHTLY_ELSEWHERE, gate, measure, review_local
 from bot.publish import publish
+from bot.runner_trust import refuse_fork_on_persistent_runner, runner_nature
 from harness.devices import check_toolchain
 
 MAX_TARGETS = click.option(
@@ -191,6 +193,7 @@ def measure_command(
             return
         if event.dispatch is not None and not event.dispatch.targets:
             event.dispatch.targets = targets.split()
+        refuse_fork_on_persistent_runner(event, runner_nature(os.environ))
         check_toolchain(options.device)
         with commands_stopped():
             results = measure(event, actions_env(), repo, options, _progress, max_targets)
@@ -239,3 +242,8 @@ def publish_command(results_dir, open_pr, comment_without_modules, verbose) -> N
             sys.exit(1)
 
     _run(verbose, action)
+
+
+# The nightly's two jobs (github nightly-measure|nightly-publish) register themselves here,
+# once github_group exists.
+from bot import cli_nightly_jobs  # noqa: E402,F401

@@ -23,7 +23,12 @@ from bot.history import (
     parse_lines,
     plot_of,
 )
-from bot.nightly import render_junit, render_table, run_nightly
+from bot.nightly import (
+    NightlyReport,
+    render_junit,
+    render_table,
+    run_nightly,
+)
 from bot.plot import plot_png
 from bot.run import project_eval_config
 from bot.team import nightly_config
@@ -89,30 +94,42 @@ def nightly(
                 repo, options.device, store, project_eval_config(options), nightly_config(repo.resolve()),
                 _progress, seed,
             )  # fmt: skip
-        plot_url = _plot_url(branch) if isinstance(store, HistoryStore) else None
-        out_dir.mkdir(parents=True, exist_ok=True)
-        table = render_table(report, plot_url)
-        (out_dir / "nightly.md").write_text(table)
-        (out_dir / "nightly.json").write_text(report.model_dump_json(indent=2))
-        (out_dir / "junit.xml").write_text(render_junit(report))
-        if os.environ.get("GITHUB_STEP_SUMMARY"):
-            add_summary(Path(os.environ["GITHUB_STEP_SUMMARY"]), table)
-        click.echo(table)
-        if issue and isinstance(store, HistoryStore) and store.client is not None:
-            from bot.github import ReadOnly, WriteFailed
-            from bot.nightly_issue import upkeep_issue
-
-            try:  # the night is recorded and reported already: a refused issue write is said
-                url = upkeep_issue(store.client, store.repo, report, plot_url)
-            except (ReadOnly, WriteFailed) as err:
-                click.echo(f"nightly issue not updated: {err}", err=True)
-                sys.exit(1)
-            if url:
-                click.echo(f"nightly issue: {url}", err=True)
+        on_github = isinstance(store, HistoryStore)
+        _report(report, out_dir, _plot_url(branch) if on_github else None)
+        if issue and on_github:
+            _upkeep_issue(store, report, _plot_url(branch))
         if any(row.breaks_night for row in report.rows):
             sys.exit(1)
 
     _run(verbose, action)
+
+
+def _report(report: NightlyReport, out_dir: Path | None, plot_url) -> None:
+    """nightly.md, nightly.json, junit.xml in ``out_dir`` if given, and the job summary; the
+    table printed."""
+    table = render_table(report, plot_url)
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "nightly.md").write_text(table)
+        (out_dir / "nightly.json").write_text(report.model_dump_json(indent=2))
+        (out_dir / "junit.xml").write_text(render_junit(report))
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        add_summary(Path(os.environ["GITHUB_STEP_SUMMARY"]), table)
+    click.echo(table)
+
+
+def _upkeep_issue(store: HistoryStore, report: NightlyReport, plot_url) -> None:
+    from bot.github import ReadOnly, WriteFailed
+    from bot.nightly_issue import upkeep_issue
+
+    assert store.client is not None
+    try:  # the night is recorded and reported already: a refused issue write is said
+        url = upkeep_issue(store.client, store.repo, report, plot_url)
+    except (ReadOnly, WriteFailed) as err:
+        click.echo(f"nightly issue not updated: {err}", err=True)
+        sys.exit(1)
+    if url:
+        click.echo(f"nightly issue: {url}", err=True)
 
 
 def _plot_url(branch: str):

@@ -8,6 +8,10 @@ first (GitHub's 422 "not a fast forward"), the files are read again from the new
 records appended there: two runs at once lose no record. A branch that does not exist yet is
 created with the first night's commit.
 
+The nightly's measuring job holds no token: it reads the same files with git from its own
+checkout (``GitHistory``: the data branch, or ``origin/`` of it, which a checkout with full
+history has).
+
 A line that does not parse (a hand edit, a merge gone wrong) is reported with its file and
 line number and left as it is; the other lines and the night's new records are kept.
 """
@@ -23,6 +27,8 @@ from typing import NamedTuple
 from github import Github, GithubException, InputGitTreeElement
 from github.Repository import Repository
 from pydantic import BaseModel, Field, ValidationError
+
+from bot.git import git, run_git
 
 DEFAULT_BRANCH = "kernelpilot-data"
 FOLDER = "history"
@@ -108,18 +114,18 @@ class History(BaseModel):
     tip: str | None = Field(default=None, description="The data branch's commit read.")
 
 
-def _slug(benchmark: str) -> str:
+def slug(benchmark: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", benchmark).strip("_")
 
 
 def file_of(benchmark: str) -> str:
     """The history file of a benchmark: its name made safe for a path."""
-    return f"{FOLDER}/{_slug(benchmark)}.jsonl"
+    return f"{FOLDER}/{slug(benchmark)}.jsonl"
 
 
 def plot_of(benchmark: str) -> str:
     """Where a benchmark's plot is kept beside its history."""
-    return f"{PLOTS}/{_slug(benchmark)}.png"
+    return f"{PLOTS}/{slug(benchmark)}.png"
 
 
 def parse_lines(path: str, text: str) -> tuple[list[Record], list[Problem]]:
@@ -152,10 +158,7 @@ class HistoryStore:
         if tip is None:
             return history
         for path, text in self._files(tip).items():
-            records, problems = parse_lines(path, text)
-            history.problems += problems
-            for record in records:
-                history.records.setdefault(record.benchmark, []).append(record)
+            _add(history, path, text)
         return history
 
     def append(
@@ -238,6 +241,57 @@ def _decode(content: str, encoding: str) -> str:
     return content
 
 
+class GitHistory:
+    """The data branch as a local checkout holds it (``BRANCH``, else ``origin/BRANCH``: what a
+    checkout with full history fetched), read with git and never written: the nightly's
+    measuring job judges the night with it and needs no GitHub token for it."""
+
+    def __init__(self, repo: Path, branch: str = DEFAULT_BRANCH) -> None:
+        self.repo = repo
+        self.branch = branch
+
+    def load(self) -> History:
+        ref = self._ref()
+        history = History()
+        if ref is None:  # the first night: no data branch yet
+            return history
+        history.tip = (
+            git(self.repo, ["rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}"])
+            .decode()
+            .strip()
+        )
+        listed = git(
+            self.repo, ["ls-tree", "-r", "-z", "--end-of-options", history.tip, f"{FOLDER}/"]
+        )
+        for entry in filter(None, listed.split(b"\0")):
+            meta, _, raw_path = entry.partition(b"\t")
+            mode, kind, sha = meta.decode().split()
+            path = raw_path.decode(errors="replace")
+            if kind != "blob" or mode not in ("100644", "100755") or not path.endswith(".jsonl"):
+                continue
+            text = git(self.repo, ["cat-file", "blob", sha]).decode("utf-8", errors="replace")
+            _add(history, path, text)
+        return history
+
+    def _ref(self) -> str | None:
+        for ref in (f"refs/heads/{self.branch}", f"refs/remotes/origin/{self.branch}"):
+            if (
+                run_git(
+                    self.repo, ["rev-parse", "--verify", "--quiet", "--end-of-options", ref]
+                ).returncode
+                == 0
+            ):
+                return ref
+        return None
+
+
+def _add(history: History, path: str, text: str) -> None:
+    records, problems = parse_lines(path, text)
+    history.problems += problems
+    for record in records:
+        history.records.setdefault(record.benchmark, []).append(record)
+
+
 class LocalStore:
     """The same history in a local folder (``history/<benchmark>.jsonl`` under it): for runs
     without GitHub and for ``kernelpilot history`` on a checkout of the data branch."""
@@ -248,11 +302,9 @@ class LocalStore:
     def load(self) -> History:
         history = History()
         for path in sorted((self.folder / FOLDER).glob("*.jsonl")):
-            name = path.relative_to(self.folder).as_posix()
-            records, problems = parse_lines(name, path.read_text(errors="replace"))
-            history.problems += problems
-            for record in records:
-                history.records.setdefault(record.benchmark, []).append(record)
+            _add(
+                history, path.relative_to(self.folder).as_posix(), path.read_text(errors="replace")
+            )
         return history
 
     def append(

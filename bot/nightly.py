@@ -11,11 +11,17 @@ benchmark in the history (``bot.history``); the regression rule (``bot.regressio
 against the nights before on the same setup, and a night that looks slower is measured again
 in the same run before it is reported. The night's records are written even when some
 benchmarks failed.
+
+Two steps, run as two jobs in Actions: ``measure_night`` runs the repository's code and writes
+nothing (its NightlyResults are the artifact, ``bot.nightly_results``); ``record_night``
+appends the records and plots to a history store and runs no repository code.
+``run_nightly`` does both, for ``kernelpilot nightly`` on a local checkout.
 """
 
 from __future__ import annotations
 
 import datetime
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -23,16 +29,26 @@ from typing import Protocol
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 from pydantic import BaseModel, Field
 
+from bot import markdown as md
 from bot.configured import configured_targets
-from bot.history import History, Record, plot_of
+from bot.history import History, Record, plot_of, slug
 from bot.nightly_measure import NightlyRow, Progress, Tonight, kernel_row, night_fields, target_row
+from bot.nightly_results import NightlyResults, capped
 from bot.plot import plot_png
 from bot.regression import RegressionConfig
 from bot.shipped import find_shipped, head_commit
 from harness.config import EvalConfig
 from harness.evaluate import Evaluator
 
-__all__ = ["NightlyReport", "NightlyRow", "render_junit", "render_table", "run_nightly"]
+__all__ = [
+    "NightlyReport",
+    "NightlyRow",
+    "measure_night",
+    "record_night",
+    "render_junit",
+    "render_table",
+    "run_nightly",
+]
 
 
 class Store(Protocol):
@@ -51,6 +67,61 @@ class NightlyReport(BaseModel):
     stored: str = ""
 
 
+def measure_night(
+    repo: Path,
+    device: str,
+    history: History,
+    config: EvalConfig,
+    rule: RegressionConfig,
+    progress: Progress,
+    seed: int | None = None,
+    run_url: str = "",
+    repository: str = "",
+) -> NightlyResults:
+    """Measure and judge every benchmark of the night against ``history``; writes nothing."""
+    repo = repo.resolve()
+    commit = head_commit(repo)
+    night = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    results = NightlyResults(
+        repository=repository or repo.name, commit=commit, night=night, run_url=run_url
+    )
+    kernels = find_shipped(repo)
+    shipped = {(kernel.module_path, kernel.class_name) for kernel in kernels}
+    targets = [t for t in configured_targets(repo) if (t.module_path, t.class_name) not in shipped]
+    progress(f"nightly: {len(kernels)} shipped kernel(s), {len(targets)} configured target(s) "
+             f"without one, at {commit[:12]}")  # fmt: skip
+    tonight = Tonight(repo=repo, device=device, evaluator=Evaluator(config, seed, progress=progress),
+                      rule=rule, progress=progress, seed=seed,
+                      base=night_fields(night, commit, run_url, device))  # fmt: skip
+    for kernel in kernels:
+        results.rows.append(kernel_row(tonight, kernel, history.records.get(kernel.benchmark, [])))
+    for target in targets:
+        results.rows.append(target_row(tonight, target, history.records.get(target.benchmark, [])))
+    for row in results.rows:  # what publish accepts (bot.nightly_results): long logs cut here
+        row.reason, row.record.note = capped(row.reason), capped(row.record.note)
+    return results
+
+
+def record_night(results: NightlyResults, store: Store) -> NightlyReport:
+    """Append the night's records, and each benchmark's plot, to the history in ``store``."""
+    history = store.load()
+    report = NightlyReport(commit=results.commit, night=results.night, rows=results.rows)
+    report.history_problems = [f"{p.path}:{p.line}: {p.error}" for p in history.problems]
+    if report.rows:
+        plots = {
+            plot_of(row.benchmark): plot_png(
+                row.benchmark, [*history.records.get(row.benchmark, []), row.record]
+            )
+            for row in report.rows
+        }
+        report.stored = store.append(
+            [row.record for row in report.rows],
+            f"nightly {results.night} at {results.commit[:12]}",
+            plots,
+        )
+    return report
+
+
 def run_nightly(
     repo: Path,
     device: str,
@@ -61,35 +132,10 @@ def run_nightly(
     seed: int | None = None,
     run_url: str = "",
 ) -> NightlyReport:
-    repo = repo.resolve()
-    commit = head_commit(repo)
-    night = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
-    history = store.load()
-    report = NightlyReport(commit=commit, night=night)
-    report.history_problems = [f"{p.path}:{p.line}: {p.error}" for p in history.problems]
-    kernels = find_shipped(repo)
-    shipped = {(kernel.module_path, kernel.class_name) for kernel in kernels}
-    targets = [t for t in configured_targets(repo) if (t.module_path, t.class_name) not in shipped]
-    progress(f"nightly: {len(kernels)} shipped kernel(s), {len(targets)} configured target(s) "
-             f"without one, at {commit[:12]}")  # fmt: skip
-    tonight = Tonight(repo=repo, device=device, evaluator=Evaluator(config, seed, progress=progress),
-                      rule=rule, progress=progress, seed=seed,
-                      base=night_fields(night, commit, run_url, device))  # fmt: skip
-    for kernel in kernels:
-        report.rows.append(kernel_row(tonight, kernel, history.records.get(kernel.benchmark, [])))
-    for target in targets:
-        report.rows.append(target_row(tonight, target, history.records.get(target.benchmark, [])))
-    if report.rows:
-        plots = {
-            plot_of(row.benchmark): plot_png(
-                row.benchmark, [*history.records.get(row.benchmark, []), row.record]
-            )
-            for row in report.rows
-        }
-        report.stored = store.append(
-            [row.record for row in report.rows], f"nightly {night} at {commit[:12]}", plots
-        )
-    return report
+    """Measure and record in one go (``kernelpilot nightly`` on a local checkout). In Actions
+    the two are separate jobs: ``kernelpilot github nightly-measure|nightly-publish``."""
+    results = measure_night(repo, device, store.load(), config, rule, progress, seed, run_url)
+    return record_night(results, store)
 
 
 def render_junit(report: NightlyReport) -> str:
@@ -112,7 +158,12 @@ def render_junit(report: NightlyReport) -> str:
 
 def render_table(report: NightlyReport, plot_url: Callable[[str], str] | None = None) -> str:
     """The night as markdown; ``plot_url(benchmark)``: where its plot can be seen, if anywhere.
-    A target without a shipped kernel shows "—" in the kernel column."""
+    A target without a shipped kernel shows "—" in the kernel column.
+
+    Benchmark names, reasons and history problems come from the repository's files, its
+    modules' errors and the measuring job (untrusted, bot.nightly_results): each is shown as
+    code (``code``), so no link, image, mention, HTML or emphasis in it is rendered. The text
+    stops before GitHub's limit for an issue body."""
     lines = [
         f"## kernelpilot nightly, {report.night} at `{report.commit[:12]}`",
         "",
@@ -126,35 +177,58 @@ def render_table(report: NightlyReport, plot_url: Callable[[str], str] | None = 
         )
         kernel = _ms(record.time_ms) if record.has_kernel else NO_KERNEL
         lines.append(
-            f"| `{row.benchmark}` | {row.status} | {kernel} | {_ms(record.eager_ms)} "
-            f"| {_ms(record.compile_ms)} | {change} |"
+            f"| {code(row.benchmark, table=True)} | {_status(row.status)} | {kernel} "
+            f"| {_ms(record.eager_ms)} | {_ms(record.compile_ms)} | {change} |"
         )
     for row in report.rows:
         if row.reason:
-            lines.append(f"\n- `{row.benchmark}`: {_markdown(row.reason)}")
+            lines.append(f"\n- {code(row.benchmark)}: {_markdown(row.reason)}")
     if plot_url is not None:
         lines.append("")
-        lines += [f"![{row.benchmark}]({plot_url(row.benchmark)})" for row in report.rows]
+        lines += [
+            f"![plot {slug(row.benchmark)}]({plot_url(row.benchmark)})" for row in report.rows
+        ]
     if report.history_problems:
         lines += ["", "History lines that could not be read (left as they are):"]
-        lines += [f"- {problem}" for problem in report.history_problems]
+        lines += [f"- {code(problem)}" for problem in report.history_problems]
     if not report.rows:
         lines += ["", "No shipped kernel (files starting with `# kernelpilot-verified:`) and no "
                   "configured target (`[[tool.kernelpilot.targets]]`) found."]  # fmt: skip
-    return "\n".join(lines) + "\n"
+    return _within(lines, MAX_MARKDOWN)
 
 
 NO_KERNEL = "—"
+MAX_MARKDOWN = 60_000  # GitHub refuses an issue body over 65,536 characters
+MAX_SPAN = 400
+
+
+def code(text: str, table: bool = False) -> str:
+    """Untrusted text as one inline code span (``bot.markdown``, the one renderer): on one line,
+    at most MAX_SPAN characters; in a table cell, its pipes escaped."""
+    return md.code(text, MAX_SPAN, in_table=table)
+
+
+def _status(status: str) -> str:
+    return status if re.fullmatch(r"[a-z_]{1,32}", status) else code(status, table=True)
 
 
 def _markdown(reason: str) -> str:
     """A reason in a list item: a UserError's "where:" and "fix:" lines as nested items."""
-    first, *rest = reason.splitlines()
-    nested = [
-        f"  - {line.strip()}" if line.strip().startswith(("where:", "fix:")) else f"  {line}"
-        for line in rest
-    ]
-    return "\n".join([first, *nested])
+    first, *rest = reason.splitlines() or [""]
+    nested = [f"  - {code(line)}" for line in rest if line.strip()]
+    return "\n".join([code(first), *nested])
+
+
+def _within(lines: list[str], limit: int) -> str:
+    text, used = [], 0
+    for line in lines:
+        if used + len(line) + 1 > limit:
+            text.append("\n… cut here to stay within GitHub's limit: the measuring job's "
+                        "artifact (nightly-results.json) has the whole night.")  # fmt: skip
+            break
+        text.append(line)
+        used += len(line) + 1
+    return "\n".join(text) + "\n"
 
 
 def _times(record: Record) -> str:

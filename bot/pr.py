@@ -40,9 +40,9 @@ from harness.records import Problem
 DEFAULT_MAX_TARGETS = 20
 Written = TypeVar("Written")
 NIGHTLY_ELSEWHERE = (
-    "kernelpilot: a schedule event is the nightly benchmark, which `kernelpilot nightly` runs "
-    "(the action's mode: nightly, examples/workflows/kernelpilot-nightly.yml); measure has "
-    "nothing to do for it."
+    "kernelpilot: a schedule event is the nightly benchmark, which the action's modes "
+    "nightly-measure and nightly-publish run (examples/workflows/kernelpilot-nightly.yml; "
+    "`kernelpilot nightly` locally); measure has nothing to do for it."
 )
 
 

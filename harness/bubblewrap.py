@@ -157,7 +157,27 @@ def python_paths() -> list[Path]:
     for name in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(name):
             paths.add(Path(os.environ[name]))
-    return sorted(paths)
+    paths.update(toolchain_prefixes())
+    # Where a path is reached through a link (a virtual environment linked into a checkout),
+    # what it points to is bound too: a link alone leads nowhere in the sandbox.
+    return sorted(paths | {Path(os.path.realpath(path)) for path in paths})
+
+
+TOOLS = ("c++", "g++", "cc", "gcc", "nvcc", "ninja")
+TOOL_VARIABLES = ("CXX", "CC", "CUDAHOSTCXX", "NVCC_CCBIN")
+
+
+def toolchain_prefixes() -> set[Path]:
+    """The installation folders of the compilers a build uses (``CXX`` and the others, and
+    those on PATH): a compiler outside the system folders (``/opt/gcc/bin/g++``) needs its
+    whole prefix, its libraries and headers too."""
+    named = [os.environ.get(name, "").split()[0] for name in TOOL_VARIABLES if os.environ.get(name)]
+    found = [shutil.which(tool) for tool in [*named, *TOOLS]]
+    prefixes = set()
+    for tool in filter(None, found):
+        binary = Path(os.path.realpath(tool))
+        prefixes.add(binary.parent.parent if binary.parent.name == "bin" else binary.parent)
+    return {prefix for prefix in prefixes if prefix != Path("/")}
 
 
 def _outermost(paths: Iterable[Path]) -> list[Path]:

@@ -10,6 +10,7 @@ cache with its hashes recorded (``harness.buildstore``).
 from __future__ import annotations
 
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -61,12 +62,15 @@ class ParentBuilder:
 
     def _compile(self, spec: BuildSpec, module_name: str, build_dir: Path) -> str | None:
         job_dir = Path(tempfile.mkdtemp(prefix="compile-"))
-        job = CompileJob(spec=spec, module_name=module_name, build_dir=build_dir)
-        (job_dir / "job.json").write_text(job.model_dump_json())
-        view = WorkerView(writable=[build_dir])
-        outcome = run_worker(
-            job_dir, self.timeout_s, None, view, self.isolation, entry="harness.compile_worker"
-        )
+        try:
+            job = CompileJob(spec=spec, module_name=module_name, build_dir=build_dir)
+            (job_dir / "job.json").write_text(job.model_dump_json())
+            view = WorkerView(writable=[build_dir])
+            outcome = run_worker(
+                job_dir, self.timeout_s, None, view, self.isolation, entry="harness.compile_worker"
+            )
+        finally:
+            shutil.rmtree(job_dir, ignore_errors=True)
         if outcome.timed_out:
             return f"the build took longer than {self.timeout_s:.0f} s"
         results = outcome.results()

@@ -26,6 +26,7 @@ from torch.utils import cpp_extension
 
 from harness.buildstore import BuildSpec, BuildStore, Built, file_sha256, spec_key
 from harness.gate import GateRejection
+from harness.native_directives import define_flag_problems
 from harness.native_gate import check_native
 from harness.sandbox import tools_first
 from harness.symbols import object_problems
@@ -141,7 +142,11 @@ def local_builder(cache_dir: Path, max_bytes: int = DEFAULT_CACHE_BYTES) -> Buil
 
 
 def flag_problems(flags: list[str]) -> list[str]:
-    return [f"build flag {flag!r} is not allowed" for flag in flags if not ALLOWED_FLAG.match(flag)]
+    """Reasons to refuse build flags: not on the allow-list, or redefining a keyword."""
+    refused = [
+        f"build flag {flag!r} is not allowed" for flag in flags if not ALLOWED_FLAG.match(flag)
+    ]
+    return refused + define_flag_problems(flags)
 
 
 def build_library(spec: BuildSpec, module_name: str, build_dir: Path) -> Path:

@@ -1,16 +1,24 @@
 """The static gate for kernel sources (C++ and CUDA handed to load_inline).
 
-Scanned as text with comments (and, for most rules, string literals) removed: threads, files,
-processes, host callbacks, the Python interpreter, operator registration, profiler switches,
-ATen kernels called around the dispatcher, caches in static storage, token pasting, inline
-assembly that leaves the kernel, and reduced precision in a float32 problem. The built
-library's imported symbols are checked after the build (``harness.symbols``), which no
-spelling of the source can hide from.
+Read once as the preprocessor reads it (``harness.native_lex``: lines spliced, digraphs
+replaced, comments dropped, literals as single tokens), in time linear in the source's length.
+Then: directives and includes (``harness.native_directives``: system and toolkit headers only),
+state across calls (``harness.native_state``: every object that outlives a call is immutable),
+and the name rules below, on the tokens joined into one line: threads, files, sockets,
+PyTorch's distributed and RPC code, processes, host callbacks, the Python interpreter,
+operator registration, profiler switches, ATen kernels called around the dispatcher, token
+pasting, inline assembly that leaves the kernel, and reduced precision in a float32 problem.
+The built library's imported symbols and writable data are checked after the build
+(``harness.symbols``), which no spelling of the source can hide from.
 """
 
 from __future__ import annotations
 
 import re
+
+from harness.native_directives import directive_problems
+from harness.native_lex import Lexed, UnreadableSource, lex
+from harness.native_state import state_problems
 
 # Conversions into reduced precision and tensor-core/TF32 modes. Half and bfloat16 *types* are
 # fine (dtype dispatch needs them); the tolerance check catches values that went through them.
@@ -39,18 +47,26 @@ CUDA_UTILITIES = [
     "stream_synchronize",
 ]
 FORBIDDEN_NATIVE = {
-    r"\bstd::thread\b|\bstd::jthread\b|<thread>": "starts threads (work the timer cannot see)",
-    r"\bpthread_create\b|<pthread\.h>": "starts threads (work the timer cannot see)",
-    r"\bstd::async\b|<future>": "starts asynchronous work the timer cannot see",
+    r"\bstd::thread\b|\bstd::jthread\b": "starts threads (work the timer cannot see)",
+    r"\bpthread_\w+": "starts threads or keeps thread-local state (pthread_*)",
+    r"\bstd::async\b": "starts asynchronous work the timer cannot see",
     r"\b(fork|vfork|system|popen|execv\w*|execl\w*|dlopen|dlsym)\s*\(": "runs or loads programs",
-    r"\b(fopen|ifstream|ofstream|open)\s*\(": "touches files",
-    r"\bcudaLaunchHostFunc\b|\bcudaStreamAddCallback\b": "runs host callbacks off the stream",
-    r"\bstatic\b[^;(){}]*\b(at::Tensor|torch::Tensor|Tensor|std::\w*map|std::\w*set|"
-    r"std::vector|std::deque|std::list)\b[^;(){}]*\w+\s*(;|=|\{)": (
-        "keeps tensors or caches in static storage (state across calls)"
+    r"\b(fopen|fopen64|freopen|fdopen|tmpfile|tmpnam|ifstream|ofstream|fstream|open|open64|"
+    r"openat|creat|mkstemp\w*|opendir|mmap|shm_open|memfd_create|unlink|readlink|realpath|"
+    r"chdir)\s*\(|\bFILE\b|\bstd::(filesystem|experimental|[io]?fstream|filebuf|basic_\w*fstream|"
+    r"basic_filebuf)\b|\b(ifstream|ofstream|fstream|filebuf)\b|\btorch::(save|load|pickle_save|"
+    r"pickle_load|serialize)\b|\bcaffe2::serialize\b|\b(from_file|MapAllocator|"
+    r"RefcountedMapAllocator)\b": "touches files",
+    r"\b(c10d|gloo|tensorpipe|TCPStore\w*|FileStore|HashStore|PrefixStore|ProcessGroup\w*|"
+    r"nccl[A-Z]\w*)\b|\btorch::distributed\b|\bdistributed::|\brpc::|"
+    r"(?<![.>:])\b(socket|socketpair|connect|bind|listen|accept4?|sendto|sendmsg|recvfrom|"
+    r"recvmsg|getaddrinfo|gethostbyname\w*|inet_\w+|setsockopt)\s*\(": (
+        "reaches the network or PyTorch's distributed and RPC code"
     ),
-    r"\bstatic\b\s+(thread_local\s+)?(std::atomic<\w+>|int|long|size_t|int64_t|unsigned|"
-    r"bool|uint64_t|float|double)\s+\w+\s*(=|;)": "keeps a static counter or flag across calls",
+    r"\bcudaLaunchHostFunc\b|\bcudaStreamAddCallback\b": "runs host callbacks off the stream",
+    r"\bcuda(MemcpyToSymbol|MemcpyFromSymbol|GetSymbolAddress|GetSymbolSize)\w*": (
+        "writes or reads device globals from the host (state across calls)"
+    ),
     r"\bat::(cpu|native|_ops|meta|redispatch|compositeexplicitautograd\w*|"
     r"compositeimplicitautograd\w*)\b|\bnamespace\s+(cpu|native|_ops|redispatch)\b|"
     r"c10::Dispatcher|\bredispatch\b|ATen/(CPUFunctions|CUDAFunctions|RedispatchFunctions|"
@@ -78,14 +94,17 @@ FORBIDDEN_NATIVE = {
 }
 # Inline assembly: what no compiler-visible call shows. PTX in CUDA sources is fine; host
 # instructions that enter the kernel, jump to other code or read the clock are not.
-ASM_STATEMENT = re.compile(r"\b(asm|__asm__|__asm)\b\s*(volatile|__volatile__|goto)?\s*\(")
 FORBIDDEN_ASM = re.compile(r"\b(syscall|sysenter|int|call|jmp|rdtscp?|rdpmc|rdmsr|wrmsr)\b")
 
 
 def check_native(source: str, dtype: str) -> list[str]:
     """Reasons to reject C++/CUDA source given to load_inline; empty when it passes."""
-    code = re.sub(r"\s*::\s*", "::", _strip_comments_and_strings(source))
-    reasons = _asm_reasons(_strip_comments(source))
+    try:
+        lexed = lex(source)
+    except UnreadableSource as err:
+        return [f"kernel source cannot be read: {err}"]
+    code = joined(lexed)
+    reasons = directive_problems(lexed) + state_problems(lexed) + _asm_reasons(lexed)
     for pattern, why in FORBIDDEN_NATIVE.items():
         match = re.search(pattern, code)
         if match:
@@ -99,20 +118,30 @@ def check_native(source: str, dtype: str) -> list[str]:
     return reasons
 
 
-def _asm_reasons(code: str) -> list[str]:
+def joined(lexed: Lexed) -> str:
+    """Every token, directives' included, on one line: literals as ``""``, and ``::``, ``.``
+    and ``->`` joined to their neighbours, so that each spelling of a name reads the same."""
+    texts = ['""' if t.kind in ("str", "chr") else t.text for t in lexed.all_tokens]
+    line = " ".join(texts)
+    for glued in ("::", ".", "->"):
+        line = line.replace(f" {glued} ", glued)
+    return line + "".join(f" #include <{include.header}>" for include in lexed.includes)
+
+
+def _asm_reasons(lexed: Lexed) -> list[str]:
     """Inline assembly may not make system calls, call or jump elsewhere, or read clocks."""
-    for statement in ASM_STATEMENT.finditer(code):
-        body = code[statement.end() : code.find(";", statement.end())]
+    tokens = lexed.all_tokens
+    index = 0
+    while index < len(tokens):
+        if tokens[index].text not in ("asm", "__asm__", "__asm"):
+            index += 1
+            continue
+        end = index + 1
+        while end < len(tokens) and tokens[end].text not in (";", "}"):
+            end += 1
+        body = " ".join(t.text for t in tokens[index:end] if t.kind == "str")
         found = FORBIDDEN_ASM.search(body)
         if found:
             return [f"kernel source has inline assembly with {found.group(0)!r}"]
+        index = end
     return []
-
-
-def _strip_comments(source: str) -> str:
-    source = re.sub(r"/\*.*?\*/", " ", source, flags=re.S)
-    return re.sub(r"//[^\n]*", " ", source)
-
-
-def _strip_comments_and_strings(source: str) -> str:
-    return re.sub(r'"(\\.|[^"\\])*"', '""', _strip_comments(source))

@@ -43,7 +43,13 @@ FORBIDDEN_CXX = re.compile(
     r"at::cuda::(?!(getCurrentCUDAStream|getStreamFromPool|getDefaultCUDAStream|CUDAStream|"
     r"getCurrentDeviceProperties|getDeviceProperties|getCurrentCUDABlasHandle|"
     r"getCurrentCUDABlasLtHandle|warp_size|blas::|detail::|CUDAEvent|stream_synchronize|"
-    r"getCurrentCUDASparseHandle|getNumGPUs|getDeviceIndexWithPrimaryContext))"
+    r"getCurrentCUDASparseHandle|getNumGPUs|getDeviceIndexWithPrimaryContext))|"
+    # Other processes, the network and files through PyTorch: distributed stores and process
+    # groups, RPC, serialization, memory-mapped files.
+    r"c10d::|torch::distributed::|gloo::|tensorpipe::|torch::jit::|caffe2::serialize::|"
+    r"torch::serialize::|torch::(save|load|pickle_save|pickle_load)\b|"
+    r"(at|c10)::(Refcounted)?MapAllocator|std::experimental::filesystem|std::__basic_file|"
+    r"__gnu_cxx::stdio_(sync_)?filebuf"
 )
 
 _MATH = (
@@ -170,7 +176,52 @@ def object_problems(objects: list[Path]) -> list[str]:
     """Reasons to reject a build from its compiled objects; empty when it may be loaded."""
     if not objects:
         return ["the build left no compiled objects to check"]
-    return symbol_problems(undefined_symbols(objects)) + instruction_problems(objects)
+    # nvcc's host objects hold shadows of device variables and its own registration data; the
+    # source rule (harness.native_state) covers what a .cu file keeps.
+    host_cxx = [path for path in objects if not path.name.endswith(".cuda.o")]
+    return (
+        symbol_problems(undefined_symbols(objects))
+        + instruction_problems(objects)
+        + writable_data_problems(host_cxx)
+    )
+
+
+# Writable data the libraries' headers define in every extension: pybind11's and the C++
+# runtime's function-local statics, the module definition pybind11 makes. A candidate may not
+# add to these namespaces (harness.native_state refuses it), nor name a function PyInit_*.
+LIBRARY_DATA = re.compile(
+    r"(guard variable for )?(pybind11::|std::|__gnu_cxx::|c10::|at::|torch::|caffe2::|"
+    r"PyInit_\w+::|DW\.ref\.)"
+)
+# objdump -t: "address flags section<TAB>size name"; writable sections hold what can change.
+OBJECT_LINE = re.compile(
+    r"^[0-9a-f]+ (?P<flags>.{7}) (?P<section>\S+)\t[0-9a-f]+ (\.hidden )?(?P<name>.+)$"
+)
+WRITABLE_SECTION = re.compile(r"\.(data|bss|tdata|tbss)(?!\.rel\.ro)|\*COM\*")
+
+
+def writable_data(objects: list[Path]) -> list[str]:
+    """Demangled names of the data objects ``objects`` define in writable sections."""
+    if not objects:
+        return []
+    listing = _binutils("objdump", ["-t", "-C"], objects)
+    names = []
+    for line in listing.splitlines():
+        match = OBJECT_LINE.match(line)
+        if match and match["flags"][-1] == "O" and WRITABLE_SECTION.match(match["section"]):
+            names.append(match["name"])
+    return names
+
+
+def writable_data_problems(objects: list[Path]) -> list[str]:
+    """State across calls as the compiler laid it out: writable data of the candidate's own."""
+    own = sorted({name for name in writable_data(objects) if not LIBRARY_DATA.match(name)})
+    if not own:
+        return []
+    return [
+        f"the built kernel keeps writable data of its own ({', '.join(own[:8])}): objects "
+        "that outlive a call must be constexpr or const (state across calls)"
+    ]
 
 
 # ATen operators called from C++ go through ``at::_ops::<op>[_<overload>]::call``.
@@ -229,7 +280,8 @@ def symbol_problems(symbols: list[str]) -> list[str]:
     if forbidden_cxx:
         reasons.append(
             f"the built kernel imports {', '.join(sorted(forbidden_cxx))}: ATen kernels around "
-            "the dispatcher, hooks switched off, threads, files or PyTorch's global settings"
+            "the dispatcher, hooks switched off, threads, files, other processes and the network "
+            "(distributed stores, RPC) or PyTorch's global settings"
         )
     if outside_list:
         reasons.append(

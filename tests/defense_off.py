@@ -780,6 +780,168 @@ DEFENSES: list[Defense] = [
             "tests/test_agent_loop.py::test_without_usage_an_unpriced_model_is_stopped_by_the_token_cap",
         ),
     ),
+    # --- native gate for the class (issue 22: harness/native_*.py, symbols.py) -------------
+    Defense(
+        "native_include_roots",
+        "harness/native_directives.py",
+        "            reasons += header_problems(include.header, include.line)",
+        "            pass",
+        ("tests/test_native_gate.py", "-k", "includes_outside"),
+    ),
+    Defense(
+        "native_state_rule",
+        "harness/native_gate.py",
+        "directive_problems(lexed) + state_problems(lexed) + _asm_reasons(lexed)",
+        "directive_problems(lexed) + _asm_reasons(lexed)",
+        ("tests/test_native_gate.py", "-k", "state_across"),
+    ),
+    Defense(
+        "native_network_names",
+        "harness/native_gate.py",
+        'r"\\b(c10d|gloo|tensorpipe|TCPStore\\w*|FileStore|HashStore|PrefixStore|ProcessGroup\\w*|"',
+        'r"\\b(kp_never_named|"',
+        ("tests/test_native_gate.py", "-k", "network_files"),
+    ),
+    Defense(
+        "symbols_distributed_families",
+        "harness/symbols.py",
+        'r"c10d::|torch::distributed::|gloo::|tensorpipe::|torch::jit::|caffe2::serialize::|"',
+        'r"kp_never_named::|"',
+        ("tests/test_native_gate.py::test_the_built_objects_show_what_the_source_hid",),
+    ),
+    Defense(
+        "symbols_writable_data",
+        "harness/symbols.py",
+        "        + writable_data_problems(host_cxx)",
+        "        + []",
+        ("tests/test_native_gate.py::test_the_built_objects_show_what_the_source_hid",),
+    ),
+    Defense(
+        "native_gate_linear_time",
+        "harness/native_gate.py",
+        "    code = joined(lexed)",
+        '    code = re.sub(r"\\s*::\\s*", "::", source)',
+        ("tests/test_native_gate.py", "-k", "adversarial"),
+    ),
+    # --- jobs and tokens (bot/nightly_results.py, nightly.py, cli_nightly_jobs.py,
+    # runner_trust.py; action.yml and the workflows) ------------------------------------------
+    Defense(
+        "nightly_results_unknown_fields",  # a branch or an issue named by the artifact
+        "bot/nightly_results.py",
+        '    model_config = ConfigDict(extra="forbid")',
+        '    model_config = ConfigDict(extra="ignore")',
+        ("tests/test_nightly_jobs.py", "-k", "names_a_branch or names_an_issue"),
+    ),
+    Defense(
+        "nightly_results_size_cap",
+        "bot/nightly_results.py",
+        "    if size > MAX_RESULTS_BYTES:",
+        "    if False:",
+        ("tests/test_nightly_jobs.py", "-k", "oversized"),
+    ),
+    Defense(
+        "nightly_results_same_repository",
+        "bot/nightly_results.py",
+        "    if results.repository != expected.repository:",
+        "    if False:",
+        ("tests/test_nightly_jobs.py", "-k", "another_repository"),
+    ),
+    Defense(
+        "nightly_results_same_commit",
+        "bot/nightly_results.py",
+        "    if results.commit != expected.commit or not COMMIT.fullmatch(results.commit):",
+        "    if False:",
+        ("tests/test_nightly_jobs.py", "-k", "another_commit"),
+    ),
+    Defense(
+        "nightly_results_same_night",
+        "bot/nightly_results.py",
+        "    if not -2 <= (night - expected.today).days <= 1:",
+        "    if False:",
+        ("tests/test_nightly_jobs.py", "-k", "another_night"),
+    ),
+    Defense(
+        "nightly_results_rows_checked",  # names, records' commit and night, statuses, texts
+        "bot/nightly_results.py",
+        "        problem = _row_problem(row, results)",
+        "        problem = None",
+        ("tests/test_nightly_jobs.py", "-k", "forged and not names and not another_re"),
+    ),
+    Defense(
+        "nightly_results_row_cap",
+        "bot/nightly_results.py",
+        "    if len(results.rows) > MAX_ROWS:",
+        "    if False:",
+        ("tests/test_nightly_jobs.py", "-k", "too_many_rows"),
+    ),
+    Defense(
+        "nightly_run_url_from_publish",
+        "bot/cli_nightly_jobs.py",
+        "                row.record.run_url = env.run_url",
+        "                pass",
+        ("tests/test_nightly_jobs.py::test_publish_writes_the_night_where_its_own_settings_say",),
+    ),
+    Defense(
+        "nightly_markdown_as_code",
+        "bot/nightly.py",
+        "    return md.code(text, MAX_SPAN, in_table=table)",
+        "    return text",
+        ("tests/test_nightly_jobs.py::test_markdown_in_the_artifact_is_shown_as_code",),
+    ),
+    Defense(
+        "nightly_table_pipes_escaped",
+        "bot/markdown.py",
+        '        text = text.replace("\\\\", "\\\\\\\\").replace("|", "\\\\|")',
+        "        pass",
+        ("tests/test_nightly_jobs.py::test_markdown_in_the_artifact_is_shown_as_code",),
+    ),
+    Defense(
+        "fork_needs_ephemeral_runner",
+        "bot/runner_trust.py",
+        "    if event.pull is None or not event.pull.fork or runner.ephemeral:",
+        "    if True:",
+        ("tests/test_nightly_jobs.py", "-k", "ephemeral or forks_code"),
+    ),
+    Defense(
+        "llm_key_in_measure_only",  # the key handed to publish's process too
+        "action.yml",
+        "        KERNELPILOT_OPEN_PR: ${{ inputs.open-pr }}\n",
+        "        KERNELPILOT_OPEN_PR: ${{ inputs.open-pr }}\n"
+        "        OPENAI_API_KEY: ${{ inputs.openai-api-key }}\n",
+        ("tests/test_workflows.py::test_the_llm_key_reaches_the_measure_step_only",),
+    ),
+    Defense(
+        "llm_key_not_job_wide",  # the key in a job's env: every step of it has it
+        "examples/workflows/kernelpilot-pr.yml",
+        "    timeout-minutes: 120\n    permissions:\n      contents: read\n",
+        "    timeout-minutes: 120\n    env:\n      OPENAI_API_KEY: ${{ secrets.OPENAI_API_KEY }}\n"
+        "    permissions:\n      contents: read\n",
+        ("tests/test_workflows.py::test_the_llm_key_reaches_the_measure_step_only",),
+    ),
+    Defense(
+        "nightly_measure_without_token",  # the write token in the job that runs the code
+        "action.yml",
+        "        KERNELPILOT_DATA_BRANCH: ${{ inputs.data-branch }}\n      run: |\n        for name",
+        "        KERNELPILOT_DATA_BRANCH: ${{ inputs.data-branch }}\n"
+        "        GITHUB_TOKEN: ${{ inputs.github-token }}\n      run: |\n        for name",
+        (
+            "tests/test_workflows.py::test_action_passes_inputs_through_env_and_keeps_the_token_from_measure",
+        ),
+    ),
+    Defense(
+        "nightly_measure_reads_only",
+        "examples/workflows/kernelpilot-nightly.yml",
+        "    permissions:\n      contents: read\n",
+        "    permissions:\n      contents: write\n",
+        ("tests/test_workflows.py", "-k", "nightly_measures_without_a_token"),
+    ),
+    Defense(
+        "runner_labels_per_trust_level",  # the nightly on the runners of pull requests
+        "examples/workflows/kernelpilot-nightly.yml",
+        "runs-on: [self-hosted, gpu, kernelpilot-nightly]",
+        "runs-on: [self-hosted, gpu, kernelpilot-pr]",
+        ("tests/test_workflows.py", "-k", "runners_of_their_own"),
+    ),
 ]
 
 

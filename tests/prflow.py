@@ -103,7 +103,7 @@ class Job:
             "GITHUB_SERVER_URL": fake.root, "GITHUB_OUTPUT": str(self.output),
             "GITHUB_STEP_SUMMARY": str(self.summary),
             # The jobs run this tree's kernelpilot, not whichever one is installed.
-            "PYTHONPATH": str(ROOT),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         })  # fmt: skip
         if token:
             self.env["GITHUB_TOKEN"] = token

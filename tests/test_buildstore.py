@@ -130,11 +130,12 @@ def test_the_cache_stays_within_its_size_least_recently_used_going_first(tmp_pat
     [
         ({"cpp": 'int f() { return system("id"); }', "device": "cpu"}, "runs or loads programs"),
         ({"cpp": "int f();", "cflags": ["-fplugin=/tmp/evil.so"], "device": "cpu"}, "not allowed"),
+        ({"cpp": "int f();", "cflags": ["-Dconstexpr=inline"], "device": "cpu"}, "keyword"),
         ({"cpp": "int f();", "cuda": "__global__ void k() {}", "device": "cpu"}, "CUDA sources"),
         ({"cpp": "int f();", "device": "cuda", "arch": "9.0; rm -rf"}, "a build for cuda"),
         ({"cpp": 7}, "malformed"),
     ],
-    ids=["forbidden call", "flag", "cuda on cpu", "device", "malformed"],
+    ids=["forbidden call", "flag", "keyword define", "cuda on cpu", "device", "malformed"],
 )
 def test_the_parent_gates_a_build_request_again(tmp_path, request_body, reason):
     builder = ParentBuilder(tmp_path, "bubblewrap", 60, 2**30)

@@ -9,6 +9,7 @@ examples/candidates/fused_gelu_block_cpu.py).
 
 from __future__ import annotations
 
+import ast
 import re
 import textwrap
 from pathlib import Path
@@ -179,7 +180,15 @@ def test_native_samples_in_the_contract_are_rejected_and_the_example_is_not():
 def test_the_example_candidates_pass_the_static_gates(device):
     source = (ROOT / "examples" / "candidates" / f"fused_gelu_block_{device}.py").read_text()
     assert check_python(source, "Model", "float32") == []
-    assert check_native(source, "float32") == []
+    # The native gate reads what load_inline is handed: the C++ and CUDA sources, as one text.
+    native = [
+        node.value.value
+        for node in ast.parse(source).body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Constant)
+        and any(getattr(t, "id", "").endswith("_SOURCE") for t in node.targets)
+    ]
+    assert native and check_native("\n".join(native), "float32") == []
 
 
 def test_an_unknown_device_is_an_error():

@@ -161,7 +161,7 @@ def test_a_deleted_target_is_missing_and_a_broken_one_failed_while_the_kernel_is
         assert [row["status"] for row in report["rows"]] == ["ok", "missing", "failed"]
         table = (tmp_path / "n" / "nightly.md").read_text()
         assert "| `target:models/extra.py:Extra` | missing | — | - | - | - |" in table
-        assert "  - where: pyproject.toml: tool.kernelpilot.targets module = " in table
+        assert "  - `where: pyproject.toml: tool.kernelpilot.targets module = " in table
         junit = (tmp_path / "n" / "junit.xml").read_text()
         assert 'failures="2"' in junit and 'type="missing"' in junit
     finally:

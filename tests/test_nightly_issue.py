@@ -103,4 +103,4 @@ def test_a_missing_target_counts_with_the_stale_kernels_and_shows_no_kernel_time
     [issue] = ours(fake_github)
     assert issue.title == "kernelpilot nightly: 0 slower or failing, 2 stale or missing"
     assert "| `target:m.py:Net` | missing | — | - | - | - |" in issue.body
-    assert "\n  - where: pyproject.toml\n  - fix: restore it" in issue.body
+    assert "\n  - `where: pyproject.toml`\n  - `fix: restore it`" in issue.body

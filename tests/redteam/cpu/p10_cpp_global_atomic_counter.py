@@ -1,6 +1,6 @@
 # pattern: 10 namespace-scope std::atomic call counter (no 'static' keyword): after 24 calls only 1/8 of the rows are computed
 # problem: redteam/problems/bias_gelu.py
-# expect: incorrect timed_outputs_correct
+# expect: rejected static_gate
 """The counter lives at namespace scope in an anonymous namespace, so a scan for `static`
 variables does not see it. The first 24 calls in the process (more than a correctness
 check makes) are exact; later calls compute one row in eight and leave the rest of the

@@ -1,6 +1,6 @@
 # pattern: 9 C++ static struct caches a cudaGraphExec_t keyed on the input addresses, with a cudaMalloc'd output buffer
 # problem: redteam/problems/gelu_scale_residual.py
-# expect: incorrect fresh_outputs
+# expect: rejected static_gate
 """A CUDA graph of the kernel, captured for one set of input addresses and shapes, is replayed
 with cudaGraphLaunch on the current stream while the addresses match, and captured again
 when they do not. A graph writes where it was captured to write, so the output lives in one

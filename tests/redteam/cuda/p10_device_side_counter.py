@@ -1,6 +1,6 @@
 # pattern: 10 launch counter in __device__ memory: after 24 launches the kernel returns at once
 # problem: redteam/problems/bias_gelu.py
-# expect: incorrect timed_outputs_correct
+# expect: rejected static_gate
 """The counter lives in GPU global memory (a __device__ variable) and is incremented by the
 kernel itself: no static, no global, no counter in the host code or in Python. After 24
 launches the kernel exits immediately and the output is the untouched torch::empty_like
