@@ -108,7 +108,7 @@ def test_only_the_checks_worker_on_cuda_gets_the_gate(monkeypatch, tmp_path: Pat
 
     seen: list[tuple[str, dict[str, str] | None]] = []
 
-    def run_worker(job_dir, timeout, memory, on_outputs, isolate_network, extra_env):
+    def run_worker(job_dir, timeout, memory, view, isolation, on_outputs, extra_env, **_):
         seen.append((job_dir.name.split("-")[0], extra_env))
         return WorkerOutcome(returncode=1, timed_out=False, seconds=0.0, log_tail="")
 
