@@ -68,8 +68,27 @@ def one_candidate(tmp_path: Path):
 
 
 def _kill(comparator) -> None:
-    os.kill(comparator.process.pid, signal.SIGKILL)
+    """The comparator dies: its process and the sandbox's processes around it, at once (killing
+    only bubblewrap's outer process ends the sandbox too, but a moment later)."""
+    for pid in reversed(_tree(comparator.process.pid)):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     comparator.process.wait()
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants, parents first (from /proc's children lists)."""
+    found = [pid]
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in children:
+            found += _tree(int(child))
+    return found
 
 
 def test_a_comparator_that_stops_answering_never_passes_a_candidate(one_candidate):

@@ -60,7 +60,8 @@ def test_the_timing_worker_runs_no_profiler_before_its_timing_ends(tmp_path, mon
     monkeypatch.setenv(
         "PYTHONPATH", os.pathsep.join([str(HOOKS), os.environ.get("PYTHONPATH", "")])
     )
-    evaluator = Evaluator(fast_config(), seed=1)
+    # The probe hooks write their records outside the worker: no sandbox for this instrument.
+    evaluator = Evaluator(fast_config(sandbox="off"), seed=1)
     honest = Candidate(source=(FIXTURES / "isolation_honest.py").read_text())
     result = evaluator.evaluate(PROBLEM, honest)
     assert result.status is Status.ok, result.reason

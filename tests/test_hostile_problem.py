@@ -143,6 +143,7 @@ def _written(folder: Path) -> str:
 
 COMMANDS = {
     "optimize": lambda w: ["optimize", str(w["repo"] / "models/hostile.py"), "--device", "cpu",
+                           "--llm", "offline",
                            "--out", str(w["root"] / "out-optimize"), "--no-compile-baseline"],
     "evaluate": lambda w: ["evaluate", str(w["repo"] / "models/hostile.py"),
                            str(w["root"] / "candidate.py"), "--device", "cpu",

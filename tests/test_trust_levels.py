@@ -66,7 +66,7 @@ def _measure(project: Project, fake_github: FakeGitHub, tmp_path, fork: bool):
     job = Job(tmp_path, fake_github, event, token=None)
     return job.run(
         "measure", "--out", str(tmp_path / "out"), "--llm", "offline", cwd=project.root,
-        KERNELPILOT_SANDBOX="off",
+        KERNELPILOT_SANDBOX="off", KERNELPILOT_EPHEMERAL_RUNNER="true",
     )  # fmt: skip
 
 
