@@ -158,6 +158,8 @@ def python_paths() -> list[Path]:
         if os.environ.get(name):
             paths.add(Path(os.environ[name]))
     paths.update(toolchain_prefixes())
+    if sys.pycache_prefix:  # compiled bytecode kept apart from the sources: read, never written
+        paths.add(Path(sys.pycache_prefix))
     # Where a path is reached through a link (a virtual environment linked into a checkout),
     # what it points to is bound too: a link alone leads nowhere in the sandbox.
     return sorted(paths | {Path(os.path.realpath(path)) for path in paths})
