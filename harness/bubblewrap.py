@@ -162,7 +162,9 @@ def python_paths() -> list[Path]:
         paths.add(Path(sys.pycache_prefix))
     # Where a path is reached through a link (a virtual environment linked into a checkout),
     # what it points to is bound too: a link alone leads nowhere in the sandbox.
-    return sorted(paths | {Path(os.path.realpath(path)) for path in paths})
+    paths |= {Path(os.path.realpath(path)) for path in paths}
+    # A Python installed at the root (prefix "/") must not show the sandbox the whole machine.
+    return sorted(path for path in paths if path != Path("/"))
 
 
 TOOLS = ("c++", "g++", "cc", "gcc", "nvcc", "ninja")

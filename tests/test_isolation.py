@@ -11,13 +11,14 @@ import ctypes
 import json
 import os
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from harness.bubblewrap import SandboxUnavailable, WorkerView
+from harness.bubblewrap import SandboxUnavailable, WorkerView, python_paths
 from harness.evaluate import Evaluator
 from harness.problem import problem_from_target
 from harness.records import Candidate, Status
@@ -167,3 +168,10 @@ def test_a_sandbox_the_machine_refuses_is_a_clear_error(tmp_path, monkeypatch):
         run_worker(tmp_path, 30, None, WorkerView(), "bubblewrap", entry="tests.sandbox.probe")
     assert "No permissions to creating new namespace" in raised.value.what
     assert "user namespaces" in raised.value.fix
+
+
+def test_a_python_installed_at_the_root_does_not_show_the_whole_machine(monkeypatch):
+    monkeypatch.setattr(sys, "prefix", "/")
+    monkeypatch.setattr(sys, "exec_prefix", "/")
+    monkeypatch.setattr(sys, "path", [*sys.path, "/"])
+    assert Path("/") not in python_paths()
