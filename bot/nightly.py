@@ -29,7 +29,6 @@ from typing import Protocol
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 from pydantic import BaseModel, Field
 
-from bot import markdown as md
 from bot.configured import configured_targets
 from bot.history import History, Record, plot_of, slug
 from bot.nightly_measure import NightlyRow, Progress, Tonight, kernel_row, night_fields, target_row
@@ -203,9 +202,18 @@ MAX_SPAN = 400
 
 
 def code(text: str, table: bool = False) -> str:
-    """Untrusted text as one inline code span (``bot.markdown``, the one renderer): on one line,
-    at most MAX_SPAN characters; in a table cell, its pipes escaped."""
-    return md.code(text, MAX_SPAN, in_table=table)
+    """Untrusted text as one inline code span, on one line and at most MAX_SPAN characters;
+    fenced by more backticks than any run inside it; in a table cell, its pipes escaped."""
+    flat = " ".join(text.split())
+    if not flat:
+        return ""
+    if len(flat) > MAX_SPAN:
+        flat = flat[: MAX_SPAN - 1] + "…"
+    if table:  # GFM splits cells at any unescaped pipe, inside code too
+        flat = re.sub(r"\\*\|", r"\|", flat)
+    fence = "`" * (max(map(len, re.findall(r"`+", flat)), default=0) + 1)
+    pad = " " if flat[0] == "`" or flat[-1] == "`" else ""
+    return f"{fence}{pad}{flat}{pad}{fence}"
 
 
 def _status(status: str) -> str:

@@ -69,6 +69,9 @@ class Evaluator:
             self.config.build_timeout_s,
             int(self.config.cache_max_gb * 2**30),
         )
+        # It must exist before the first worker starts: a sandbox shows only what exists then,
+        # and builds land in it while candidates' workers run.
+        self.builder.store.root.mkdir(parents=True, exist_ok=True)
         self.progress = progress or (lambda message: None)
         self._references: dict[str, ReferenceData] = {}
         # Per problem where reference outputs are made again per candidate (on cuda): its

@@ -884,15 +884,15 @@ DEFENSES: list[Defense] = [
     Defense(
         "nightly_markdown_as_code",
         "bot/nightly.py",
-        "    return md.code(text, MAX_SPAN, in_table=table)",
-        "    return text",
+        '    return f"{fence}{pad}{flat}{pad}{fence}"',
+        "    return flat",
         ("tests/test_nightly_jobs.py::test_markdown_in_the_artifact_is_shown_as_code",),
     ),
     Defense(
         "nightly_table_pipes_escaped",
-        "bot/markdown.py",
-        '        text = text.replace("\\\\", "\\\\\\\\").replace("|", "\\\\|")',
-        "        pass",
+        "bot/nightly.py",
+        "    if table:  # GFM splits cells at any unescaped pipe, inside code too",
+        "    if False:",
         ("tests/test_nightly_jobs.py::test_markdown_in_the_artifact_is_shown_as_code",),
     ),
     Defense(

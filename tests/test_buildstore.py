@@ -201,3 +201,18 @@ def test_a_candidate_worker_finds_no_writable_cache_or_checkout(tmp_path):
     # "/" is bubblewrap's own root, a tmpfs of the sandbox's: gone with it, seen by no one else.
     assert sorted(writable) == sorted(["/", "/tmp", str(job_dir)]), writable
     assert not list(cache.rglob(".kp-probe-*")) and not list(FIXTURES.rglob(".kp-probe-*"))
+
+
+@pytest.mark.slow
+def test_a_first_build_into_a_new_cache_is_seen_by_the_candidates_worker(tmp_path):
+    """A sandbox shows only folders that exist when it starts: a cache made by the first build,
+    while the candidate's worker was already running, was invisible to it (found by act)."""
+    from harness.evaluate import Evaluator
+    from harness.records import Candidate, Status
+    from tests.conftest import fast_config
+
+    problem = problem_from_target(str(FIXTURES / "scale_problem.py"), "cpu", "float32")
+    evaluator = Evaluator(fast_config(cache_dir=tmp_path / "new" / "cache"), seed=2)
+    honest = Candidate(source=(FIXTURES / "isolation_honest.py").read_text())
+    result = evaluator.evaluate(problem, honest)
+    assert result.status is Status.ok, result.reason + result.log
