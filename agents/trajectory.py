@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from agents.search.budget import Budget
 from agents.search.tree import Tree
@@ -42,14 +42,26 @@ class Trajectory(BaseModel):
     def load(cls, path: Path) -> Trajectory:
         from harness.errors import UserError
 
+        fix = "pass the trajectory-*.json that an earlier optimize run wrote to its --out"
         try:
-            trajectory = cls.model_validate_json(path.read_text())
-        except (OSError, ValueError) as err:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise UserError(f"cannot resume from {path}: {err}", str(path), fix) from err
+        try:
+            trajectory = cls.model_validate_json(text)
+        except ValidationError as err:
+            first = err.errors()[0]
+            what = (
+                f"it is not JSON ({first['msg']})"
+                if first["type"] == "json_invalid"
+                else f"{len(err.errors())} field(s) do not hold a trajectory's values: "
+                + _fields(err)
+            )
             raise UserError(
-                f"cannot resume from {path}: {str(err).splitlines()[0]}",
+                f"cannot resume from {path}: {what}",
                 where=str(path),
-                fix="pass the trajectory-*.json that an earlier optimize run wrote to its --out",
-            ) from err
+                fix=fix,
+            ) from None
         if trajectory.version != VERSION:
             raise UserError(
                 f"trajectory version {trajectory.version}; this kernelpilot reads {VERSION}",
@@ -57,3 +69,13 @@ class Trajectory(BaseModel):
                 fix="start a new run (without --resume)",
             )
         return trajectory
+
+
+def _fields(err: ValidationError, shown: int = 3) -> str:
+    """The first fields a validation error names, each with what was wrong and what it held."""
+    parts = []
+    for error in err.errors()[:shown]:
+        where = ".".join(str(part) for part in error["loc"]) or "the file"
+        held = "" if error["type"] == "missing" else f" (it holds {str(error['input'])[:60]!r})"
+        parts.append(f"{where}: {error['msg']}{held}")
+    return "; ".join(parts)

@@ -6,15 +6,18 @@ from __future__ import annotations
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from agents.trajectory import Trajectory
+from bot.out_dir import claim_option
 from bot.render import render_terminal, write_report
 from bot.report import Report, TargetReport
 from bot.run import RunOptions, project_eval_config, resolve_targets, run_targets
 from bot.team import project
+from harness import lifetime
 from harness.devices import check_toolchain, resolve_device
 from harness.errors import UserError
 from harness.evaluate import Evaluator
@@ -49,7 +52,9 @@ OUT = click.option(
     type=click.Path(path_type=Path),
     default=Path("kernelpilot-out"),
     show_default=True,
-    help="Folder for report.json, report.md, junit.xml and kernels.",
+    callback=claim_option,
+    help="Folder for report.json, report.md, junit.xml and kernels; made and checked before "
+    "any work, and locked while the run writes to it (one run per folder at a time).",
 )
 SEED = click.option(
     "--seed",
@@ -65,7 +70,7 @@ NO_COMPILE = click.option(
 )
 BUDGET = click.option(
     "--time-budget",
-    type=float,
+    type=click.FloatRange(min=0, min_open=True),
     default=None,
     help="Seconds of timing per implementation [default: 1.5].",
 )
@@ -96,12 +101,16 @@ LLM_OPTIONS = [
     ),
     click.option(
         "--max-cost",
-        type=float,
+        type=click.FloatRange(min=0, min_open=True),
         default=None,
         help="Stop a target's search at this LLM cost (USD) [default: search.max_cost_usd, 5].",
     ),
     click.option(
-        "--max-time", type=float, default=None, help="Stop a target's search after these seconds."
+        "--max-time",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        help="Stop a target's search after these seconds, LLM calls and candidates' runs cut "
+        "short where they are.",
     ),
     click.option(
         "--resume",
@@ -122,21 +131,36 @@ def _progress(message: str) -> None:
     click.echo(f"[{time.strftime('%H:%M:%S')}] {message}", err=True)
 
 
-def _run(verbose: bool, action) -> None:
-    """Run a command; user errors print what/where/fix and exit 2 (traceback with --verbose)."""
+def _run(verbose: bool, action, interrupted: Callable[[], str] | None = None) -> None:
+    """Run a command as the process's run (``harness.lifetime``): whatever ends it, every
+    worker is killed and every scratch folder removed before it exits.
+
+    User errors print what/where/fix and exit 2 (traceback with --verbose). An interrupt
+    (Ctrl-C, SIGTERM, SIGHUP) prints what the command kept, ``interrupted()``, and exits 128 +
+    the signal. Anything else is kernelpilot's own failure: its traceback and exit 3."""
     try:
-        action()
+        with lifetime.stopping_cleanly():
+            action()
     except UserError as err:
         if verbose:
             traceback.print_exc()
         click.echo(scrub(err.render()), err=True)
         sys.exit(2)
-    except KeyboardInterrupt:
+    except (click.ClickException, click.exceptions.Exit, click.Abort):
+        raise
+    except KeyboardInterrupt as err:
+        kept = interrupted() if interrupted else "nothing was written"
+        click.echo(f"\ninterrupted: every worker was stopped; {kept}", err=True)
+        sys.exit(err.exit_code if isinstance(err, lifetime.Interrupted) else 130)
+    except Exception:  # noqa: BLE001 - the last word on a failure no one else caught
+        click.echo(scrub(traceback.format_exc()), err=True)
         click.echo(
-            "\ninterrupted: the report and each search's trajectory (--resume) hold what was done",
+            "error: kernelpilot failed (this is a kernelpilot bug, not your module's or a "
+            "candidate's)\n  fix: report it with the traceback above at "
+            "https://github.com/kernelpilot/kernelpilot/issues",
             err=True,
         )
-        sys.exit(130)
+        sys.exit(3)
 
 
 @click.group()
@@ -180,6 +204,8 @@ def optimize(
     (a target without a faster kernel is not an error), 1 when a target failed, 2 on bad input.
     """
 
+    started = time.time()
+
     def action() -> None:
         options = _options(device, dtype, out_dir, seed, no_compile_baseline, time_budget)
         options = options.model_copy(
@@ -203,7 +229,22 @@ def optimize(
         if any(row.status not in ("ok", "no_candidate") for row in report.targets):
             sys.exit(1)
 
-    _run(verbose, action)
+    _run(verbose, action, lambda: kept_by_optimize(out_dir, started))
+
+
+def kept_by_optimize(out_dir: Path, since: float) -> str:
+    """What an interrupted optimize run left in ``out_dir``: the report of the targets it
+    finished, and each search it saved (resumable)."""
+
+    def written(path: Path) -> bool:
+        return path.is_file() and path.stat().st_mtime >= since
+
+    kept = [f"{out_dir / 'report.json'} holds the targets finished before"]
+    if not written(out_dir / "report.json"):
+        kept = ["no target had finished, so no report was written"]
+    for saved in sorted(filter(written, out_dir.glob("trajectory-*.json"))):
+        kept.append(f"resume its search with: kernelpilot optimize --resume {saved}")
+    return "\n  ".join(kept)
 
 
 def _options(device, dtype, out_dir, seed, no_compile: bool, budget, start=None) -> RunOptions:
@@ -257,7 +298,7 @@ def evaluate(
             click.echo(f"\n--- log (end) ---\n{result.log[-2000:]}")
         sys.exit(0 if result.status.value == "ok" else 1)
 
-    _run(verbose, action)
+    _run(verbose, action, lambda: "the candidate was not verified and no report was written")
 
 
 @main.command()

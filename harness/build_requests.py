@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import re
 import shutil
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from harness import lifetime
 from harness.bubblewrap import Isolation, WorkerView
 from harness.buildcache import flag_problems, spec_key
 from harness.buildstore import BuildSpec, BuildStore, Built
@@ -28,9 +29,15 @@ ARCH = re.compile(r"^\d{1,2}\.\d{1,2}a?(\+PTX)?$")
 
 class ParentBuilder:
     def __init__(
-        self, cache_dir: Path, isolation: Isolation, timeout_s: float, max_bytes: int
+        self,
+        cache_dir: Path,
+        isolation: Isolation,
+        timeout_s: float,
+        max_bytes: int,
+        progress: Callable[[str], None] | None = None,
     ) -> None:
         self.isolation, self.timeout_s = isolation, timeout_s
+        self.progress = progress or (lambda message: None)
         self.store = BuildStore(cache_dir, self._compile, max_bytes)
 
     def answer(self, body: object, device: str, dtype: str) -> dict:
@@ -61,7 +68,8 @@ class ParentBuilder:
         return reasons
 
     def _compile(self, spec: BuildSpec, module_name: str, build_dir: Path) -> str | None:
-        job_dir = Path(tempfile.mkdtemp(prefix="compile-"))
+        self.progress(f"compiling kernel module {module_name} (at most {self.timeout_s:.0f} s)")
+        job_dir = lifetime.scratch("compile-")
         try:
             job = CompileJob(spec=spec, module_name=module_name, build_dir=build_dir)
             (job_dir / "job.json").write_text(job.model_dump_json())

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
-from harness import stream_gate
+from harness import lifetime, stream_gate
 from harness.accept import confirm_disturbance
 from harness.bubblewrap import WorkerView, problem_view
 from harness.build_requests import ParentBuilder
@@ -27,6 +27,7 @@ from harness.config import EvalConfig
 from harness.errors import UserError
 from harness.gate import check_python
 from harness.jobs import CandidateReport, WorkerJob
+from harness.lifetime import OutOfTime
 from harness.problem import problem_from_target
 from harness.receive import CaseReceiver, Receiver
 from harness.records import AuditReport, Candidate, Check, EvalResult, Problem, Status
@@ -58,21 +59,27 @@ class Evaluator:
     ) -> None:
         self.config = config or EvalConfig()
         self.seed = seed
-        self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="kernelpilot-"))
+        # Its own scratch folder unless given one: the cases' files (GBs for large problems)
+        # go with the evaluator, or with the run whatever ends it (harness.lifetime).
+        self.work_dir = Path(work_dir or lifetime.scratch("evaluator-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        if work_dir is None:  # its own: the cases' files (GBs for large problems) go with it
+        if work_dir is None:
             weakref.finalize(self, shutil.rmtree, self.work_dir, ignore_errors=True)
+        # No candidate's worker runs past it (``time.monotonic()``): a search's wall budget.
+        # Reaching it raises ``OutOfTime``: the candidate's result is unknown, not a failure.
+        self.deadline: float | None = None
         self.cache_dir = self.config.cache_dir or default_cache_dir()
+        self.progress = progress or (lambda message: None)
         self.builder = ParentBuilder(
             self.cache_dir / "kernels",
             self.config.sandbox,
             self.config.build_timeout_s,
             int(self.config.cache_max_gb * 2**30),
+            self.progress,
         )
         # It must exist before the first worker starts: a sandbox shows only what exists then,
         # and builds land in it while candidates' workers run.
         self.builder.store.root.mkdir(parents=True, exist_ok=True)
-        self.progress = progress or (lambda message: None)
         self._references: dict[str, ReferenceData] = {}
         # Per problem where reference outputs are made again per candidate (on cuda): its
         # comparator worker, kept for the problem's candidates; stopped with the evaluator.
@@ -261,12 +268,8 @@ class Evaluator:
         (job_dir / "job.json").write_text(job.model_dump_json())
 
         memory = config.memory_limit_gb if problem.device == "cpu" else None
-        if mode == "build":
-            timeout = config.build_timeout_s
-        elif candidate_key(problem, candidate) in self._builds:
-            timeout = config.run_timeout_s
-        else:
-            timeout = config.build_timeout_s + config.run_timeout_s
+        # The worker's own running: its builds are made by the parent, under their own limit.
+        timeout = config.run_timeout_s
         # The checks' worker on cuda holds other streams' work back (harness.stream_gate).
         gated = mode == "evaluate" and problem.device == "cuda" and config.stream_gate
         extra_env = stream_gate.worker_environment(self.cache_dir) if gated else None
@@ -274,7 +277,10 @@ class Evaluator:
             job_dir, timeout, memory, candidate_view(problem, self.cache_dir), config.sandbox,
             receiver.at(job_dir) if receiver else None, extra_env,
             on_build=lambda body: self.builder.answer(body, problem.device, problem.dtype),
+            deadline=self.deadline,
         )  # fmt: skip
+        if outcome.deadline_reached:
+            raise OutOfTime(f"{problem.name}: the time budget ran out while a candidate ran")
         return candidate_report(outcome, problem, timeout)
 
 

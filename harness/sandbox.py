@@ -23,9 +23,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from harness import lifetime
 from harness.bubblewrap import Isolation, WorkerView, wrap
 from harness.redact import SECRET_NAME, scrub, scrub_value
 
@@ -52,6 +54,10 @@ class WorkerOutcome(BaseModel):
     )
     channel_error: str | None = Field(
         default=None, description="Why the channel could not be read (not JSON, too large)."
+    )
+    deadline_reached: bool = Field(
+        default=False,
+        description="Stopped at the caller's deadline, before its own limit: not its fault.",
     )
 
     def results(self) -> list[dict]:
@@ -93,8 +99,11 @@ def run_worker(
     extra_env: dict[str, str] | None = None,
     entry: str = WORKER_ENTRY,
     on_build: Callable[[object], dict] | None = None,
+    deadline: float | None = None,
 ) -> WorkerOutcome:
-    """Run ``python -m ENTRY job_dir FD`` in its sandbox and wait for it, at most ``timeout_s``.
+    """Run ``python -m ENTRY job_dir FD`` in its sandbox and wait for it: ``timeout_s`` of its
+    own running (builds the parent makes for it do not count), and never past ``deadline``
+    (``time.monotonic()``; the caller's whole budget, a search's ``--max-time``).
 
     Each time the worker says a case's outputs are ready, ``on_outputs(body)`` (the message's
     body, untrusted) decides whether it goes on ("go" on its stdin) or stops. Each time it asks
@@ -104,11 +113,14 @@ def run_worker(
     started = time.monotonic()
     process, reader = start_worker(job_dir, memory_limit_gb, view, isolation, extra_env, entry)
     with reader:
-        answer = Answers(on_outputs, on_build)
-        timed_out = _wait(process, reader, started + timeout_s, answer)
-        _kill_group(process)
+        try:
+            stopped = _wait(process, reader, timeout_s, Answers(on_outputs, on_build), deadline)
+        finally:  # an interrupt, an error in an answer: the worker's group goes too
+            lifetime.release(process)
         reader.drain()
-    return _outcome(process, reader, timed_out, started, job_dir)
+    outcome = _outcome(process, reader, stopped == "timeout", started, job_dir)
+    outcome.deadline_reached = stopped == "deadline"
+    return outcome
 
 
 def start_worker(
@@ -153,7 +165,13 @@ def start_worker(
             raise
         finally:
             os.close(write_end)  # the worker holds the only write end: EOF when it is gone
-    return process, ChannelReader(os.fdopen(read_end, "rb", buffering=0))
+    reader = ChannelReader(os.fdopen(read_end, "rb", buffering=0))
+    try:
+        lifetime.register(process)
+    except BaseException:
+        reader.channel.close()
+        raise
+    return process, reader
 
 
 def stop_worker(
@@ -161,7 +179,7 @@ def stop_worker(
 ) -> WorkerOutcome:
     """End a worker started with ``start_worker`` (killed if still running) and say how."""
     with reader:
-        _kill_group(process)
+        lifetime.release(process)
         reader.drain()
     return _outcome(process, reader, False, started, job_dir)
 
@@ -263,18 +281,33 @@ class Answers:
         return None
 
 
-def _wait(process: subprocess.Popen, reader: ChannelReader, deadline: float, answer) -> bool:
-    """Wait for the worker, answering each of its questions in turn; True when it ran out of
-    time."""
+def _wait(
+    process: subprocess.Popen,
+    reader: ChannelReader,
+    timeout_s: float,
+    answer: Answers,
+    deadline: float | None,
+) -> Literal["timeout", "deadline"] | None:
+    """Wait for the worker, answering each of its questions in turn. It may run ``timeout_s``
+    of its own: the time the parent spends building for it does not count (a build has its own
+    limit, and a cached one takes none). Why it was stopped, or None when it ended itself:
+    "timeout", or "deadline" when the caller's ``deadline`` (``time.monotonic()``) came first."""
     assert process.stdin is not None
     answered = 0
+    ends = time.monotonic() + timeout_s
     while process.poll() is None:
-        if time.monotonic() > deadline:
-            return True
+        now = time.monotonic()
+        if deadline is not None and now > deadline and deadline < ends:
+            return "deadline"
+        if now > ends:
+            return "timeout"
         reader.poll(0.02)
         for message in reader.messages[answered:]:
             answered += 1
+            asked = time.monotonic()
             reply = answer(message)
+            if message.get("kind") == "build":
+                ends += time.monotonic() - asked
             if reply is None:
                 continue
             try:
@@ -282,7 +315,7 @@ def _wait(process: subprocess.Popen, reader: ChannelReader, deadline: float, ans
                 process.stdin.flush()
             except BrokenPipeError:
                 pass
-    return False
+    return None
 
 
 def read_tail(path: Path, limit: int = LOG_LIMIT) -> str:
@@ -295,14 +328,6 @@ def read_tail(path: Path, limit: int = LOG_LIMIT) -> str:
             handle.seek(size - limit)
         text = handle.read().decode("utf-8", errors="replace")
     return (f"[... {size - limit} bytes cut ...]\n" + text) if size > limit else text
-
-
-def _kill_group(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait()
 
 
 def _limits(memory_limit_gb: float | None, isolate_network: bool):

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REPO = "acme/models"
 NUMBER = 7
 BOT = "github-actions[bot]"
+JOB_LIMIT_S = 1800  # a step, on a loaded 2-core machine; a GitHub job may run for hours
 MODULE = """\
 import torch
 from torch import nn
@@ -109,11 +110,21 @@ class Job:
             self.env["GITHUB_TOKEN"] = token
 
     def run(self, *args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-c", "from bot.cli import main; main()", "github", *args],
-            cwd=cwd or self.tmp, env={**self.env, **env}, capture_output=True, text=True,
-            timeout=900,
+        """``kernelpilot github ARGS`` as the job's step; past ``JOB_LIMIT_S`` it is cancelled
+        as a runner cancels a step (SIGTERM: it stops its workers and says so), and its output
+        says how long it ran."""
+        command = [sys.executable, "-c", "from bot.cli import main; main()", "github", *args]
+        process = subprocess.Popen(
+            command, cwd=cwd or self.tmp, env={**self.env, **env}, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
+        try:
+            stdout, stderr = process.communicate(timeout=JOB_LIMIT_S)
+        except subprocess.TimeoutExpired:
+            process.terminate()
+            stdout, stderr = process.communicate()
+            stderr += f"\n[the step ran past {JOB_LIMIT_S} s and was cancelled (SIGTERM)]\n"
+        return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
     def outputs(self) -> dict[str, str]:
         """GITHUB_OUTPUT's name<<DELIMITER blocks."""

@@ -12,8 +12,6 @@ other, and it seeds the LLM search with a strong first child.
 from __future__ import annotations
 
 import shutil
-import tempfile
-from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -23,6 +21,7 @@ from agents.offline.init_copy import CannotCopy, copy_constructor
 from agents.offline.kernel import FusedKernel, build_kernel
 from agents.offline.module import module_source
 from agents.offline.trace import NotTraceable, trace
+from harness import lifetime
 from harness.bubblewrap import problem_view
 from harness.cases import build_reference, make_inputs
 from harness.config import EvalConfig
@@ -50,7 +49,7 @@ def propose(problem: Problem, config: EvalConfig | None = None) -> Proposal:
     runs the module, which is the pull request's code, and none of it runs in this process.
     The worker's answer is data, checked as a ``Proposal``; the module's errors are UserErrors."""
     config = config or EvalConfig()
-    job_dir = Path(tempfile.mkdtemp(prefix="propose-"))
+    job_dir = lifetime.scratch("propose-")
     try:
         (job_dir / "job.json").write_text(problem.model_dump_json())
         outcome = run_worker(
