@@ -111,13 +111,13 @@ def live_workers() -> int:
         return len(_run.processes)
 
 
-def end_run() -> None:
-    """Kill and reap every registered worker and remove the scratch root."""
-    kill_all()
-    for process in list(_run.processes):
+def end_run(outer: set[subprocess.Popen] | None = None, outer_root: Path | None = None) -> None:
+    """Kill and reap every registered worker but ``outer``'s, remove the scratch root, and
+    make ``outer_root`` the scratch root again (what was there before the run, if anything)."""
+    for process in list(_run.processes - (outer or set())):
         release(process)
-    root, _run.root = _run.root, None
-    if root is not None:
+    root, _run.root = _run.root, outer_root
+    if root is not None and root != outer_root:
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -140,13 +140,17 @@ def stopping_cleanly() -> Iterator[None]:
     previous = {number: signal.getsignal(number) for number in STOP_SIGNALS} if main else {}
     for number in previous:
         signal.signal(number, _on_signal)
+    # The run's own workers and scratch root: what was there before (an evaluator made
+    # outside any run, in a test) is not the run's to end.
+    with _run.lock:
+        outer, outer_root, _run.root = set(_run.processes), _run.root, None
     try:
         yield
     finally:
         if main:
             signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
-            end_run()
+            end_run(outer if _run.stopping is None else set(), outer_root)
         finally:
             stopped, _run.stopping = _run.stopping, None
             if main:

@@ -10,6 +10,7 @@ stopped at each in turn (``tests.interrupting``).
 from __future__ import annotations
 
 import json
+import re
 import signal
 from pathlib import Path
 
@@ -91,7 +92,7 @@ def test_optimize_interrupted_at_each_phase_leaves_nothing_and_resumes(project: 
         sandbox = environment(tmp, KERNELPILOT_SANDBOX=["off", "bubblewrap"][index % 2])
         ran = run_cli(optimize_args(tmp, out.name), tmp, sandbox,
                       stop_at=lambda i, line, index=index: i == index, signals=signals)  # fmt: skip
-        assert ran.lines[index] == moment, (ran.lines, moments)
+        assert _shape(ran.lines[index]) == _shape(moment), (ran.lines, moments)
         assert_stopped_cleanly(ran, tmp, signals[0])
         saved = out / "trajectory-scale_problem.json"
         if not saved.exists():  # stopped before its search began: nothing to resume
@@ -127,6 +128,11 @@ def test_an_interrupted_llm_call_stops_at_once_and_resumes(project: Path, fake_o
     resumed = run_cli([*args, "--resume", str(saved), "--budget", "1"], tmp, env)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((tmp / "out" / "report.json").read_text())["targets"][0]["status"] == "ok"
+
+
+def _shape(line: str) -> str:
+    """A progress line without its measurements (times and speedups differ run to run)."""
+    return re.sub(r"\d+(\.\d+)?", "N", line)
 
 
 def _asked(server, wait_s: float = 120.0) -> bool:

@@ -1,0 +1,61 @@
+"""A run's workers and scratch folders end with it (``harness.lifetime``), and only the run's:
+what was started before it (an evaluator of a test) is left alone, unless a signal ends the
+whole process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness import lifetime
+
+
+def sleeper() -> subprocess.Popen:
+    """A worker-like process: the leader of its own group, with a child of its own."""
+    script = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', " \
+             "'import time; time.sleep(600)']); time.sleep(600)"  # fmt: skip
+    return subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+
+
+def group_alive(process: subprocess.Popen) -> bool:
+    try:
+        os.killpg(process.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_run_ends_its_workers_groups_and_scratch_but_not_what_came_before():
+    outer_worker, outer_dir = sleeper(), lifetime.scratch("outer-")
+    lifetime.register(outer_worker)
+    try:
+        with lifetime.stopping_cleanly():
+            worker, folder = sleeper(), lifetime.scratch("evaluator-")
+            lifetime.register(worker)
+            (folder / "cases.pt").write_bytes(b"x")
+        assert worker.poll() is not None and not group_alive(worker)  # its child went too
+        assert not folder.exists()
+        assert outer_worker.poll() is None and outer_dir.is_dir()
+        assert lifetime.scratch("later-").parent == outer_dir.parent  # the outer root again
+    finally:
+        lifetime.release(outer_worker)
+    assert not group_alive(outer_worker)
+
+
+def test_an_error_in_the_run_still_ends_its_workers():
+    with pytest.raises(ValueError), lifetime.stopping_cleanly():
+        worker = sleeper()
+        lifetime.register(worker)
+        raise ValueError("a bug")
+    assert not group_alive(worker)
+
+
+def test_nothing_starts_once_the_run_is_stopping():
+    with pytest.raises(lifetime.Interrupted), lifetime.stopping_cleanly():
+        lifetime._run.stopping = 2  # as the first Ctrl-C leaves it
+        late = sleeper()
+        lifetime.register(late)  # a thread starting a build after the interrupt
+    assert not group_alive(late) and lifetime.live_workers() == 0
