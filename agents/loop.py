@@ -5,7 +5,8 @@ root's first child. Each step the strategy selects a node, the team proposes ``w
 children (planner and coder on a verified node, the debugger on a failed one), the new
 candidates are built in parallel and then checked and timed one at a time, and the trajectory
 is written. It ends when a budget runs out (attempts, wall time, tokens, cost: the spend caps
-of ``agents.search.budget``, on by default).
+of ``agents.search.budget``, on by default). The wall time is also every model call's deadline:
+a call it cuts short ends the search at once, so ``--max-time`` holds while a call runs.
 
 What enters the tree from outside kernelpilot (the harness's verdicts, which quote worker logs
 and the user's errors; the models' replies, plans and failures) is scrubbed of secrets first
@@ -51,6 +52,7 @@ DEFAULT_MAX_COST_USD = 5.0
 DEFAULT_MAX_UNPRICED_TOKENS = 2_000_000
 DEFAULT_RUN_MAX_COST_USD = 20.0
 DEFAULT_RUN_MAX_UNPRICED_TOKENS = 8_000_000
+STATUS_WHY_CHARS = 300  # of why a step made no candidate, on its status line
 
 
 class SearchConfig(BaseModel):
@@ -107,6 +109,7 @@ def search(
 ) -> Trajectory:
     tree, budget = trajectory.tree, trajectory.budget
     resumed_at = budget.spent_seconds
+    deadline = budget.deadline(resumed_at)  # every call of the model ends by then
     try:
         # The offline proposer's kernel, or what an interrupted run left unevaluated.
         evaluate_children(problem, evaluator, tree, pending(tree))
@@ -114,15 +117,20 @@ def search(
             rng = random.Random(f"{trajectory.seed}:{trajectory.steps}")  # the same on resume
             strategy = make_strategy(config.strategy, rng, config.epsilon, config.root_first)
             node = strategy.select(tree)
-            children = [
-                grow(tree, node, team.propose(tree, node, budget), trajectory)
-                for _ in range(config.width)
-            ]  # each charged as it grows: the next proposal's calls see the spend
+            children: list[Node] = []
+            out_of_time = False
+            while len(children) < config.width and not out_of_time:
+                proposal = team.propose(tree, node, budget, deadline)
+                children.append(grow(tree, node, proposal, trajectory))  # charged as it grows
+                out_of_time = proposal.out_of_time
             evaluate_children(problem, evaluator, tree, children)
             trajectory.steps += 1
             budget.tick(resumed_at)
             trajectory.save(path)
             progress(status_line(trajectory, node, children))
+            if out_of_time:  # a call ended at the deadline, or could not be retried before it
+                stop = budget.time_cap()
+                break
         trajectory.stopped = f"budget reached: {stop}"
     except KeyboardInterrupt:
         trajectory.stopped = "interrupted"
@@ -219,17 +227,7 @@ def run_spend(config: SearchConfig) -> RunSpend:
 def status_line(trajectory: Trajectory, node: Node, children: list[Node]) -> str:
     """One line per step: what grew from what, how it went, the best so far, the spend."""
     budget, best = trajectory.budget, trajectory.tree.best()
-    outcomes = ", ".join(
-        f"{child.id} "
-        + (
-            child.result.status.value
-            if child.result
-            else "repeat"
-            if child.source
-            else "no candidate"
-        )
-        for child in children
-    )
+    outcomes = ", ".join(f"{child.id} {outcome(child)}" for child in children)
     speedup = best.result.speedup_vs_eager if best and best.result else None
     cost = f", ${budget.spent_cost_usd:.3f}" if budget.spent_cost_usd else ""
     return (
@@ -237,6 +235,16 @@ def status_line(trajectory: Trajectory, node: Node, children: list[Node]) -> str
         f"{f'{speedup:.2f}x' if speedup else 'none yet'}; attempts {budget.spent_attempts}/"
         f"{budget.attempts}, {budget.spent_tokens} tokens{cost}"
     )
+
+
+def outcome(node: Node) -> str:
+    """A new node's verdict in a few words; without a candidate, why (a failed call's error)."""
+    if node.result:
+        return node.result.status.value
+    if node.source:
+        return "repeat"
+    why = " ".join(node.failure.split())  # one line, whatever the failure quoted
+    return f"no candidate ({why[:STATUS_WHY_CHARS]}{'...' if len(why) > STATUS_WHY_CHARS else ''})"
 
 
 def new_trajectory(

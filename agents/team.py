@@ -14,7 +14,7 @@ from agents.context import (
     planner_window,
 )
 from agents.feedback import node_feedback
-from agents.llm.client import LLMClient, LLMConfig, Reply, Role
+from agents.llm.client import Deadline, LLMClient, LLMConfig, Reply, Role
 from agents.roles import coder, debugger, planner
 from agents.roles.records import Draft, Plan, RoleFailure
 from agents.roles.render import render
@@ -42,6 +42,9 @@ class Proposal(BaseModel):
     plan: str = ""
     failure: str = ""
     calls: list[LLMCall] = Field(default_factory=list)
+    out_of_time: bool = Field(
+        default=False, description="A call ended at the search's deadline: no time is left."
+    )
 
 
 class Team:
@@ -50,14 +53,27 @@ class Team:
     ) -> None:
         self.client, self.llm, self.reference, self.config = client, llm, reference, config
 
-    def propose(self, tree: Tree, node: Node, budget: Budget | None = None) -> Proposal:
+    def propose(
+        self,
+        tree: Tree,
+        node: Node,
+        budget: Budget | None = None,
+        deadline: Deadline | None = None,
+    ) -> Proposal:
         """Improve a verified node (or the root); repair a failed one. With ``budget``, no
-        call is made once its spend caps are reached (this step's calls counted)."""
+        call is made once its spend caps are reached (this step's calls counted); every call
+        ends by ``deadline`` (the search's wall budget)."""
         if node.kind == "root" or node.ok:
-            return self.improve(tree, node, budget)
-        return self.repair(tree, node, budget)
+            return self.improve(tree, node, budget, deadline)
+        return self.repair(tree, node, budget, deadline)
 
-    def improve(self, tree: Tree, node: Node, budget: Budget | None = None) -> Proposal:
+    def improve(
+        self,
+        tree: Tree,
+        node: Node,
+        budget: Budget | None = None,
+        deadline: Deadline | None = None,
+    ) -> Proposal:
         proposal = Proposal(kind="improve")
         selected = self.summary(tree, node)
         window = planner_window(
@@ -69,7 +85,8 @@ class Team:
             budget_tokens=self.config.context_tokens,
         )
         plan = self._ask("planner", lambda feedback: planner.plan(
-            self.client, window, self.llm, feedback=feedback), proposal, budget)  # fmt: skip
+            self.client, window, self.llm, feedback=feedback, deadline=deadline), proposal,
+            budget)  # fmt: skip
         if isinstance(plan, Plan):
             proposal.plan = plan.text()
         elif isinstance(plan, RoleFailure) and plan.kind != "llm_call_failed":
@@ -88,13 +105,20 @@ class Team:
             budget_tokens=self.config.context_tokens,
         )
         draft = self._ask("coder", lambda feedback: coder.code(
-            self.client, window, self.llm, feedback=feedback), proposal, budget)  # fmt: skip
+            self.client, window, self.llm, feedback=feedback, deadline=deadline), proposal,
+            budget)  # fmt: skip
         if isinstance(draft, Draft):
             # A candidate came of it: the planner's failure, if any, stays on its call.
             proposal.source, proposal.failure = draft.source, ""
         return proposal
 
-    def repair(self, tree: Tree, node: Node, budget: Budget | None = None) -> Proposal:
+    def repair(
+        self,
+        tree: Tree,
+        node: Node,
+        budget: Budget | None = None,
+        deadline: Deadline | None = None,
+    ) -> Proposal:
         proposal = Proposal(kind="debug", plan=node.plan)
         window = debugger_window(
             self.reference,
@@ -105,7 +129,8 @@ class Team:
             budget_tokens=self.config.context_tokens,
         )
         draft = self._ask("debugger", lambda feedback: debugger.debug(
-            self.client, window, self.llm, feedback=feedback), proposal, budget)  # fmt: skip
+            self.client, window, self.llm, feedback=feedback, deadline=deadline), proposal,
+            budget)  # fmt: skip
         if isinstance(draft, Draft):
             proposal.source, proposal.failure = draft.source, ""
         return proposal
@@ -119,33 +144,28 @@ class Team:
                 proposal.failure = f"{role}: not asked: budget reached: {cap}"
                 return None
             outcome = call(feedback)
-            reply = outcome.reply if not isinstance(outcome, RoleFailure) else outcome.reply
-            proposal.calls.append(self._record(role, reply, outcome))
+            proposal.calls.append(self._record(role, outcome))
             if not isinstance(outcome, RoleFailure):
                 return outcome
             feedback = outcome
+            if outcome.call is not None:  # the client already retried; the step ends here
+                proposal.failure = f"{role}: {outcome.kind}: {outcome.call.error}"
+                proposal.out_of_time = outcome.call.out_of_time
+                break
             proposal.failure = f"{role}: {outcome.kind}: {outcome.detail}"
-            if outcome.kind == "llm_call_failed":
-                break  # the client already retried; the step ends here
         return feedback
 
-    def _record(self, role: Role, reply: Reply | None, outcome) -> LLMCall:
-        error = f"{outcome.kind}: {outcome.detail}" if isinstance(outcome, RoleFailure) else ""
-        if reply is None:
-            return LLMCall(
-                role=role, temperature=self.llm.temperature_for(role), text="", error=error
-            )
-        return LLMCall(
-            role=role,
-            temperature=self.llm.temperature_for(role),
-            text=reply.text[:REPLY_CHARS_KEPT],
-            prompt_tokens=reply.prompt_tokens,
-            completion_tokens=reply.completion_tokens,
-            cost_usd=reply.cost_usd,
-            seconds=reply.seconds,
-            attempts=reply.attempts,
-            error=error,
-        )
+    def _record(self, role: Role, outcome: Plan | Draft | RoleFailure) -> LLMCall:
+        temperature = self.llm.temperature_for(role)
+        if not isinstance(outcome, RoleFailure):
+            return recorded(role, temperature, outcome.reply)
+        if outcome.reply is not None:  # a reply the role could not use
+            error = f"{outcome.kind}: {outcome.detail}"
+            return recorded(role, temperature, outcome.reply, error)
+        failed = outcome.call  # the call itself failed: what it cost, in the client's words
+        assert failed is not None, "a failure without a reply is the call's (roles.prompting)"
+        return LLMCall(role=role, temperature=temperature, text="", seconds=failed.seconds,
+                       attempts=failed.attempts, error=f"{outcome.kind}: {failed.error}")  # fmt: skip
 
     def summary(self, tree: Tree, node: Node) -> KernelSummary:
         """A node as a role sees it: the root is the reference module itself."""
@@ -167,6 +187,21 @@ class Team:
             speedup_vs_eager=result.speedup_vs_eager,
             detail=result.reason or "; ".join(c.name for c in result.checks if c.passed),
         )
+
+
+def recorded(role: Role, temperature: float | None, reply: Reply, error: str = "") -> LLMCall:
+    """A call that got a reply, as the trajectory keeps it."""
+    return LLMCall(
+        role=role,
+        temperature=temperature,
+        text=reply.text[:REPLY_CHARS_KEPT],
+        prompt_tokens=reply.prompt_tokens,
+        completion_tokens=reply.completion_tokens,
+        cost_usd=reply.cost_usd,
+        seconds=reply.seconds,
+        attempts=reply.attempts,
+        error=error,
+    )
 
 
 def failure_log(node: Node) -> str:

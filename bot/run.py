@@ -212,7 +212,7 @@ def optimize_target(
 
     resume = run.resume if run.resume and run.resume.target == problem.name else None
     try:
-        team = make_team(run.llm, problem) if run.llm else None
+        team = make_team(run.llm, problem, progress) if run.llm else None
         attempt = optimize_problem(
             problem,
             evaluator,

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from agents.context import Reference
 from agents.llm import make_client
-from agents.llm.client import LLMConfig
+from agents.llm.client import LLMConfig, Progress
 from agents.loop import SearchConfig
 from agents.team import Team, TeamConfig
 from harness.config import ProjectConfig, find_pyproject, load_project_config
@@ -78,12 +78,13 @@ def _checked(model: type[Checked], table: dict, section: str, pyproject: Path | 
         ) from None
 
 
-def make_team(config: LLMConfig, problem: Problem) -> Team:
-    """The team for one target: the client, and the reference module it works on."""
+def make_team(config: LLMConfig, problem: Problem, progress: Progress | None = None) -> Team:
+    """The team for one target: the client, and the reference module it works on.
+    ``progress``: where the client reports each attempt, wait and failure of its calls."""
     reference = Reference(
         source=problem.source_path.read_text(),
         class_name=problem.class_name,
         device=problem.device,
         dtype=problem.dtype,
     )
-    return Team(make_client(config), config, reference, TeamConfig())
+    return Team(make_client(config, progress), config, reference, TeamConfig())

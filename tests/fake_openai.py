@@ -11,6 +11,7 @@ so. It binds 127.0.0.1 on a free port and shuts itself down after ``lifetime_s``
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Any
 
 CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 API_KEY = "{api_key}"  # placeholder in a body, replaced by the key the request carried
+HANG_S = 3600.0  # longer than any test: a hung request is let go only when the server stops
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,11 @@ def slow(delay_s: float, then: Behaviour | None = None) -> Behaviour:
     return Behaviour(base.status, base.body, base.headers, delay_s, base.content_type)
 
 
+def hang() -> Behaviour:
+    """No answer at all until the server stops: an endpoint that accepted the request and hung."""
+    return slow(HANG_S)
+
+
 def malformed() -> Behaviour:
     """A 200 whose JSON body is cut off."""
     return Behaviour(body=b'{"id": "chatcmpl-fake", "choices": [{"message": {"content": "de')
@@ -177,6 +184,14 @@ def max_tokens_unsupported() -> Behaviour:
         param="max_tokens",
         code="unsupported_parameter",
     )
+
+
+def closed_port_url() -> str:
+    """The base URL of an endpoint nobody listens on: a port bound, then closed (refuses)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
 
 
 @dataclass

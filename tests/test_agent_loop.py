@@ -185,18 +185,31 @@ WORDS = "Just fuse it all."  # no grounded plan, no code: nothing is built
 def run_optimize(
     tmp_path, monkeypatch, project: str, args: list[str], env: dict, exit_code: int = 0
 ) -> dict:
+    return run_optimize_output(tmp_path, monkeypatch, project, args, env, exit_code)[0]
+
+
+def run_optimize_output(
+    tmp_path, monkeypatch, project: str, args: list[str], env: dict, exit_code: int = 0
+) -> tuple[dict, str]:
+    """The report's row of the one target, and what the command printed (stderr too)."""
+    output = run_cli(tmp_path, monkeypatch, project, args, env, exit_code)
+    return json.loads((tmp_path / "out" / "report.json").read_text())["targets"][0], output
+
+
+def run_cli(
+    tmp_path, monkeypatch, project: str, args: list[str], env: dict, exit_code: int = 0
+) -> str:
     (tmp_path / "pyproject.toml").write_text(project)
     monkeypatch.chdir(tmp_path)
-    out = tmp_path / "out"
     result = CliRunner().invoke(
         main,
         ["optimize", str(FIXTURES / "scale_problem.py"), "--device", "cpu", "--seed", "3",
-         "--out", str(out), *args],
+         "--out", str(tmp_path / "out"), *args],
         env=env,
     )  # fmt: skip
     assert result.exit_code == exit_code, result.output
     assert OPENAI_KEY not in result.output and GITHUB_TOKEN not in result.output
-    return json.loads((out / "report.json").read_text())["targets"][0]
+    return result.output
 
 
 def model_calls(row: dict) -> list:
@@ -287,3 +300,65 @@ def test_a_worker_log_with_keys_reaches_no_prompt_trajectory_or_report(
     for where, text in texts.items():
         for secret in (OPENAI_KEY, GITHUB_TOKEN, PARENT_SECRET):
             assert secret not in text, f"{secret} in {where}"
+
+
+# --- issue 23: deadlines, progress, and why an endpoint failed -------------------------------
+
+# One call of the model, retried once, then the step ends: the search is one step long.
+ONE_STEP_PROJECT = (
+    CAPPED_PROJECT
+    + """attempts = 1
+root_first = 1
+[tool.kernelpilot.llm]
+timeout_s = 20
+max_retries = 1
+"""
+)
+SLACK_S = 5.0  # past the deadline: the end of the timed-out request and of the step, loaded
+
+
+def test_max_time_ends_a_call_to_a_hanging_endpoint(fake_openai, tmp_path, monkeypatch):
+    from tests.fake_openai import hang
+
+    fake_openai.push(hang(), hang())
+    env = {"OPENAI_BASE_URL": fake_openai.base_url, "OPENAI_API_KEY": "sk-test"}
+    project = ONE_STEP_PROJECT.replace("attempts = 1", "attempts = 5")
+    row, output = run_optimize_output(tmp_path, monkeypatch, project,
+                                      ["--llm", "openai", "--model", "fake-model",
+                                       "--max-time", "3"], env)  # fmt: skip
+    trajectory = Trajectory.load(Path(row["trajectory_file"]))
+    assert trajectory.stopped == "budget reached: 3 s of wall time"
+    [call] = model_calls(row)  # the search stopped at the deadline: no second step
+    assert "the search's --max-time of 3 s ran out during the planner's call" in call.error
+    assert 0 < call.seconds <= 3 + SLACK_S and len(fake_openai.requests) == 1
+    asking = f"planner: asking fake-model at {fake_openai.base_url} (attempt 1 of 2, "
+    assert asking in output and "ran out during the planner's call" in output
+
+
+def test_an_endpoint_on_a_closed_port_stops_the_run_after_one_call(tmp_path, monkeypatch):
+    from tests.fake_openai import closed_port_url
+
+    base_url = closed_port_url()
+    env = {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "sk-test"}
+    project = ONE_STEP_PROJECT.replace("attempts = 1", "attempts = 3")
+    output = run_cli(tmp_path, monkeypatch, project, ["--llm", "openai", "--model", "fake-model"],
+                     env, exit_code=2)  # fmt: skip
+    assert f"error: cannot reach the LLM endpoint {base_url}" in output
+    assert "Connection refused" in output and "fix: check base_url" in output
+    assert output.count("planner: asking fake-model") == 2  # one call, retried once; no step more
+
+
+def test_why_a_call_failed_reaches_the_terminal(fake_openai, tmp_path, monkeypatch):
+    from tests.fake_openai import server_error
+
+    problem_line = "        return torch.tanh(x) * self.scale + x"
+    fake_openai.push(reply(plan(problem_line, "One C++ loop.")), *[server_error(503)] * 2)
+    env = {"OPENAI_BASE_URL": fake_openai.base_url, "OPENAI_API_KEY": "sk-test"}
+    row, output = run_optimize_output(tmp_path, monkeypatch, ONE_STEP_PROJECT,
+                                      ["--llm", "openai", "--model", "fake-model"], env,
+                                      exit_code=0)  # fmt: skip
+    said = "HTTP 503 after 2 attempts: The server had an error while processing your request."
+    assert f"coder: the call failed: {said}" in output  # the client's own line
+    status = next(line for line in output.splitlines() if "step 1 from 0:" in line)
+    assert f"0.1 no candidate (coder: llm_call_failed: {said}" in status
+    assert said in row["reason"]

@@ -1,14 +1,13 @@
 """The LLM access layer: the real openai client against a loopback server, and the scripted one.
 
-Retry waits are kept short with ``retry-after`` (which the openai client honours) and
-``max_retries`` of 1-2; only the tests that prove a wait happened wait for real.
+Retry waits are kept short with ``retry-after`` (which the retries honour, as the openai client
+would) and ``max_retries`` of 1-2; only the tests that prove a wait happened wait for real.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -17,12 +16,15 @@ from pathlib import Path
 import pytest
 
 from agents.llm import (
+    Deadline,
     LLMCallFailed,
     LLMConfig,
+    LLMDeadlineReached,
     LLMFatalError,
     Message,
     ModelPrice,
     ScriptedClient,
+    ScriptedReply,
     make_client,
 )
 from agents.llm.client import OPENAI_BASE_URL
@@ -30,8 +32,10 @@ from agents.llm.openai_client import OpenAIChatClient
 from harness.errors import UserError
 from tests.fake_openai import (
     FakeOpenAI,
+    closed_port_url,
     empty_choices,
     error,
+    hang,
     malformed,
     max_tokens_unsupported,
     megabyte_reply,
@@ -50,6 +54,7 @@ MESSAGES = [
     Message(role="system", content="You write fused kernels."),
     Message(role="user", content="Fuse gelu into the matmul epilogue."),
 ]
+SLACK_S = 2.0  # past a deadline: the end of a timed-out request, on a loaded machine
 
 
 @pytest.fixture(autouse=True)
@@ -57,7 +62,7 @@ def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, KEY)
 
 
-def client_for(base_url: str, **overrides: object) -> OpenAIChatClient:
+def config_for(base_url: str, **overrides: object) -> LLMConfig:
     settings: dict[str, object] = {
         "model": "fake-model",
         "base_url": base_url,
@@ -67,7 +72,11 @@ def client_for(base_url: str, **overrides: object) -> OpenAIChatClient:
         "prices": {"fake-model": ModelPrice(input_per_million=2.0, output_per_million=8.0)},
     }
     settings.update(overrides)
-    return OpenAIChatClient(LLMConfig.model_validate(settings))
+    return LLMConfig.model_validate(settings)
+
+
+def client_for(base_url: str, **overrides: object) -> OpenAIChatClient:
+    return OpenAIChatClient(config_for(base_url, **overrides))
 
 
 def test_reply_tokens_cost_and_request(fake_openai: FakeOpenAI) -> None:
@@ -152,14 +161,105 @@ def test_timeouts_exhausted(fake_openai: FakeOpenAI) -> None:
     assert caught.value.attempts == 2
 
 
-def test_endpoint_down() -> None:
-    with socket.socket() as probe:  # a port nobody listens on once closed
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    base_url = f"http://127.0.0.1:{port}/v1"
-    with pytest.raises(LLMCallFailed, match="cannot reach") as caught:
+def test_an_endpoint_never_reached_is_fatal_with_the_url_and_the_os_reason() -> None:
+    base_url = closed_port_url()
+    with pytest.raises(LLMFatalError) as caught:
         client_for(base_url, max_retries=1).complete(MESSAGES)
-    assert caught.value.attempts == 2 and base_url in str(caught.value)
+    err = caught.value
+    assert isinstance(err, UserError) and err.attempts == 2  # retried, then given up for the run
+    assert f"cannot reach the LLM endpoint {base_url}" in err.what
+    assert "Connection refused" in err.what and "base_url" in err.fix
+
+
+def test_an_endpoint_gone_after_it_answered_fails_only_the_call() -> None:
+    with FakeOpenAI() as server:
+        server.push(reply("first"))
+        client = client_for(server.base_url, max_retries=1)
+        assert client.complete(MESSAGES).text == "first"
+    with pytest.raises(LLMCallFailed, match="cannot reach") as caught:
+        client.complete(MESSAGES)  # the server has stopped: its port refuses
+    assert not isinstance(caught.value, LLMFatalError) and caught.value.attempts == 2
+    assert "Connection refused" in str(caught.value) and server.base_url in str(caught.value)
+
+
+# --- deadlines and progress (issue 23) ------------------------------------------------------
+
+
+def deadline_in(seconds: float) -> Deadline:
+    return Deadline(at=time.monotonic() + seconds, what=f"the search's --max-time of {seconds:g} s")
+
+
+def test_a_deadline_ends_a_hanging_request_and_stops_the_retries(fake_openai) -> None:
+    fake_openai.push(hang(), reply("never"))
+    client = client_for(fake_openai.base_url, timeout_s=60.0, max_retries=2)
+    with pytest.raises(LLMDeadlineReached) as caught:
+        client.complete(MESSAGES, deadline=deadline_in(1.0), role="planner")
+    err = caught.value
+    assert "the search's --max-time of 1 s ran out during the planner's call" in err.what
+    assert "--max-time" in err.fix and fake_openai.base_url in err.where
+    assert err.attempts == 1 and len(fake_openai.requests) == 1  # no retry past the deadline
+    assert err.seconds <= 1.0 + SLACK_S  # not timeout_s = 60
+
+
+def test_no_retry_starts_whose_wait_would_pass_the_deadline(fake_openai) -> None:
+    fake_openai.push(rate_limited(retry_after_s=30.0), reply("too late"))
+    client = client_for(fake_openai.base_url)
+    with pytest.raises(LLMDeadlineReached, match="too little to retry") as caught:
+        client.complete(MESSAGES, deadline=deadline_in(5.0), role="coder")
+    assert "429" in str(caught.value) and "would wait 30.0 s" in str(caught.value)
+    assert len(fake_openai.requests) == 1 and caught.value.seconds < 5.0
+
+
+def test_a_passed_deadline_sends_nothing(fake_openai) -> None:
+    with pytest.raises(LLMDeadlineReached, match="ran out before the debugger's call") as caught:
+        client_for(fake_openai.base_url).complete(
+            MESSAGES, deadline=deadline_in(-1.0), role="debugger"
+        )
+    assert caught.value.attempts == 0 and fake_openai.requests == []
+
+
+def test_progress_names_each_attempt_and_each_retry_wait(fake_openai) -> None:
+    fake_openai.push(server_error(503, retry_after_s=0.2), reply("ok"))
+    lines: list[str] = []
+    client = OpenAIChatClient(config_for(fake_openai.base_url), progress=lines.append)
+    assert client.complete(MESSAGES, deadline=deadline_in(60.0), role="planner").text == "ok"
+    asking = f"planner: asking fake-model at {fake_openai.base_url}"
+    assert lines[0].startswith(f"{asking} (attempt 1 of 3, ") and lines[0].endswith(" s left)")
+    assert lines[1] == (
+        "planner: the endpoint answered 503 (The server had an error while processing your "
+        "request.); retrying in 0.2 s"
+    )
+    assert lines[2].startswith(f"{asking} (attempt 2 of 3, ") and len(lines) == 3
+
+
+def test_a_heartbeat_while_the_endpoint_thinks(fake_openai) -> None:
+    fake_openai.push(slow(1.0))
+    lines: list[str] = []
+    client = OpenAIChatClient(
+        config_for(fake_openai.base_url), progress=lines.append, heartbeat_s=0.2
+    )
+    client.complete(MESSAGES, role="coder")
+    beats = [line for line in lines if line.startswith("coder: still waiting on the endpoint: ")]
+    assert beats and lines[-1] == beats[-1]  # from the request's start to its reply, not after
+    assert lines[0] == f"coder: asking fake-model at {fake_openai.base_url} (attempt 1 of 3)"
+
+
+def test_a_failed_call_says_why_on_the_progress_output(fake_openai) -> None:
+    fake_openai.push(*[server_error(502)] * 2)
+    lines: list[str] = []
+    client = OpenAIChatClient(config_for(fake_openai.base_url, max_retries=1), lines.append)
+    with pytest.raises(LLMCallFailed):
+        client.complete(MESSAGES, role="debugger")
+    assert lines[-1].startswith("debugger: the call failed: HTTP 502 after 2 attempts: The server")
+    assert fake_openai.base_url in lines[-1] and KEY not in "".join(lines)
+
+
+def test_the_scripted_client_keeps_its_reply_past_a_deadline() -> None:
+    client = ScriptedClient([ScriptedReply(text="plan")])
+    with pytest.raises(LLMDeadlineReached, match="before the planner's call"):
+        client.complete(MESSAGES, deadline=deadline_in(-1.0), role="planner")
+    assert client.remaining == 1
+    assert client.complete(MESSAGES, deadline=deadline_in(60.0), role="planner").text == "plan"
 
 
 @pytest.mark.parametrize("behaviour", [unauthorized(), error(403, f"Key {KEY} is not allowed")])
@@ -192,7 +292,8 @@ def test_quota_exhausted_is_fatal(fake_openai: FakeOpenAI) -> None:
         )
     )
     with pytest.raises(LLMFatalError, match="quota"):
-        client_for(fake_openai.base_url, max_retries=0).complete(MESSAGES)
+        client_for(fake_openai.base_url).complete(MESSAGES)
+    assert len(fake_openai.requests) == 1  # no retry can mend it
 
 
 def test_context_too_long_fails_only_the_call(fake_openai: FakeOpenAI) -> None:

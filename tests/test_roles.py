@@ -21,11 +21,13 @@ from agents.context import (
     trim_log,
 )
 from agents.llm.client import (
+    Deadline,
     LLMCallFailed,
     LLMConfig,
     LLMFatalError,
     Message,
     Reply,
+    Role,
     RoleTemperatures,
 )
 from agents.roles.coder import code
@@ -55,7 +57,7 @@ class FakeClient:
 
     def complete(
         self, messages: list[Message], *, temperature: float | None = None,
-        max_tokens: int | None = None,
+        max_tokens: int | None = None, deadline: Deadline | None = None, role: Role | None = None,
     ) -> Reply:  # fmt: skip
         self.calls.append((messages, temperature, max_tokens))
         answer = self.answers.pop(0)

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from agents.llm.client import (
     DEFAULT_PRICES,
+    Deadline,
     LLMCallFailed,
     LLMClient,
     LLMConfig,
+    LLMDeadlineReached,
     LLMFatalError,
     Message,
     ModelPrice,
+    Progress,
     Reply,
     Role,
     RoleTemperatures,
@@ -23,12 +26,15 @@ from agents.llm.scripted import ScriptedClient, ScriptedReply
 
 __all__ = [
     "DEFAULT_PRICES",
+    "Deadline",
     "LLMCallFailed",
     "LLMClient",
     "LLMConfig",
+    "LLMDeadlineReached",
     "LLMFatalError",
     "Message",
     "ModelPrice",
+    "Progress",
     "Reply",
     "Role",
     "RoleTemperatures",
@@ -38,11 +44,12 @@ __all__ = [
 ]
 
 
-def make_client(config: LLMConfig) -> LLMClient:
-    """The client ``config`` names: the scripted replay or an OpenAI-compatible endpoint."""
+def make_client(config: LLMConfig, progress: Progress | None = None) -> LLMClient:
+    """The client ``config`` names: the scripted replay or an OpenAI-compatible endpoint
+    (``progress``: where it reports each attempt, each wait and each failure)."""
     if config.provider == "scripted":
         assert config.script is not None  # LLMConfig's validator requires it
         return ScriptedClient.from_file(config.script)
     from agents.llm.openai_client import OpenAIChatClient
 
-    return OpenAIChatClient(config)
+    return OpenAIChatClient(config, progress)

@@ -3,13 +3,17 @@
 Roles hold an ``LLMClient`` and call ``complete(messages, temperature=...)``; they never see
 which provider answers. Two failures are kept apart: ``LLMFatalError`` stops the run (nothing
 later can succeed: bad key, unknown model), ``LLMCallFailed`` is one call's failure that the
-search records on its step before going on.
+search records on its step before going on; ``LLMDeadlineReached``, one of those, says the
+caller's deadline (the search's ``--max-time``) left no time for the call, and the search stops.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -20,6 +24,7 @@ from harness.errors import UserError
 Role = Literal["planner", "coder", "debugger"]
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 OPENAI_BASE_URL = "https://api.openai.com/v1"
+Progress = Callable[[str], None]  # one line for the terminal (the CLI stamps the time)
 
 
 class Message(BaseModel):
@@ -76,8 +81,25 @@ def usage_upper_bound(
     return prompt, max(max_tokens, len(text.encode()))
 
 
+@dataclass(frozen=True)
+class Deadline:
+    """When a call must have ended, as a ``time.monotonic()`` instant, and what set it (the
+    search's wall budget: "the search's --max-time of 600 s"), for the message when it passes."""
+
+    at: float
+    what: str
+
+    def left(self) -> float:
+        """Seconds until the deadline (negative once it has passed)."""
+        return self.at - time.monotonic()
+
+
 class LLMClient(Protocol):
-    """Anything that turns a conversation into a ``Reply``: the openai client, the scripted one."""
+    """Anything that turns a conversation into a ``Reply``: the openai client, the scripted one.
+
+    ``deadline``: the call ends by then, retries included (``LLMDeadlineReached`` if it cannot);
+    ``role``: who asks, named in progress lines and errors.
+    """
 
     def complete(
         self,
@@ -85,6 +107,8 @@ class LLMClient(Protocol):
         *,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        deadline: Deadline | None = None,
+        role: Role | None = None,
     ) -> Reply: ...
 
 
@@ -116,6 +140,11 @@ class LLMCallFailed(Exception):
             f"{label}: {text}" for label, text in (("where", where), ("fix", fix)) if text
         ]
         super().__init__("; ".join(parts))
+
+
+class LLMDeadlineReached(LLMCallFailed):
+    """The caller's deadline passed during the call, or left too little time to retry it: the
+    call failed and the caller (the search) is out of time."""
 
 
 class ModelPrice(BaseModel):
@@ -182,13 +211,17 @@ class LLMConfig(BaseModel):
         "never stored in the config or in any record.",
     )
     timeout_s: float = Field(
-        default=300.0, gt=0, description="Limit per HTTP request (reasoning models take minutes)."
+        default=300.0,
+        gt=0,
+        description="Limit per HTTP request (reasoning models take minutes); never past the "
+        "search's wall budget (search.max_seconds, --max-time).",
     )
     max_retries: int = Field(
         default=3,
         ge=0,
-        description="Retries per call: the openai client's own on 408/409/429/5xx/connection "
-        "errors/timeouts, and ours on a 200 reply with no choices or a body that does not parse.",
+        description="Retries per call, on the openai client's rules (408/409/429/5xx, connection "
+        "errors, timeouts) and on a 200 reply with no choices or a body that does not parse; "
+        "none once the search's wall budget is spent.",
     )
     temperatures: RoleTemperatures = Field(
         default_factory=RoleTemperatures, description="Sampling temperature per role."

@@ -64,16 +64,43 @@ def status_failure(err: openai.APIStatusError, ctx: CallContext) -> LLMFatalErro
     )
 
 
-def connection_failure(err: openai.APIConnectionError, ctx: CallContext) -> LLMCallFailed:
-    """The error a timeout or an unreachable endpoint becomes after the client's retries."""
+def connection_failure(
+    err: openai.APIConnectionError, ctx: CallContext, *, reached: bool
+) -> LLMFatalError | LLMCallFailed:
+    """The error a timeout or an unreachable endpoint becomes after the retries. ``reached``:
+    whether the endpoint has answered any request of this run; if not, an endpoint that
+    cannot be reached (refused, no such host) is a wrong address, and no later call would fare
+    better."""
     if isinstance(err, openai.APITimeoutError):
         what = f"no reply within timeout_s={ctx.config.timeout_s:g} s, {count(ctx.attempts)}"
         fix = "raise timeout_s (reasoning models can take minutes) or check the server's load"
-    else:
-        cause = redact(str(err.__cause__ or err), ctx.key)
-        what = f"cannot reach the endpoint after {count(ctx.attempts)}: {cause}"
-        fix = "check base_url and that the server is running"
+        return LLMCallFailed(what, ctx.where, fix, attempts=ctx.attempts, seconds=ctx.seconds)
+    cause = redact(str(err.__cause__ or err), ctx.key)
+    if not reached:
+        return LLMFatalError(
+            f"cannot reach the LLM endpoint {ctx.config.base_url}: {cause} "
+            f"({count(ctx.attempts)} in {ctx.seconds:.1f} s)",
+            ctx.where,
+            "check base_url ($OPENAI_BASE_URL or [tool.kernelpilot.llm] base_url) and that the "
+            "server is running and listening there",
+            attempts=ctx.attempts,
+            seconds=ctx.seconds,
+        )
+    what = f"cannot reach the endpoint after {count(ctx.attempts)}: {cause}"
+    fix = "check that the server is still running; later calls will try again"
     return LLMCallFailed(what, ctx.where, fix, attempts=ctx.attempts, seconds=ctx.seconds)
+
+
+def malformed_failure(problem: str, ctx: CallContext) -> LLMCallFailed:
+    """The error a 200 without a usable chat completion becomes after the retries."""
+    return LLMCallFailed(
+        f"malformed reply after {count(ctx.attempts)}: {problem}",
+        ctx.where,
+        "the server answered 200 without a usable chat completion; check that base_url is an "
+        "OpenAI-compatible /v1 endpoint",
+        attempts=ctx.attempts,
+        seconds=ctx.seconds,
+    )
 
 
 def refuses(err: openai.APIStatusError, param: str) -> bool:
@@ -84,11 +111,6 @@ def refuses(err: openai.APIStatusError, param: str) -> bool:
     named = err.param == param or re.search(rf"\b{param}\b", message) is not None
     unsupported = err.code in _UNSUPPORTED_CODES or any(p in message for p in _UNSUPPORTED)
     return named and unsupported
-
-
-def requests_made(err: openai.APIError) -> int:
-    """HTTP requests behind an error: the openai client stamps each with its retry count."""
-    return int(err.request.headers.get("x-stainless-retry-count", "0")) + 1
 
 
 def count(attempts: int) -> str:

@@ -1,88 +1,99 @@
 """``LLMClient`` for any OpenAI-compatible chat-completions endpoint, on the ``openai`` package.
 
-Retries are split in two. The openai client retries what HTTP tells it is transient: 408, 409,
-429, every 5xx, connection errors and timeouts, ``max_retries`` times, with exponential backoff
-(0.5 s doubling to 8 s, minus up to 25% jitter) or the server's ``retry-after``/``retry-after-ms``
-when that is at most two minutes; a longer ``retry-after`` is not retried at all
-(openai/_base_client.py: ``_should_retry``, ``_calculate_retry_timeout``). It cannot see a 200
-whose body is not a chat completion (no choices, not JSON); only those are retried here, on the
-same backoff curve. On top of that, a 400 that names a parameter the model does not take
-(``temperature`` on reasoning models, ``max_tokens`` where ``max_completion_tokens`` is wanted)
-is asked again once without it, and remembered for every later call.
+Every request is sent once by the ``openai`` client (``max_retries=0``), and the retries are
+ours, on the client's own rules (``agents.llm.retries``: 408, 409, 429, every 5xx, connection
+errors and timeouts, ``max_retries`` times, after the server's ``retry-after`` or a backoff of
+0.5 s doubling to 8 s), and also on a 200 whose body is not a chat completion, which the client
+cannot see. Taking them into our hands lets every attempt honour the caller's deadline (each
+request's timeout is ``min(timeout_s, time left)``, and no retry starts whose wait would pass
+it) and be reported while it runs: each attempt, each wait, and a heartbeat every 30 s while a
+request is outstanding (``progress``). An error that no retry can mend (a bad key, a quota used
+up) is not retried. The deadline bounds each wait for the server's bytes, as httpx timeouts do:
+a server that trickles a reply byte by byte could outlast it.
+
+On top of that, a 400 that names a parameter the model does not take (``temperature`` on
+reasoning models, ``max_tokens`` where ``max_completion_tokens`` is wanted) is asked again once
+without it, and remembered for every later call. An endpoint that cannot be reached before any
+request of this client got an answer (connection refused, no such host) is fatal for the run.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import random
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import openai
-from pydantic import BaseModel, ValidationError
 
 from agents.llm.client import (
     OPENAI_BASE_URL,
+    Deadline,
     LLMCallFailed,
     LLMConfig,
+    LLMDeadlineReached,
     LLMFatalError,
     Message,
+    Progress,
     Reply,
+    Role,
     usage_upper_bound,
 )
+from agents.llm.completion import BadReply, Usage, parse_completion
 from agents.llm.failures import (
     TOKEN_PARAMS,
     CallContext,
     connection_failure,
     count,
+    error_message,
+    malformed_failure,
+    redact,
     refuses,
-    requests_made,
     status_failure,
 )
+from agents.llm.heartbeat import HEARTBEAT_S, Heartbeat
+from agents.llm.retries import retryable, wait_before_retry
+from harness.redact import scrub
 
 log = logging.getLogger(__name__)
 
 # Local servers (vLLM, Ollama, llama.cpp) take any key, but the openai client refuses an empty one.
 _KEYLESS = "no-key"
-_FIRST_DELAY_S = 0.5  # the openai client's INITIAL_RETRY_DELAY and MAX_RETRY_DELAY
-_MAX_DELAY_S = 8.0
+_RETRY_COUNT = "x-stainless-retry-count"  # what the openai client stamps on its own retries
 
 
-class _BadReply(Exception):
-    """A 200 whose body is not a usable chat completion."""
+@dataclass
+class _Call:
+    """One ``complete`` call on its way through its attempts."""
 
+    who: str
+    deadline: Deadline | None
+    started: float = field(default_factory=time.monotonic)
+    attempts: int = 0  # requests sent
+    retries: int = 0  # of them, retries after a failure
+    adapted: int = 0  # of them, sent again without a parameter the model refused
+    notes: list[str] = field(default_factory=list)
 
-class _Usage(BaseModel):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
 
-
-class _ChoiceMessage(BaseModel):
-    content: str | None = None
-    refusal: str | None = None
-
-
-class _Choice(BaseModel):
-    message: _ChoiceMessage
-    finish_reason: str | None = None
-
-
-class _Completion(BaseModel):
-    """The part of a chat completion we read; lenient, since compatible servers add and omit."""
-
-    model: str | None = None
-    choices: list[_Choice] = []
-    usage: _Usage | None = None
+    def left(self) -> str:
+        return "" if self.deadline is None else f", {max(self.deadline.left(), 0):.0f} s left"
 
 
 class OpenAIChatClient:
     """Chat completions through ``openai.OpenAI``; one instance per run, safe to share."""
 
-    def __init__(self, config: LLMConfig) -> None:
+    def __init__(
+        self,
+        config: LLMConfig,
+        progress: Progress | None = None,
+        heartbeat_s: float = HEARTBEAT_S,
+    ) -> None:
         self.config = config
         self.where = f"endpoint {config.base_url}, model {config.model}"
+        self._progress, self._heartbeat_s = progress, heartbeat_s
         # Kept only to scrub it from error messages; never stored in a record.
         self._key = os.environ.get(config.api_key_env, "")
         if not self._key and config.base_url.rstrip("/") == OPENAI_BASE_URL:
@@ -96,12 +107,13 @@ class OpenAIChatClient:
             api_key=self._key or _KEYLESS,
             base_url=config.base_url,
             timeout=config.timeout_s,
-            max_retries=config.max_retries,
+            max_retries=0,  # ours, in `_attempt`
         )
         self._send_temperature = True
         self._token_param = "max_tokens"  # what every compatible server takes; switched on a 400
         self._token_param_switched = False
         self._warned_usage = False
+        self._answered = False  # whether the endpoint has answered any request, even with an error
 
     def complete(
         self,
@@ -109,46 +121,125 @@ class OpenAIChatClient:
         *,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        deadline: Deadline | None = None,
+        role: Role | None = None,
     ) -> Reply:
-        """One chat completion; ``LLMCallFailed`` when it failed after its retries,
-        ``LLMFatalError`` when no call can succeed."""
-        started = time.monotonic()
-        attempts = 0
-        bad_replies = 0
-        notes: list[str] = []
-        while True:
-            params = self._params(messages, temperature, max_tokens)
-            try:
-                # Raw: for `retries_taken`, and to parse the body ourselves; the client hands back
-                # a str or a half-built model for a 200 that is not a chat completion.
-                raw = self._client.chat.completions.with_raw_response.create(**params)
-            except openai.APIStatusError as err:
-                attempts += requests_made(err)
-                note = self._adapt(err, params)
-                if note:
-                    notes.append(note)
-                    continue
-                # `from None`: the chained openai error quotes the server, which may echo the key.
-                raise status_failure(err, self._context(attempts, started)) from None
-            except openai.APIConnectionError as err:  # APITimeoutError is one too
-                attempts += requests_made(err)
-                raise connection_failure(err, self._context(attempts, started)) from None
-            attempts += raw.retries_taken + 1
-            try:
-                return self._reply(raw.http_response.text, attempts, started, notes, params)
-            except _BadReply as err:
-                if bad_replies >= self.config.max_retries:
-                    raise LLMCallFailed(
-                        f"malformed reply after {count(attempts)}: {err}",
-                        self.where,
-                        "the server answered 200 without a usable chat completion; check that "
-                        "base_url is an OpenAI-compatible /v1 endpoint",
-                        attempts=attempts,
-                        seconds=time.monotonic() - started,
-                    ) from None
-                log.info("malformed reply from %s (%s); asking again", self.where, err)
-                time.sleep(_backoff(bad_replies))
-                bad_replies += 1
+        """One chat completion; ``LLMCallFailed`` when it failed after its retries (
+        ``LLMDeadlineReached`` when ``deadline`` left no time), ``LLMFatalError`` when no call
+        can succeed."""
+        call = _Call(role or "model", deadline)
+        try:
+            while True:
+                reply = self._attempt(call, self._params(messages, temperature, max_tokens))
+                if reply is not None:
+                    return reply
+        except LLMCallFailed as err:
+            self._say(scrub(f"{call.who}: the call failed: {err}"))
+            raise
+
+    def _attempt(self, call: _Call, params: dict[str, Any]) -> Reply | None:
+        """Send the request once: the reply, or None once it is time to send it again."""
+        timeout, cut = self._timeout(call)
+        headers = None  # the error reply's, for its retry-after
+        try:
+            body = self._send(call, params, timeout)
+            return self._reply(body, call, params)
+        except openai.APIStatusError as err:
+            self._answered = True
+            note = self._adapt(err, params)
+            if note:
+                call.notes.append(note)
+                call.adapted += 1
+                return None
+            failure, headers = status_failure(err, self._context(call)), err.response.headers
+            # `from None`: the chained openai error quotes the server, which may echo the key.
+            if isinstance(failure, LLMFatalError) or not retryable(err.status_code, headers):
+                raise failure from None
+            said = redact(error_message(err), self._key)[:160]
+            why = f"the endpoint answered {err.status_code} ({said})"
+        except openai.APITimeoutError as err:
+            if cut:
+                raise self._out_of_time(call) from None
+            failure = connection_failure(err, self._context(call), reached=True)
+            why = f"no reply within {timeout:g} s"
+        except openai.APIConnectionError as err:
+            # Fatal, once retried, if the endpoint has never answered: a wrong address.
+            failure = connection_failure(err, self._context(call), reached=self._answered)
+            why = f"cannot connect ({redact(str(err.__cause__ or err), self._key)})"
+        except BadReply as err:
+            failure = malformed_failure(str(err), self._context(call))
+            why = f"the reply is not a chat completion ({err})"
+        if call.retries >= self.config.max_retries:
+            raise failure from None
+        self._wait(call, why, wait_before_retry(call.retries, headers))
+        return None
+
+    def _timeout(self, call: _Call) -> tuple[float, bool]:
+        """This request's timeout, and whether the deadline cut it below ``timeout_s``."""
+        if call.deadline is None:
+            return self.config.timeout_s, False
+        left = call.deadline.left()
+        if left <= 0:
+            raise self._out_of_time(call)
+        return min(self.config.timeout_s, left), left < self.config.timeout_s
+
+    def _send(self, call: _Call, params: dict[str, Any], timeout: float) -> str:
+        call.attempts += 1
+        planned = 1 + self.config.max_retries + call.adapted
+        self._say(
+            f"{call.who}: asking {self.config.model} at {self.config.base_url} "
+            f"(attempt {call.attempts} of {planned}{call.left()})"
+        )
+        beat = Heartbeat(
+            self._progress,
+            lambda waited: (
+                f"{call.who}: still waiting on the endpoint: {waited:.0f} s{call.left()}"
+            ),
+            self._heartbeat_s,
+        )
+        with beat:
+            # Raw: to parse the body ourselves; the client hands back a str or a half-built
+            # model for a 200 that is not a chat completion.
+            raw = self._client.chat.completions.with_raw_response.create(
+                **params, timeout=timeout, extra_headers={_RETRY_COUNT: str(call.retries)}
+            )
+        self._answered = True
+        return raw.http_response.text
+
+    def _wait(self, call: _Call, why: str, wait: float) -> None:
+        """Sleep before the next attempt, unless that would pass the deadline."""
+        if call.deadline is not None and wait >= (left := call.deadline.left()):
+            raise self._out_of_time(
+                call,
+                f"{call.deadline.what} leaves {max(left, 0):.1f} s, too little to retry the "
+                f"{call.who}'s call after {count(call.attempts)} ({why}; the retry would wait "
+                f"{wait:.1f} s)",
+            )
+        self._say(f"{call.who}: {why}; retrying in {wait:.2g} s")
+        log.info("%s: %s; retrying in %.1f s (%s)", call.who, why, wait, self.where)
+        time.sleep(wait)
+        call.retries += 1
+
+    def _out_of_time(self, call: _Call, what: str = "") -> LLMDeadlineReached:
+        """The failure of a call the deadline ended (``what``: why, when it is not simply that
+        the time ran out)."""
+        assert call.deadline is not None
+        if not what:
+            when = "during" if call.attempts else "before"
+            spent = f", after {count(call.attempts)} in {call.seconds():.1f} s"
+            what = f"{call.deadline.what} ran out {when} the {call.who}'s call"
+            what += spent if call.attempts else ""
+        return LLMDeadlineReached(
+            what,
+            self.where,
+            "raise --max-time (search.max_seconds) for a longer search",
+            attempts=call.attempts,
+            seconds=call.seconds(),
+        )
+
+    def _say(self, line: str) -> None:
+        if self._progress is not None:
+            self._progress(line)
 
     def _params(
         self, messages: list[Message], temperature: float | None, max_tokens: int | None
@@ -178,15 +269,14 @@ class OpenAIChatClient:
         log.warning("%s (%s)", note, self.where)
         return note
 
-    def _context(self, attempts: int, started: float) -> CallContext:
-        return CallContext(self.config, self.where, self._key, attempts, time.monotonic() - started)
+    def _context(self, call: _Call) -> CallContext:
+        return CallContext(self.config, self.where, self._key, call.attempts, call.seconds())
 
-    def _reply(
-        self, body: str, attempts: int, started: float, notes: list[str], params: dict[str, Any]
-    ) -> Reply:
-        completion = _parse_completion(body)
+    def _reply(self, body: str, call: _Call, params: dict[str, Any]) -> Reply:
+        completion = parse_completion(body)
+        notes = call.notes
         choice = completion.choices[0]
-        usage = completion.usage or _Usage()
+        usage = completion.usage or Usage()
         prompt_tokens, completion_tokens = usage.prompt_tokens, usage.completion_tokens
         model = completion.model or self.config.model
         if prompt_tokens is None or completion_tokens is None:
@@ -220,32 +310,11 @@ class OpenAIChatClient:
             completion_tokens=completion_tokens,
             cost_usd=cost,
             finish_reason=choice.finish_reason,
-            seconds=time.monotonic() - started,
-            attempts=attempts,
+            seconds=call.seconds(),
+            attempts=call.attempts,
             notes=notes,
         )
 
 
-def _parse_completion(body: str) -> _Completion:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        raise _BadReply(f"the body is not JSON ({len(body)} chars: {body[:80]!r})") from None
-    if not isinstance(data, dict):
-        raise _BadReply(f"the body is JSON {type(data).__name__}, not an object")
-    try:
-        completion = _Completion.model_validate(data)
-    except ValidationError as err:
-        raise _BadReply(f"not a chat completion: {err.errors()[0]['msg']}") from None
-    if not completion.choices:
-        error = data.get("error")
-        raise _BadReply(f"an error in a 200 reply: {str(error)[:200]}" if error else "no choices")
-    return completion
-
-
 def _other_token_param(name: str) -> str:
     return TOKEN_PARAMS[1] if name == TOKEN_PARAMS[0] else TOKEN_PARAMS[0]
-
-
-def _backoff(retries_done: int) -> float:
-    return min(_FIRST_DELAY_S * 2**retries_done, _MAX_DELAY_S) * (1 - 0.25 * random.random())

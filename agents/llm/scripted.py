@@ -16,7 +16,8 @@ null) says whom the reply is written for: it is recorded with the call, so a tes
 the right role got it; ``prompt_tokens``, ``completion_tokens`` (default 0), ``cost_usd``
 (default unknown), ``finish_reason`` (default "stop"); ``error``: "call_failed" or "fatal" makes
 that call raise ``LLMCallFailed`` / ``LLMFatalError`` with ``text`` as the message instead.
-When the script runs out, calls raise ``LLMCallFailed("script exhausted")``.
+When the script runs out, calls raise ``LLMCallFailed("script exhausted")``; once the call's
+deadline has passed, ``LLMDeadlineReached``, and the reply stays for the next call.
 """
 
 from __future__ import annotations
@@ -29,7 +30,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from agents.llm.client import LLMCallFailed, LLMFatalError, Message, Reply, Role
+from agents.llm.client import (
+    Deadline,
+    LLMCallFailed,
+    LLMDeadlineReached,
+    LLMFatalError,
+    Message,
+    Reply,
+    Role,
+)
 
 
 class ScriptedReply(BaseModel):
@@ -95,7 +104,17 @@ class ScriptedClient:
         *,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        deadline: Deadline | None = None,
+        role: Role | None = None,
     ) -> Reply:
+        """The next reply; none is taken once ``deadline`` has passed (the call fails as the
+        openai client's would, before sending anything)."""
+        if deadline is not None and deadline.left() <= 0:
+            raise LLMDeadlineReached(
+                f"{deadline.what} ran out before the {role or 'model'}'s call",
+                f"scripted model {self.model!r}",
+                attempts=0,
+            )
         with self._lock:
             if self._next >= len(self._replies):
                 raise LLMCallFailed(

@@ -9,7 +9,7 @@ this one fared.
 from __future__ import annotations
 
 from agents.context import ContextWindow
-from agents.llm.client import LLMClient, LLMConfig
+from agents.llm.client import Deadline, LLMClient, LLMConfig
 from agents.roles.parse import parse_candidate
 from agents.roles.prompting import (
     ask,
@@ -30,10 +30,12 @@ def code(
     config: LLMConfig,
     *,
     feedback: RoleFailure | None = None,
+    deadline: Deadline | None = None,
 ) -> Draft | RoleFailure:
     """A candidate implementing ``window.plan`` on ``window.selected``, or why there is none.
 
-    ``feedback``: the failure of this role's previous reply at this step, shown to the model.
+    ``feedback``: the failure of this role's previous reply at this step, shown to the model;
+    ``deadline``: when the call must have ended (the search's wall budget).
     """
     require_role(window, "coder")
     values = {
@@ -45,7 +47,7 @@ def code(
         "cousins": kernels_text(window, "cousins"),
     }
     messages = [system_message(window.reference), user_message("coder", values, feedback)]
-    reply = ask(client, "coder", messages, config)
+    reply = ask(client, "coder", messages, config, deadline)
     if isinstance(reply, RoleFailure):
         return reply
     parsed = parse_candidate(reply, "coder")

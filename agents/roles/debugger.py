@@ -10,7 +10,7 @@ got wrong.
 from __future__ import annotations
 
 from agents.context import ContextWindow
-from agents.llm.client import LLMClient, LLMConfig
+from agents.llm.client import Deadline, LLMClient, LLMConfig
 from agents.roles.parse import parse_candidate
 from agents.roles.prompting import (
     ask,
@@ -31,10 +31,12 @@ def debug(
     config: LLMConfig,
     *,
     feedback: RoleFailure | None = None,
+    deadline: Deadline | None = None,
 ) -> Draft | RoleFailure:
     """A repaired version of ``window.selected`` (the failed candidate), or why there is none.
 
-    ``feedback``: the failure of this role's previous reply at this step, shown to the model.
+    ``feedback``: the failure of this role's previous reply at this step, shown to the model;
+    ``deadline``: when the call must have ended (the search's wall budget).
     """
     require_role(window, "debugger")
     values = {
@@ -48,7 +50,7 @@ def debug(
         "siblings": kernels_text(window, "siblings"),
     }
     messages = [system_message(window.reference), user_message("debugger", values, feedback)]
-    reply = ask(client, "debugger", messages, config)
+    reply = ask(client, "debugger", messages, config, deadline)
     if isinstance(reply, RoleFailure):
         return reply
     parsed = parse_candidate(reply, "debugger")

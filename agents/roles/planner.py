@@ -9,7 +9,7 @@ half grounded would have the coder guess where the rest goes.
 from __future__ import annotations
 
 from agents.context import ContextWindow
-from agents.llm.client import LLMClient, LLMConfig
+from agents.llm.client import Deadline, LLMClient, LLMConfig
 from agents.roles.parse import BEGINS, ENDS, parse_plan
 from agents.roles.prompting import (
     ask,
@@ -30,10 +30,12 @@ def plan(
     config: LLMConfig,
     *,
     feedback: RoleFailure | None = None,
+    deadline: Deadline | None = None,
 ) -> Plan | RoleFailure:
     """A grounded plan for ``window.selected``, or the recorded reason there is none.
 
-    ``feedback``: the failure of this role's previous reply at this step, shown to the model.
+    ``feedback``: the failure of this role's previous reply at this step, shown to the model;
+    ``deadline``: when the call must have ended (the search's wall budget).
     """
     require_role(window, "planner")
     values = {
@@ -48,7 +50,7 @@ def plan(
         "ends": ENDS,
     }
     messages = [system_message(window.reference), user_message("planner", values, feedback)]
-    reply = ask(client, "planner", messages, config)
+    reply = ask(client, "planner", messages, config, deadline)
     if isinstance(reply, RoleFailure):
         return reply
     parsed = parse_plan(reply, window.selected.code)

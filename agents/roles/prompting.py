@@ -15,9 +15,18 @@ from pathlib import Path
 from agents.context import ContextWindow, KernelSummary, Reference
 from agents.contract import candidate_contract
 from agents.data import data_dir
-from agents.llm.client import LLMCallFailed, LLMClient, LLMConfig, Message, Reply, Role
+from agents.llm.client import (
+    Deadline,
+    LLMCallFailed,
+    LLMClient,
+    LLMConfig,
+    LLMDeadlineReached,
+    Message,
+    Reply,
+    Role,
+)
 from agents.roles.parse import failure
-from agents.roles.records import RoleFailure
+from agents.roles.records import FailedCall, RoleFailure
 from agents.roles.render import render
 from agents.untrusted import data_block, data_rule
 
@@ -104,9 +113,14 @@ def speedup_text(speedup: float | None) -> str:
 
 
 def ask(
-    client: LLMClient, role: Role, messages: list[Message], config: LLMConfig
+    client: LLMClient,
+    role: Role,
+    messages: list[Message],
+    config: LLMConfig,
+    deadline: Deadline | None = None,
 ) -> Reply | RoleFailure:
-    """One call at the role's temperature; a call that failed after retries is a failure.
+    """One call at the role's temperature, ended by ``deadline``; a call that failed after
+    retries is a failure, which keeps the client's words and what the call cost.
 
     ``LLMFatalError`` is not caught: nothing later in the run could succeed.
     """
@@ -115,9 +129,18 @@ def ask(
             messages,
             temperature=config.temperature_for(role),
             max_tokens=config.max_output_tokens,
+            deadline=deadline,
+            role=role,
         )
     except LLMCallFailed as err:
-        return failure(role, "llm_call_failed", None, error=data_block(str(err), "the error"))
+        failed = failure(role, "llm_call_failed", None, error=data_block(str(err), "the error"))
+        failed.call = FailedCall(
+            error=str(err),
+            seconds=err.seconds,
+            attempts=err.attempts,
+            out_of_time=isinstance(err, LLMDeadlineReached),
+        )
+        return failed
 
 
 def require_role(window: ContextWindow, role: Role) -> None:

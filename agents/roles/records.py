@@ -68,6 +68,18 @@ class Draft(BaseModel):
     note: str = Field(default="", description="The model's text outside the code, trimmed.")
 
 
+class FailedCall(BaseModel):
+    """A call to the model that the client gave up on, as the trajectory and the terminal show
+    it."""
+
+    error: str = Field(description="The client's words: what failed, where, what to do.")
+    seconds: float = Field(ge=0, description="Wall time of the call, retries included.")
+    attempts: int = Field(ge=0, description="HTTP requests made (0: none was sent).")
+    out_of_time: bool = Field(
+        default=False, description="The caller's deadline ended it: the search is out of time."
+    )
+
+
 class RoleFailure(BaseModel):
     """A role's attempt that produced nothing usable; recorded on the step and fed back."""
 
@@ -75,3 +87,6 @@ class RoleFailure(BaseModel):
     kind: FailureKind
     detail: str = Field(description="What was wrong, written for the model to act on.")
     reply: Reply | None = Field(default=None, description="None when the call itself failed.")
+    call: FailedCall | None = Field(
+        default=None, description="The failed call, when the failure is the call's (no reply)."
+    )

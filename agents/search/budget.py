@@ -6,7 +6,8 @@ per run (one run is one pull request's measure job, or one command). A call's co
 ``usage`` says, priced by ``LLMConfig.prices``. A model without a price has an unknown cost, so
 a dollar cap cannot see it: its tokens count against a token cap instead (``max_unpriced_tokens``,
 the same per run). The caps are checked before every call of the model, so a search passes a cap
-by one call at most and stops between steps, with the trajectory saved.
+by one call at most and stops between steps, with the trajectory saved. The wall time is a
+deadline for each call as it runs (``Budget.deadline``): a call cut short by it ends the search.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
 
+from agents.llm.client import Deadline
 from agents.search.tree import LLMCall
 
 
@@ -86,8 +88,20 @@ class Budget(BaseModel):
         if self.spent_attempts >= self.attempts:
             return f"{self.attempts} attempts"
         if self.max_seconds is not None and self.spent_seconds >= self.max_seconds:
-            return f"{self.max_seconds:.0f} s of wall time"
+            return self.time_cap()
         return self.spend_cap()
+
+    def time_cap(self) -> str:
+        """The wall-time budget, as ``exhausted`` names it when it runs out."""
+        return f"{self.max_seconds or 0:.0f} s of wall time"
+
+    def deadline(self, base_seconds: float = 0.0) -> Deadline | None:
+        """When the wall time runs out, for the calls of the model to end by (``base_seconds``:
+        spent before a resume, as for ``tick``); None without a time budget."""
+        if self.max_seconds is None:
+            return None
+        at = self.started + self.max_seconds - base_seconds
+        return Deadline(at=at, what=f"the search's --max-time of {self.max_seconds:g} s")
 
     def spend_cap(self, pending: Spend | None = None) -> str:
         """Which spend cap is reached with ``pending`` (calls of a step not yet charged) on
