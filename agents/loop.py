@@ -30,12 +30,17 @@ from agents.search.tree import Node, Tree
 from agents.team import Proposal, Team
 from agents.trajectory import Trajectory
 from harness.accept import honest_baseline
+from harness.lifetime import OutOfTime
 from harness.records import Candidate, EvalResult, Problem
 from harness.redact import scrub, scrub_record
 
 
 class CandidateEvaluator(Protocol):
-    """What the loop needs of an evaluator (``harness.evaluate.Evaluator``, or a recorded one)."""
+    """What the loop needs of an evaluator (``harness.evaluate.Evaluator``, or a recorded one).
+    ``deadline`` (``time.monotonic()``): no candidate runs past it; reaching it raises
+    ``OutOfTime``."""
+
+    deadline: float | None
 
     def prebuild(self, problem: Problem, candidates: list[Candidate]) -> None: ...
 
@@ -110,6 +115,7 @@ def search(
     tree, budget = trajectory.tree, trajectory.budget
     resumed_at = budget.spent_seconds
     deadline = budget.deadline(resumed_at)  # every call of the model ends by then
+    evaluator.deadline = deadline.at if deadline else None  # and every candidate's run
     try:
         # The offline proposer's kernel, or what an interrupted run left unevaluated.
         evaluate_children(problem, evaluator, tree, pending(tree))
@@ -132,10 +138,15 @@ def search(
                 stop = budget.time_cap()
                 break
         trajectory.stopped = f"budget reached: {stop}"
+    except OutOfTime:  # a candidate's run cut short: unevaluated, so --resume runs it again
+        budget.tick(resumed_at)
+        trajectory.stopped = f"budget reached: {budget.time_cap()}"
+        progress(f"{trajectory.target}: the time budget ran out while a candidate ran")
     except KeyboardInterrupt:
         trajectory.stopped = "interrupted"
         raise
     finally:
+        evaluator.deadline = None  # the evaluator goes on with the run's next target
         trajectory.save(path)  # Ctrl-C, a fatal LLM error: what was found is kept
     return trajectory
 

@@ -7,7 +7,6 @@ which answers each candidate source with the result the trajectory holds for it.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from agents.context import Reference
@@ -18,6 +17,7 @@ from agents.search.budget import Budget
 from agents.search.tree import Tree
 from agents.team import Team, TeamConfig
 from agents.trajectory import Trajectory
+from harness import lifetime
 from harness.records import Candidate, EvalResult, Problem
 
 # The recorded budget's limits, the run's caps and what the run's earlier targets spent.
@@ -36,7 +36,8 @@ class RecordedEvaluator:
             for node in trajectory.tree.nodes.values()
             if node.source and node.result is not None
         }
-        self.work_dir = Path(tempfile.mkdtemp(prefix="kernelpilot-replay-"))
+        self.work_dir = lifetime.scratch("replay-")
+        self.deadline: float | None = None
 
     def progress(self, message: str) -> None:
         pass

@@ -54,6 +54,8 @@ class SimTeam:
 
 
 class SimEvaluator:
+    deadline: float | None = None
+
     def prebuild(self, problem: Problem, candidates: list[Candidate]) -> None:
         pass
 

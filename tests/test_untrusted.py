@@ -216,6 +216,7 @@ class RecordedVerdicts:
 
     def __init__(self, result: EvalResult) -> None:
         self.result = result
+        self.deadline: float | None = None
 
     def prebuild(self, problem: Problem, candidates: list[Candidate]) -> None:
         pass

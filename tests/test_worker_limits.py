@@ -45,3 +45,30 @@ def test_a_deadline_stops_a_candidate_as_out_of_time_not_as_its_failure(problem,
     evaluator.deadline = time.monotonic() + 5
     with pytest.raises(OutOfTime):
         evaluator.evaluate(problem, _candidate("spin"))
+
+
+def test_max_time_cuts_a_candidates_run_short_and_resume_runs_it_again(tmp_path):
+    import json
+
+    from agents.loop import pending
+    from agents.trajectory import Trajectory
+    from tests.interrupting import environment, leftovers, run_cli
+    from tests.test_agent_loop import code, plan
+
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.kernelpilot.eval]\ncompile_baseline = false\nrun_timeout_s = 600\n"
+        "[tool.kernelpilot.search]\nseed_offline = false\n"
+    )
+    script = tmp_path / "script.json"
+    line = "        return torch.tanh(x) * self.scale + x"
+    script.write_text(json.dumps([{"text": plan(line, "A loop.")},
+                                  {"text": code((FIXTURES / "isolation_spin.py").read_text())}]))  # fmt: skip
+    ran = run_cli(["optimize", str(FIXTURES / "scale_problem.py"), "--device", "cpu", "--llm",
+                   "scripted", "--script", str(script), "--max-time", "20", "--out",
+                   str(tmp_path / "out")], tmp_path, environment(tmp_path))  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert "the time budget ran out while a candidate ran" in ran.stderr
+    trajectory = Trajectory.load(tmp_path / "out" / "trajectory-scale_problem.json")
+    assert trajectory.stopped == "budget reached: 20 s of wall time"
+    assert len(pending(trajectory.tree)) == 1  # its candidate: evaluated on --resume
+    assert leftovers(ran.mark) == []
