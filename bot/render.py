@@ -114,6 +114,10 @@ def render_markdown(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Statuses shown as JUnit errors (no output was judged), the others as failures.
+ERROR_STATUSES = ("build_error", "runtime_error", "timeout", "harness_error", "error", "weak_spec")
+
+
 def render_junit(report: Report) -> str:
     cases = []
     for row in report.targets:
@@ -125,7 +129,7 @@ def render_junit(report: Report) -> str:
         )
         if row.status == "no_candidate":
             case.add_skipped_info(row.reason)
-        elif row.status in ("build_error", "runtime_error", "timeout", "error", "weak_spec"):
+        elif row.status in ERROR_STATUSES:
             case.add_error_info(row.reason or row.status, row.log)
         elif row.status != "ok":
             case.add_failure_info(row.reason or row.status, row.log)

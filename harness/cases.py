@@ -18,6 +18,7 @@ import torch
 from harness.errors import UserError
 from harness.input_variants import resized_inputs, scaled_inputs, strided_inputs
 from harness.jobs import CaseSpec
+from harness.memory import is_out_of_memory, ran_out
 from harness.problem import DTYPES, call_user, import_source, init_arguments, reference_class
 from harness.records import Problem
 
@@ -35,6 +36,13 @@ def build_reference(problem: Problem, seed: int) -> torch.nn.Module:
     try:
         module = _construct(cls, args, kwargs, seed, problem.device)
     except Exception as err:
+        if is_out_of_memory(err):
+            raise UserError(
+                f"constructing {problem.class_name}(*{args!r}, **{kwargs!r}) {ran_out(err)}",
+                where=str(problem.source_path),
+                fix="construct it with smaller sizes (get_init_inputs() or init_args/init_kwargs "
+                "in [tool.kernelpilot]), or raise the limit",
+            ) from err
         raise UserError(
             f"constructing {problem.class_name}(*{args!r}, **{kwargs!r}) raised "
             f"{type(err).__name__}: {err}",

@@ -1,4 +1,4 @@
-"""User-facing errors: what was wrong, where, and what to do."""
+"""User-facing errors (what was wrong, where, and what to do), and kernelpilot's own failures."""
 
 from __future__ import annotations
 
@@ -19,3 +19,11 @@ class UserError(Exception):
         if self.fix:
             lines.append(f"  fix: {self.fix}")
         return "\n".join(lines)
+
+
+KERNELPILOT_BUG = "kernelpilot failed (this is a kernelpilot bug; please report it)"
+
+
+class HarnessError(RuntimeError):
+    """kernelpilot's own code failed in a worker: not the user's input, not the candidate's
+    kernel. Raised (our bugs raise), with the worker's traceback in its text."""

@@ -144,7 +144,10 @@ class CandidateReport(BaseModel):
         description="The CUDA kernels the candidate's last (profiled) call launched: the parent "
         "checks that one is its own, not a kernel the reference launches too.",
     )
-    network_isolated: bool = False
+    network_isolated: bool | None = Field(
+        default=None,
+        description="Whether the worker had no network; None: it did not get as far as to say.",
+    )
     device_name: str = ""
     torch_version: str = ""
     phase_seconds: dict[str, float] = Field(
@@ -192,3 +195,10 @@ class UserErrorReport(BaseModel):
     what: str
     where: str = ""
     fix: str = ""
+
+
+class HarnessErrorReport(BaseModel):
+    """kernelpilot's own code raised inside a worker (``harness.blame``); the traceback is in
+    the worker's log."""
+
+    what: str

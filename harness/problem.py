@@ -20,6 +20,7 @@ import torch
 
 from harness.config import ProjectConfig, TargetConfig, find_pyproject, load_project_config
 from harness.errors import UserError
+from harness.memory import is_out_of_memory, ran_out
 from harness.records import Problem
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -252,10 +253,17 @@ def init_arguments(problem: Problem) -> tuple[list, dict]:
 
 
 def call_user(fn, path: Path):
-    """Call one of the user's no-argument functions; what it raises is a UserError."""
+    """Call one of the user's no-argument functions; what it raises is a UserError (running
+    out of memory said as such: no argument would help there)."""
     try:
         return fn()
     except Exception as err:
+        if is_out_of_memory(err):
+            raise UserError(
+                f"{fn.__name__}() {ran_out(err)}",
+                where=str(path),
+                fix=f"make {fn.__name__}() return smaller inputs, or raise the limit",
+            ) from err
         raise UserError(
             f"{fn.__name__}() raised {type(err).__name__}: {err}",
             where=str(path),

@@ -13,13 +13,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class Status(str, Enum):
-    """The verdict on one candidate. Everything but ``ok`` is a failure of the candidate."""
+    """The verdict on one candidate. Everything but ``ok`` and ``harness_error`` is a failure
+    of the candidate; ``harness_error``: kernelpilot's own code failed (a bug of ours), so the
+    candidate is neither right nor wrong."""
 
     build_error = "build_error"
     runtime_error = "runtime_error"
     timeout = "timeout"
     incorrect = "incorrect"
     rejected = "rejected"
+    harness_error = "harness_error"
     ok = "ok"
 
 

@@ -15,8 +15,14 @@ import torch
 from harness.bubblewrap import problem_view
 from harness.buildcache import default_cache_dir
 from harness.config import EvalConfig
-from harness.errors import UserError
-from harness.jobs import CaseSpec, ReferenceReport, WorkerJob, reference_file
+from harness.errors import HarnessError, UserError
+from harness.jobs import (
+    CaseSpec,
+    HarnessErrorReport,
+    ReferenceReport,
+    WorkerJob,
+    reference_file,
+)
 from harness.records import Problem
 from harness.sandbox import WorkerOutcome, run_worker
 
@@ -79,9 +85,11 @@ def reference_data(
     )
     job_dir = Path(tempfile.mkdtemp(prefix="reference-", dir=work_dir))
     (job_dir / "job.json").write_text(job.model_dump_json())
-    # The reference is the user's own code: no memory limit beyond the machine's.
+    # On cpu under the candidates' workers' memory limit: each of them draws the same inputs
+    # and runs the same reference, so a case that does not fit is said here, once.
+    memory = config.memory_limit_gb if problem.device == "cpu" else None
     view = problem_view(problem, job.cache_dir)
-    outcome = run_worker(job_dir, config.run_timeout_s, None, view, config.sandbox)
+    outcome = run_worker(job_dir, config.run_timeout_s, memory, view, config.sandbox)
     try:
         report = ReferenceReport.model_validate(worker_result(outcome, problem))
         data = ReferenceData(report=report, seeds=seeds, recomputed=job.recompute)
@@ -96,10 +104,15 @@ def reference_data(
 
 
 def worker_result(outcome: WorkerOutcome, problem: Problem) -> dict:
-    """The reference worker's report, or a UserError that says what happened."""
+    """The reference worker's report, a UserError that says what happened, or a HarnessError
+    where kernelpilot's own code failed in it."""
     results = outcome.results()
     if len(results) == 1 and results[0]["kind"] == "user_error":
         raise UserError(**results[0]["body"])
+    failures = harness_errors(outcome)
+    if failures:
+        what = HarnessErrorReport.model_validate(failures[0]["body"]).what
+        raise HarnessError(f"{what}\n--- the worker's log ends ---\n{outcome.log_tail[-3000:]}")
     if len(results) == 1 and outcome.returncode == 0:
         return results[0]["body"]
     if outcome.timed_out:
@@ -123,6 +136,11 @@ def worker_result(outcome: WorkerOutcome, problem: Problem) -> dict:
         where=f"{problem.source_path}:{problem.class_name}",
         fix="run the module on its inputs by hand to see the failure",
     )
+
+
+def harness_errors(outcome: WorkerOutcome) -> list[dict]:
+    """The worker's messages saying that kernelpilot's own code failed in it."""
+    return [message for message in outcome.messages if message.get("kind") == "harness_error"]
 
 
 def _memory_gib() -> float:

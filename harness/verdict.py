@@ -11,9 +11,9 @@ from harness.accept import accept, baseline_disturbance, honest_baseline
 from harness.comparator import ComparatorStopped
 from harness.config import EvalConfig
 from harness.errors import UserError
-from harness.jobs import CandidateReport
+from harness.jobs import CandidateReport, HarnessErrorReport
 from harness.records import Check, Disturbance, EvalResult, Problem, Status
-from harness.reference import ReferenceData
+from harness.reference import ReferenceData, harness_errors
 from harness.sandbox import WorkerOutcome
 from harness.tolerance import CaseComparison
 
@@ -32,7 +32,8 @@ def checked_result(
     if comparison is not None:
         checks[1:1] = comparison.checks
         # Outputs before a case that raised are compared too: wrong there comes first.
-        if comparison.failed is not None and status in (None, Status.runtime_error):
+        failed_run = (None, Status.runtime_error, Status.harness_error)
+        if comparison.failed is not None and status in failed_run:
             wrong = Status.runtime_error if comparison.stopped else Status.incorrect
             status, reason = wrong, comparison.failed
         elif comparison.compared < len(data.cases) and status is None:
@@ -74,7 +75,7 @@ def timed_result(
     checks (a later check of the same name stands in for the earlier one), its own-kernel
     check, the baseline disturbance and the speedups."""
     result = checked.model_copy(deep=True)
-    network = next(c for c in result.checks if c.name == "network_isolated")
+    network = next((c for c in result.checks if c.name == "network_isolated"), None)
     later = {check.name for check in report.checks}
     result.checks = [c for c in result.checks if c.name not in later and c is not network]
     result.checks += report.checks
@@ -95,11 +96,18 @@ def timed_result(
     result.time_breakdown = report.time_breakdown
     if result.status is Status.ok:
         judge_timing(result, config)
-    _network_check(result, network.passed and report.network_isolated)
+    # Each worker that got as far as to check counts; a timing worker that died does not.
+    found = [] if network is None else [network.passed]
+    if report.network_isolated is not None:
+        found.append(report.network_isolated)
+    _network_check(result, all(found) if found else None)
     return result
 
 
-def _network_check(result: EvalResult, isolated: bool) -> None:
+def _network_check(result: EvalResult, isolated: bool | None) -> None:
+    """The network check's line, where a worker got as far as to check (``None``: none did)."""
+    if isolated is None:
+        return
     detail = (
         "no network inside the workers"
         if isolated
@@ -161,7 +169,7 @@ def own_kernels(
 
 def candidate_report(outcome: WorkerOutcome, problem: Problem, timeout: float) -> CandidateReport:
     """The worker's one result from its channel, or why there is none."""
-    results = outcome.results()
+    results = outcome.results() + harness_errors(outcome)
     if len(results) > 1 or outcome.channel_error:
         return CandidateReport(
             status=Status.rejected,
@@ -170,6 +178,11 @@ def candidate_report(outcome: WorkerOutcome, problem: Problem, timeout: float) -
         )
     if results and results[0]["kind"] == "user_error":
         raise UserError(**results[0]["body"])
+    if results and results[0]["kind"] == "harness_error":
+        failure = HarnessErrorReport.model_validate(results[0]["body"])
+        return CandidateReport(
+            status=Status.harness_error, reason=failure.what, log=outcome.log_tail
+        )
     if results:
         return CandidateReport.model_validate(results[0]["body"])
     if outcome.timed_out:

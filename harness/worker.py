@@ -1,10 +1,12 @@
 """Worker process entry point: ``python -m harness.worker JOB_DIR CHANNEL_FD``.
 
 Reads ``job.json`` (and deletes it: nothing the candidate could read back), runs one job and
-sends its result on the channel, a pipe the parent gave it: a ``report`` message, or a
-``user_error`` message when the user's reference or inputs are at fault. Then it ends with
-``os._exit``: no exit handler registered by candidate code runs after the result is sent.
-Anything else that goes wrong ends the process with a traceback in its log, and no result.
+sends its result on the channel, a pipe the parent gave it: a ``report`` message, a
+``user_error`` message when the user's reference or inputs are at fault, or a
+``harness_error`` message when kernelpilot's own code raised (``harness.blame``). Then it
+ends with ``os._exit``: no exit handler registered by candidate code runs after the result is
+sent. Anything else that goes wrong (the candidate's code or the module's raised) ends the
+process with a traceback in its log, and no result.
 """
 
 from __future__ import annotations
@@ -13,16 +15,19 @@ import json
 import os
 import platform
 import sys
+import traceback
 from pathlib import Path
 from typing import TextIO
 
 import torch
 
+from harness.blame import raised_by_kernelpilot
 from harness.buildstore import BuildSpec, Built
-from harness.errors import UserError
+from harness.errors import KERNELPILOT_BUG, UserError
 from harness.jobs import (
     BaselineReport,
     CandidateReport,
+    HarnessErrorReport,
     ReferenceReport,
     UserErrorReport,
     WorkerJob,
@@ -96,10 +101,28 @@ def run(job: WorkerJob, job_dir: Path, channel: TextIO) -> tuple[str, dict]:
         return "user_error", UserErrorReport(
             what=err.what, where=err.where, fix=err.fix
         ).model_dump()
+    except Exception as err:
+        if not raised_by_kernelpilot(err, _user_files(job, job_dir)):
+            raise  # the candidate's or the module's: the worker dies with its traceback
+        traceback.print_exc()  # kept in the worker's log, which the parent reads
+        return "harness_error", HarnessErrorReport(
+            what=f"{KERNELPILOT_BUG}: {type(err).__name__}: {err}"
+        ).model_dump()
     report.device_name = device_name(job.problem.device)
     report.torch_version = torch.__version__
     report.network_isolated = network_isolated()
     return "report", report.model_dump(mode="json")
+
+
+def _user_files(job: WorkerJob, job_dir: Path) -> list[Path]:
+    """The files whose frames are not kernelpilot's wherever they lie: the candidate's, the
+    module's and its input factory's."""
+    problem = job.problem
+    return [
+        job_dir / "candidate.py",
+        problem.source_path,
+        problem.inputs_path or problem.source_path,
+    ]
 
 
 def main(job_dir: Path, channel_fd: int) -> None:

@@ -31,10 +31,15 @@ from harness.devices import copy_bandwidth_gbs, matmul_tflops
 from harness.errors import UserError
 from harness.input_variants import wide_scale
 from harness.jobs import CaseSpec, ReferenceReport, WorkerJob, reference_file
+from harness.memory import is_out_of_memory
 from harness.profiling import OpProfile, profile_forward
 from harness.records import AuditFinding, AuditReport
 from harness.reference_forward import (
     as_outputs,
+    check_dtypes,
+    check_not_empty,
+    check_unchanged,
+    copies,
     describe_inputs,
     finite,
     nonfinite_error,
@@ -75,7 +80,12 @@ class ReferenceRun:
         self.tol: Tolerance = tolerance_for(
             self.problem.dtype, self.problem.atol, self.problem.rtol
         )
-        self.where = f"{self.problem.source_path}:{self.problem.class_name}.forward"
+        self.forward_name = f"{self.problem.class_name}.forward"
+        self.where = f"{self.problem.source_path}:{self.forward_name}"
+        self.inputs_where = (
+            f"{self.problem.inputs_path or self.problem.source_path}: "
+            f"{self.problem.inputs_fn or 'inputs'}()"
+        )
         self.phase = Phases(self.problem.device)
         self.on_cuda = self.problem.device == "cuda"
         self.io_bytes = 0
@@ -110,7 +120,7 @@ class ReferenceRun:
             try:
                 inputs = case_inputs(self.problem, spec, strengthened)
             except torch.OutOfMemoryError as err:
-                raise out_of_memory(self.problem, [], spec.name) from err
+                raise out_of_memory(self.problem, [], spec.name, err) from err
         if inputs is None:
             return None
         if spec.kind == "variant":
@@ -119,9 +129,8 @@ class ReferenceRun:
             )
         elif spec.kind == "wide":
             spec.name = f"inputs scaled x{wide_scale(spec.seed):.1f}"
-        module = case_module(self.base, spec)
-        with self.phase("forward"):
-            outputs = as_outputs(self.forward(module, inputs, spec.name), self.where)
+        spec.input_digest = input_digest(inputs)  # as drawn: what every worker draws again
+        outputs = self.checked_forward(case_module(self.base, spec), inputs, spec)
         if not finite(outputs):
             return None
         if audit is not None:
@@ -130,7 +139,6 @@ class ReferenceRun:
         if spec.kind == "seed" and spec.reference_case == 0:
             self.io_bytes = sum(tensor_bytes(x) for x in [*inputs, *outputs])
             self.input_summary = describe_inputs(inputs)
-        spec.input_digest = input_digest(inputs)
         spec.output_meta = [
             (list(out.shape), str(out.dtype).removeprefix("torch.")) for out in outputs
         ]
@@ -140,13 +148,31 @@ class ReferenceRun:
                 torch.save(cpu, self.job_dir / reference_file(spec.reference_case))
         return outputs
 
+    def checked_forward(
+        self, module: torch.nn.Module, inputs: list, spec: CaseSpec
+    ) -> list[torch.Tensor]:
+        """The case's outputs. On a seed case, where the inputs and outputs are as the user's
+        code gives them, what the harness cannot verify is refused first: dtypes it does not
+        handle, a forward that changes its inputs in place, empty outputs."""
+        seed = spec.kind == "seed"
+        if seed:
+            check_dtypes(inputs, "the forward's input", self.inputs_where, "return these dtypes")
+        before = copies(inputs) if seed else []
+        with self.phase("forward"):
+            outputs = as_outputs(self.forward(module, inputs, spec.name), self.where)
+        if seed:
+            check_unchanged(inputs, before, self.forward_name, self.where)
+            check_dtypes(outputs, "the forward's output", self.where, "return these dtypes")
+            check_not_empty(inputs, outputs, self.where, self.inputs_where)
+        return outputs
+
     def forward(self, module: torch.nn.Module, inputs: list, case: str):
         with torch.no_grad():
             try:
                 return module(*inputs)
-            except torch.OutOfMemoryError as err:
-                raise out_of_memory(self.problem, inputs, case) from err
             except Exception as err:  # the user's forward: any failure is theirs to fix
+                if is_out_of_memory(err):
+                    raise out_of_memory(self.problem, inputs, case, err) from err
                 raise UserError(
                     f"the reference forward raised {type(err).__name__}: {err}",
                     where=self.where,

@@ -942,6 +942,36 @@ DEFENSES: list[Defense] = [
         "runs-on: [self-hosted, gpu, kernelpilot-pr]",
         ("tests/test_workflows.py", "-k", "runners_of_their_own"),
     ),
+    # --- blame that is right (issue 23: harness/worker.py, blame.py, verdict.py,
+    # worker_reference.py, reference_forward.py) -----------------------------------------------
+    Defense(
+        "harness_bug_named",  # kernelpilot's own exception: the candidate's "worker died"
+        "harness/worker.py",
+        "        if not raised_by_kernelpilot(err, _user_files(job, job_dir)):",
+        "        if True:",
+        ("tests/test_blame.py", "-k", "harness_bug_in_the_checks_worker"),
+    ),
+    Defense(
+        "network_line_only_when_checked",  # a dead worker: a false "no private namespace"
+        "harness/jobs.py",
+        "    network_isolated: bool | None = Field(\n        default=None,",
+        "    network_isolated: bool | None = Field(\n        default=False,",
+        ("tests/test_channel.py", "-k", "network"),
+    ),
+    Defense(
+        "verified_dtypes",  # complex inputs: the guard fill crashed in the candidate's worker
+        "harness/worker_reference.py",
+        "            check_dtypes(inputs, ",
+        "            0 and check_dtypes(inputs, ",
+        ("tests/test_blame.py", "-k", "complex"),
+    ),
+    Defense(
+        "reference_leaves_inputs_unchanged",  # blamed on the input factory's randomness
+        "harness/worker_reference.py",
+        "            check_unchanged(inputs, before, self.forward_name, self.where)",
+        "            pass",
+        ("tests/test_blame.py", "-k", "in_place"),
+    ),
 ]
 
 

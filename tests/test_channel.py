@@ -52,6 +52,37 @@ def test_no_result_is_a_dead_worker_or_a_timeout():
     assert slow.status is Status.timeout
 
 
+def test_a_harness_error_is_kernelpilots_and_counts_as_a_result():
+    """kernelpilot's own failure in the worker (``harness.blame``) is no verdict on the
+    candidate; sent beside a report, it is a second result: a tampered channel."""
+    said = {"kind": "harness_error", "body": {"what": "kernelpilot failed (...): TypeError: x"}}
+    got = candidate_report(outcome(said, returncode=3, log_tail="Traceback ..."), PROBLEM, 9)
+    assert got.status is Status.harness_error and got.reason.endswith("TypeError: x")
+    assert got.log == "Traceback ..."
+    assert candidate_report(outcome(said, report_message()), PROBLEM, 9).status is Status.rejected
+
+
+def test_no_network_line_for_a_worker_that_did_not_check():
+    """A worker that died before it reported never checked the network: its verdict has no
+    network_isolated line (it had a false 'the OS did not allow a private network
+    namespace'); a timing worker that died leaves the checks' worker's line as it was."""
+    data = ReferenceData(
+        report=ReferenceReport(audit=AuditReport(problem="p", weak=False), strengthened=False),
+        seeds=[1],
+    )
+    died = candidate_report(outcome(returncode=-11, signal_name="SIGSEGV"), PROBLEM, 9)
+    result = checked_result(PROBLEM, fast_config(), data, died, None)
+    assert "network_isolated" not in [check.name for check in result.checks]
+    comparison = CaseComparison(failed=None, compared=0, checks=[], max_abs_error=0, rel_error=0)
+    checked = checked_result(
+        PROBLEM, fast_config(), data, CandidateReport(network_isolated=True), comparison
+    )
+    timed = timed_result(checked, died, fast_config(), list)
+    assert [(c.name, c.passed) for c in timed.checks if c.name == "network_isolated"] == [
+        ("network_isolated", True)
+    ]
+
+
 def test_success_without_the_parents_comparison_is_not_ok():
     data = ReferenceData(
         report=ReferenceReport(audit=AuditReport(problem="p", weak=False), strengthened=False),

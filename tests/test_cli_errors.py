@@ -13,6 +13,7 @@ from tests.conftest import FIXTURES, ROOT
 BAD = FIXTURES / "bad"
 PROBLEM = str(FIXTURES / "scale_problem.py")
 FAST = ["--no-compile-baseline", "--time-budget", "0.1", "--device", "cpu"]
+HONEST = str(FIXTURES / "isolation_honest.py")
 
 
 def run(*args: str, env: dict | None = None):
@@ -31,6 +32,8 @@ def run(*args: str, env: dict | None = None):
         (["audit", str(BAD / "non_tensor_inputs.py"), "--device", "cpu"], "not a tensor or number"),
         (["audit", str(BAD / "raising_inputs.py"), "--device", "cpu"], "dataset missing"),
         (["audit", str(BAD / "nonfinite_reference.py"), "--device", "cpu"], "holds NaN or Inf"),
+        # It was the candidate's runtime_error: the harness's guard fill crashed on complex64.
+        (["evaluate", str(BAD / "complex_inputs.py"), HONEST, *FAST], "input 0 is complex64"),
     ],
 )
 def test_user_errors(args, expected):
