@@ -19,10 +19,10 @@ from bot.run import RunOptions, project_eval_config, resolve_targets, run_target
 from bot.team import project
 from harness import lifetime
 from harness.devices import check_toolchain, resolve_device
-from harness.errors import UserError
+from harness.errors import HarnessError, UserError
 from harness.evaluate import Evaluator
 from harness.problem import problem_from_target
-from harness.records import Candidate, Problem
+from harness.records import Candidate, Problem, Status
 from harness.redact import scrub
 
 DEVICE = click.option(
@@ -149,11 +149,13 @@ def _run(verbose: bool, action, interrupted: Callable[[], str] | None = None) ->
     except (click.ClickException, click.exceptions.Exit, click.Abort):
         raise
     except KeyboardInterrupt as err:
-        kept = interrupted() if interrupted else "nothing was written"
+        kept = interrupted() if interrupted else "what it wrote before is kept"
         click.echo(f"\ninterrupted: every worker was stopped; {kept}", err=True)
         sys.exit(err.exit_code if isinstance(err, lifetime.Interrupted) else 130)
-    except Exception:  # noqa: BLE001 - the last word on a failure no one else caught
-        click.echo(scrub(traceback.format_exc()), err=True)
+    except Exception as err:  # noqa: BLE001 - the last word on a failure no one else caught
+        # A worker's own failure already holds the worker's traceback; ours is of no use then.
+        shown = str(err) if isinstance(err, HarnessError) else traceback.format_exc()
+        click.echo(scrub(shown), err=True)
         click.echo(
             "error: kernelpilot failed (this is a kernelpilot bug, not your module's or a "
             "candidate's)\n  fix: report it with the traceback above at "
@@ -278,7 +280,8 @@ def evaluate(
 ) -> None:
     """Verify and time a hand-written CANDIDATE (a file defining ModelNew) against PROBLEM.
 
-    Exits 0 only if the candidate is verified correct; 1 if it is not; 2 on bad input.
+    Exits 0 only if the candidate is verified correct; 1 if it is not; 2 on bad input; 3 when
+    kernelpilot itself failed (a bug of ours, never the candidate's).
     """
 
     def action() -> None:
@@ -296,7 +299,8 @@ def evaluate(
             click.echo(f"  {'pass' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
         if result.log and result.status.value != "ok":
             click.echo(f"\n--- log (end) ---\n{result.log[-2000:]}")
-        sys.exit(0 if result.status.value == "ok" else 1)
+        failed = 3 if result.status is Status.harness_error else 1  # ours, not the candidate's
+        sys.exit(0 if result.status is Status.ok else failed)
 
     _run(verbose, action, lambda: "the candidate was not verified and no report was written")
 

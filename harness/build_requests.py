@@ -82,7 +82,7 @@ class ParentBuilder:
         if outcome.timed_out:
             return f"the build took longer than {self.timeout_s:.0f} s"
         results = outcome.results()
-        if len(results) != 1:
+        if len(results) != 1 or results[0]["kind"] != "report":
             return f"the compiler's worker ended without a report:\n{outcome.log_tail}"
         error = results[0]["body"].get("error")
         return None if error is None else str(error)

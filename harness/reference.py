@@ -109,11 +109,11 @@ def worker_result(outcome: WorkerOutcome, problem: Problem) -> dict:
     results = outcome.results()
     if len(results) == 1 and results[0]["kind"] == "user_error":
         raise UserError(**results[0]["body"])
-    failures = harness_errors(outcome)
+    failures = [message for message in results if message["kind"] == "harness_error"]
     if failures:
         what = HarnessErrorReport.model_validate(failures[0]["body"]).what
         raise HarnessError(f"{what}\n--- the worker's log ends ---\n{outcome.log_tail[-3000:]}")
-    if len(results) == 1 and outcome.returncode == 0:
+    if len(results) == 1 and outcome.returncode == 0 and results[0]["kind"] == "report":
         return results[0]["body"]
     if outcome.timed_out:
         raise UserError(
@@ -136,11 +136,6 @@ def worker_result(outcome: WorkerOutcome, problem: Problem) -> dict:
         where=f"{problem.source_path}:{problem.class_name}",
         fix="run the module on its inputs by hand to see the failure",
     )
-
-
-def harness_errors(outcome: WorkerOutcome) -> list[dict]:
-    """The worker's messages saying that kernelpilot's own code failed in it."""
-    return [message for message in outcome.messages if message.get("kind") == "harness_error"]
 
 
 def _memory_gib() -> float:

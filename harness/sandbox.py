@@ -37,6 +37,7 @@ RUNNER_PREFIXES = ("GITHUB_", "ACTIONS_", "RUNNER_", "INPUT_", "OPENAI_")
 WORKER_ENTRY = "harness.worker"
 LOG_LIMIT = 8000  # characters of a worker's output kept for the report and the debugger
 CHANNEL_LIMIT = 16 * 2**20  # bytes a worker may send on its channel
+RESULT_KINDS = ("report", "user_error", "harness_error")
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
 
@@ -61,8 +62,9 @@ class WorkerOutcome(BaseModel):
     )
 
     def results(self) -> list[dict]:
-        """The final messages ("report" or "user_error"); an honest worker sends one."""
-        return [m for m in self.messages if m.get("kind") in ("report", "user_error")]
+        """The final messages ("report", "user_error", or "harness_error" where kernelpilot's
+        own code failed in the worker); an honest worker sends one."""
+        return [m for m in self.messages if m.get("kind") in RESULT_KINDS]
 
 
 def clean_environment() -> dict[str, str]:

@@ -13,7 +13,7 @@ from harness.config import EvalConfig
 from harness.errors import UserError
 from harness.jobs import CandidateReport, HarnessErrorReport
 from harness.records import Check, Disturbance, EvalResult, Problem, Status
-from harness.reference import ReferenceData, harness_errors
+from harness.reference import ReferenceData
 from harness.sandbox import WorkerOutcome
 from harness.tolerance import CaseComparison
 
@@ -169,7 +169,7 @@ def own_kernels(
 
 def candidate_report(outcome: WorkerOutcome, problem: Problem, timeout: float) -> CandidateReport:
     """The worker's one result from its channel, or why there is none."""
-    results = outcome.results() + harness_errors(outcome)
+    results = outcome.results()
     if len(results) > 1 or outcome.channel_error:
         return CandidateReport(
             status=Status.rejected,
