@@ -18,6 +18,7 @@ from agents.search.tree import Tree
 from agents.team import Team, TeamConfig
 from agents.trajectory import Trajectory
 from harness import lifetime
+from harness.files import read_user_text
 from harness.records import Candidate, EvalResult, Problem
 
 # The recorded budget's limits, the run's caps and what the run's earlier targets spent.
@@ -71,7 +72,7 @@ def replay(trajectory: Trajectory, llm: LLMConfig, config: SearchConfig, out: Pa
     """Run the loop again on ``trajectory``'s replies and verdicts; returns the new one."""
     problem = trajectory.problem
     reference = Reference(
-        source=problem.source_path.read_text(),
+        source=read_user_text(problem.source_path, "Python file"),
         class_name=problem.class_name,
         device=problem.device,
         dtype=problem.dtype,

@@ -41,12 +41,10 @@ class Trajectory(BaseModel):
     @classmethod
     def load(cls, path: Path) -> Trajectory:
         from harness.errors import UserError
+        from harness.files import read_user_text
 
         fix = "pass the trajectory-*.json that an earlier optimize run wrote to its --out"
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            raise UserError(f"cannot resume from {path}: {err}", str(path), fix) from err
+        text = read_user_text(path, "trajectory")
         try:
             trajectory = cls.model_validate_json(text)
         except ValidationError as err:

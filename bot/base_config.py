@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 from bot.git import file_at
 from harness.config import EvalConfig, ProjectConfig, find_pyproject, project_config
 from harness.errors import UserError
+from harness.files import decode_user_text
 from harness.records import Problem
 from harness.tolerance import tolerance_for
 
@@ -164,9 +165,10 @@ def kernelpilot_table(repo: Path, commit: str, pyproject: str) -> dict | None:
 
 
 def _parse(raw: bytes, where: str) -> dict:
+    text = decode_user_text(raw, where)
     try:
-        return tomllib.loads(raw.decode("utf-8-sig"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
         raise UserError(f"not valid TOML: {err}", where=where, fix="fix the TOML") from None
 
 

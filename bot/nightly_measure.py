@@ -30,6 +30,7 @@ from bot.shipped import ShippedKernel, staleness
 from harness.baseline import time_baselines
 from harness.errors import UserError
 from harness.evaluate import Evaluator
+from harness.files import read_user_text
 from harness.problem import problem_from_target
 from harness.records import Candidate, EvalResult
 from harness.worker import device_name
@@ -169,7 +170,7 @@ def _verified(tonight: Tonight, kernel: ShippedKernel) -> EvalResult:
     problem = problem_from_target(
         f"{tonight.repo / kernel.module_path}:{kernel.class_name}", tonight.device, None
     )
-    source = (tonight.repo / kernel.path).read_text(encoding="utf-8")
+    source = read_user_text(tonight.repo / kernel.path, "shipped kernel")
     return tonight.evaluator.evaluate(problem, Candidate(source=source, origin="shipped"))
 
 

@@ -19,6 +19,7 @@ from agents.loop import SearchConfig
 from agents.team import Team, TeamConfig
 from harness.config import ProjectConfig, find_pyproject, load_project_config
 from harness.errors import UserError
+from harness.files import read_user_text
 from harness.records import Problem
 
 Checked = TypeVar("Checked", bound=BaseModel)
@@ -82,7 +83,7 @@ def make_team(config: LLMConfig, problem: Problem, progress: Progress | None = N
     """The team for one target: the client, and the reference module it works on.
     ``progress``: where the client reports each attempt, wait and failure of its calls."""
     reference = Reference(
-        source=problem.source_path.read_text(),
+        source=read_user_text(problem.source_path, "Python file"),
         class_name=problem.class_name,
         device=problem.device,
         dtype=problem.dtype,

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.errors import UserError
+from harness.files import read_user_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -194,9 +195,9 @@ def project_config(table: dict, where: str) -> ProjectConfig:
 
 
 def _read_toml(path: Path) -> dict:
+    text = read_user_text(path, "pyproject.toml")
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise UserError(
             f"cannot parse TOML: {err}", where=str(path), fix="fix the syntax"

@@ -20,6 +20,7 @@ import torch
 
 from harness.config import ProjectConfig, TargetConfig, find_pyproject, load_project_config
 from harness.errors import UserError
+from harness.files import read_user_text
 from harness.memory import is_out_of_memory, ran_out
 from harness.records import Problem
 
@@ -63,7 +64,7 @@ def problem_from_config(entry: TargetConfig, root: Path, device: str, dtype: str
     if isinstance(entry.inputs, str):
         fn_path, _, inputs_fn = entry.inputs.partition(":")
         inputs_path = (root / fn_path).resolve()
-        if not inputs_fn or not _defines(inputs_path, inputs_fn):
+        if not inputs_fn or not inputs_path.is_file() or not _defines(inputs_path, inputs_fn):
             raise UserError(
                 f"input factory {entry.inputs!r} not found",
                 where=where,
@@ -148,11 +149,13 @@ def _check_source(path: Path, class_name: str) -> None:
 
 
 def _parse(path: Path) -> ast.Module:
+    source = read_user_text(path, "Python file")
     try:
-        return ast.parse(path.read_text(), filename=str(path))
-    except SyntaxError as err:
+        return ast.parse(source, filename=str(path))
+    except SyntaxError as err:  # a NUL byte's has no line
+        where = f"{path}:{err.lineno}" if err.lineno else str(path)
         raise UserError(
-            f"syntax error: {err.msg}", where=f"{path}:{err.lineno}", fix="fix the Python syntax"
+            f"syntax error: {err.msg}", where=where, fix="fix the Python syntax"
         ) from None
 
 

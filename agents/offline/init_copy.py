@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch.nn as nn
 
+from harness.files import read_user_text
+
 PROVIDED = {"torch", "nn", "F", "math", "load_inline"}
 _MODULES = {"torch": "torch", "torch.nn": "nn", "torch.nn.functional": "F", "math": "math"}
 
@@ -40,7 +42,7 @@ def copy_constructor(source_path: Path, class_name: str, reference: type) -> Cop
             f"{class_name} derives from {bases}; only direct nn.Module subclasses "
             "can be rebuilt without importing the reference"
         )
-    tree = ast.parse(source_path.read_text(), filename=str(source_path))
+    tree = ast.parse(read_user_text(source_path, "Python file"), filename=str(source_path))
     found = [
         node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == class_name
     ]

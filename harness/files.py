@@ -1,0 +1,43 @@
+"""The user's files as kernelpilot reads them: every source and configuration file is UTF-8, and
+a file that cannot be read is a UserError naming it (never a UnicodeDecodeError or an OSError's
+traceback)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.errors import UserError
+
+UTF8_FIX = "save it as UTF-8 (kernelpilot reads every source and configuration file as UTF-8)"
+
+
+def read_user_text(path: Path, what: str = "file") -> str:
+    """The text of a file the user gave (a module, a candidate, a pyproject.toml, a script),
+    decoded as UTF-8 (a leading byte-order mark dropped, as Python and pip do)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{what} not found: {path}", fix="check the path") from None
+    except IsADirectoryError:
+        raise UserError(
+            f"{what} {path} is a folder, not a file", where=str(path), fix="name a file"
+        ) from None
+    except OSError as err:
+        raise UserError(
+            f"cannot read {what}: {err.strerror}", where=str(path), fix="check the file"
+        ) from None
+    return decode_user_text(raw, str(path))
+
+
+def decode_user_text(raw: bytes, where: str) -> str:
+    """``raw`` as UTF-8 text; bytes that are not say where they are (``where`` names the file)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise UserError(
+            f"not UTF-8: byte {err.start} (0x{raw[err.start]:02x}, line {line}): {err.reason}",
+            where=f"{where}, byte {err.start}",
+            fix=UTF8_FIX,
+        ) from None
+    return text.removeprefix("\ufeff")
