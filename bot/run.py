@@ -137,8 +137,25 @@ def resolve_targets(
         try:
             resolved.append(problem_from_target(target, options.device, options.dtype))
         except UserError as err:
+            folder = Path(target.partition(":")[0])
+            if target.strip() and folder.is_dir():
+                err = UserError(err.what, err.where, f"{err.fix}\n  or {_configured_hint(folder)}")
             resolved.append(TargetReport.failed(target, options.device, "error", err.render()))
     return resolved
+
+
+def _configured_hint(folder: Path) -> str:
+    """How to optimize a folder's configured targets, for a folder given as a target."""
+    if (folder / "pyproject.toml").is_file():
+        return (
+            f"to optimize the [[tool.kernelpilot.targets]] of {folder / 'pyproject.toml'}, "
+            f"run `kernelpilot optimize` with no target in that folder (cd {folder})"
+        )
+    return (
+        "to optimize every module a project configures, list them as "
+        "[[tool.kernelpilot.targets]] in its pyproject.toml and run `kernelpilot optimize` "
+        "with no target there"
+    )
 
 
 def run_targets(

@@ -30,6 +30,8 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 def problem_from_target(target: str, device: str, dtype: str | None) -> Problem:
     """Resolve a CLI target: ``file.py`` (KernelBench) or ``file.py:ClassName``."""
     path_text, _, class_name = target.partition(":")
+    if not path_text.strip():
+        raise UserError(f"empty target {target!r}", fix=f"name a file: {TARGET_FORMS}")
     path = Path(path_text).resolve()
     _check_source(path, class_name or "Model")
     if not class_name:
@@ -59,6 +61,12 @@ def problem_from_config(entry: TargetConfig, root: Path, device: str, dtype: str
             "target has no class name", where=where, fix="write it as 'file.py:ClassName'"
         )
     path = (root / path_text).resolve()
+    if path.is_dir():
+        raise UserError(
+            f"{path} is a folder, not a Python file",
+            where=where,
+            fix="name the .py file that defines the class: module = 'path/to/file.py:ClassName'",
+        )
     _check_source(path, class_name)
     inputs_path, inputs_fn, shapes = None, None, None
     if isinstance(entry.inputs, str):
@@ -134,7 +142,17 @@ def _kernelbench_problem(path: Path, device: str, dtype: str, class_name: str = 
     )
 
 
+TARGET_FORMS = (
+    "a .py file defining Model, get_inputs() and get_init_inputs() (KernelBench format), or "
+    "path.py:ClassName for a class whose inputs [tool.kernelpilot] configures"
+)
+
+
 def _check_source(path: Path, class_name: str) -> None:
+    if path.is_dir():
+        raise UserError(
+            f"{path} is a folder, not a Python file", fix=f"pass a file: {TARGET_FORMS}"
+        )
     if not path.is_file():
         raise UserError(f"file not found: {path}", fix="check the path of the target")
     tree = _parse(path)

@@ -209,3 +209,32 @@ def test_a_missing_input_factory_file_is_named(tmp_path):
     (tmp_path / "m.py").write_text(PROBLEM_TEXT)
     code, output = run("audit", f"{tmp_path / 'm.py'}:Model", "--device", "cpu")
     clean_error(code, output, "input factory 'gone.py:make' not found", "pyproject.toml")
+
+
+# A folder given where a file belongs.
+
+
+@pytest.mark.parametrize("command", [["audit"], ["evaluate"], ["optimize"]])
+def test_a_folder_as_the_problem_says_what_to_pass(command, tmp_path):
+    args = [*command, str(tmp_path)]
+    if command == ["evaluate"]:
+        args.append(str(FIXTURES / "isolation_honest.py"))
+    code, output = run(*args, "--device", "cpu")
+    clean_error(code, output, "is a folder", "get_inputs()", "path.py:ClassName")
+    assert "not found" not in output
+
+
+def test_optimize_a_project_folder_points_at_its_configured_targets(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.kernelpilot]\n")
+    code, output = run("optimize", str(tmp_path), "--device", "cpu")
+    clean_error(code, output, "is a folder", "with no target", f"cd {tmp_path}")
+
+
+def test_a_configured_module_that_is_a_folder_names_the_entry(tmp_path, monkeypatch):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.kernelpilot]\n[[tool.kernelpilot.targets]]\nmodule = "models:Act"\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    code, output = run("optimize", "--device", "cpu")
+    clean_error(code, output, "is a folder", "module = 'models:Act'", "path/to/file.py:ClassName")
