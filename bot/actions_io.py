@@ -4,11 +4,14 @@ workflow commands.
 Outputs use the documented multi-line form (``name<<DELIMITER``) with a random delimiter, so a
 value (a URL, a speedup, text from a pull request) can never end early and set another output.
 Untrusted text is printed between ``::stop-commands::TOKEN`` and ``::TOKEN::``: GitHub ignores
-workflow commands (``::set-env``, ``::add-mask``, ...) in between.
+workflow commands (``::set-env``, ``::add-mask``, ...) in between. Workflow commands are printed
+only inside GitHub Actions (GITHUB_ACTIONS=true, which the runner sets for every step): in a
+terminal they would be noise, and no runner reads them there.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 import sys
 from collections.abc import Iterator, Mapping
@@ -45,12 +48,16 @@ def add_summary(summary_file: Path | None, markdown: str) -> None:
 
 
 @contextmanager
-def commands_stopped(*streams: TextIO) -> Iterator[None]:
+def commands_stopped(*streams: TextIO, environ: Mapping[str, str] | None = None) -> Iterator[None]:
     """Everything printed inside is plain text to the Actions runner, never a command.
 
     The markers go to stdout and stderr both (default): the runner reads the two streams
-    separately, and a marker on one alone could be read after a line on the other.
+    separately, and a marker on one alone could be read after a line on the other. Outside
+    Actions nothing is printed.
     """
+    if not in_actions(environ):
+        yield
+        return
     outs = streams or (sys.stdout, sys.stderr)
     token = secrets.token_hex(16)
     for out in outs:
@@ -63,3 +70,8 @@ def commands_stopped(*streams: TextIO) -> Iterator[None]:
             out.flush()
             out.write(f"::{token}::\n")
             out.flush()
+
+
+def in_actions(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this runs as a GitHub Actions step, whose runner reads workflow commands."""
+    return (os.environ if environ is None else environ).get("GITHUB_ACTIONS") == "true"

@@ -14,6 +14,7 @@ import click
 from bot.actions_io import add_summary, commands_stopped
 from bot.cli import DEVICE_ENV, NO_COMPILE, SEED, VERBOSE, _options, _progress, _run, main
 from bot.event import actions_env
+from bot.git import check_repository
 from bot.history import (
     DEFAULT_BRANCH,
     FOLDER,
@@ -25,6 +26,7 @@ from bot.history import (
 )
 from bot.nightly import (
     NightlyReport,
+    check_checkout,
     render_junit,
     render_table,
     run_nightly,
@@ -84,6 +86,7 @@ def nightly(
     """
 
     def action() -> None:
+        check_checkout(repo.resolve())  # before the history store, which may be on GitHub
         options = _options(
             device, None, out_dir, seed, no_compile_baseline, None, start=repo.resolve()
         )
@@ -215,9 +218,17 @@ def _read_history(path: str, repo: Path, branch: str, history_dir: Path | None) 
             raise UserError("no history for this benchmark", where=str(file),
                             fix=f"list {history_dir / FOLDER} for the benchmarks recorded")  # fmt: skip
         return file.read_text(errors="replace")
+    check_repository(
+        repo,
+        why=f"history reads the nights from the data branch {branch} of the repository "
+        "(or give --history-dir FOLDER)",
+    )
     for ref in (branch, f"origin/{branch}"):
         done = subprocess.run(
-            ["git", "show", f"{ref}:{path}"], cwd=repo, capture_output=True, check=False
+            ["git", "show", "--end-of-options", f"{ref}:{path}"],
+            cwd=repo,
+            capture_output=True,
+            check=False,
         )
         if done.returncode == 0:
             return done.stdout.decode(errors="replace")

@@ -105,15 +105,17 @@ def decoded_path(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
-def check_repository(repo: Path) -> None:
+def check_repository(repo: Path, why: str = "") -> None:
+    """``repo`` is in a git repository; ``why`` says what the command needs it for."""
     if not repo.is_dir():
         raise UserError("no such folder", where=str(repo), fix="name the repository's folder")
     result = run_git(repo, ["rev-parse", "--git-dir"])
     if result.returncode != 0:
         raise UserError(
-            "not a git repository",
+            f"not in a git repository: {why}" if why else "not a git repository",
             where=str(repo),
-            fix=f"run in a git checkout of the project (git said: {said(result)})",
+            fix="run in a git checkout of the project, or name one with --repo "
+            f"(git said: {said(result)})",
         )
 
 

@@ -30,6 +30,7 @@ from junit_xml import TestCase, TestSuite, to_xml_report_string
 from pydantic import BaseModel, Field
 
 from bot.configured import configured_targets
+from bot.git import check_repository, run_git
 from bot.history import History, Record, plot_of, slug
 from bot.nightly_measure import NightlyRow, Progress, Tonight, kernel_row, night_fields, target_row
 from bot.nightly_results import NightlyResults, capped
@@ -37,10 +38,12 @@ from bot.plot import plot_png
 from bot.regression import RegressionConfig
 from bot.shipped import find_shipped, head_commit
 from harness.config import EvalConfig
+from harness.errors import UserError
 from harness.evaluate import Evaluator
 
 __all__ = [
     "NightlyReport",
+    "check_checkout",
     "NightlyRow",
     "measure_night",
     "record_night",
@@ -56,6 +59,22 @@ class Store(Protocol):
     def append(
         self, records: list[Record], message: str, plots: dict[str, bytes] | None = None
     ) -> str: ...
+
+
+def check_checkout(repo: Path) -> None:
+    """``repo`` is a git checkout with a commit: the night is that commit's, and a shipped
+    kernel is judged stale from its module's history since the commit it was verified at."""
+    check_repository(
+        repo,
+        why="the nightly records each night under the checked-out commit and judges shipped "
+        "kernels against the git history of their modules",
+    )
+    if run_git(repo, ["rev-parse", "--verify", "--quiet", "HEAD^{commit}"]).returncode != 0:
+        raise UserError(
+            "the repository has no commit yet",
+            where=str(repo),
+            fix="commit the project first: the nightly benchmarks the checked-out commit",
+        )
 
 
 class NightlyReport(BaseModel):
@@ -79,6 +98,7 @@ def measure_night(
 ) -> NightlyResults:
     """Measure and judge every benchmark of the night against ``history``; writes nothing."""
     repo = repo.resolve()
+    check_checkout(repo)
     commit = head_commit(repo)
     night = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     results = NightlyResults(

@@ -102,7 +102,7 @@ class Job:
             "GITHUB_EVENT_NAME": name, "GITHUB_EVENT_PATH": str(tmp / "event.json"),
             "GITHUB_REPOSITORY": REPO, "GITHUB_API_URL": fake.base_url, "GITHUB_RUN_ID": "42",
             "GITHUB_SERVER_URL": fake.root, "GITHUB_OUTPUT": str(self.output),
-            "GITHUB_STEP_SUMMARY": str(self.summary),
+            "GITHUB_STEP_SUMMARY": str(self.summary), "GITHUB_ACTIONS": "true",
             # The jobs run this tree's kernelpilot, not whichever one is installed.
             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         })  # fmt: skip

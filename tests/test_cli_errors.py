@@ -238,3 +238,44 @@ def test_a_configured_module_that_is_a_folder_names_the_entry(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     code, output = run("optimize", "--device", "cpu")
     clean_error(code, output, "is a folder", "module = 'models:Act'", "path/to/file.py:ClassName")
+
+
+# Outside git, and workflow commands outside GitHub Actions.
+
+NO_GIT = {"GIT_CEILING_DIRECTORIES": "/", "GITHUB_ACTIONS": None}  # tmp_path is in no repository
+
+
+def test_nightly_outside_git_says_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, output = run("nightly", "--device", "cpu", "--history-dir", "h", env=NO_GIT)
+    clean_error(code, output, "not in a git repository: the nightly", "--repo")
+
+
+def test_nightly_in_a_repository_without_commits_says_so(tmp_path, monkeypatch):
+    from tests.gitrepo import git
+
+    git(tmp_path, "init", "-q")
+    monkeypatch.chdir(tmp_path)
+    code, output = run("nightly", "--device", "cpu", "--history-dir", "h", env=NO_GIT)
+    clean_error(code, output, "no commit yet")
+
+
+def test_nightly_measure_outside_git_says_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    env = {**NO_GIT, "GITHUB_REPOSITORY": "owner/name"}
+    code, output = run("github", "nightly-measure", "--device", "cpu", "--out", "o", env=env)
+    clean_error(code, output, "not in a git repository")
+
+
+def test_history_outside_git_says_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, output = run("history", "m.py:A", env=NO_GIT)
+    clean_error(code, output, "not in a git repository", "--history-dir")
+
+
+@pytest.mark.parametrize("command", [["github", "gate"], ["github", "publish"]])
+def test_workflow_commands_only_inside_actions(command):
+    code, output = run(*command, env={"GITHUB_ACTIONS": None, "GITHUB_EVENT_NAME": None})
+    clean_error(code, output, "GITHUB_EVENT_NAME is not set")
+    code, output = run(*command, env={"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": None})
+    assert code == 2 and "::stop-commands::" in output, output

@@ -1,10 +1,13 @@
-"""The user's files as kernelpilot reads them: UTF-8, or a UserError naming the file and the
-byte."""
+"""The user's files as kernelpilot reads them (UTF-8, or a UserError naming the file and the
+byte); workflow commands only inside Actions."""
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
+from bot.actions_io import commands_stopped
 from bot.base_config import review_speedup
 from bot.nightly_measure import Tonight, _verified
 from bot.shipped import ShippedKernel
@@ -71,3 +74,12 @@ def test_a_shipped_kernel_that_is_not_utf8_fails_its_row(tmp_path):
     with pytest.raises(UserError, match="not UTF-8") as caught:
         _verified(tonight, kernel)
     assert "m_kernelpilot.py" in caught.value.where
+
+
+@pytest.mark.parametrize(("environ", "markers"), [({}, False), ({"GITHUB_ACTIONS": "true"}, True)])
+def test_workflow_commands_are_printed_only_inside_actions(environ, markers):
+    out, err = io.StringIO(), io.StringIO()
+    with commands_stopped(out, err, environ=environ):
+        out.write("::set-output name=x::1\n")
+    assert out.getvalue().startswith("::stop-commands::") is markers
+    assert (err.getvalue() != "") is markers
