@@ -78,8 +78,8 @@ class SearchConfig(BaseModel):
         "counts): the model's own design before it refines the best kernel.",
     )
     attempts: int = Field(default=30, ge=1, description="Candidates per target, at most.")
-    max_seconds: float | None = Field(default=None, description="Wall time per target.")
-    max_tokens: int | None = Field(default=None, description="LLM tokens per target.")
+    max_seconds: float | None = Field(default=None, gt=0, description="Wall time per target.")
+    max_tokens: int | None = Field(default=None, gt=0, description="LLM tokens per target.")
     max_cost_usd: float | None = Field(
         default=DEFAULT_MAX_COST_USD,
         gt=0,

@@ -27,8 +27,10 @@ from bot.cli import (
     _run,
     main,
 )
+from bot.cli_params import not_blank
 from bot.comment import render_comment
 from bot.event import actions_env, load_event
+from bot.out_dir import claim_option
 from bot.pr import DEFAULT_MAX_TARGETS, NIGHTLY_ELSEWHERE, gate, measure, review_local
 from bot.publish import publish
 from bot.runner_trust import refuse_fork_on_persistent_runner, runner_nature
@@ -59,7 +61,8 @@ def _llm_flags(command):
         click.option("--budget", type=click.IntRange(min=1), default=None,
                      envvar="KERNELPILOT_BUDGET",
                      help="Candidates to try per module [env: KERNELPILOT_BUDGET]."),
-        click.option("--max-cost", type=float, default=None, envvar="KERNELPILOT_MAX_COST",
+        click.option("--max-cost", type=click.FloatRange(min=0, min_open=True), default=None,
+                     envvar="KERNELPILOT_MAX_COST",
                      help="Stop a module's search at this LLM cost in USD "
                      "[env: KERNELPILOT_MAX_COST]."),
     ]):  # fmt: skip
@@ -78,8 +81,14 @@ def _run_options(
 
 
 @main.command()
-@click.option("--base", required=True, help="The branch or commit the changes are compared to.")
-@click.option("--head", default="HEAD", show_default=True, help="The commit with the changes.")
+@click.option(
+    "--base", required=True, callback=not_blank,
+    help="The branch or commit the changes are compared to.",
+)  # fmt: skip
+@click.option(
+    "--head", default="HEAD", show_default=True, callback=not_blank,
+    help="The commit with the changes.",
+)  # fmt: skip
 @click.option(
     "--repo",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -132,6 +141,7 @@ def github_group() -> None:
     default="kernelpilot:approved",
     show_default=True,
     envvar="KERNELPILOT_APPROVAL_LABEL",
+    callback=not_blank,
     help="The label a maintainer adds to let a fork's code run [env: KERNELPILOT_APPROVAL_LABEL].",
 )
 @VERBOSE
@@ -151,7 +161,7 @@ def gate_command(approval_label, verbose) -> None:
 @github_group.command(name="measure")
 @click.option(
     "--out", "out_dir", type=click.Path(path_type=Path), default=Path("kernelpilot-results"),
-    show_default=True, envvar="KERNELPILOT_RESULTS",
+    show_default=True, envvar="KERNELPILOT_RESULTS", callback=claim_option,
     help="Folder for results.json (the publish job's input), reports and kernels "
     "[env: KERNELPILOT_RESULTS].",
 )  # fmt: skip

@@ -13,6 +13,7 @@ import click
 
 from bot.actions_io import add_summary, commands_stopped
 from bot.cli import DEVICE_ENV, NO_COMPILE, SEED, VERBOSE, _options, _progress, _run, main
+from bot.cli_params import not_blank
 from bot.event import actions_env
 from bot.git import check_repository
 from bot.history import (
@@ -31,11 +32,13 @@ from bot.nightly import (
     render_table,
     run_nightly,
 )
+from bot.out_dir import claim_option
 from bot.plot import plot_png
 from bot.run import project_eval_config
 from bot.team import nightly_config
 from harness.devices import check_toolchain
 from harness.errors import UserError
+from harness.files import output_folder
 
 REPO = click.option(
     "--repo", type=click.Path(exists=True, file_okay=False, path_type=Path), default=Path("."),
@@ -43,7 +46,7 @@ REPO = click.option(
 )  # fmt: skip
 BRANCH = click.option(
     "--branch", default=DEFAULT_BRANCH, show_default=True, envvar="KERNELPILOT_DATA_BRANCH",
-    help="The data branch holding the history [env: KERNELPILOT_DATA_BRANCH].",
+    callback=not_blank, help="The data branch holding the history [env: KERNELPILOT_DATA_BRANCH].",
 )  # fmt: skip
 HISTORY_DIR = click.option(
     "--history-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -58,7 +61,8 @@ HISTORY_DIR = click.option(
 @HISTORY_DIR
 @click.option(
     "--out", "out_dir", type=click.Path(path_type=Path), default=Path("kernelpilot-nightly"),
-    show_default=True, help="Folder for nightly.md, nightly.json and junit.xml.",
+    show_default=True, callback=claim_option,
+    help="Folder for nightly.md, nightly.json and junit.xml; made and checked before any work.",
 )  # fmt: skip
 @click.option(
     "--issue/--no-issue", default=True, show_default=True,
@@ -160,7 +164,7 @@ def _store(history_dir: Path | None, branch: str):
 
 
 @main.command()
-@click.argument("benchmark")
+@click.argument("benchmark", callback=not_blank)
 @REPO
 @BRANCH
 @HISTORY_DIR
@@ -191,6 +195,7 @@ def history(benchmark, repo, branch, history_dir, plot_file, verbose) -> None:
         for problem in problems:
             click.echo(f"unreadable: {problem.path}:{problem.line}: {problem.error}", err=True)
         target = plot_file or Path(Path(plot_of(benchmark)).name)
+        output_folder(target.parent, "--plot's folder")
         target.write_bytes(plot_png(benchmark, records))
         click.echo(f"wrote {target}")
 

@@ -25,6 +25,7 @@ from bot.event import actions_env, load_event
 from bot.history import GitHistory
 from bot.nightly import NightlyReport, measure_night, record_night
 from bot.nightly_results import Expected, load_nightly_results
+from bot.out_dir import claim_option
 from bot.run import project_eval_config
 from bot.team import nightly_config
 from harness.devices import check_toolchain
@@ -42,7 +43,7 @@ from harness.errors import UserError
 @BRANCH
 @click.option(
     "--out", "out_dir", type=click.Path(path_type=Path), default=Path("kernelpilot-nightly"),
-    show_default=True, envvar="KERNELPILOT_RESULTS",
+    show_default=True, envvar="KERNELPILOT_RESULTS", callback=claim_option,
     help="Folder for nightly-results.json (the publish job's input), nightly.md and junit.xml "
     "[env: KERNELPILOT_RESULTS].",
 )  # fmt: skip

@@ -112,6 +112,12 @@ def project_eval_config(options: RunOptions, start: Path | None = None) -> EvalC
     if options.compile_baseline is not None:
         updates["compile_baseline"] = options.compile_baseline
     if options.time_budget_s is not None:
+        if not options.time_budget_s > 0:  # nan too: the workers' own check would blame the module
+            raise UserError(
+                f"time budget {options.time_budget_s} is not a positive number of seconds",
+                where="--time-budget",
+                fix="give the seconds of timing per implementation, e.g. --time-budget 1.5",
+            )
         updates["time_budget_s"] = options.time_budget_s
     updates["sandbox"] = options.sandbox
     updates["cache_dir"] = (config.cache_dir or default_cache_dir()) / options.cache_scope

@@ -1,6 +1,6 @@
-"""The user's files as kernelpilot reads them: every source and configuration file is UTF-8, and
-a file that cannot be read is a UserError naming it (never a UnicodeDecodeError or an OSError's
-traceback)."""
+"""The user's files as kernelpilot reads and writes them: every source and configuration file is
+UTF-8, and a file that cannot be read, or a folder that cannot be written, is a UserError
+naming it (never a UnicodeDecodeError or an OSError's traceback)."""
 
 from __future__ import annotations
 
@@ -41,3 +41,23 @@ def decode_user_text(raw: bytes, where: str) -> str:
             fix=UTF8_FIX,
         ) from None
     return text.removeprefix("\ufeff")
+
+
+def output_folder(path: Path, what: str = "output folder") -> Path:
+    """``path`` as a folder that exists (made with its parents), or why it cannot be one."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        found = "is a file" if path.exists() else "is under a file"
+        raise UserError(
+            f"the {what} {path} {found}, not a folder",
+            where=str(path),
+            fix="name a folder (it is made if it does not exist)",
+        ) from None
+    except OSError as err:
+        raise UserError(
+            f"cannot make the {what}: {err.strerror}",
+            where=str(path),
+            fix="name a folder you can write to",
+        ) from None
+    return path

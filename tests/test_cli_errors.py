@@ -279,3 +279,68 @@ def test_workflow_commands_only_inside_actions(command):
     clean_error(code, output, "GITHUB_EVENT_NAME is not set")
     code, output = run(*command, env={"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": None})
     assert code == 2 and "::stop-commands::" in output, output
+
+
+# Option values.
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["evaluate", PROBLEM, str(FIXTURES / "isolation_honest.py"), "--device", "cpu",
+          "--time-budget", "nan"], "--time-budget"),
+        (["optimize", PROBLEM, "--device", "cpu", "--max-time", "nan"], "max_seconds"),
+        (["review", "--base", "main", "--max-cost", "0"], "'--max-cost'"),
+        (["review", "--base", "", "--device", "cpu"], "'--base': must not be empty"),
+        (["nightly", "--branch", ""], "'--branch': must not be empty"),
+        (["history", " "], "'BENCHMARK': must not be empty"),
+        (["github", "gate", "--approval-label", ""], "'--approval-label': must not be empty"),
+    ],
+)  # fmt: skip
+def test_bad_option_values_are_clear_errors(args, expected):
+    code, output = run(*args, env={"GITHUB_ACTIONS": None})
+    clean_error(code, output, expected)
+    assert "reference run failed" not in output
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["optimize", PROBLEM, *FAST, "--llm", "offline"], ["nightly", "--device", "cpu"],
+     ["github", "measure", "--device", "cpu"], ["github", "nightly-measure", "--device", "cpu"]],
+)  # fmt: skip
+def test_an_out_folder_that_is_a_file_is_a_clear_error(command, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    code, output = run(*command, "--out", str(afile), env={"GITHUB_ACTIONS": None})
+    clean_error(code, output, "afile")
+    assert "is a file" in output, output
+
+
+def test_history_plot_into_a_new_folder(tmp_path):
+    (tmp_path / "h" / "history").mkdir(parents=True)
+    (tmp_path / "h" / "history" / "target_m.py_A.jsonl").write_text("")
+    plot = tmp_path / "new" / "sub" / "a.png"
+    code, output = run("history", "m.py:A", "--history-dir", str(tmp_path / "h"), "--plot",
+                       str(plot))  # fmt: skip
+    assert code == 0 and plot.is_file(), output
+
+
+def test_a_search_time_of_zero_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text("[tool.kernelpilot.search]\nmax_seconds = 0\n")
+    monkeypatch.chdir(tmp_path)
+    code, output = run("optimize", PROBLEM, "--device", "cpu")
+    clean_error(code, output, "tool.kernelpilot.search.max_seconds", "greater than 0")
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["evaluate", PROBLEM, str(FIXTURES / "isolation_honest.py"), "--time-budget", "0"],
+         "--time-budget"),
+        (["optimize", PROBLEM, "--max-cost", "0"], "--max-cost"),
+        (["optimize", PROBLEM, "--max-time", "-1"], "--max-time"),
+    ],
+)  # fmt: skip
+def test_zero_or_negative_budgets_are_refused_by_click(args, option):
+    code, output = run(*args, "--device", "cpu")
+    assert code == 2 and f"Invalid value for '{option}'" in output, output

@@ -1,5 +1,5 @@
 """The user's files as kernelpilot reads them (UTF-8, or a UserError naming the file and the
-byte); workflow commands only inside Actions."""
+byte) and the folders it writes (made, or a UserError); workflow commands only inside Actions."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from bot.base_config import review_speedup
 from bot.nightly_measure import Tonight, _verified
 from bot.shipped import ShippedKernel
 from harness.errors import UserError
-from harness.files import decode_user_text, read_user_text
+from harness.files import decode_user_text, output_folder, read_user_text
 from harness.problem import problem_from_target
 from tests.conftest import FIXTURES
 
@@ -83,3 +83,13 @@ def test_workflow_commands_are_printed_only_inside_actions(environ, markers):
         out.write("::set-output name=x::1\n")
     assert out.getvalue().startswith("::stop-commands::") is markers
     assert (err.getvalue() != "") is markers
+
+
+def test_output_folders_are_made_or_refused(tmp_path):
+    assert output_folder(tmp_path / "a" / "b").is_dir()
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    with pytest.raises(UserError, match="is a file, not a folder"):
+        output_folder(afile)
+    with pytest.raises(UserError, match="is under a file"):
+        output_folder(afile / "sub")
