@@ -119,6 +119,18 @@ def check_repository(repo: Path, why: str = "") -> None:
         )
 
 
+def checked_out_commit(repo: Path, why: str) -> str:
+    """The commit checked out in ``repo``: a UserError saying ``why`` it is needed outside a git
+    repository, and another before its first commit."""
+    check_repository(repo, why)
+    result = run_git(repo, ["rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
+    if result.returncode != 0:
+        raise UserError(
+            "the repository has no commit yet", where=str(repo), fix="commit the project first"
+        )
+    return result.stdout.decode().strip()
+
+
 def resolve(repo: Path, ref: str, role: str) -> str:
     """The commit a ref names; a ref that could read as an option is refused, not passed."""
     if not ref or ref.startswith("-") or "\0" in ref:

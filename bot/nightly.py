@@ -30,15 +30,14 @@ from junit_xml import TestCase, TestSuite, to_xml_report_string
 from pydantic import BaseModel, Field
 
 from bot.configured import configured_targets
-from bot.git import check_repository, run_git
+from bot.git import checked_out_commit
 from bot.history import History, Record, plot_of, slug
 from bot.nightly_measure import NightlyRow, Progress, Tonight, kernel_row, night_fields, target_row
 from bot.nightly_results import NightlyResults, capped
 from bot.plot import plot_png
 from bot.regression import RegressionConfig
-from bot.shipped import find_shipped, head_commit
+from bot.shipped import find_shipped
 from harness.config import EvalConfig
-from harness.errors import UserError
 from harness.evaluate import Evaluator
 
 __all__ = [
@@ -61,20 +60,14 @@ class Store(Protocol):
     ) -> str: ...
 
 
-def check_checkout(repo: Path) -> None:
-    """``repo`` is a git checkout with a commit: the night is that commit's, and a shipped
-    kernel is judged stale from its module's history since the commit it was verified at."""
-    check_repository(
+def check_checkout(repo: Path) -> str:
+    """The commit checked out in ``repo``: the night is that commit's, and a shipped kernel is
+    judged stale from its module's history since the commit it was verified at."""
+    return checked_out_commit(
         repo,
         why="the nightly records each night under the checked-out commit and judges shipped "
         "kernels against the git history of their modules",
     )
-    if run_git(repo, ["rev-parse", "--verify", "--quiet", "HEAD^{commit}"]).returncode != 0:
-        raise UserError(
-            "the repository has no commit yet",
-            where=str(repo),
-            fix="commit the project first: the nightly benchmarks the checked-out commit",
-        )
 
 
 class NightlyReport(BaseModel):
@@ -98,8 +91,7 @@ def measure_night(
 ) -> NightlyResults:
     """Measure and judge every benchmark of the night against ``history``; writes nothing."""
     repo = repo.resolve()
-    check_checkout(repo)
-    commit = head_commit(repo)
+    commit = check_checkout(repo)
     night = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     results = NightlyResults(
         repository=repository or repo.name, commit=commit, night=night, run_url=run_url

@@ -24,7 +24,7 @@ from bot.changes import ChangeReport, detect_changes
 from bot.comment import render_comment, render_notice
 from bot.event import ActionsEnv, Event
 from bot.gate import GateDecision, decide
-from bot.git import git
+from bot.git import checked_out_commit
 from bot.github import (
     PullWriter,
     ReadOnly,
@@ -194,7 +194,9 @@ def _refuse_unsandboxed_fork(fork: bool, options: RunOptions, progress: Progress
 
 
 def _checked_out(repo: Path) -> str:
-    return git(repo, ["rev-parse", "--verify", "HEAD^{commit}"]).decode().strip()
+    return checked_out_commit(
+        repo, why="github measure optimizes the commit checked out there (actions/checkout)"
+    )
 
 
 def _test_dir(repo: Path) -> str | None:

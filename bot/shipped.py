@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from bot.changes import detect_changes
 from bot.followup import HEADER_TAG
-from bot.git import git, run_git
+from bot.git import run_git
 from harness.errors import UserError
 
 HEADER = re.compile(rf"^# {HEADER_TAG}: (?P<module>[^\s:]+\.py):(?P<cls>\w+)\s*$")
@@ -114,7 +114,3 @@ def defines_class(path: Path, name: str) -> bool | None:
     except (SyntaxError, UnicodeDecodeError):
         return None
     return any(isinstance(node, ast.ClassDef) and node.name == name for node in tree.body)
-
-
-def head_commit(repo: Path) -> str:
-    return git(repo, ["rev-parse", "HEAD"]).decode().strip()

@@ -267,6 +267,15 @@ def test_nightly_measure_outside_git_says_so(tmp_path, monkeypatch):
     clean_error(code, output, "not in a git repository")
 
 
+def test_github_measure_outside_git_says_so(tmp_path, monkeypatch):
+    (tmp_path / "event.json").write_text('{"inputs": {}, "ref": "refs/heads/main"}')
+    monkeypatch.chdir(tmp_path)
+    env = {**NO_GIT, "GITHUB_EVENT_NAME": "workflow_dispatch", "GITHUB_REPOSITORY": "o/n",
+           "GITHUB_EVENT_PATH": str(tmp_path / "event.json")}  # fmt: skip
+    code, output = run("github", "measure", "--device", "cpu", "--out", "o", env=env)
+    clean_error(code, output, "not in a git repository: github measure", "actions/checkout")
+
+
 def test_history_outside_git_says_so(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, output = run("history", "m.py:A", env=NO_GIT)
