@@ -51,7 +51,9 @@ def main() -> None:
     parser.add_argument("--candidate", default=None, help="Default: the example's for --device.")
     parser.add_argument("--out", type=Path, default=None, help="Write the rows as JSON here.")
     args = parser.parse_args()
-    candidate_path = Path(args.candidate or f"examples/candidates/fused_gelu_block_{args.device}.py")
+    candidate_path = Path(
+        args.candidate or f"examples/candidates/fused_gelu_block_{args.device}.py"
+    )
     problem = problem_from_target(str(ROOT / args.problem), args.device, "float32")
     candidate = Candidate(source=(ROOT / candidate_path).read_text(), origin="user")
     for side in SIDES:  # warm-up: the build, the caches of the first start

@@ -21,6 +21,7 @@ from harness import lifetime
 from harness.devices import check_toolchain, resolve_device
 from harness.errors import HarnessError, UserError
 from harness.evaluate import Evaluator
+from harness.files import read_user_text
 from harness.problem import problem_from_target
 from harness.records import Candidate, Problem, Status
 from harness.redact import scrub
@@ -288,10 +289,9 @@ def evaluate(
         options = _options(device, dtype, out_dir, seed, no_compile_baseline, time_budget)
         check_toolchain(options.device)
         spec = problem_from_target(str(problem), options.device, dtype)
-        if not candidate.is_file():
-            raise UserError(f"candidate file not found: {candidate}", fix="check the path")
+        source = read_user_text(candidate, "candidate file")
         evaluator = Evaluator(project_eval_config(options), seed, progress=_progress)
-        result = evaluator.evaluate(spec, Candidate(source=candidate.read_text(), origin="user"))
+        result = evaluator.evaluate(spec, Candidate(source=source, origin="user"))
         report = Report(targets=[TargetReport.from_result(spec.name, result, str(candidate))])
         write_report(report, out_dir)
         click.echo(render_terminal(report))

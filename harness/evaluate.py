@@ -25,6 +25,7 @@ from harness.buildcache import default_cache_dir
 from harness.comparator import Comparator, ComparatorStopped
 from harness.config import EvalConfig
 from harness.errors import UserError
+from harness.files import read_user_text
 from harness.gate import check_python
 from harness.jobs import CandidateReport, WorkerJob
 from harness.lifetime import OutOfTime
@@ -317,7 +318,5 @@ def evaluate_paths(
 ) -> EvalResult:
     """Evaluate a hand-written candidate file against a problem file."""
     problem = problem_from_target(str(problem_path), device, dtype)
-    if not candidate_path.is_file():
-        raise UserError(f"candidate file not found: {candidate_path}", fix="check the path")
-    candidate = Candidate(source=candidate_path.read_text(), origin="user")
+    candidate = Candidate(source=read_user_text(candidate_path, "candidate file"), origin="user")
     return Evaluator(config, seed=seed).evaluate(problem, candidate)

@@ -150,8 +150,7 @@ DEFENSES: list[Defense] = [
         "proposer_in_a_worker",  # tracing the module in kernelpilot's own process
         "agents/optimize.py",
         "        proposal = propose(problem, evaluator.config)",
-        "        from agents.offline import propose_here\n"
-        "        proposal = propose_here(problem)",
+        "        from agents.offline import propose_here\n        proposal = propose_here(problem)",
         ("tests/test_hostile_problem.py", "-k", "optimize"),
     ),
     Defense(
@@ -276,19 +275,23 @@ DEFENSES: list[Defense] = [
         "harness/buildstore.py",
         '        staging = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=self.root / STAGING))',
         "        staging = entry\n        staging.mkdir(parents=True, exist_ok=True)",
-        ("tests/test_buildstore.py::test_a_failed_or_interrupted_build_leaves_nothing_that_blocks_the_next",),
+        (
+            "tests/test_buildstore.py::test_a_failed_or_interrupted_build_leaves_nothing_that_blocks_the_next",
+        ),
     ),
     Defense(
         "cache_size_bounded",
         "harness/buildstore.py",
         "        self.evict(keep=entry)\n",
         "",
-        ("tests/test_buildstore.py::test_the_cache_stays_within_its_size_least_recently_used_going_first",),
+        (
+            "tests/test_buildstore.py::test_the_cache_stays_within_its_size_least_recently_used_going_first",
+        ),
     ),
     Defense(
         "build_requests_gated_again",
         "harness/build_requests.py",
-        "        reasons += check_native(spec.cpp + \"\\n\" + spec.cuda, dtype)\n"
+        '        reasons += check_native(spec.cpp + "\\n" + spec.cuda, dtype)\n'
         "        reasons += flag_problems([*spec.cflags, *spec.cuda_flags, *spec.ldflags])\n",
         "",
         ("tests/test_buildstore.py", "-k", "gates_a_build_request_again"),

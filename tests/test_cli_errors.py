@@ -172,12 +172,6 @@ def test_a_utf8_problem_with_a_byte_order_mark_loads(tmp_path):
     assert code in (0, 1) and "syntax error" not in output, output
 
 
-CANDIDATE_READ = pytest.mark.xfail(
-    strict=True, reason="bot/cli.py evaluate reads candidate.read_text() (issue 23; see the report)"
-)
-
-
-@CANDIDATE_READ
 def test_a_non_utf8_candidate_names_the_byte(tmp_path):
     candidate = latin1(
         tmp_path / "cand.py", (FIXTURES / "isolation_honest.py").read_text() + "# é\n"
@@ -186,13 +180,11 @@ def test_a_non_utf8_candidate_names_the_byte(tmp_path):
     clean_error(code, output, str(candidate), "save it as UTF-8")
 
 
-@CANDIDATE_READ
 def test_a_folder_as_the_candidate_says_so(tmp_path):
     code, output = run("evaluate", PROBLEM, str(tmp_path), *FAST)
     clean_error(code, output, f"candidate file {tmp_path} is a folder")
 
 
-@pytest.mark.xfail(strict=True, reason="agents/llm/scripted.py reads the script (issue 23)")
 def test_a_non_utf8_reply_script_names_the_byte(tmp_path):
     script = tmp_path / "replies.json"
     script.write_bytes(b"[\xff]")

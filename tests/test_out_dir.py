@@ -29,7 +29,9 @@ def test_a_file_as_out_stops_before_any_work(tmp_path):
     (tmp_path / "report").write_text("mine")
     result, _ = evaluate(tmp_path / "report")
     assert result.exit_code == 2
-    assert "Invalid value for '--out'" in result.output and "is a file, not a folder" in result.output
+    assert (
+        "Invalid value for '--out'" in result.output and "is a file, not a folder" in result.output
+    )
     assert "computing reference" not in result.output  # nothing ran
     assert (tmp_path / "report").read_text() == "mine"
 

@@ -39,6 +39,8 @@ from agents.llm.client import (
     Reply,
     Role,
 )
+from harness.errors import UserError
+from harness.files import read_user_text
 
 
 class ScriptedReply(BaseModel):
@@ -154,11 +156,9 @@ def load_script(path: Path) -> list[ScriptedReply]:
     """The entries of a reply script, with ``file`` entries read into ``text``."""
     path = Path(path)
     try:
-        source = path.read_text()
-    except OSError as err:
-        raise LLMFatalError(
-            f"cannot read the reply script: {err.strerror}", str(path), "check the `script` path"
-        ) from None
+        source = read_user_text(path, "reply script")
+    except UserError as err:
+        raise LLMFatalError(err.what, err.where, err.fix) from None
     try:
         if source.lstrip().startswith("["):
             raw = json.loads(source)
@@ -188,11 +188,8 @@ def _entry(path: Path, index: int, item: object) -> ScriptedReply:
         return entry
     file = entry.file if entry.file.is_absolute() else path.parent / entry.file
     try:
-        text = file.read_text()
-    except OSError as err:
-        raise LLMFatalError(
-            f"cannot read the reply file {file}: {err.strerror}",
-            where,
-            "paths in `file` are relative to the script",
-        ) from None
+        text = read_user_text(file, "reply file")
+    except UserError as err:
+        fix = f"{err.fix} (paths in `file` are relative to the script)"
+        raise LLMFatalError(err.what, err.where or where, fix) from None
     return entry.model_copy(update={"text": text, "file": None})
