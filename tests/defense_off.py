@@ -975,6 +975,42 @@ DEFENSES: list[Defense] = [
         "            pass",
         ("tests/test_blame.py", "-k", "in_place"),
     ),
+    # --- how a run ends (harness/lifetime.py, harness/sandbox.py, bot/out_dir.py) -----------
+    Defense(
+        "run_ends_its_workers",
+        "harness/lifetime.py",
+        "    for process in list(_run.processes - (outer or set())):\n        release(process)",
+        "    pass",
+        ("tests/test_lifetime.py",),
+    ),
+    Defense(
+        "run_removes_its_scratch",
+        "harness/lifetime.py",
+        "        shutil.rmtree(root, ignore_errors=True)",
+        "        pass",
+        ("tests/test_lifetime.py",),
+    ),
+    Defense(
+        "out_dir_locked",
+        "bot/out_dir.py",
+        "        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)",
+        "        pass",
+        ("tests/test_out_dir.py",),
+    ),
+    Defense(
+        "run_limit_excludes_builds",
+        "harness/sandbox.py",
+        "                ends += time.monotonic() - asked",
+        "                pass",
+        ("tests/test_worker_limits.py", "-k", "slow_build"),
+    ),
+    Defense(
+        "candidate_runs_end_at_the_deadline",
+        "harness/evaluate.py",
+        "            deadline=self.deadline,",
+        "            deadline=None,",
+        ("tests/test_worker_limits.py", "-k", "deadline or max_time"),
+    ),
 ]
 
 

@@ -39,6 +39,19 @@ def test_the_run_limit_starts_when_the_build_is_done(problem, tmp_path):
     assert spin.reason == f"no result after {RUN_LIMIT_S} s"
 
 
+def test_a_slow_build_does_not_count_against_the_run_limit(problem, tmp_path):
+    evaluator = Evaluator(fast_config(run_timeout_s=20, cache_dir=tmp_path), seed=3)
+    answer = evaluator.builder.answer
+
+    def slow_build(body, device, dtype):  # a build that takes longer than the run limit
+        time.sleep(25)
+        return answer(body, device, dtype)
+
+    evaluator.builder.answer = slow_build  # type: ignore[method-assign]
+    built = evaluator.build(problem, _candidate("honest"))
+    assert built.status is None, built.reason
+
+
 def test_a_deadline_stops_a_candidate_as_out_of_time_not_as_its_failure(problem, tmp_path):
     evaluator = Evaluator(fast_config(cache_dir=tmp_path), seed=3)
     evaluator.reference(problem)
