@@ -826,7 +826,7 @@ DEFENSES: list[Defense] = [
         '    code = re.sub(r"\\s*::\\s*", "::", source)',
         ("tests/test_native_gate.py", "-k", "adversarial"),
     ),
-    # --- jobs and tokens (bot/nightly_results.py, nightly.py, cli_nightly_jobs.py,
+    # --- jobs and tokens (bot/nightly_results.py, nightly.py, cli/nightly_jobs.py,
     # runner_trust.py; action.yml and the workflows) ------------------------------------------
     Defense(
         "nightly_results_unknown_fields",  # a branch or an issue named by the artifact
@@ -879,7 +879,7 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "nightly_run_url_from_publish",
-        "bot/cli_nightly_jobs.py",
+        "bot/cli/nightly_jobs.py",
         "                row.record.run_url = env.run_url",
         "                pass",
         ("tests/test_nightly_jobs.py::test_publish_writes_the_night_where_its_own_settings_say",),
@@ -975,7 +975,7 @@ DEFENSES: list[Defense] = [
         "            pass",
         ("tests/test_blame.py", "-k", "in_place"),
     ),
-    # --- how a run ends (harness/lifetime.py, harness/sandbox.py, bot/out_dir.py) -----------
+    # --- how a run ends (harness/lifetime.py, harness/sandbox.py, bot/cli/out_dir.py) -------
     Defense(
         "run_ends_its_workers",
         "harness/lifetime.py",
@@ -992,7 +992,7 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "out_dir_locked",
-        "bot/out_dir.py",
+        "bot/cli/out_dir.py",
         "        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)",
         "        pass",
         ("tests/test_out_dir.py",),

@@ -46,7 +46,7 @@ def test_a_folder_that_cannot_be_made_stops_before_any_work():
 def test_a_folder_another_run_writes_to_is_refused(tmp_path):
     out = tmp_path / "out"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from pathlib import Path; from bot.out_dir import "
+        [sys.executable, "-c", "import sys; from pathlib import Path; from bot.cli.out_dir import "
          "claim; claim(Path(sys.argv[1])); print('held', flush=True); sys.stdin.read()", str(out)],
         cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -57,6 +57,6 @@ def test_a_folder_another_run_writes_to_is_refused(tmp_path):
         assert f"another kernelpilot run (pid {holder.pid}) is writing to {out}" in result.output
     finally:
         holder.communicate("")  # the holder ends: its lock goes with it
-    from bot.out_dir import claim
+    from bot.cli.out_dir import claim
 
     assert claim(out) == out  # free again once the other run is gone

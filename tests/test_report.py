@@ -87,7 +87,7 @@ def test_the_projects_eval_settings_apply_to_targets_given_on_the_command_line(t
 def test_device_auto_defers_to_the_projects_device_setting(tmp_path):
     import torch
 
-    from bot.cli import _options
+    from bot.cli.options import run_options as _options
     from harness.errors import UserError
 
     (tmp_path / "pyproject.toml").write_text('[tool.kernelpilot]\ndevice = "cuda"\n')

@@ -18,21 +18,28 @@ from pathlib import Path
 import click
 
 from bot.actions_io import commands_stopped
-from bot.cli import DEVICE_ENV, NO_COMPILE, SEED, VERBOSE, _options, _progress, _run
-from bot.cli_github import github_group
-from bot.cli_nightly import BRANCH, _plot_url, _report, _store, _upkeep_issue
+from bot.cli.nightly import BRANCH, _plot_url, _report, _store, _upkeep_issue
+from bot.cli.options import (
+    DEVICE_ENV,
+    NO_COMPILE,
+    SEED,
+    VERBOSE,
+    progress,
+    run_command,
+    run_options,
+)  # fmt: skip
+from bot.cli.out_dir import claim_option
 from bot.event import actions_env, load_event
 from bot.history import GitHistory
 from bot.nightly import NightlyReport, measure_night, record_night
 from bot.nightly_results import Expected, load_nightly_results
-from bot.out_dir import claim_option
 from bot.run import project_eval_config
 from bot.team import nightly_config
 from harness.devices import check_toolchain
 from harness.errors import UserError
 
 
-@github_group.command(name="nightly-measure")
+@click.command(name="nightly-measure")
 @click.option(
     "--repo", type=click.Path(exists=True, file_okay=False, path_type=Path), default=Path("."),
     show_default=True, envvar="KERNELPILOT_REPO",
@@ -61,14 +68,14 @@ def nightly_measure_command(
 
     def action() -> None:
         env = actions_env()
-        options = _options(
+        options = run_options(
             device, None, out_dir, seed, no_compile_baseline, None, start=repo.resolve()
         )
         check_toolchain(options.device)
         with commands_stopped():
             results = measure_night(
                 repo, options.device, GitHistory(repo.resolve(), branch).load(),
-                project_eval_config(options), nightly_config(repo.resolve()), _progress, seed,
+                project_eval_config(options), nightly_config(repo.resolve()), progress, seed,
                 env.run_url, env.repository,
             )  # fmt: skip
             results.save(out_dir)
@@ -77,10 +84,10 @@ def nightly_measure_command(
         if results.breaks_night:
             sys.exit(1)
 
-    _run(verbose, action)
+    run_command(verbose, action)
 
 
-@github_group.command(name="nightly-publish")
+@click.command(name="nightly-publish")
 @click.option(
     "--results", "results_dir", type=click.Path(path_type=Path),
     default=Path("kernelpilot-nightly"), show_default=True, envvar="KERNELPILOT_RESULTS",
@@ -116,4 +123,4 @@ def nightly_publish_command(results_dir, branch, issue, verbose) -> None:
             if issue:
                 _upkeep_issue(store, report, _plot_url(branch))
 
-    _run(verbose, action)
+    run_command(verbose, action)

@@ -12,8 +12,17 @@ from pathlib import Path
 import click
 
 from bot.actions_io import add_summary, commands_stopped
-from bot.cli import DEVICE_ENV, NO_COMPILE, SEED, VERBOSE, _options, _progress, _run, main
-from bot.cli_params import not_blank
+from bot.cli.options import (
+    DEVICE_ENV,
+    NO_COMPILE,
+    SEED,
+    VERBOSE,
+    progress,
+    run_command,
+    run_options,
+)  # fmt: skip
+from bot.cli.out_dir import claim_option
+from bot.cli.params import not_blank
 from bot.event import actions_env
 from bot.git import check_repository
 from bot.history import (
@@ -32,7 +41,6 @@ from bot.nightly import (
     render_table,
     run_nightly,
 )
-from bot.out_dir import claim_option
 from bot.plot import plot_png
 from bot.run import project_eval_config
 from bot.team import nightly_config
@@ -54,7 +62,7 @@ HISTORY_DIR = click.option(
 )  # fmt: skip
 
 
-@main.command()
+@click.command()
 @REPO
 @DEVICE_ENV
 @BRANCH
@@ -91,7 +99,7 @@ def nightly(
 
     def action() -> None:
         check_checkout(repo.resolve())  # before the history store, which may be on GitHub
-        options = _options(
+        options = run_options(
             device, None, out_dir, seed, no_compile_baseline, None, start=repo.resolve()
         )
         check_toolchain(options.device)
@@ -99,7 +107,7 @@ def nightly(
         with commands_stopped():
             report = run_nightly(
                 repo, options.device, store, project_eval_config(options), nightly_config(repo.resolve()),
-                _progress, seed,
+                progress, seed,
             )  # fmt: skip
         on_github = isinstance(store, HistoryStore)
         _report(report, out_dir, _plot_url(branch) if on_github else None)
@@ -108,7 +116,7 @@ def nightly(
         if any(row.breaks_night for row in report.rows):
             sys.exit(1)
 
-    _run(verbose, action)
+    run_command(verbose, action)
 
 
 def _report(report: NightlyReport, out_dir: Path | None, plot_url) -> None:
@@ -163,7 +171,7 @@ def _store(history_dir: Path | None, branch: str):
     return HistoryStore(client.get_repo(env.repository), branch, client)
 
 
-@main.command()
+@click.command()
 @click.argument("benchmark", callback=not_blank)
 @REPO
 @BRANCH
@@ -199,7 +207,7 @@ def history(benchmark, repo, branch, history_dir, plot_file, verbose) -> None:
         target.write_bytes(plot_png(benchmark, records))
         click.echo(f"wrote {target}")
 
-    _run(verbose, action)
+    run_command(verbose, action)
 
 
 def benchmark_name(given: str) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from bot.actions_io import add_summary, commands_stopped
-from bot.cli import (
+from bot.cli.options import (
     DEVICE,
     DEVICE_ENV,
     DTYPE,
@@ -22,15 +22,15 @@ from bot.cli import (
     OUT,
     SEED,
     VERBOSE,
-    _options,
-    _progress,
-    _run,
-    main,
-)
-from bot.cli_params import not_blank
+    llm_options,
+    progress,
+    run_command,
+    run_options,
+)  # fmt: skip
+from bot.cli.out_dir import claim_option
+from bot.cli.params import not_blank
 from bot.comment import render_comment
 from bot.event import actions_env, load_event
-from bot.out_dir import claim_option
 from bot.pr import DEFAULT_MAX_TARGETS, NIGHTLY_ELSEWHERE, gate, measure, review_local
 from bot.publish import publish
 from bot.runner_trust import refuse_fork_on_persistent_runner, runner_nature
@@ -47,40 +47,17 @@ MAX_TARGETS = click.option(
 )
 
 
-def _llm_flags(command):
-    for option in reversed([
-        click.option("--llm", type=click.Choice(["auto", "offline", "openai", "scripted"]),
-                     default="auto", show_default=True, envvar="KERNELPILOT_LLM",
-                     help="Who proposes kernels (see `kernelpilot optimize --help`) "
-                     "[env: KERNELPILOT_LLM]."),
-        click.option("--model", default=None, envvar="KERNELPILOT_MODEL",
-                     help="LLM model name [env: KERNELPILOT_MODEL]."),
-        click.option("--script", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                     default=None, envvar="KERNELPILOT_SCRIPT",
-                     help="Replies for --llm scripted [env: KERNELPILOT_SCRIPT]."),
-        click.option("--budget", type=click.IntRange(min=1), default=None,
-                     envvar="KERNELPILOT_BUDGET",
-                     help="Candidates to try per module [env: KERNELPILOT_BUDGET]."),
-        click.option("--max-cost", type=click.FloatRange(min=0, min_open=True), default=None,
-                     envvar="KERNELPILOT_MAX_COST",
-                     help="Stop a module's search at this LLM cost in USD "
-                     "[env: KERNELPILOT_MAX_COST]."),
-    ]):  # fmt: skip
-        command = option(command)
-    return command
-
-
 def _run_options(
     device, dtype, out_dir, seed, no_compile, llm, model, script, budget, max_cost, repo
 ):  # fmt: skip
-    options = _options(device, dtype, out_dir, seed, no_compile, None, start=repo.resolve())
+    options = run_options(device, dtype, out_dir, seed, no_compile, None, start=repo.resolve())
     return options.model_copy(
         update={"llm": llm, "model": model, "script": script, "attempts": budget,
                 "max_cost_usd": max_cost}
     )  # fmt: skip
 
 
-@main.command()
+@click.command()
 @click.option(
     "--base", required=True, callback=not_blank,
     help="The branch or commit the changes are compared to.",
@@ -102,7 +79,7 @@ def _run_options(
 @SEED
 @NO_COMPILE
 @MAX_TARGETS
-@_llm_flags
+@llm_options(env=True)
 @VERBOSE
 def review(
     base, head, repo, device, dtype, out_dir, seed, no_compile_baseline, max_targets,
@@ -121,16 +98,16 @@ def review(
             repo,
         )  # fmt: skip
         check_toolchain(options.device)
-        results = review_local(repo, base, head, options, _progress, max_targets)
+        results = review_local(repo, base, head, options, progress, max_targets)
         click.echo(render_comment(results))
         click.echo(f"wrote {out_dir}/results.json, report.md, junit.xml", err=True)
         if any(row.status not in ("ok", "no_candidate") for row in results.report.targets):
             sys.exit(1)
 
-    _run(verbose, action)
+    run_command(verbose, action)
 
 
-@main.group(name="github")
+@click.group(name="github")
 def github_group() -> None:
     """The GitHub workflow's jobs: gate, measure, publish (run inside GitHub Actions)."""
 
@@ -153,9 +130,9 @@ def gate_command(approval_label, verbose) -> None:
 
     def action() -> None:
         with commands_stopped():
-            gate(load_event(), actions_env(), approval_label, _progress)
+            gate(load_event(), actions_env(), approval_label, progress)
 
-    _run(verbose, action)
+    run_command(verbose, action)
 
 
 @github_group.command(name="measure")
@@ -180,7 +157,7 @@ def gate_command(approval_label, verbose) -> None:
 @SEED
 @NO_COMPILE
 @MAX_TARGETS
-@_llm_flags
+@llm_options(env=True)
 @VERBOSE
 def measure_command(
     out_dir, repo, device, targets, seed, no_compile_baseline, max_targets,
@@ -206,13 +183,13 @@ def measure_command(
         refuse_fork_on_persistent_runner(event, runner_nature(os.environ))
         check_toolchain(options.device)
         with commands_stopped():
-            results = measure(event, actions_env(), repo, options, _progress, max_targets)
+            results = measure(event, actions_env(), repo, options, progress, max_targets)
         improved = len(results.report.improved())
         click.echo(f"{len(results.report.targets)} module(s) measured, {improved} improved")
         if any(row.status not in ("ok", "no_candidate") for row in results.report.targets):
             sys.exit(1)
 
-    _run(verbose, action)
+    run_command(verbose, action)
 
 
 @github_group.command(name="publish")
@@ -241,7 +218,7 @@ def publish_command(results_dir, open_pr, comment_without_modules, verbose) -> N
     def action() -> None:
         with commands_stopped():
             outcome = publish(
-                load_event(), actions_env(), results_dir, open_pr, _progress,
+                load_event(), actions_env(), results_dir, open_pr, progress,
                 comment_without_modules,
             )  # fmt: skip
         if outcome.comment_url:
@@ -251,9 +228,4 @@ def publish_command(results_dir, open_pr, comment_without_modules, verbose) -> N
         if outcome.problems:
             sys.exit(1)
 
-    _run(verbose, action)
-
-
-# The nightly's two jobs (github nightly-measure|nightly-publish) register themselves here,
-# once github_group exists.
-from bot import cli_nightly_jobs  # noqa: E402,F401
+    run_command(verbose, action)
