@@ -5,29 +5,28 @@ time) on one device, and reports times, speedups and the fraction of measured co
 that the fused kernel reaches on the pure pointwise chains (bytes: each input read once, the
 output written once).
 
-    python bench/bench_offline.py [--device auto|cpu|cuda] [--out bench/results/run.json]
-        [--time-budget S] [--no-compile-baseline] [--only NAME ...]
+    python -m bench offline [--device auto|cpu|cuda] [--out FILE] [--time-budget S]
+        [--no-compile-baseline] [--only NAME ...]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
 from pathlib import Path
 
-import torch
+import click
+
+from agents.optimize import optimize_problem
+from bench.results_format import BenchmarkRecord, finish, new_record, out_option, write_record
+from bot.report import TargetReport
+from harness.config import EvalConfig
+from harness.devices import copy_bandwidth_gbs, resolve_device
+from harness.evaluate import Evaluator
+from harness.problem import problem_from_target
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from agents.optimize import optimize_problem  # noqa: E402
-from bot.report import TargetReport  # noqa: E402
-from harness.config import EvalConfig  # noqa: E402
-from harness.devices import copy_bandwidth_gbs, resolve_device  # noqa: E402
-from harness.evaluate import Evaluator  # noqa: E402
-from harness.problem import problem_from_target  # noqa: E402
 
 # The examples as optimize targets (the repository-style one through its [tool.kernelpilot]).
 EXAMPLES = [
@@ -87,55 +86,44 @@ def example_targets() -> list[tuple[str, str]]:
     return found
 
 
-def main() -> None:
-    names = [name for name, _ in example_targets()] + [f"chain_{name}" for name in CHAINS]
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument(
-        "--out", type=Path, default=None, help="Write the rows as JSON here (after each target)."
-    )
-    parser.add_argument("--time-budget", type=float, default=1.0)
-    parser.add_argument("--no-compile-baseline", action="store_true")
-    parser.add_argument(
-        "--only",
-        action="append",
-        choices=names,
-        metavar="NAME",
-        help=f"Run only this target (repeatable): {', '.join(names)}.",
-    )
-    args = parser.parse_args()
-    device = resolve_device(args.device)
+def target_names() -> list[str]:
+    return [name for name, _ in example_targets()] + [f"chain_{name}" for name in CHAINS]
+
+
+@click.command("offline")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto")
+@out_option
+@click.option("--time-budget", type=click.FloatRange(min=0, min_open=True), default=1.0,
+              show_default=True, help="Timing budget per implementation, seconds.")  # fmt: skip
+@click.option("--no-compile-baseline", is_flag=True, help="Do not time torch.compile.")
+@click.option("--only", multiple=True, type=click.Choice(target_names()), metavar="NAME",
+              help=f"Run only this target (repeatable): {', '.join(target_names())}.")  # fmt: skip
+def cli(
+    device: str, out: Path | None, time_budget: float, no_compile_baseline: bool, only: tuple
+) -> None:
+    """Eager vs torch.compile vs kernelpilot's kernel on the examples and pointwise chains."""
+    device = resolve_device(device)
     bandwidth = copy_bandwidth_gbs(device, (1 << 28) if device == "cuda" else (1 << 25))
-    config = EvalConfig(
-        time_budget_s=args.time_budget, compile_baseline=not args.no_compile_baseline
-    )
+    config = EvalConfig(time_budget_s=time_budget, compile_baseline=not no_compile_baseline)
     evaluator = Evaluator(config, seed=1, progress=lambda m: print(f"  .. {m}", file=sys.stderr))
     folder = Path(tempfile.mkdtemp(prefix="kp-bench-"))
     targets = [(name, target, None) for name, target in example_targets()]
     targets += chain_problems(device, folder)
-    targets = [t for t in targets if not args.only or t[0] in args.only]
-    header = {
-        "device": device,
-        "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "copy_bandwidth_gbs": bandwidth,
-    }
-    rows: list[dict] = []
+    targets = [t for t in targets if not only or t[0] in only]
+    record = new_record("offline", device, context={"copy_bandwidth_gbs": bandwidth})
     try:
         for name, target, min_bytes in targets:
             problem = problem_from_target(target, device, "float32")
             attempt = optimize_problem(problem, evaluator)
-            rows.append(_row(name, attempt, min_bytes, bandwidth))
-            print(json.dumps(rows[-1]), file=sys.stderr)
-            if args.out:  # after each target: a run stopped later keeps what it measured
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(json.dumps({"header": header, "rows": rows}, indent=2))
+            record.rows.append(_row(name, attempt, min_bytes, bandwidth))
+            print(json.dumps(record.rows[-1]), file=sys.stderr)
+            if out:  # after each target: a run stopped later keeps what it measured
+                write_record(record, out)
     except KeyboardInterrupt:
-        print(render(header, rows))
-        print(f"\nstopped after {len(rows)} of {len(targets)} targets", file=sys.stderr)
+        print(render(record))
+        print(f"\nstopped after {len(record.rows)} of {len(targets)} targets", file=sys.stderr)
         sys.exit(130)
-    print(render(header, rows))
+    finish(record, out, render)
 
 
 def _row(name: str, attempt, min_bytes: int | None, bandwidth: float) -> dict:
@@ -165,18 +153,18 @@ def _row(name: str, attempt, min_bytes: int | None, bandwidth: float) -> dict:
     return row
 
 
-def render(header: dict, rows: list[dict]) -> str:
+def render(record: BenchmarkRecord) -> str:
     def cell(value, fmt):
         return "-" if value is None else format(value, fmt)
 
     lines = [
-        f"device: {header['device_name']} ({header['device']}), torch {header['torch']}, "
-        f"CUDA {header['cuda']}, copy bandwidth {header['copy_bandwidth_gbs']:.0f} GB/s",
+        f"device: {record.device_name} ({record.device}), torch {record.torch}, "
+        f"copy bandwidth {record.context['copy_bandwidth_gbs']:.0f} GB/s",
         "",
         "| target | status | eager ms | compile ms | kernel ms | vs eager | vs compile | % copy BW |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for row in rows:
+    for row in record.rows:
         fraction = row.get("fraction_of_copy_bw")
         lines.append(
             f"| {row['target']} | {row['status']} | {cell(row.get('eager_ms'), '.3f')} | "
@@ -185,7 +173,3 @@ def render(header: dict, rows: list[dict]) -> str:
             f"{'-' if fraction is None else f'{100 * fraction:.0f}%'} |"
         )
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    main()

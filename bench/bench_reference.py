@@ -24,9 +24,9 @@ Peak device memory: the report's ``peak_device_bytes`` where the harness reports
 always on cuda nvidia-smi's memory.used of all processes sampled during the run (every 0.2 s),
 less its value at the start (so it includes the worker's CUDA context).
 
-    python bench/bench_reference.py [PROBLEM.py ...] [--device auto|cpu|cuda] [--out FILE]
+    python -m bench reference [PROBLEM.py ...] [--device auto|cpu|cuda] [--out FILE]
         [--only TEXT ...] [--repo DIR] [--work-dir DIR] [--scale-down N] [--repeat N]
-    python bench/bench_reference.py --compare BEFORE.json[,MORE.json] AFTER.json[,MORE.json]
+    python -m bench reference --compare BEFORE.json[,MORE.json] AFTER.json[,MORE.json]
 
 Its parts: ``kb_yardstick.py`` (the worker start and the cases' own time, each in a fresh
 process), ``kb_files.py`` (the problem files, scaled copies, the harness commit, the JSON
@@ -35,14 +35,14 @@ written, leftover workers ended), ``device_memory.py`` (nvidia-smi's peak),
 
 Problems default to .kb/problems (bench/fetch_kernelbench.sh), in its sample.txt order.
 ``--repo DIR`` measures another checkout's harness (DIR/harness, e.g. .kb/before from
-``bash bench/fetch_kernelbench.sh --before REV``): the script runs again with DIR first on
-PYTHONPATH, so DIR's harness is imported here and in its workers. The JSON is rewritten after
+``bash bench/fetch_kernelbench.sh --before REV``): the command runs again with DIR first on
+PYTHONPATH (and first on its own path: bench/__main__.py), so DIR's harness is imported here and
+in its workers. The JSON is rewritten after
 every problem; an interrupt (a stage's time limit) records the problem it stopped in.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
@@ -51,45 +51,44 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_reference_tables import compare_table, load_side, markdown_table, progress_line
-from device_memory import MemoryPeak
-from kb_files import (
+import click
+import torch
+
+from bench import REPO_ENV
+from bench.bench_reference_tables import compare_table, load_side, markdown_table, progress_line
+from bench.device_memory import MemoryPeak
+from bench.kb_files import (
     harness_version,
     kill_children,
     problem_name,
     sample_files,
     sample_source,
     scaled_copy,
-    write_json,
 )
-from kb_yardstick import run_yardstick, worker_start_seconds
+from bench.kb_yardstick import run_yardstick, worker_start_seconds
+from bench.results_format import BenchmarkRecord, new_record, write_record
 
-REPO_ENV = "KP_BENCH_REPO"  # set when this process measures another checkout's harness
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 2**20
 
 
-def _reexec_for_repo() -> None:
-    """``--repo DIR``: run this script again with DIR first on PYTHONPATH, before any harness
-    module is imported, so that DIR's harness is measured here and in the workers it starts."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--repo", type=Path)
-    repo = pre.parse_known_args()[0].repo
-    if repo is None or os.environ.get(REPO_ENV):
-        return
+def harness_root() -> Path:
+    """The checkout whose harness is measured: --repo's DIR in the command run again for it,
+    else this one."""
+    return Path(os.environ.get(REPO_ENV) or ROOT)
+
+
+def reexec_for_repo(repo: Path) -> None:
+    """``--repo DIR``: run this command again with DIR first on PYTHONPATH (bench/__main__.py
+    puts it first on the path before any harness module is imported), so that DIR's harness is
+    measured here and in the workers it starts."""
     repo = repo.resolve()
     if not (repo / "harness" / "reference.py").is_file():
         sys.exit(f"--repo {repo}: no harness/reference.py there")
     path = os.pathsep.join(p for p in [str(repo), os.environ.get("PYTHONPATH", "")] if p)
     env = dict(os.environ, PYTHONPATH=path, **{REPO_ENV: str(repo)})
-    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+    os.execve(sys.executable, [sys.executable, "-m", "bench", *sys.argv[1:]], env)
 
-
-_reexec_for_repo()
-HARNESS_ROOT = Path(os.environ.get(REPO_ENV) or ROOT)
-sys.path.insert(0, str(HARNESS_ROOT))
-
-import torch  # noqa: E402
 
 # The harness is imported where it is used: --help and --compare work whatever state the
 # measured checkout is in.
@@ -183,7 +182,7 @@ def measure_problem(
     )
     cases = len(row.get("case_names") or []) or most
     row["cases"], row["cases_from"] = cases, "report" if row.get("case_names") else "assumed"
-    row["yardstick"] = run_yardstick(path, device, cases, HARNESS_ROOT)
+    row["yardstick"] = run_yardstick(path, device, cases, harness_root())
     cases_s = sum(row["yardstick"].get("case_s", [float("nan")]))
     row["goal_s"] = worker_start + 3 * cases_s
     row["ratio"] = row["reference_s"] / row["goal_s"]
@@ -200,144 +199,109 @@ def median_run(runs: list[dict]) -> dict:
 # --- the run -------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace, device: str) -> dict:
-    work_root = Path(tempfile.mkdtemp(prefix="kbref-", dir=args.work_dir))
-    files = sample_files(args.problems, args.only)
+def run(
+    files: list[Path],
+    device: str,
+    out: Path | None,
+    work_dir: Path | None,
+    scale_down: int | None,
+    repeat: int,
+) -> BenchmarkRecord:
+    work_root = Path(tempfile.mkdtemp(prefix="kbref-", dir=work_dir))
     source = sample_source(files)
-    if args.scale_down:
-        files = [scaled_copy(f, args.scale_down, work_root / "scaled") for f in files]
-    starts = worker_start_seconds(device, HARNESS_ROOT, max(3, args.repeat))
-    result = {
-        "device": device,
-        "harness": harness_version(HARNESS_ROOT),
-        "harness_root": str(HARNESS_ROOT),
-        "torch": torch.__version__,
+    if scale_down:
+        files = [scaled_copy(f, scale_down, work_root / "scaled") for f in files]
+    starts = worker_start_seconds(device, harness_root(), max(3, repeat))
+    context = {
+        "harness": harness_version(harness_root()),
+        "harness_root": str(harness_root()),
         "sample_source": source,
-        "published_sizes": not args.scale_down,
-        "scale_down": args.scale_down,
+        "published_sizes": not scale_down,
+        "scale_down": scale_down,
         "worker_start_s": statistics.median(starts),
         "worker_start_runs": starts,
-        "repeat": args.repeat,
-        "problems": [],
+        "repeat": repeat,
     }
+    record = new_record("reference", device, context=context)
     print(
-        f"harness {result['harness']} ({HARNESS_ROOT}), device {device}, worker start "
-        f"{result['worker_start_s']:.2f} s (runs {', '.join(f'{s:.2f}' for s in starts)})"
+        f"harness {context['harness']} ({harness_root()}), device {device}, worker start "
+        f"{context['worker_start_s']:.2f} s (runs {', '.join(f'{s:.2f}' for s in starts)})"
     )
-    write_json(args.out, result)
+    save = (lambda: write_record(record, out)) if out else (lambda: None)
+    save()
     try:
         for number, path in enumerate(files, 1):
             name = problem_name(path)
             print(f"[{number}/{len(files)}] {name} ...", flush=True)
             started = time.perf_counter()
             try:
-                row = measure_problem(
-                    path, device, work_root, result["worker_start_s"], args.repeat
-                )
+                row = measure_problem(path, device, work_root, context["worker_start_s"], repeat)
             except KeyboardInterrupt:
                 seconds = time.perf_counter() - started
-                result["problems"].append(
+                record.rows.append(
                     {"problem": name, "verdict": f"interrupted after {seconds:.0f} s"}
                 )
                 raise
-            result["problems"].append({"problem": name, **row})
+            record.rows.append({"problem": name, **row})
             print("    " + progress_line(row), flush=True)
-            write_json(args.out, result)
+            save()
     finally:
         kill_children()
-        write_json(args.out, result)
+        save()
         shutil.rmtree(work_root, ignore_errors=True)
-    return result
+    return record
 
 
 # --- entry ---------------------------------------------------------------------------------
 
 
-def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
-    return int(text)
-
-
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "problems",
-        nargs="*",
-        type=Path,
-        help="KernelBench-format problem files (default: .kb/problems, sample.txt order)",
-    )
-    parser.add_argument(
-        "--device",
-        default="auto",
-        choices=["auto", "cpu", "cuda"],
-        help="where the reference runs (auto: cuda when a GPU is visible)",
-    )
-    parser.add_argument("--out", type=Path, help="JSON results, rewritten after every problem")
-    parser.add_argument(
-        "--only",
-        nargs="+",
-        default=[],
-        metavar="TEXT",
-        help="only the problems whose path contains one of these texts",
-    )
-    parser.add_argument(
-        "--repo",
-        type=Path,
-        metavar="DIR",
-        help="measure DIR's harness (DIR/harness; e.g. .kb/before) instead of this checkout's",
-    )
-    parser.add_argument(
-        "--work-dir",
-        type=Path,
-        metavar="DIR",
-        help="where the case files are written, one problem at a time (default: the system temp)",
-    )
-    parser.add_argument(
-        "--scale-down",
-        type=int,
-        metavar="N",
-        help="CPU trials only: divide the files' integer constants >= 256 by N; the "
-        "sizes are then NOT the published ones (the table says so)",
-    )
-    parser.add_argument(
-        "--repeat",
-        type=_positive,
-        default=1,
-        metavar="N",
-        help="measure each problem's reference N times and report the median run (a worker "
-        "start alone varies by 0.5 s between runs); the worker start is the median of "
-        "max(3, N) runs",
-    )
-    parser.add_argument(
-        "--compare",
-        nargs=2,
-        metavar=("BEFORE", "AFTER"),
-        help="print the before/after table of --out files, measure nothing; a side run over "
-        "several device calls: its files joined by commas",
-    )
-    return parser.parse_args()
-
-
-def main() -> None:
-    args = parse_args()
-    if args.compare:
-        before, after = (load_side(text) for text in args.compare)
+@click.command("reference", epilog="See bench/bench_reference.py for the yardstick.")
+@click.argument("problems", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
+              help="Where the reference runs (auto: cuda when a GPU is visible).")  # fmt: skip
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
+              help="The results record (JSON), rewritten after every problem.")  # fmt: skip
+@click.option("--only", multiple=True, metavar="TEXT",
+              help="Only the problems whose path contains this text (repeatable).")  # fmt: skip
+@click.option("--repo", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Measure DIR's harness (DIR/harness; e.g. .kb/before) instead of this "
+              "checkout's.")  # fmt: skip
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Where the case files are written (default: the system temp).")  # fmt: skip
+@click.option("--scale-down", type=click.IntRange(min=1), metavar="N",
+              help="CPU trials only: divide the files' integer constants >= 256 by N; the sizes "
+              "are then NOT the published ones (the table says so).")  # fmt: skip
+@click.option("--repeat", type=click.IntRange(min=1), default=1, metavar="N",
+              help="Measure each reference N times and report the median run; the worker start "
+              "is the median of max(3, N) runs.")  # fmt: skip
+@click.option("--compare", nargs=2, metavar="BEFORE AFTER",
+              help="Print the before/after table of --out files, measure nothing; a side run "
+              "over several calls: its files joined by commas.")  # fmt: skip
+def cli(
+    problems: tuple[Path, ...],
+    device: str,
+    out: Path | None,
+    only: tuple[str, ...],
+    repo: Path | None,
+    work_dir: Path | None,
+    scale_down: int | None,
+    repeat: int,
+    compare: tuple[str, str] | None,
+) -> None:
+    """Reference + audit time of KernelBench problems against issue 10's goal."""
+    if compare:
+        before, after = (load_side(text) for text in compare)
         print(compare_table(before, after))
         return
-    device = args.device
+    if repo is not None and not os.environ.get(REPO_ENV):
+        reexec_for_repo(repo)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     import harness
 
-    if not Path(harness.__file__).resolve().is_relative_to(HARNESS_ROOT.resolve()):
-        sys.exit(f"imported {harness.__file__}, not the harness of {HARNESS_ROOT}")
-    result = run(args, device)
+    if not Path(harness.__file__).resolve().is_relative_to(harness_root().resolve()):
+        sys.exit(f"imported {harness.__file__}, not the harness of {harness_root()}")
+    files = sample_files(list(problems), list(only))
+    record = run(files, device, out, work_dir, scale_down, repeat)
     print()
-    print(markdown_table(result))
-
-
-if __name__ == "__main__":
-    main()
+    print(markdown_table(record))

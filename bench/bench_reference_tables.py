@@ -1,4 +1,4 @@
-"""What bench/bench_reference.py prints of its results: a problem's progress line, the
+"""What ``python -m bench reference`` (bench/bench_reference.py) prints of its results: a problem's progress line, the
 markdown table of one run, and the before/after table of two (``--compare``, whose sides
 ``load_side`` reads from --out files)."""
 
@@ -7,7 +7,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bench.results_format import BenchmarkRecord
+
 GIB = 2**30
+
+
+def as_result(record: BenchmarkRecord) -> dict:
+    """The run as one dict, its problems under "problems": the shape --out files had before
+    the results record, which --compare still reads."""
+    return {**record.context, "device": record.device, "problems": record.rows}
 
 
 def gib(value: int | None) -> str:
@@ -52,7 +60,8 @@ def progress_line(row: dict) -> str:
     )
 
 
-def markdown_table(result: dict) -> str:
+def markdown_table(record: BenchmarkRecord) -> str:
+    result = as_result(record)
     sizes = (
         "published sizes"
         if result["published_sizes"]
@@ -87,7 +96,7 @@ def markdown_table(result: dict) -> str:
 def load_side(paths: str) -> dict:
     """One side of the comparison: --out files joined by commas (a run split over device
     calls), their problems merged in order (a later file's row replaces an earlier one's)."""
-    parts = [json.loads(Path(path).read_text()) for path in paths.split(",")]
+    parts = [_side_part(json.loads(Path(path).read_text())) for path in paths.split(",")]
     rows = {row["problem"]: row for part in parts for row in part["problems"]}
     harnesses = sorted({part["harness"] for part in parts})
     return {**parts[-1], "harness": " & ".join(harnesses), "problems": list(rows.values())}
@@ -115,3 +124,8 @@ def compare_table(before: dict, after: dict) -> str:
             f"{peak_text(row)} | {verdict_text(prior) if prior else '-'} | {verdict_text(row)} |"
         )
     return "\n".join(lines)
+
+
+def _side_part(data: dict) -> dict:
+    """A results record, or a file written before it (its problems already under "problems")."""
+    return as_result(BenchmarkRecord.model_validate(data)) if "benchmark" in data else data

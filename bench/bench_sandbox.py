@@ -6,25 +6,25 @@ reach the comparator as a file (CUDA IPC cannot cross sandboxes) instead of bein
 difference between the columns is that. Both sides start from a warm build cache (one
 evaluation of each first, not counted) and use the smallest timing phase.
 
-    python bench/bench_sandbox.py [--device cpu|cuda] [--rounds 3] [--problem P --candidate C]
+    python -m bench sandbox [--device cpu|cuda] [--rounds 3] [--problem P --candidate C]
+        [--out FILE]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import click
 
-from harness.config import EvalConfig  # noqa: E402
-from harness.evaluate import Evaluator  # noqa: E402
-from harness.problem import problem_from_target  # noqa: E402
-from harness.records import Candidate, Status  # noqa: E402
+from bench.results_format import BenchmarkRecord, finish, new_record, out_option
+from harness.config import EvalConfig
+from harness.evaluate import Evaluator
+from harness.problem import problem_from_target
+from harness.records import Candidate, Status
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SIDES = ("bubblewrap", "off")
 
@@ -43,34 +43,38 @@ def evaluate_once(problem, candidate: Candidate, sandbox: str, seed: int) -> dic
     return {"seconds": seconds, "phases": result.phase_seconds}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--rounds", type=int, default=3, help="Timed evaluations per side.")
-    parser.add_argument("--problem", default="examples/fused_gelu_block.py")
-    parser.add_argument("--candidate", default=None, help="Default: the example's for --device.")
-    parser.add_argument("--out", type=Path, default=None, help="Write the rows as JSON here.")
-    args = parser.parse_args()
-    candidate_path = Path(
-        args.candidate or f"examples/candidates/fused_gelu_block_{args.device}.py"
-    )
-    problem = problem_from_target(str(ROOT / args.problem), args.device, "float32")
-    candidate = Candidate(source=(ROOT / candidate_path).read_text(), origin="user")
+@click.command("sandbox")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Timed evaluations per side.")  # fmt: skip
+@click.option("--problem", default="examples/fused_gelu_block.py", show_default=True)
+@click.option("--candidate", default=None, help="Default: the example's for --device.")
+@out_option
+def cli(device: str, rounds: int, problem: str, candidate: str | None, out: Path | None) -> None:
+    """What the sandbox costs: one evaluation with bubblewrap on and off."""
+    candidate_path = Path(candidate or f"examples/candidates/fused_gelu_block_{device}.py")
+    target = problem_from_target(str(ROOT / problem), device, "float32")
+    honest = Candidate(source=(ROOT / candidate_path).read_text(), origin="user")
     for side in SIDES:  # warm-up: the build, the caches of the first start
-        evaluate_once(problem, candidate, side, seed=0)
-    rows: dict[str, list[dict]] = {side: [] for side in SIDES}
-    for round_number in range(args.rounds):
+        evaluate_once(target, honest, side, seed=0)
+    rows: list[dict] = []
+    for round_number in range(rounds):
         for side in SIDES if round_number % 2 == 0 else reversed(SIDES):
-            rows[side].append(evaluate_once(problem, candidate, side, seed=round_number + 1))
-    medians = {side: statistics.median(r["seconds"] for r in rows[side]) for side in SIDES}
-    print(f"{args.problem} on {args.device}, {args.rounds} evaluations a side (median s):")
+            measured = evaluate_once(target, honest, side, seed=round_number + 1)
+            rows.append({"sandbox": side, "round": round_number, **measured})
+    context = {"problem": problem, "candidate": str(candidate_path), "rounds": rounds}
+    finish(new_record("sandbox", device, rows, context), out, render)
+
+
+def render(record: BenchmarkRecord) -> str:
+    seconds = {side: [r["seconds"] for r in record.rows if r["sandbox"] == side] for side in SIDES}
+    medians = {side: statistics.median(values) for side, values in seconds.items()}
+    lines = [
+        f"{record.context['problem']} on {record.device}, {record.context['rounds']} "
+        "evaluations a side (median s):"
+    ]
     for side in SIDES:
-        spread = [round(r["seconds"], 2) for r in rows[side]]
-        print(f"  sandbox {side:10s} {medians[side]:7.2f}  {spread}")
-    print(f"  ratio bubblewrap/off: {medians['bubblewrap'] / medians['off']:.2f}")
-    if args.out:
-        args.out.write_text(json.dumps({"device": args.device, "rows": rows}, indent=1))
-
-
-if __name__ == "__main__":
-    main()
+        spread = [round(value, 2) for value in seconds[side]]
+        lines.append(f"  sandbox {side:10s} {medians[side]:7.2f}  {spread}")
+    lines.append(f"  ratio bubblewrap/off: {medians['bubblewrap'] / medians['off']:.2f}")
+    return "\n".join(lines)

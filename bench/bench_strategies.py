@@ -7,24 +7,23 @@ bit slower or faster, some much faster, a share failing), and a failed kernel's 
 succeeds with a set chance. What is compared: the best speedup over the
 reference after the budget, over the same seeds for both strategies.
 
-    python bench/bench_strategies.py [--runs 200] [--attempts 30] [--epsilon 0.3]
+    python -m bench strategies [--runs 200] [--attempts 30] [--epsilon 0.3] [--out FILE]
 """
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import click
 
-from agents.loop import SearchConfig, new_trajectory, search  # noqa: E402
-from agents.search.tree import Node, Tree  # noqa: E402
-from agents.team import Proposal  # noqa: E402
-from harness.records import Candidate, EvalResult, Problem, Status, TimingStats  # noqa: E402
+from agents.loop import SearchConfig, new_trajectory, search
+from agents.search.tree import Node, Tree
+from agents.team import Proposal
+from bench.results_format import BenchmarkRecord, finish, new_record, out_option
+from harness.records import Candidate, EvalResult, Problem, Status, TimingStats
 
 PROBLEM = Problem(
     name="sim", source_path="sim.py", class_name="Model", device="cpu", dtype="float32"
@@ -39,7 +38,9 @@ class SimTeam:
     def __init__(self, rng: random.Random) -> None:
         self.rng, self.made = rng, 0
 
-    def propose(self, tree: Tree, node: Node) -> Proposal:
+    def propose(
+        self, tree: Tree, node: Node, budget: object = None, deadline: object = None
+    ) -> Proposal:
         self.made += 1
         base = REFERENCE_MS if node.kind == "root" or not node.ok else node.score_ms
         if node.kind != "root" and not node.ok:  # the debugger: repairs most failures
@@ -80,25 +81,48 @@ def best_speedup(strategy: str, seed: int, attempts: int, epsilon: float, out: P
     return REFERENCE_MS / best.score_ms if best else 0.0
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=200, help="Seeds per strategy.")
-    parser.add_argument("--attempts", type=int, default=30, help="Budget per run.")
-    parser.add_argument("--epsilon", type=float, default=0.3)
-    args = parser.parse_args()
-    out = Path(tempfile.mkdtemp(prefix="kp-strategies-")) / "trajectory.json"
-    print(f"{args.runs} simulated runs of {args.attempts} attempts each, epsilon {args.epsilon}, "
-          f"ceiling {REFERENCE_MS / FLOOR_MS:.2f}x")  # fmt: skip
-    print("| strategy | median best speedup | mean | worst | best |")
-    print("|---|---|---|---|---|")
+@click.command("strategies")
+@click.option(
+    "--runs", type=click.IntRange(min=1), default=200, show_default=True, help="Seeds per strategy."
+)
+@click.option(
+    "--attempts", type=click.IntRange(min=1), default=30, show_default=True, help="Budget per run."
+)
+@click.option("--epsilon", type=click.FloatRange(0, 1), default=0.3, show_default=True)
+@out_option
+def cli(runs: int, attempts: int, epsilon: float, out: Path | None) -> None:
+    """Greedy vs epsilon-greedy search on simulated runs (no LLM, no builds)."""
+    trajectory = Path(tempfile.mkdtemp(prefix="kp-strategies-")) / "trajectory.json"
+    rows = []
     for strategy in ("greedy", "epsilon-greedy"):
-        speedups = [best_speedup(strategy, seed, args.attempts, args.epsilon, out)
-                    for seed in range(args.runs)]  # fmt: skip
-        print(
-            f"| {strategy} | {statistics.median(speedups):.2f}x | "
-            f"{statistics.mean(speedups):.2f}x | {min(speedups):.2f}x | {max(speedups):.2f}x |"
+        speedups = [best_speedup(strategy, seed, attempts, epsilon, trajectory)
+                    for seed in range(runs)]  # fmt: skip
+        rows.append(
+            {
+                "strategy": strategy,
+                "median_best_speedup": statistics.median(speedups),
+                "mean_best_speedup": statistics.mean(speedups),
+                "worst_best_speedup": min(speedups),
+                "best_best_speedup": max(speedups),
+            }
         )
+    context = {"runs": runs, "attempts": attempts, "epsilon": epsilon,
+               "ceiling_speedup": REFERENCE_MS / FLOOR_MS}  # fmt: skip
+    finish(new_record("strategies", "cpu", rows, context), out, render)
 
 
-if __name__ == "__main__":
-    main()
+def render(record: BenchmarkRecord) -> str:
+    c = record.context
+    lines = [
+        f"{c['runs']} simulated runs of {c['attempts']} attempts each, epsilon {c['epsilon']}, "
+        f"ceiling {c['ceiling_speedup']:.2f}x",
+        "| strategy | median best speedup | mean | worst | best |",
+        "|---|---|---|---|---|",
+    ]
+    for row in record.rows:
+        lines.append(
+            f"| {row['strategy']} | {row['median_best_speedup']:.2f}x | "
+            f"{row['mean_best_speedup']:.2f}x | {row['worst_best_speedup']:.2f}x | "
+            f"{row['best_best_speedup']:.2f}x |"
+        )
+    return "\n".join(lines)

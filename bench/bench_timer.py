@@ -13,14 +13,13 @@ offline proposer's candidate are each measured five ways, medians over ``--reps`
 
 Plus the timer's floor: the Timer and the event pair around a call that does nothing.
 
-    python bench/bench_timer.py [--device auto|cpu|cuda] [--reps 50] [--only NAME ...] [--out FILE]
+    python -m bench timer [--device auto|cpu|cuda] [--reps 50] [--only NAME ...] [--out FILE]
 
 On cpu only the timer and host columns mean anything (no events, no device profile).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -28,21 +27,30 @@ import tempfile
 import time
 from pathlib import Path
 
+import click
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from agents.offline import propose
+from bench.bench_offline import CHAINS, chain_problems, example_targets
+from bench.bench_verify_overhead import load_model_new
+from bench.results_format import BenchmarkRecord, finish, new_record, out_option
+from harness import guards
+from harness.cases import build_reference, make_inputs
+from harness.devices import resolve_device
+from harness.problem import problem_from_target
+from harness.timing import Timer
 
-from bench_offline import CHAINS, chain_problems, example_targets  # noqa: E402
-from bench_verify_overhead import load_model_new  # noqa: E402
-
-from agents.offline import propose  # noqa: E402
-from harness import guards  # noqa: E402
-from harness.cases import build_reference, make_inputs  # noqa: E402
-from harness.devices import resolve_device  # noqa: E402
-from harness.problem import problem_from_target  # noqa: E402
-from harness.timing import Timer  # noqa: E402
+COLUMNS = [
+    "timer",
+    "timer_same",
+    "timer_refill",
+    "events",
+    "stream_end",
+    "sync_gap",
+    "device",
+    "host",
+    "host_fresh",
+]
 
 
 def median_ms(measure, reps: int) -> float:
@@ -142,74 +150,70 @@ class Probe:
         return total / 1e3 / self.reps
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--reps", type=int, default=50, help="Calls per median (default 50).")
-    parser.add_argument("--out", type=Path, help="Write the rows as JSON here too.")
-    names = [name for name, _ in example_targets()] + [f"chain_{next(iter(CHAINS))}"]
-    parser.add_argument(
-        "--only",
-        action="append",
-        default=[],
-        choices=names,
-        help=f"Run only this target (repeatable): {', '.join(names)}.",
-    )
-    args = parser.parse_args()
-    args.device = resolve_device(args.device)
+def target_names() -> list[str]:
+    return [name for name, _ in example_targets()] + [f"chain_{next(iter(CHAINS))}"]
+
+
+@click.command("timer")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto")
+@click.option("--reps", type=click.IntRange(min=1), default=50, show_default=True,
+              help="Calls per median.")  # fmt: skip
+@click.option("--only", multiple=True, type=click.Choice(target_names()), metavar="NAME",
+              help=f"Run only this target (repeatable): {', '.join(target_names())}.")  # fmt: skip
+@out_option
+def cli(device: str, reps: int, only: tuple, out: Path | None) -> None:
+    """Where the timed window goes: the timer itself, host launch time, device time."""
+    device = resolve_device(device)
     folder = Path(tempfile.mkdtemp(prefix="kp-timer-chains-"))
     targets = example_targets()
-    targets += [(name, path) for name, path, _ in chain_problems(args.device, folder)][:1]
-    targets = [t for t in targets if not args.only or t[0] in args.only]
+    targets += [(name, path) for name, path, _ in chain_problems(device, folder)][:1]
+    targets = [t for t in targets if not only or t[0] in only]
+    floor = timer_floor(device, targets[0][1])
+    print(f"device {device}, torch {torch.__version__}; timer floor (empty call): {floor}")
+    record = new_record("timer", device, context={"floor": floor})
+    for name, target in targets:
+        for impl, row in measure_target(device, name, target, reps, folder).items():
+            record.rows.append({"target": name, "impl": impl, **row})
+            print(json.dumps(record.rows[-1]), file=sys.stderr)
+    finish(record, out, render)
 
-    floor_probe = Probe(
-        args.device, problem_from_target(targets[0][1], args.device, "float32"), 200
-    )
-    floor = {
-        "timer": median_ms(lambda: floor_probe.timer(lambda *_: None, [])[0], 200),
-        "events": median_ms(lambda: floor_probe.events(lambda *_: None), 200)
-        if args.device == "cuda"
+
+def timer_floor(device: str, target: str) -> dict[str, float | None]:
+    """The Timer and the event pair around a call that does nothing."""
+    probe = Probe(device, problem_from_target(target, device, "float32"), 200)
+    return {
+        "timer": median_ms(lambda: probe.timer(lambda *_: None, [])[0], 200),
+        "events": median_ms(lambda: probe.events(lambda *_: None), 200)
+        if device == "cuda"
         else None,
     }
-    print(f"device {args.device}, torch {torch.__version__}; timer floor (empty call): {floor}")
-    rows = []
-    for name, target in targets:
-        problem = problem_from_target(target, args.device, "float32")
-        reference = build_reference(problem, 0)
-        proposal = propose(problem)
-        implementations = {"eager": reference, "compiled": torch.compile(reference)}
-        if proposal.candidate is not None:
-            path = folder / f"{name}_candidate.py"
-            path.write_text(proposal.candidate.source)
-            implementations["candidate"] = load_model_new(problem, path, reference)
-        probe = Probe(args.device, problem, args.reps)
-        with torch.no_grad():
-            measured = {impl: probe.measure(fn) for impl, fn in implementations.items()}
-            if args.device == "cuda":  # last: CUPTI stays attached after a profile
-                for impl, fn in implementations.items():
-                    measured[impl]["device"] = probe.device_ms(fn)
-        for impl, row in measured.items():
-            rows.append({"target": name, "impl": impl, **row})
-            print(json.dumps(rows[-1]), file=sys.stderr)
-    columns = [
-        "timer",
-        "timer_same",
-        "timer_refill",
-        "events",
-        "stream_end",
-        "sync_gap",
-        "device",
-        "host",
-        "host_fresh",
+
+
+def measure_target(device: str, name: str, target: str, reps: int, folder: Path) -> dict:
+    """Implementation -> its measurements: eager, compiled and the offline candidate."""
+    problem = problem_from_target(target, device, "float32")
+    reference = build_reference(problem, 0)
+    proposal = propose(problem)
+    implementations = {"eager": reference, "compiled": torch.compile(reference)}
+    if proposal.candidate is not None:
+        path = folder / f"{name}_candidate.py"
+        path.write_text(proposal.candidate.source)
+        implementations["candidate"] = load_model_new(problem, path, reference)
+    probe = Probe(device, problem, reps)
+    with torch.no_grad():
+        measured = {impl: probe.measure(fn) for impl, fn in implementations.items()}
+        if device == "cuda":  # last: CUPTI stays attached after a profile
+            for impl, fn in implementations.items():
+                measured[impl]["device"] = probe.device_ms(fn)
+    return measured
+
+
+def render(record: BenchmarkRecord) -> str:
+    lines = [
+        "| target | impl | " + " | ".join(f"{c} ms" for c in COLUMNS) + " |",
+        "|---|---|" + "---|" * len(COLUMNS),
     ]
-    print("\n| target | impl | " + " | ".join(f"{c} ms" for c in columns) + " |")
-    print("|---|---|" + "---|" * len(columns))
-    for row in rows:
-        cells = ["-" if row[c] is None else f"{row[c]:.4f}" for c in columns]
-        print(f"| {row['target']} | {row['impl']} | " + " | ".join(cells) + " |")
-    if args.out:
-        args.out.write_text(json.dumps({"floor": floor, "rows": rows}, indent=2))
-
-
-if __name__ == "__main__":
-    main()
+    for row in record.rows:
+        cells = ["-" if row[c] is None else f"{row[c]:.4f}" for c in COLUMNS]
+        lines.append(f"| {row['target']} | {row['impl']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

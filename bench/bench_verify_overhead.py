@@ -6,31 +6,28 @@ calls, no torch.compile), i.e. the static gate, the reference worker (cases, aud
 the candidate worker (guards, poison, fingerprints, snapshots, profile, every-call re-check)
 and the comparison. Both start from a warm build cache.
 
-    python bench/bench_verify_overhead.py [--device cpu|cuda]
+    python -m bench verify-overhead [--device cpu|cuda] [--out FILE]
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
-import sys
 import time
 from pathlib import Path
 
+import click
 import torch
 from torch.utils import cpp_extension
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.results_format import BenchmarkRecord, finish, new_record, out_option
+from harness.buildcache import CachedLoader, default_cache_dir
+from harness.cases import build_reference, make_inputs
+from harness.config import EvalConfig
+from harness.evaluate import Evaluator
+from harness.problem import init_arguments, problem_from_target
+from harness.records import Candidate
 
-from harness.buildcache import CachedLoader, default_cache_dir  # noqa: E402
-from harness.cases import build_reference, make_inputs  # noqa: E402
-from harness.config import EvalConfig  # noqa: E402
-from harness.evaluate import Evaluator  # noqa: E402
-from harness.problem import init_arguments, problem_from_target  # noqa: E402
-from harness.records import Candidate  # noqa: E402
-
-FIXTURES = ROOT / "tests" / "fixtures"
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 
 
 def load_model_new(problem, path: Path, reference: torch.nn.Module) -> torch.nn.Module:
@@ -61,12 +58,13 @@ def plain_allclose(problem, path: Path) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    args = parser.parse_args()
-    problem = problem_from_target(str(FIXTURES / "scale_problem.py"), args.device, "float32")
-    path = FIXTURES / ("gpu_honest.py" if args.device == "cuda" else "isolation_honest.py")
+@click.command("verify-overhead")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@out_option
+def cli(device: str, out: Path | None) -> None:
+    """What verification costs: kernelpilot's full check vs a plain allclose."""
+    problem = problem_from_target(str(FIXTURES / "scale_problem.py"), device, "float32")
+    path = FIXTURES / ("gpu_honest.py" if device == "cuda" else "isolation_honest.py")
     config = EvalConfig(
         compile_baseline=False, min_reps=3, max_reps=3, warmup=1, time_budget_s=0.01
     )
@@ -78,16 +76,22 @@ def main() -> None:
     result = evaluator.evaluate(problem, Candidate(source=path.read_text()))
     full = time.perf_counter() - start
     assert result.status.value == "ok", result.reason
-    print(f"device {args.device}, torch {torch.__version__}")
-    print("| check | wall s |\n|---|---|")
-    print(f"| plain allclose (1 input, in process) | {plain:.2f} |")
-    print(
-        f"| kernelpilot full verification ({len(result.checks)} checks, 2 worker processes) | {full:.2f} |"
-    )
-    print(
+    rows = [
+        {"check": "plain allclose (1 input, in process)", "wall_s": plain},
+        {
+            "check": f"kernelpilot full verification ({len(result.checks)} checks, "
+            "2 worker processes)",
+            "wall_s": full,
+        },
+    ]
+    finish(new_record("verify-overhead", device, rows), out, render)
+
+
+def render(record: BenchmarkRecord) -> str:
+    plain, full = (row["wall_s"] for row in record.rows)
+    lines = [f"device {record.device}, torch {record.torch}", "| check | wall s |", "|---|---|"]
+    lines += [f"| {row['check']} | {row['wall_s']:.2f} |" for row in record.rows]
+    lines.append(
         f"\noverhead: {full / plain:.1f}x the plain check, {full - plain:.1f} s more per candidate"
     )
-
-
-if __name__ == "__main__":
-    main()
+    return "\n".join(lines)

@@ -9,7 +9,7 @@ library is then built and checked but not loaded. A minimal CUDA toolkit may lac
 cuBLAS/cuSPARSE/cuSOLVER headers that ATen/cuda/CUDAContext.h includes: --cuda-include adds
 them (from the nvidia-cublas, nvidia-cusparse, nvidia-cusolver wheels: nvidia/cu13/include).
 
-    python bench/cuda_build_check.py --cuda-include DIR --link-dir DIR [--arch 9.0] [--jobs 2]
+    python -m bench.cuda_build_check --cuda-include DIR --link-dir DIR [--arch 9.0] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -25,12 +25,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
-
-from harness import buildcache  # noqa: E402
-from harness.gate import GateRejection, check_python  # noqa: E402
+from harness import buildcache
+from harness.gate import GateRejection, check_python
 
 
 def _cmake_macros(cache: Path) -> Path:
@@ -87,7 +83,7 @@ def main() -> int:
         )
         return 0
 
-    from cuda_candidates import cuda_candidates
+    from bench.cuda_candidates import cuda_candidates
 
     work = Path(tempfile.mkdtemp(prefix="kp-cuda-check-"))
     jobs = []
@@ -103,7 +99,15 @@ def main() -> int:
         label, path, reasons = job
         if reasons:
             return label, {"status": "rejected", "detail": "; ".join(reasons)}
-        command = [sys.executable, __file__, "--one", str(path), "--arch", args.arch]
+        command = [
+            sys.executable,
+            "-m",
+            "bench.cuda_build_check",
+            "--one",
+            str(path),
+            "--arch",
+            args.arch,
+        ]
         command += ["--cuda-include", args.cuda_include, "--link-dir", args.link_dir]
         command += ["--cache", str(args.cache)]
         done = subprocess.run(command, capture_output=True, text=True)

@@ -3,18 +3,15 @@ for the examples and for bench_offline's pointwise chains."""
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from agents.offline import propose
+from harness.problem import problem_from_target
+from harness.records import Candidate
 
-from agents.offline import propose  # noqa: E402
-from harness.problem import problem_from_target  # noqa: E402
-from harness.records import Candidate  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def cuda_candidates(dtype: str = "float32") -> dict[str, list[tuple[str, Candidate]]]:

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Download the wheels that the GPU machine lacks (PyGithub and its own for the bot's commands;
-# matplotlib for the nightly's plots) (Python 3.12 there, no package index) into
-# .whl/ (git-ignored), for `run(carry=[".whl"])`. Run here, from the repository root.
+# The wheels a CUDA machine without a package index needs for bench/gpu_run.sh: the packages
+# its Python 3.12 lacks (pydantic, click and pytest for kernelpilot and its tests; PyGithub and
+# its own for the bot's commands; matplotlib's stack for the nightly's plots), downloaded into
+# .whl/ (git-ignored) to be copied along with the checkout. Also .whl-core/ (the same without
+# matplotlib's) and .sbx/ (bubblewrap, see below). Run on a machine with internet access, from
+# the repository root.
 set -euo pipefail
 rm -rf .whl && mkdir -p .whl
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
@@ -20,8 +23,8 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
   "pydantic-core==${core}"
 ls .whl && du -sh .whl
-# .whl-core/: the same without matplotlib's stack (about 11 MB instead of 50), for the calls
-# that carry the build cache too (64 MiB at most per call): KP_WHEELS=.whl-core bench/gpu_run.sh
+# .whl-core/: the same without matplotlib's stack (about 11 MB instead of 50), where the wheels
+# and the build cache must travel together in little space: KP_WHEELS=.whl-core bench/gpu_run.sh
 rm -rf .whl-core && mkdir -p .whl-core
 find .whl -type f -name '*.whl' ! -name 'matplotlib-*' ! -name 'numpy-*' ! -name 'pillow-*' \
   ! -name 'fonttools-*' ! -name 'kiwisolver-*' ! -name 'contourpy-*' ! -name 'cycler-*' \

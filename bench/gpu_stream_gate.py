@@ -1,6 +1,6 @@
 """The CUDA corpus's stream-order entries with the stream gate on and off (cuda only).
 
-    python3 bench/gpu_stream_gate.py --rounds 2 --out $OUT/stream_gate.json
+    python3 -m bench.gpu_stream_gate --rounds 2 --out $OUT/stream_gate.json
 
 Every red-team entry of pattern 11 (kernels whose work is not ordered with the caller's
 stream) and every honest entry that uses streams, evaluated ``--rounds`` times with the checks'
@@ -18,13 +18,12 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from harness import evaluate
+from harness.config import EvalConfig
+from harness.problem import problem_from_target
+from harness.records import Candidate
 
-from harness import evaluate  # noqa: E402
-from harness.config import EvalConfig  # noqa: E402
-from harness.problem import problem_from_target  # noqa: E402
-from harness.records import Candidate  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TESTS = ROOT / "tests"
 

@@ -1,12 +1,11 @@
 """KernelBench problem files and the provenance of a run over them, for bench/bench_reference.py
 and bench/kb_sweep.py: which files (the sample in .kb/problems), their names, copies shrunk for
 CPU trials, where the files came from and which harness commit measured them; and the end of
-such a run: its JSON written whole, the workers it left running ended."""
+such a run: the workers it left running ended."""
 
 from __future__ import annotations
 
 import ast
-import json
 import os
 import signal
 import subprocess
@@ -77,16 +76,6 @@ def _git(repo: Path, *command: str) -> str:
     except OSError:
         return ""
     return done.stdout.strip() if done.returncode == 0 else ""
-
-
-def write_json(path: Path | None, result: dict) -> None:
-    """``result`` into ``path`` whole (through a .part file), or nowhere where it is None."""
-    if path is None:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(path.suffix + ".part")
-    partial.write_text(json.dumps(result, indent=1))
-    os.replace(partial, path)
 
 
 def kill_children() -> None:

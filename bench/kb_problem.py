@@ -11,10 +11,9 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from device_memory import MemoryPeak
-from kb_copy_candidate import copy_candidate
-from kb_sweep_rows import SweepRow
-
+from bench.device_memory import MemoryPeak
+from bench.kb_copy_candidate import copy_candidate
+from bench.kb_sweep_rows import SweepRow
 from harness.records import Candidate
 
 OOM_TEXT = re.compile(r"[^\n]*(out of (device )?memory|OutOfMemoryError)[^\n]*", re.IGNORECASE)

@@ -25,16 +25,16 @@ Two sweeps may share one device (``--beside 1`` on each, disjoint problem lists,
 ``--out``): a problem's own peak is then still its own, and one that runs out of memory beside
 the other is run again alone by ``--resume``.
 
-The JSON (a list of rows) is rewritten after every problem, and a row marked ``interrupted``
-is written before each one starts, so a call cut short keeps what it did and names the
-problem it stopped in. ``--resume`` skips the problems already in ``--out`` (one left
+The results record (``--out``, one row per problem) is rewritten after every problem, and a row
+marked ``interrupted`` is written before each one starts, so a run cut short keeps what it did
+and names the problem it stopped in. ``--resume`` skips the problems already in ``--out`` (one left
 ``interrupted`` is tried once more); ``--limit-s`` starts no new problem after that many
 seconds, so a device call ends on its own.
 
-    python bench/kb_sweep.py [PROBLEM.py ...] [--device cuda|cpu] [--out FILE] [--resume]
+    python -m bench kb-sweep [PROBLEM.py ...] [--device cuda|cpu] [--out FILE] [--resume]
         [--limit-s S] [--scale-down N] [--candidate copy|offline] [--prebuild] [--verbose]
         [--beside N] [--work-dir DIR]
-    python bench/kb_sweep.py --table OUT.json ...   # a markdown table of what ran
+    python -m bench kb-sweep --table OUT.json ...   # a markdown table of what ran
 
 Its parts: ``kb_problem.py`` (one problem's steps, the prebuild), ``kb_copy_candidate.py``
 (the copy candidate), ``device_memory.py`` (the peaks), ``kb_sweep_rows.py`` (the rows, the
@@ -49,30 +49,50 @@ its rows say ``published_size: false``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import shutil
 import signal
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # the checkout's harness, installed or not
+import click
 
-from device_memory import MemoryPeak  # noqa: E402
-from kb_files import kill_children, problem_name, scaled_copy  # noqa: E402
-from kb_problem import prebuild, sweep_problem  # noqa: E402
-from kb_sweep_rows import (  # noqa: E402
+from bench.device_memory import MemoryPeak
+from bench.kb_files import kill_children, problem_name, scaled_copy
+from bench.kb_problem import prebuild, sweep_problem
+from bench.kb_sweep_rows import (
     SweepRow,
     interrupted,
     progress_line,
+    read_rows,
     summary,
     table,
     write_rows,
 )
+from bench.results_format import new_record
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """The command line's choices for one sweep (see ``cli``)."""
+
+    problems: list[Path]
+    device: str
+    out: Path | None
+    resume: bool
+    limit_s: float | None
+    scale_down: int | None
+    candidate: str
+    prebuild: bool
+    verbose: bool
+    beside: int
+    work_dir: Path | None
+
 
 # --- the sweep -----------------------------------------------------------------------------
 
@@ -111,15 +131,12 @@ def problem_files(given: list[Path]) -> list[Path]:
     return files
 
 
-def sweep(args: argparse.Namespace) -> list[SweepRow]:
+def sweep(args: SweepOptions) -> list[SweepRow]:
     from harness.config import EvalConfig
     from harness.evaluate import Evaluator
 
-    rows = (
-        [SweepRow(**row) for row in json.loads(args.out.read_text())]
-        if args.resume and args.out.is_file()
-        else []
-    )
+    rows = read_rows(args.out) if args.resume and args.out and args.out.is_file() else []
+    record = new_record("kb-sweep", args.device, context={"candidate": args.candidate})
     # A problem the last call stopped inside is tried once more (it may have been the call's
     # time limit, not the problem); interrupted twice, it stays so. One that ran out of memory
     # while another sweep shared the device is run again too: alone, it may fit.
@@ -161,116 +178,68 @@ def sweep(args: argparse.Namespace) -> list[SweepRow]:
                     beside=args.beside,
                 )
                 rows.append(row)
-                write_rows(args.out, rows)
+                write_rows(args.out, record, rows)
                 sweep_problem(evaluator, path, args.candidate, memory, row, prepared)
-                write_rows(args.out, rows)
+                write_rows(args.out, record, rows)
                 print(f"[{number}/{len(files)}] {progress_line(row)}", flush=True)
     except KeyboardInterrupt:  # a stage's time limit (SIGINT, or SIGTERM: see main)
         print(f"interrupted inside {rows[-1].name if rows else 'the start'}", flush=True)
     finally:
         evaluator.close()
         kill_children()
-        write_rows(args.out, rows)
+        write_rows(args.out, record, rows)
         shutil.rmtree(work, ignore_errors=True)
     return rows
 
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "problems",
-        nargs="*",
-        type=Path,
-        help="KernelBench problem files or folders of them (default: .kb/all/level1 then level2)",
-    )
-    parser.add_argument(
-        "--device",
-        default="cuda",
-        choices=["cuda", "cpu"],
-        help="where the problems run (default cuda)",
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path("kb_sweep.json"),
-        help="JSON list of rows, rewritten after every problem (default kb_sweep.json)",
-    )
-    parser.add_argument(
-        "--resume",
-        action="store_true",
-        help="keep --out's rows and skip their problems; one the last run stopped inside "
-        "(interrupted) is run once more",
-    )
-    parser.add_argument(
-        "--limit-s",
-        type=float,
-        metavar="S",
-        help="start no new problem after S seconds of wall time",
-    )
-    parser.add_argument(
-        "--scale-down",
-        type=int,
-        metavar="N",
-        help="CPU trials only: divide the files' integer constants >= 256 by N (NOT the published sizes)",
-    )
-    parser.add_argument(
-        "--candidate",
-        choices=["copy", "offline"],
-        default="copy",
-        help="copy (default): the generic copy candidate; offline: the offline proposer's "
-        "candidate where it has one (through the comparator and the timing), else copy",
-    )
-    parser.add_argument(
-        "--prebuild",
-        action="store_true",
-        help="build every problem's candidate first, as many at once as there are cores",
-    )
-    parser.add_argument(
-        "--table",
-        nargs="+",
-        type=Path,
-        metavar="JSON",
-        help="run nothing: print the rows of these --out files as a markdown table, then the "
-        "summary",
-    )
-    parser.add_argument(
-        "--verbose",
-        action="store_true",
-        help="print the evaluator's progress lines (reference, checks, timing) as they come",
-    )
-    parser.add_argument(
-        "--beside",
-        type=int,
-        default=0,
-        metavar="N",
-        help="N other sweeps share the device (recorded in each row; a problem that runs out "
-        "of memory then is run again by --resume); default 0",
-    )
-    parser.add_argument(
-        "--work-dir",
-        type=Path,
-        metavar="DIR",
-        help="where the case files go (default: the system temp)",
-    )
-    return parser.parse_args()
-
-
-def main() -> None:
-    args = parse_args()
+@click.command("kb-sweep", epilog="See bench/kb_sweep.py for what each row records.")
+@click.argument("problems", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
+              help="Where the problems run.")  # fmt: skip
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
+              help="The results record (JSON), rewritten after every problem; without it, the "
+              "table is printed at the end.")  # fmt: skip
+@click.option("--resume", is_flag=True,
+              help="Keep --out's rows and skip their problems; one the last run stopped inside "
+              "(interrupted) is run once more.")  # fmt: skip
+@click.option("--limit-s", type=click.FloatRange(min=0), metavar="S",
+              help="Start no new problem after S seconds of wall time.")  # fmt: skip
+@click.option("--scale-down", type=click.IntRange(min=1), metavar="N",
+              help="CPU trials only: divide the files' integer constants >= 256 by N (NOT the "
+              "published sizes).")  # fmt: skip
+@click.option("--candidate", type=click.Choice(["copy", "offline"]), default="copy",
+              show_default=True,
+              help="copy: the generic copy candidate; offline: the offline proposer's candidate "
+              "where it has one (through the comparator and the timing), else copy.")  # fmt: skip
+@click.option("--prebuild", is_flag=True,
+              help="Build every problem's candidate first, as many at once as there are cores.")  # fmt: skip
+@click.option("--table", "tables", multiple=True, type=click.Path(exists=True, path_type=Path),
+              metavar="JSON",
+              help="Run nothing: print the rows of this --out file (repeatable) as a markdown "
+              "table, then the summary.")  # fmt: skip
+@click.option("--verbose", is_flag=True,
+              help="Print the evaluator's progress lines as they come.")  # fmt: skip
+@click.option("--beside", type=click.IntRange(min=0), default=0, metavar="N",
+              help="N other sweeps share the device (recorded in each row; a problem that runs "
+              "out of memory then is run again by --resume).")  # fmt: skip
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Where the case files go (default: the system temp).")  # fmt: skip
+def cli(problems: tuple[Path, ...], tables: tuple[Path, ...], **options) -> None:
+    """Every KernelBench level-1 and level-2 problem through the harness, one at a time."""
     # SIGTERM as SIGINT: the sweep ends through its finally blocks, workers stopped, rows kept.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    if args.table:
-        rows = [SweepRow(**row) for path in args.table for row in json.loads(path.read_text())]
+    if tables:
+        rows = [row for path in tables for row in read_rows(path)]
         print(table(rows))
         print()
         print(summary(rows))
         return
+    if options["resume"] and options["out"] is None:
+        raise click.UsageError("--resume reads the rows of --out: give --out FILE")
+    args = SweepOptions(problems=list(problems), **options)
     rows = sweep(args)
     print()
+    if args.out is None:
+        print(table(rows))
+        print()
     print(summary(rows))
-
-
-if __name__ == "__main__":
-    main()

@@ -5,11 +5,12 @@ table)."""
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from pathlib import Path
 
 from pydantic import BaseModel, Field
+
+from bench.results_format import BenchmarkRecord, write_record
 
 
 class SweepRow(BaseModel):
@@ -69,11 +70,18 @@ class SweepRow(BaseModel):
     )
 
 
-def write_rows(path: Path, rows: list[SweepRow]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(path.suffix + ".part")
-    partial.write_text(json.dumps([row.model_dump() for row in rows], indent=1))
-    os.replace(partial, path)
+def write_rows(path: Path | None, record: BenchmarkRecord, rows: list[SweepRow]) -> None:
+    """The rows into the sweep's results record, and the record into ``path`` where given."""
+    record.rows = [row.model_dump() for row in rows]
+    if path is not None:
+        write_record(record, path)
+
+
+def read_rows(path: Path) -> list[SweepRow]:
+    """The rows of a results record, or of a file written before it (a JSON list of rows)."""
+    data = json.loads(path.read_text())
+    listed = data if isinstance(data, list) else BenchmarkRecord.model_validate(data).rows
+    return [SweepRow(**row) for row in listed]
 
 
 def peaks(row: SweepRow) -> tuple[int | None, int | None]:

@@ -2,7 +2,7 @@
 
 On a GPU machine the tests then find their kernels built; run before `pytest -m gpu`.
 One pool across problems: builds of different problems run side by side (one pool per
-problem left most cores idle and took most of a 10-minute device call).
+problem left most cores idle and took most of the stage's 10 minutes).
 """
 
 from __future__ import annotations
@@ -11,15 +11,11 @@ import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from cuda_candidates import cuda_candidates  # noqa: E402
-
-from harness.config import EvalConfig  # noqa: E402
-from harness.evaluate import Evaluator  # noqa: E402
-from harness.problem import problem_from_target  # noqa: E402
+from bench.cuda_candidates import cuda_candidates
+from harness.config import EvalConfig
+from harness.evaluate import Evaluator
+from harness.problem import problem_from_target
 
 
 def main() -> int:

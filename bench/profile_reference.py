@@ -3,7 +3,7 @@
 The reference run draws the verification cases, audits the spec, profiles the reference's ops
 and writes the case files: everything an evaluation does before any candidate code runs.
 
-    python bench/profile_reference.py [TARGET] [--device cpu|cuda] [--top N]
+    python -m bench.profile_reference [TARGET] [--device cpu|cuda] [--top N]
 """
 
 from __future__ import annotations
@@ -11,19 +11,17 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from harness.config import EvalConfig
+from harness.jobs import WorkerJob
+from harness.problem import problem_from_target
+from harness.reference import draw_seeds
+from harness.worker_reference import run_reference
 
-from harness.config import EvalConfig  # noqa: E402
-from harness.jobs import WorkerJob  # noqa: E402
-from harness.problem import problem_from_target  # noqa: E402
-from harness.reference import draw_seeds  # noqa: E402
-from harness.worker_reference import run_reference  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> None:

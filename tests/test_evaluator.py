@@ -46,7 +46,7 @@ def test_the_gate_runs_once_per_candidate(monkeypatch):
     assert calls == ["gate"]
 
 
-HOOKS = Path(__file__).resolve().parent.parent / "bench" / "probe_hooks"
+HOOKS = Path(__file__).resolve().parent / "probe_hooks"
 
 
 def test_the_timing_worker_runs_no_profiler_before_its_timing_ends(tmp_path, monkeypatch):
@@ -54,7 +54,7 @@ def test_the_timing_worker_runs_no_profiler_before_its_timing_ends(tmp_path, mon
     call on an H100, bench/NOTES.md): timed after one, eager beside the candidate looked
     disturbed and every speedup was taken under it. The checks' worker profiles every checked
     call; the timing worker may profile only after its last timing loop. Every worker records
-    its timing loops and profiler sessions (bench/probe_hooks, loaded at interpreter start)."""
+    its timing loops and profiler sessions (tests/probe_hooks, loaded at interpreter start)."""
     records = tmp_path / "records"
     monkeypatch.setenv("KP_PROBE_SAMPLES", str(records))
     monkeypatch.setenv(

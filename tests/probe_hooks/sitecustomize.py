@@ -1,9 +1,9 @@
-"""A diagnostic hook for bench/probe_disturbance.sh, never part of the product: with
+"""A recording hook for tests/test_evaluator.py, never part of the product: with
 KP_PROBE_SAMPLES=DIR and this folder first on PYTHONPATH, every candidate worker writes each
 timing loop's raw per-call samples (wall-clock start of each call, milliseconds per call, which
 implementation) to DIR/<pid>-<n>.json, and the start of every profiler session to
 DIR/<pid>-profile-<n>.json. The harness's summaries keep only median, IQR and min.
-tests/test_evaluator.py uses it too: no profiler may run in a timing worker before its timing.
+The test checks that no profiler runs in a timing worker before its timing ends.
 With KP_PROBE_NOPROFILE=1 as well, no profiler runs before the timing beside the candidate (the
 reference's ops are not profiled, the checked calls are not profiled; the checks that need them
 see no ops): does eager beside the candidate then match eager alone?
