@@ -39,7 +39,7 @@ lint: setup
 	$(VENV)/bin/zizmor --offline --persona auditor action.yml .github/workflows/*.yml examples/workflows/*.yml
 
 bench: setup
-	$(PY) bench/bench_offline.py
+	$(PY) -m bench offline
 
 clean:
 	rm -rf $(VENV) kernelpilot-out .pytest_cache

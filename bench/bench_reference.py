@@ -1,4 +1,4 @@
-"""Reference + audit time of KernelBench problems, against the goal of issue 10.
+"""Reference + audit time of KernelBench problems, against the goal below.
 
 For each problem file, the wall time of ``Evaluator(EvalConfig()).reference(problem)`` end to
 end, what a search waits for before its first candidate: the reference worker's start, the
@@ -288,7 +288,7 @@ def cli(
     repeat: int,
     compare: tuple[str, str] | None,
 ) -> None:
-    """Reference + audit time of KernelBench problems against issue 10's goal."""
+    """Reference + audit time of KernelBench problems against their goal (worker start + 3x the cases)."""
     if compare:
         before, after = (load_side(text) for text in compare)
         print(compare_table(before, after))

@@ -50,7 +50,7 @@ if ! command -v bwrap >/dev/null && [ -x .sbx/bin/bwrap ]; then
 fi
 # The machine's torch has no compiled bytecode (.pyc) where Python can use it, so every process
 # compiled the modules it imports from source: 5 s of the profiler's and torch.compile's imports
-# per worker (bench/NOTES.md). A pip-installed torch on a runner has them; a
+# per worker (docs/measurement-notes.md). A pip-installed torch on a runner has them; a
 # bytecode cache of our own gives every worker here the same.
 export PYTHONPYCACHEPREFIX=/tmp/kp-pycache
 unset PYTHONDONTWRITEBYTECODE

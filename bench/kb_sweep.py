@@ -1,4 +1,4 @@
-"""Every KernelBench level-1 and level-2 problem through the harness, one at a time (issue 10).
+"""Every KernelBench level-1 and level-2 problem through the harness, one at a time.
 
 For each problem file, in this process and with one ``Evaluator`` for the whole sweep:
 
@@ -29,7 +29,7 @@ The results record (``--out``, one row per problem) is rewritten after every pro
 marked ``interrupted`` is written before each one starts, so a run cut short keeps what it did
 and names the problem it stopped in. ``--resume`` skips the problems already in ``--out`` (one left
 ``interrupted`` is tried once more); ``--limit-s`` starts no new problem after that many
-seconds, so a device call ends on its own.
+seconds, so a run under a time limit ends on its own.
 
     python -m bench kb-sweep [PROBLEM.py ...] [--device cuda|cpu] [--out FILE] [--resume]
         [--limit-s S] [--scale-down N] [--candidate copy|offline] [--prebuild] [--verbose]

@@ -1,4 +1,4 @@
-"""The yardstick bench_reference.py holds reference + audit to (issue 10's goal):
+"""The yardstick bench_reference.py holds reference + audit to (its goal):
 
     goal = worker start + 3 x (the cases' own input generation and eager forwards)
 

@@ -17,7 +17,7 @@ SHORT_WORK_FLOOR = 0.15
 DISTURBANCE_LIMIT = 0.5
 # Eager timed beside the candidate's calls may run this much slower than eager timed after them.
 # The two loops run back to back: beside honest kernels on 10-30 us GPU problems the ratio was
-# 0.91-1.16x, once 1.53x (H100, 42 workers, bench/NOTES.md). A call that leaves work behind
+# 0.91-1.16x, once 1.53x (H100, 42 workers, docs/measurement-notes.md). A call that leaves work behind
 # that slows the next one down, and wears off by itself, shows only here.
 INTERLEAVING_LIMIT = 1.0
 

@@ -2,7 +2,7 @@
 
 The timing worker is a fresh process: the checks ran in another one. A profiler session, even
 a CPU-only one, leaves the process slower for the rest of its life (1.5-1.8x per call on a
-10-microsecond GPU problem, bench/NOTES.md), so no profiler runs here before the timing ends.
+10-microsecond GPU problem, docs/measurement-notes.md), so no profiler runs here before the timing ends.
 
 Eager is first timed alone, before any candidate code is loaded into the process (after one
 whole loop thrown away: a fresh process is slow for a while), in the very loop that later

@@ -51,7 +51,7 @@ HOOKS = Path(__file__).resolve().parent / "probe_hooks"
 
 def test_the_timing_worker_runs_no_profiler_before_its_timing_ends(tmp_path, monkeypatch):
     """A profiler session, even a CPU-only one, leaves its process slower for good (1.5-1.8x per
-    call on an H100, bench/NOTES.md): timed after one, eager beside the candidate looked
+    call on an H100, docs/measurement-notes.md): timed after one, eager beside the candidate looked
     disturbed and every speedup was taken under it. The checks' worker profiles every checked
     call; the timing worker may profile only after its last timing loop. Every worker records
     its timing loops and profiler sessions (tests/probe_hooks, loaded at interpreter start)."""

@@ -93,8 +93,8 @@ def test_two_first_nights_at_once_both_land(fake_github):
     assert set(loaded) == {"kernel:k.py", "target:m.py:Net"}
 
 
-# A line as the H100 run of session 10 wrote it (bench/results/h100-2026-11-25-s10), before
-# records had the spreads and re-measurements of eager and torch.compile.
+# A line as the H100 run of 2026-11-25 wrote it (bench/results/h100-2026-11-25-s10 on the
+# bench-results branch), before records had the spreads and re-measurements of eager and torch.compile.
 OLD_LINE = (
     '{"benchmark":"kernel:models/act_kernelpilot.py","night":"2026-11-25","commit":"555797ab8ca2'
     '81d921eedb8f80eeeecc345a8f6e","run_url":"","device":"cuda","device_name":"NVIDIA H100 80GB '

@@ -1,6 +1,6 @@
 """bias + GELU at [2048, 8192] float32 (16.8M elements, 64 MiB per tensor): large enough that
 the harness's own per-element work (comparisons, input factories, case files) shows in a
-profile on a 2-core CPU. Used by bench/profile_reference.py and the notes in NOTES.md."""
+profile on a 2-core CPU. Used by bench/profile_reference.py and docs/measurement-notes.md."""
 
 import torch
 import torch.nn as nn
