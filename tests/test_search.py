@@ -54,6 +54,13 @@ def test_epsilon_greedy_picks_a_random_leaf_with_a_candidate_or_the_best():
     assert {never.select(tree).source for _ in range(10)} == {"a"}
 
 
+def test_a_candidate_kernelpilot_failed_on_is_never_sent_to_the_debugger():
+    tree = tree_with(("a", Status.harness_error, None), ("b", Status.incorrect, None))
+    picks = {EpsilonGreedy(random.Random(seed), epsilon=1.0, root_first=0).select(tree).source
+             for seed in range(20)}  # fmt: skip
+    assert picks == {"b"}  # the candidate's own failure is repaired; kernelpilot's is not
+
+
 def test_whichever_budget_ends_first_ends_the_search():
     assert Budget(attempts=2, spent_attempts=2).exhausted() == "2 attempts"
     assert Budget(max_tokens=100, spent_tokens=150).exhausted() == "100 tokens"

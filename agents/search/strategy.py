@@ -12,6 +12,7 @@ import random
 from typing import Protocol
 
 from agents.search.tree import Node, Tree
+from harness.records import Status
 
 
 class Strategy(Protocol):
@@ -65,7 +66,8 @@ class EpsilonGreedy(Greedy):
             leaf
             for leaf in tree.leaves()
             if leaf.kind != "root" and leaf.source and not self._given_up(tree, leaf)
-        ]
+            and not _failed_in_kernelpilot(leaf)
+        ]  # fmt: skip
         if leaves and self.rng.random() < self.epsilon:
             return self.rng.choice(sorted(leaves, key=lambda leaf: leaf.id))
         return super().select(tree)
@@ -73,6 +75,11 @@ class EpsilonGreedy(Greedy):
     def _given_up(self, tree: Tree, leaf: Node) -> bool:
         parent = tree.nodes[leaf.parent] if leaf.parent else None
         return parent is not None and tree.pruned(parent, self.prune_after)
+
+
+def _failed_in_kernelpilot(node: Node) -> bool:
+    """kernelpilot's own code failed on it (a bug of ours): nothing for the debugger to repair."""
+    return node.result is not None and node.result.status is Status.harness_error
 
 
 def make_strategy(
