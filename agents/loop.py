@@ -29,6 +29,7 @@ from agents.search.strategy import make_strategy
 from agents.search.tree import Node, Tree
 from agents.team import Proposal, Team
 from agents.trajectory import Trajectory
+from harness import lifetime
 from harness.accept import honest_baseline
 from harness.lifetime import OutOfTime
 from harness.records import Candidate, EvalResult, Problem
@@ -120,6 +121,7 @@ def search(
         # The offline proposer's kernel, or what an interrupted run left unevaluated.
         evaluate_children(problem, evaluator, tree, pending(tree))
         while not (stop := budget.exhausted()):
+            lifetime.check()  # a stop signal whose exception was lost (a finalizer) ends it here
             rng = random.Random(f"{trajectory.seed}:{trajectory.steps}")  # the same on resume
             strategy = make_strategy(config.strategy, rng, config.epsilon, config.root_first)
             node = strategy.select(tree)

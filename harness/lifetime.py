@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -51,6 +52,7 @@ class _Lifetime:
         self.lock = threading.Lock()
         self.processes: set[subprocess.Popen] = set()
         self.stopping: int | None = None  # the signal that stopped the run
+        self.starting = False  # the main thread is starting a worker (forking)
         self.root: Path | None = None
 
     def scratch_root(self) -> Path:
@@ -78,6 +80,28 @@ def register(process: subprocess.Popen) -> None:
             return
     kill_group(process)
     raise Interrupted(stopping)
+
+
+@contextmanager
+def starting() -> Iterator[None]:
+    """Around starting a worker. A stop signal that comes meanwhile kills what runs, and
+    ``register`` raises it right after: raised inside the fork, where Python runs its at-fork
+    hooks, the exception would be lost (printed as "Exception ignored")."""
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        _run.starting = True
+    try:
+        yield
+    finally:
+        if main:
+            _run.starting = False
+
+
+def check() -> None:
+    """Raise ``Interrupted`` when the run is stopping: where a signal's exception was lost (a
+    finalizer, a callback), the next check raises it."""
+    if _run.stopping is not None:
+        raise Interrupted(_run.stopping)
 
 
 def release(process: subprocess.Popen) -> None:
@@ -126,7 +150,19 @@ def _on_signal(number: int, frame: object) -> None:
         return
     _run.stopping = number
     kill_all()
-    raise Interrupted(number)
+    if not _run.starting:
+        raise Interrupted(number)
+
+
+def _unraisable(hook):
+    """``sys.unraisablehook`` for the run: an ``Interrupted`` lost in a context that cannot
+    raise is not printed (``check`` and ``register`` raise it again); anything else is."""
+
+    def handle(unraisable) -> None:
+        if not isinstance(unraisable.exc_value, Interrupted):
+            hook(unraisable)
+
+    return handle
 
 
 @contextmanager
@@ -140,6 +176,7 @@ def stopping_cleanly() -> Iterator[None]:
     previous = {number: signal.getsignal(number) for number in STOP_SIGNALS} if main else {}
     for number in previous:
         signal.signal(number, _on_signal)
+    unraisable, sys.unraisablehook = sys.unraisablehook, _unraisable(sys.unraisablehook)
     # The run's own workers and scratch root: what was there before (an evaluator made
     # outside any run, in a test) is not the run's to end.
     with _run.lock:
@@ -153,6 +190,7 @@ def stopping_cleanly() -> Iterator[None]:
             end_run(outer if _run.stopping is None else set(), outer_root)
         finally:
             stopped, _run.stopping = _run.stopping, None
+            sys.unraisablehook = unraisable
             if main:
                 if stopped is not None:  # a second Ctrl-C held off meanwhile is dropped
                     for number in previous:

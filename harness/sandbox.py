@@ -151,17 +151,18 @@ def start_worker(
         argv = wrap(argv, view, env | {"HOME": "/tmp", "TMPDIR": "/tmp"}, job_dir)
     with (job_dir / "worker.log").open("wb") as log:
         try:
-            process = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=job_dir,
-                start_new_session=True,
-                pass_fds=(write_end,),
-                preexec_fn=_limits(memory_limit_gb, isolate_network=isolation == "off"),
-            )
+            with lifetime.starting():  # a Ctrl-C now is raised by register, below
+                process = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.PIPE,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=job_dir,
+                    start_new_session=True,
+                    pass_fds=(write_end,),
+                    preexec_fn=_limits(memory_limit_gb, isolate_network=isolation == "off"),
+                )
         except BaseException:
             os.close(read_end)
             raise
@@ -298,6 +299,7 @@ def _wait(
     answered = 0
     ends = time.monotonic() + timeout_s
     while process.poll() is None:
+        lifetime.check()  # a stop signal whose exception was lost elsewhere
         now = time.monotonic()
         if deadline is not None and now > deadline and deadline < ends:
             return "deadline"

@@ -991,6 +991,20 @@ DEFENSES: list[Defense] = [
         ("tests/test_lifetime.py",),
     ),
     Defense(
+        "no_interrupt_lost_in_a_fork",
+        "harness/lifetime.py",
+        "    if not _run.starting:\n        raise Interrupted(number)",
+        "    raise Interrupted(number)",
+        ("tests/test_lifetime.py",),
+    ),
+    Defense(
+        "lost_interrupt_not_printed",
+        "harness/lifetime.py",
+        "        if not isinstance(unraisable.exc_value, Interrupted):\n            hook(unraisable)",
+        "        hook(unraisable)",
+        ("tests/test_lifetime.py",),
+    ),
+    Defense(
         "out_dir_locked",
         "bot/cli/out_dir.py",
         "        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)",

@@ -5,6 +5,7 @@ whole process."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -59,3 +60,38 @@ def test_nothing_starts_once_the_run_is_stopping():
         late = sleeper()
         lifetime.register(late)  # a thread starting a build after the interrupt
     assert not group_alive(late) and lifetime.live_workers() == 0
+
+
+def test_a_signal_while_a_worker_starts_is_raised_by_register_not_lost_in_the_fork():
+    reached_register = False
+    with pytest.raises(lifetime.Interrupted), lifetime.stopping_cleanly():
+        with lifetime.starting():  # where Python runs its at-fork hooks, which lose exceptions
+            worker = sleeper()
+            os.kill(os.getpid(), signal.SIGINT)  # the handler runs here: it kills, not raises
+        reached_register = True
+        lifetime.register(worker)
+    assert reached_register and not group_alive(worker)
+
+
+def test_an_interrupt_lost_in_a_finalizer_is_not_printed_and_ends_the_run_at_the_next_check(
+    monkeypatch,
+):
+    printed: list[BaseException | None] = []
+    monkeypatch.setattr(
+        sys, "unraisablehook", lambda unraisable: printed.append(unraisable.exc_value)
+    )
+
+    class Finalized:
+        def __del__(self) -> None:
+            raise lifetime.Interrupted()  # as a signal's exception landing in a finalizer
+
+    class Broken:
+        def __del__(self) -> None:
+            raise ValueError("a finalizer's own bug")
+
+    with pytest.raises(lifetime.Interrupted), lifetime.stopping_cleanly():
+        Finalized()
+        Broken()
+        lifetime._run.stopping = signal.SIGINT
+        lifetime.check()
+    assert [type(error) for error in printed] == [ValueError]  # only what is not ours
