@@ -4,6 +4,7 @@ naming it (never a UnicodeDecodeError or an OSError's traceback)."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from harness.errors import UserError
@@ -44,9 +45,11 @@ def decode_user_text(raw: bytes, where: str) -> str:
 
 
 def output_folder(path: Path, what: str = "output folder") -> Path:
-    """``path`` as a folder that exists (made with its parents), or why it cannot be one."""
+    """``path`` as a folder that exists (made with its parents) and takes new files, or why it
+    cannot be one: checked before any work, so no result is lost to it afterwards."""
     try:
         path.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
     except (FileExistsError, NotADirectoryError):
         found = "is a file" if path.exists() else "is under a file"
         raise UserError(
@@ -56,7 +59,7 @@ def output_folder(path: Path, what: str = "output folder") -> Path:
         ) from None
     except OSError as err:
         raise UserError(
-            f"cannot make the {what}: {err.strerror}",
+            f"cannot write in {path} ({err.strerror})",
             where=str(path),
             fix="name a folder you can write to",
         ) from None

@@ -22,7 +22,7 @@ from bot.cli.options import (
     progress,
     run_command,
     run_options,
-)  # fmt: skip
+)
 from bot.render import render_terminal, write_report
 from bot.report import Report, TargetReport
 from bot.run import RunOptions, project_eval_config, resolve_targets, run_targets

@@ -20,7 +20,7 @@ from bot.cli.options import (
     progress,
     run_command,
     run_options,
-)  # fmt: skip
+)
 from bot.cli.out_dir import claim_option
 from bot.cli.params import not_blank
 from bot.event import actions_env

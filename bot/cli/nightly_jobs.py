@@ -27,7 +27,7 @@ from bot.cli.options import (
     progress,
     run_command,
     run_options,
-)  # fmt: skip
+)
 from bot.cli.out_dir import claim_option
 from bot.event import actions_env, load_event
 from bot.history import GitHistory

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import fcntl
 import os
-import tempfile
 from pathlib import Path
 
 import click
+
+from harness.errors import UserError
+from harness.files import output_folder
 
 LOCK_NAME = ".kernelpilot.lock"
 _held: dict[Path, int] = {}  # folder -> the lock's descriptor, open for the process's life
@@ -26,15 +28,10 @@ class OutDirError(click.BadParameter):
 def claim(folder: Path) -> Path:
     """Make ``folder``, check that files can be written in it, and lock it for this process.
     Raises ``OutDirError`` (a ``click.BadParameter``: exit 2, naming the option) otherwise."""
-    if folder.exists() and not folder.is_dir():
-        raise OutDirError(f"{folder} is a file, not a folder: pass a folder for the results")
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=folder).close()
-    except OSError as err:
-        raise OutDirError(
-            f"cannot write in {folder} ({err.strerror}): pass a folder you can write"
-        ) from None
+        output_folder(folder, "--out folder")
+    except UserError as err:
+        raise OutDirError(f"{err.what}: {err.fix}") from None
     key = folder.resolve()
     if key in _held:
         return folder
