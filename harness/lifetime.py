@@ -113,20 +113,21 @@ def release(process: subprocess.Popen) -> None:
 
 def kill_group(process: subprocess.Popen) -> None:
     """SIGKILL the group ``process`` leads and reap the leader."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    _sigkill_group(process)
     process.wait()
 
 
 def kill_all() -> None:
     """Kill every registered worker's group (safe from a signal handler: no waiting)."""
     for process in list(_run.processes):
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _sigkill_group(process)
+
+
+def _sigkill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # gone already
+        pass
 
 
 def live_workers() -> int:

@@ -120,9 +120,7 @@ def run_worker(
         finally:  # an interrupt, an error in an answer: the worker's group goes too
             lifetime.release(process)
         reader.drain()
-    outcome = _outcome(process, reader, stopped == "timeout", started, job_dir)
-    outcome.deadline_reached = stopped == "deadline"
-    return outcome
+    return _outcome(process, reader, stopped, started, job_dir)
 
 
 def start_worker(
@@ -184,11 +182,15 @@ def stop_worker(
     with reader:
         lifetime.release(process)
         reader.drain()
-    return _outcome(process, reader, False, started, job_dir)
+    return _outcome(process, reader, None, started, job_dir)
 
 
 def _outcome(
-    process: subprocess.Popen, reader: ChannelReader, timed_out: bool, started: float, job_dir
+    process: subprocess.Popen,
+    reader: ChannelReader,
+    stopped: Literal["timeout", "deadline"] | None,
+    started: float,
+    job_dir: Path,
 ) -> WorkerOutcome:
     returncode = process.returncode
     signal_name = None
@@ -202,7 +204,8 @@ def _outcome(
             pass
     return WorkerOutcome(
         returncode=returncode,
-        timed_out=timed_out,
+        timed_out=stopped == "timeout",
+        deadline_reached=stopped == "deadline",
         seconds=time.monotonic() - started,
         # What a worker says is scrubbed of secrets' shapes and values before anyone reads it:
         # its text reaches prompts, reports and comments (harness.redact).
