@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
-	@# The sandbox for pull-request and candidate code (harness/bubblewrap.py) is bubblewrap.
+	@# The sandbox for pull-request and candidate code (harness/sandbox/bubblewrap.py) is bubblewrap.
 	command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; } || \
 	  { echo "kernelpilot needs bubblewrap (bwrap): apt-get install bubblewrap" >&2; exit 1; }

@@ -18,7 +18,7 @@ first error and the tail for logs, and a marker line where lines were cut that s
 A single line longer than ``MAX_LINE_CHARS`` is the one exception: it keeps its start and says
 how many characters it lost.
 
-Secrets: every text of a window is scrubbed (``harness.redact``) before it is trimmed, so a cut
+Secrets: every text of a window is scrubbed (``harness.sandbox.redact``) before it is trimmed, so a cut
 cannot leave a key's head too short to be recognised. The roles then put the texts into data
 blocks (``agents.untrusted``).
 """
@@ -30,8 +30,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from agents.roles.render import render
-from harness.redact import scrub_record
+from agents.templates import render
+from harness.sandbox.redact import scrub_record
 
 Role = Literal["planner", "coder", "debugger"]
 CHARS_PER_TOKEN = 4

@@ -2,8 +2,8 @@
 
 LLM-written kernels fail the gate on everyday idioms (``import os``, try/except fallbacks,
 kernels compiled lazily into ``self``) unless told the rules up front. The rules told must be
-the rules checked: every list below is read from the gate's tables (``harness.gate_rules``,
-``harness.native_gate``, ``harness.symbols``, ``harness.profiling``, ``harness.buildcache``)
+the rules checked: every list below is read from the gate's tables (``harness.static.python_rules``,
+``harness.static.native``, ``harness.static.symbols``, ``harness.workers.profiling``, ``harness.builds.cache``)
 when the contract is made, and every reason is the gate's own wording. Where a rule is a
 regular expression, the contract shows sample spellings, each confirmed against the gate at
 generation time (a sample the gate stops rejecting drops out rather than misleading the
@@ -16,8 +16,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from agents.roles.render import render
-from harness import buildcache, gate_rules, native_directives, native_gate, profiling, symbols
+from agents.templates import render
+from harness.builds import cache as buildcache
+from harness.static import native as native_gate
+from harness.static import native_directives, symbols
+from harness.static import python_rules as gate_rules
+from harness.workers import profiling
 
 # Standard-library modules models reach for most (paths, timing, caching, threads): named
 # in the contract when the gate's table refuses them.
@@ -41,7 +45,7 @@ NATIVE_SAMPLES = (
     "const torch::Tensor cache;", "struct S { static int calls; };",
 )  # fmt: skip
 # Plain C symbols a built kernel may import, and some it may not: each shown only when the
-# symbol allow-list (harness.symbols.ALLOWED_C) agrees.
+# symbol allow-list (harness.static.symbols.ALLOWED_C) agrees.
 SYMBOLS_ALLOWED = (
     "memcpy", "malloc", "expf", "tanhf", "printf", "GOMP_parallel", "omp_get_thread_num",
     "cudaLaunchKernel", "cudaMemcpyAsync", "cudaEventRecord", "cudaStreamWaitEvent",

@@ -10,7 +10,7 @@ a call it cuts short ends the search at once, so ``--max-time`` holds while a ca
 
 What enters the tree from outside kernelpilot (the harness's verdicts, which quote worker logs
 and the user's errors; the models' replies, plans and failures) is scrubbed of secrets first
-(``harness.redact``): the trajectory, the report and later prompts are made from the tree.
+(``harness.sandbox.redact``): the trajectory, the report and later prompts are made from the tree.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from agents.search.strategy import make_strategy
 from agents.search.tree import Node, Tree
 from agents.team import Proposal, Team
 from agents.trajectory import Trajectory
-from harness import lifetime
-from harness.accept import honest_baseline
-from harness.lifetime import OutOfTime
+from harness.judge.accept import honest_baseline
 from harness.records import Candidate, EvalResult, Problem
-from harness.redact import scrub, scrub_record
+from harness.sandbox import lifetime
+from harness.sandbox.lifetime import OutOfTime
+from harness.sandbox.redact import scrub, scrub_record
 
 
 class CandidateEvaluator(Protocol):

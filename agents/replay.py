@@ -17,9 +17,9 @@ from agents.search.budget import Budget
 from agents.search.tree import Tree
 from agents.team import Team, TeamConfig
 from agents.trajectory import Trajectory
-from harness import lifetime
 from harness.files import read_user_text
 from harness.records import Candidate, EvalResult, Problem
+from harness.sandbox import lifetime
 
 # The recorded budget's limits, the run's caps and what the run's earlier targets spent.
 LIMITS = {

@@ -17,9 +17,9 @@ from agents.feedback import node_feedback
 from agents.llm.client import Deadline, LLMClient, LLMConfig, Reply, Role
 from agents.roles import coder, debugger, planner
 from agents.roles.records import Draft, Plan, RoleFailure
-from agents.roles.render import render
 from agents.search.budget import Budget, Spend
 from agents.search.tree import LLMCall, Node, Tree
+from agents.templates import render
 
 REPLY_CHARS_KEPT = 20_000  # of each reply, in the trajectory
 

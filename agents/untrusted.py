@@ -4,7 +4,7 @@ Everything a role is shown besides the templates' own words can carry text the p
 author chose: the reference module's source and docstrings, candidates written by a model that
 read them, the harness's verdicts and logs (which quote the user's errors and the compiler's
 echo of a kernel source), profiler op names, other models' replies. ``data_block`` puts such a
-text, scrubbed of secrets (``harness.redact``), inside a block that ``prompts/data_rule.md``
+text, scrubbed of secrets (``harness.sandbox.redact``), inside a block that ``prompts/data_rule.md``
 tells the model to read as data, never as instructions.
 
 The block cannot be closed from inside. Its opening and closing lines carry an id of 64 random
@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 import secrets
 
-from agents.roles.render import render
-from harness.redact import scrub
+from agents.templates import render
+from harness.sandbox.redact import scrub
 
 ID_BYTES = 8
 _BACKTICKS = re.compile(r"`{3,}")

@@ -24,7 +24,7 @@ from bot.report import TargetReport
 from harness.config import EvalConfig
 from harness.devices import copy_bandwidth_gbs, resolve_device
 from harness.evaluate import Evaluator
-from harness.problem import problem_from_target
+from harness.problem.load import problem_from_target
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -84,7 +84,7 @@ def reexec_for_repo(repo: Path) -> None:
     measured here and in the workers it starts."""
     repo = repo.resolve()
     if not (repo / "harness" / "reference.py").is_file():
-        sys.exit(f"--repo {repo}: no harness/reference.py there")
+        sys.exit(f"--repo {repo}: no harness/problem/reference.py there")
     path = os.pathsep.join(p for p in [str(repo), os.environ.get("PYTHONPATH", "")] if p)
     env = dict(os.environ, PYTHONPATH=path, **{REPO_ENV: str(repo)})
     os.execve(sys.executable, [sys.executable, "-m", "bench", *sys.argv[1:]], env)
@@ -102,7 +102,7 @@ def measure_reference(path: Path, device: str, work: Path) -> dict:
     from harness.config import EvalConfig
     from harness.errors import UserError
     from harness.evaluate import Evaluator
-    from harness.problem import problem_from_target
+    from harness.problem.load import problem_from_target
 
     row: dict = {"verdict": "ok", "ok": True}
     with MemoryPeak(device) as memory:

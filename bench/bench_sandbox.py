@@ -21,7 +21,7 @@ import click
 from bench.results_format import BenchmarkRecord, finish, new_record, out_option
 from harness.config import EvalConfig
 from harness.evaluate import Evaluator
-from harness.problem import problem_from_target
+from harness.problem.load import problem_from_target
 from harness.records import Candidate, Status
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -34,11 +34,11 @@ from agents.offline import propose
 from bench.bench_offline import CHAINS, chain_problems, example_targets
 from bench.bench_verify_overhead import load_model_new
 from bench.results_format import BenchmarkRecord, finish, new_record, out_option
-from harness import guards
-from harness.cases import build_reference, make_inputs
 from harness.devices import resolve_device
-from harness.problem import problem_from_target
-from harness.timing import Timer
+from harness.problem.cases import build_reference, make_inputs
+from harness.problem.load import problem_from_target
+from harness.workers import guards
+from harness.workers.timers import Timer
 
 COLUMNS = [
     "timer",

@@ -20,11 +20,11 @@ import torch
 from torch.utils import cpp_extension
 
 from bench.results_format import BenchmarkRecord, finish, new_record, out_option
-from harness.buildcache import CachedLoader, default_cache_dir
-from harness.cases import build_reference, make_inputs
+from harness.builds.cache import CachedLoader, default_cache_dir
 from harness.config import EvalConfig
 from harness.evaluate import Evaluator
-from harness.problem import init_arguments, problem_from_target
+from harness.problem.cases import build_reference, make_inputs
+from harness.problem.load import init_arguments, problem_from_target
 from harness.records import Candidate
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"

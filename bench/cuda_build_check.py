@@ -25,8 +25,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from harness import buildcache
-from harness.gate import GateRejection, check_python
+from harness.builds import cache as buildcache
+from harness.static.python import GateRejection, check_python
 
 
 def _cmake_macros(cache: Path) -> Path:

@@ -8,7 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from agents.offline import propose
-from harness.problem import problem_from_target
+from harness.problem.load import problem_from_target
 from harness.records import Candidate
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -30,7 +30,7 @@ find .whl -type f -name '*.whl' ! -name 'matplotlib-*' ! -name 'numpy-*' ! -name
   ! -name 'fonttools-*' ! -name 'kiwisolver-*' ! -name 'contourpy-*' ! -name 'cycler-*' \
   ! -name 'pyparsing-*' ! -name 'python_dateutil-*' -exec cp {} .whl-core/ \;
 du -sh .whl-core
-# .sbx/: bubblewrap for the sandbox (harness/bubblewrap.py), where the GPU machine has none:
+# .sbx/: bubblewrap for the sandbox (harness/sandbox/bubblewrap.py), where the GPU machine has none:
 # this machine's bwrap and the libraries it links, behind a wrapper that finds them.
 if command -v bwrap >/dev/null; then
   rm -rf .sbx && mkdir -p .sbx/bin .sbx/lib

@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.gpu_pr_flow import PROJECT, SIZE  # noqa: E402
-from bot.followup import build_followup  # noqa: E402
-from bot.results import PullResults  # noqa: E402
+from bot.pr.followup import build_followup  # noqa: E402
+from bot.pr.results import PullResults  # noqa: E402
 from tests.gitrepo import commit, git  # noqa: E402
 from tests.prflow import CHANGED, MODULE, Project  # noqa: E402
 

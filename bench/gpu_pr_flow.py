@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bot.comment import MARKER  # noqa: E402
+from bot.pr.comment import MARKER  # noqa: E402
 from tests.fake_github import FakeGitHub  # noqa: E402
 from tests.prflow import CHANGED, MODULE, NUMBER, REPO, Job, Project  # noqa: E402
 

@@ -4,7 +4,7 @@
 
 Every red-team entry of pattern 11 (kernels whose work is not ordered with the caller's
 stream) and every honest entry that uses streams, evaluated ``--rounds`` times with the checks'
-worker as shipped (the gate preloaded, harness/stream_gate.py) and with ``eval.stream_gate =
+worker as shipped (the gate preloaded, harness/workers/stream_hold.py) and with ``eval.stream_gate =
 false`` (as before the gate). A defense that matters shows as a cheat rejected with it and passed without it; the
 honest entries must be ok both ways. Prints a table (entry, expected, verdicts on, verdicts
 off, the gate's own line from the stream-order check) and writes every result as JSON.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from harness import evaluate
 from harness.config import EvalConfig
-from harness.problem import problem_from_target
+from harness.problem.load import problem_from_target
 from harness.records import Candidate
 
 ROOT = Path(__file__).resolve().parent.parent

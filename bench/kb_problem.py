@@ -51,7 +51,7 @@ def prebuild(
     took most of its time. A problem that cannot be read is left to its turn, which says why.
     Gives each problem's (kind, candidate), for its turn."""
     from harness.errors import UserError
-    from harness.problem import problem_from_target
+    from harness.problem.load import problem_from_target
 
     jobs = []
     for path in files:
@@ -83,7 +83,7 @@ def sweep_problem(
 ) -> None:
     """Fill ``row`` in: reference + audit, then one candidate."""
     from harness.errors import UserError
-    from harness.problem import problem_from_target
+    from harness.problem.load import problem_from_target
 
     row.idle_mib = memory.now()
     memory.take()

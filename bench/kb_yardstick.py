@@ -35,7 +35,7 @@ def child_env(harness_root: Path) -> dict[str, str]:
 def worker_start_seconds(device: str, harness_root: Path, runs: int = 3) -> list[float]:
     """Wall seconds of bare worker starts: interpreter, torch, the reference worker's modules,
     and on cuda the CUDA context, as the real worker needs before its first case."""
-    code = "import torch, harness.worker, harness.worker_reference"
+    code = "import torch, harness.sandbox.worker, harness.workers.reference"
     if device == "cuda":
         code += "; torch.zeros(1, device='cuda'); torch.cuda.synchronize()"
     times = []
@@ -50,8 +50,8 @@ def cases_yardstick(path: Path, device: str, cases: int) -> dict:
     """In this process: build the module once, then per case make_inputs + forward + sync."""
     import torch
 
-    from harness.cases import build_reference, make_inputs
-    from harness.problem import problem_from_target
+    from harness.problem.cases import build_reference, make_inputs
+    from harness.problem.load import problem_from_target
 
     problem = problem_from_target(str(path), device, "float32")
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)

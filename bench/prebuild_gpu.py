@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from bench.cuda_candidates import cuda_candidates
 from harness.config import EvalConfig
 from harness.evaluate import Evaluator
-from harness.problem import problem_from_target
+from harness.problem.load import problem_from_target
 
 
 def main() -> int:

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 from harness.config import EvalConfig
-from harness.jobs import WorkerJob
-from harness.problem import problem_from_target
-from harness.reference import draw_seeds
-from harness.worker_reference import run_reference
+from harness.problem.load import problem_from_target
+from harness.problem.reference import draw_seeds
+from harness.sandbox.jobs import WorkerJob
+from harness.workers.reference import run_reference
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -27,9 +27,9 @@ from requests.exceptions import RetryError
 from urllib3.util.retry import Retry
 
 from bot import markdown as md
-from bot.comment import MARKER
-from bot.followup import Followup
-from bot.trust import PullFacts
+from bot.pr.comment import MARKER
+from bot.pr.followup import Followup
+from bot.pr.trust import PullFacts
 
 HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(?P<start>\d+)(?:,(?P<count>\d+))? @@")
 REVIEW_MARKER = "<!-- kernelpilot:review {key} -->"
@@ -213,7 +213,7 @@ def upsert_followup(
 ) -> str:
     """Point ``followup.branch`` at a commit on ``parent_sha`` with the files, and open (or
     edit) its pull request into ``base_branch``. The pull request's URL. Both come from publish's
-    event and the API (``bot.trust.followup_place``), never from the results."""
+    event and the API (``bot.pr.trust.followup_place``), never from the results."""
     try:
         repo = client.get_repo(repository)
         parent = repo.get_git_commit(parent_sha)

@@ -103,7 +103,7 @@ def fenced(text: str, language: str = "text", limit: int = 20_000, indent: str =
 
 def number(value: float | None, spec: str, suffix: str = "") -> str:
     """A number kernelpilot formats itself; "-" for none. Non-finite numbers never get here
-    (``bot.results`` refuses them), so one is a bug."""
+    (``bot.pr.results`` refuses them), so one is a bug."""
     if value is None:
         return "-"
     if not math.isfinite(value):

@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from agents.trajectory import Trajectory
-from harness.accept import honest_baseline
+from harness.judge.accept import honest_baseline
 from harness.records import Check, EvalResult, Verdict
 
 

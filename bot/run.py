@@ -22,13 +22,13 @@ from agents.search.budget import RunSpend
 from agents.trajectory import Trajectory
 from bot.render import write_report
 from bot.report import Report, TargetReport
-from harness.buildcache import default_cache_dir
+from harness.builds.cache import default_cache_dir
 from harness.config import EvalConfig, find_pyproject, load_project_config
 from harness.errors import UserError
 from harness.evaluate import Evaluator, WeakSpecError
-from harness.problem import problem_from_target, problems_from_project
+from harness.problem.load import problem_from_target, problems_from_project
 from harness.records import Problem
-from harness.redact import scrub
+from harness.sandbox.redact import scrub
 
 
 class RunOptions(BaseModel):
@@ -70,7 +70,7 @@ class RunOptions(BaseModel):
     eval_config: EvalConfig | None = Field(
         default=None,
         description="The eval settings to use instead of the project's (a pull request's: its "
-        "base commit's, bot.base_config); the overrides above still apply.",
+        "base commit's, bot.pr.base_config); the overrides above still apply.",
     )
 
 

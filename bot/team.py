@@ -59,7 +59,7 @@ def search_config(overrides: dict, start: Path | None = None) -> SearchConfig:
 
 def nightly_config(start: Path | None = None):
     """[tool.kernelpilot.nightly], checked."""
-    from bot.regression import RegressionConfig
+    from bot.nightly.regression import RegressionConfig
 
     settings, pyproject = project(start)
     return _checked(RegressionConfig, settings.nightly, "nightly", pyproject)

@@ -83,7 +83,7 @@ class EvalConfig(BaseModel):
         description=(
             "cuda: on every other busy-stream case, hold back work a candidate queues on "
             "streams other than the caller's until the harness has read the outputs "
-            "(harness/native/stream_gate.c, preloaded into the checks' worker), so that work the "
+            "(harness/workers/native/stream_gate.c, preloaded into the checks' worker), so that work the "
             "caller's stream does not wait for is caught every time, not only when it is still "
             "running. false: those cases race the work, as the free ones do."
         ),
@@ -92,7 +92,7 @@ class EvalConfig(BaseModel):
         default="bubblewrap",
         description=(
             "How workers that run the module's or a candidate's code are isolated "
-            "(harness.bubblewrap): bubblewrap, or off for trusted code only. Not settable in "
+            "(harness.sandbox.bubblewrap): bubblewrap, or off for trusted code only. Not settable in "
             "pyproject.toml, which a pull request can change: --sandbox or KERNELPILOT_SANDBOX."
         ),
     )
@@ -154,7 +154,7 @@ class ProjectConfig(BaseModel):
     nightly: dict = Field(
         default_factory=dict,
         description="[tool.kernelpilot.nightly]: regression thresholds (checked by "
-        "bot.regression.RegressionConfig).",
+        "bot.nightly.regression.RegressionConfig).",
     )
 
 

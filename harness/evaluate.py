@@ -2,7 +2,7 @@
 
 Static gate in this process; reference cases from the reference worker; build, checks and
 timing in a fresh candidate worker per candidate; output comparison back here, where candidate
-code never runs; acceptance by the pure rule in ``harness.accept``.
+code never runs; acceptance by the pure rule in ``harness.judge.accept``.
 """
 
 from __future__ import annotations
@@ -17,25 +17,26 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
-from harness import lifetime, stream_gate
-from harness.accept import confirm_disturbance
-from harness.bubblewrap import WorkerView, problem_view
-from harness.build_requests import ParentBuilder
-from harness.buildcache import default_cache_dir
-from harness.comparator import Comparator, ComparatorStopped
+from harness.builds.cache import default_cache_dir
+from harness.builds.requests import ParentBuilder
 from harness.config import EvalConfig
 from harness.errors import UserError
 from harness.files import read_user_text
-from harness.gate import check_python
-from harness.jobs import CandidateReport, WorkerJob
-from harness.lifetime import OutOfTime
-from harness.problem import problem_from_target
-from harness.receive import CaseReceiver, Receiver
+from harness.judge.accept import confirm_disturbance
+from harness.judge.comparator import Comparator, ComparatorStopped
+from harness.judge.receive import CaseReceiver, Receiver
+from harness.judge.tolerance import CaseComparer
+from harness.judge.verdict import candidate_report, checked_result, timed_result
+from harness.problem.load import problem_from_target
+from harness.problem.reference import ReferenceData, draw_seeds, reference_data
 from harness.records import AuditReport, Candidate, Check, EvalResult, Problem, Status
-from harness.reference import ReferenceData, draw_seeds, reference_data
-from harness.sandbox import run_worker
-from harness.tolerance import CaseComparer
-from harness.verdict import candidate_report, checked_result, timed_result
+from harness.sandbox import lifetime
+from harness.sandbox.bubblewrap import WorkerView, problem_view
+from harness.sandbox.jobs import CandidateReport, WorkerJob
+from harness.sandbox.lifetime import OutOfTime
+from harness.sandbox.run import run_worker
+from harness.static.python import check_python
+from harness.workers import stream_hold
 
 
 class WeakSpecError(UserError):
@@ -61,7 +62,7 @@ class Evaluator:
         self.config = config or EvalConfig()
         self.seed = seed
         # Its own scratch folder unless given one: the cases' files (GBs for large problems)
-        # go with the evaluator, or with the run whatever ends it (harness.lifetime).
+        # go with the evaluator, or with the run whatever ends it (harness.sandbox.lifetime).
         self.work_dir = Path(work_dir or lifetime.scratch("evaluator-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
         if work_dir is None:
@@ -271,9 +272,9 @@ class Evaluator:
         memory = config.memory_limit_gb if problem.device == "cpu" else None
         # The worker's own running: its builds are made by the parent, under their own limit.
         timeout = config.run_timeout_s
-        # The checks' worker on cuda holds other streams' work back (harness.stream_gate).
+        # The checks' worker on cuda holds other streams' work back (harness.workers.stream_hold).
         gated = mode == "evaluate" and problem.device == "cuda" and config.stream_gate
-        extra_env = stream_gate.worker_environment(self.cache_dir) if gated else None
+        extra_env = stream_hold.worker_environment(self.cache_dir) if gated else None
         outcome = run_worker(
             job_dir, timeout, memory, candidate_view(problem, self.cache_dir), config.sandbox,
             receiver.at(job_dir) if receiver else None, extra_env,
@@ -287,7 +288,7 @@ class Evaluator:
 
 def candidate_view(problem: Problem, cache_dir: Path) -> WorkerView:
     """What a candidate's worker sees besides its job folder: the checkout and the build cache,
-    both read-only (its builds are asked of the parent: ``harness.build_requests``)."""
+    both read-only (its builds are asked of the parent: ``harness.builds.requests``)."""
     return problem_view(problem, cache_dir)
 
 

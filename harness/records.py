@@ -98,7 +98,7 @@ class Verdict(BaseModel):
 
 
 class Slowdown(BaseModel):
-    """One eager measurement over another (see ``harness.accept.slowdown``)."""
+    """One eager measurement over another (see ``harness.judge.accept.slowdown``)."""
 
     ratio: float = Field(description="Median over median.")
     fastest_ratio: float = Field(description="Fastest call over fastest call.")
@@ -113,7 +113,7 @@ class Slowdown(BaseModel):
 
 
 class Disturbance(BaseModel):
-    """Did the candidate slow the eager baseline down (see ``harness.accept``)?"""
+    """Did the candidate slow the eager baseline down (see ``harness.judge.accept``)?"""
 
     lasting: Slowdown = Field(
         description="Eager after the candidate's calls (or beside them, where not timed after) "

@@ -50,53 +50,53 @@ def _corpus(entry: str) -> str:
 
 
 DEFENSES: list[Defense] = [
-    # --- isolation (harness/sandbox.py) ----------------------------------------------------
+    # --- isolation (harness/sandbox/run.py) ----------------------------------------------------
     Defense(
         "worker_env_secrets",
-        "harness/sandbox.py",
+        "harness/sandbox/run.py",
         "env = clean_environment() | (extra_env or {})",
         "env = dict(os.environ) | (extra_env or {})",
         ("tests/test_isolation.py::test_a_real_worker_starts_without_secrets",),
     ),
     Defense(
         "secret_name_filter",
-        "harness/sandbox.py",
+        "harness/sandbox/run.py",
         "if not SECRET_NAME.search(name) and not name.upper().startswith(RUNNER_PREFIXES)",
         "if True",
         ("tests/test_isolation.py", "-k", "secrets"),
     ),
-    # --- the sandbox (harness/bubblewrap.py): what code in a real worker can reach ----------
+    # --- the sandbox (harness/sandbox/bubblewrap.py): what code in a real worker can reach ----------
     Defense(
         "sandbox_network_namespace",
-        "harness/bubblewrap.py",
+        "harness/sandbox/bubblewrap.py",
         '        "--unshare-net",\n',
         "",
         ("tests/test_isolation.py::test_a_sandboxed_worker_has_no_network",),
     ),
     Defense(
         "sandbox_pid_namespace",
-        "harness/bubblewrap.py",
+        "harness/sandbox/bubblewrap.py",
         '        "--unshare-pid",\n',
         "",
         ("tests/test_isolation.py", "-k", "cannot_see_the_parent or outlives"),
     ),
     Defense(
         "sandbox_runner_variables",
-        "harness/sandbox.py",
+        "harness/sandbox/run.py",
         'RUNNER_PREFIXES = ("GITHUB_", "ACTIONS_", "RUNNER_", "INPUT_", "OPENAI_")',
         'RUNNER_PREFIXES = ("KP_NOTHING_",)',
         ("tests/test_isolation.py::test_a_real_worker_starts_without_secrets",),
     ),
     Defense(
         "sandbox_file_view",  # the machine's whole file system instead of the job's view
-        "harness/bubblewrap.py",
+        "harness/sandbox/bubblewrap.py",
         "    read_only = [Path(d) for d in SYSTEM_DIRS] + python_paths() + list(view.read_only)",
         '    read_only = [Path("/")] + python_paths() + list(view.read_only)',
         ("tests/test_isolation.py::test_a_sandboxed_worker_sees_no_file_its_job_does_not_name",),
     ),
     Defense(
         "sandbox_read_only_binds",
-        "harness/bubblewrap.py",
+        "harness/sandbox/bubblewrap.py",
         '        command += ["--ro-bind-try", str(path), str(path)]',
         '        command += ["--bind-try", str(path), str(path)]',
         (
@@ -113,21 +113,21 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "parent_not_dumpable",
-        "harness/bubblewrap.py",
+        "harness/sandbox/bubblewrap.py",
         "    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)",
         "    del libc",
         ("tests/test_isolation.py::test_the_parent_is_not_dumpable_once_it_started_a_sandbox",),
     ),
     Defense(
         "sandbox_checked_before_use",  # a bwrap that cannot start: a worker that silently fails
-        "harness/bubblewrap.py",
+        "harness/sandbox/bubblewrap.py",
         "    check(bwrap)\n    protect_this_process()",
         "    protect_this_process()",
         ("tests/test_isolation.py::test_a_sandbox_the_machine_refuses_is_a_clear_error",),
     ),
     Defense(
         "no_fork_without_the_sandbox",
-        "bot/pr.py",
+        "bot/pr/flow.py",
         "    if fork:\n        raise UserError(",
         "    if False:\n        raise UserError(",
         ("tests/test_trust_levels.py::test_a_fork_is_never_run_without_the_sandbox",),
@@ -155,28 +155,28 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "address_space_limit",
-        "harness/sandbox.py",
+        "harness/sandbox/run.py",
         "resource.setrlimit(resource.RLIMIT_AS, (limit, limit))",
         "del limit",
         ("tests/test_isolation.py::test_a_real_cpu_worker_has_an_address_space_limit",),
     ),
     Defense(
         "one_result_per_channel",
-        "harness/verdict.py",
+        "harness/judge/verdict.py",
         "if len(results) > 1 or outcome.channel_error:",
         "if outcome.channel_error:",
         ("tests/test_channel.py::test_two_results_mean_a_tampered_channel",),
     ),
     Defense(
         "ok_only_by_parents_comparison",
-        "harness/verdict.py",
+        "harness/judge/verdict.py",
         "    elif status is None:  # only the parent's own comparison",
         "    elif False:  # only the parent's own comparison",
         ("tests/test_channel.py::test_success_without_the_parents_comparison_is_not_ok",),
     ),
     Defense(
         "own_cuda_kernel",
-        "harness/verdict.py",
+        "harness/judge/verdict.py",
         "    if own:\n",
         "    if True:\n",
         (
@@ -185,7 +185,7 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "comparator_must_finish",
-        "harness/comparator.py",
+        "harness/judge/comparator.py",
         '                failed = f"the comparison did not finish: {err}"',
         "                return None",
         (
@@ -195,72 +195,72 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "same_reference_parameters",
-        "harness/cases.py",
+        "harness/problem/cases.py",
         "    if expected and params_digest(module) != expected:",
         "    if False:",
         ("tests/test_comparator.py", "-k", "not_seeded_by_torch"),
     ),
     Defense(
         "ipc_handle_checked",
-        "harness/handover.py",
+        "harness/workers/handover.py",
         "    if len(shape) != len(stride) or any(n < 0 for n in shape) or any(s < 0 for s in stride):",
         "    if False:",
         ("tests/test_comparator.py", "-k", "untrusted_ipc"),
     ),
-    # --- static gates (harness/gate.py, native_gate.py, symbols.py, buildcache.py) ---------
+    # --- static gates (harness/static/python.py, native_gate.py, symbols.py, buildcache.py) ---------
     Defense(
         "gate_try_except",
-        "harness/gate.py",
+        "harness/static/python.py",
         'self.reject(node, "try/except: a fallback path can hide a failing kernel")',
         "pass",
         ("tests/test_gate.py::test_rejects",),
     ),
     Defense(
         "gate_import_allow_list",
-        "harness/gate.py",
+        "harness/static/python.py",
         "            if alias.name not in ALLOWED_IMPORTS:",
         "            if False:",
         ("tests/test_gate.py::test_rejects",),
     ),
     Defense(
         "native_gate_rules",
-        "harness/native_gate.py",
+        "harness/static/native.py",
         "for pattern, why in FORBIDDEN_NATIVE.items():",
         "for pattern, why in {}.items():",
         ("tests/test_gate.py::test_native_rejects",),
     ),
     Defense(
         "symbols_allow_list",
-        "harness/symbols.py",
+        "harness/static/symbols.py",
         'elif _is_c(symbol) and not ALLOWED_C.fullmatch(symbol.split("@")[0]):',
         "elif False:",
         ("tests/test_symbols.py::test_rejected_symbols_are_named",),
     ),
     Defense(
         "symbols_only_gated_stream_work",
-        "harness/symbols.py",
+        "harness/static/symbols.py",
         'elif STREAM_WORK.fullmatch(name := symbol.split("@")[0]) and name not in STREAM_GATED:',
         "elif False:",
         ("tests/test_stream_gate.py::test_stream_work_the_gate_cannot_hold_is_refused",),
     ),
     Defense(
         "binary_checked_before_load",
-        "harness/buildcache.py",
+        "harness/builds/cache.py",
         "reasons = check_binary(built.library)",
         "reasons = []",
         ("tests/test_symbols.py::test_a_library_is_checked_before_it_is_loaded",),
     ),
-    # --- the build cache (harness/buildstore.py, build_requests.py) --------------------------
+    # --- the build cache (harness/builds/store.py, build_requests.py) --------------------------
     Defense(
         "cache_entries_verified_on_read",
-        "harness/buildstore.py",
+        "harness/builds/store.py",
         "        if not isinstance(recorded, dict) or _hashes(entry) != recorded:",
         "        if not isinstance(recorded, dict):",
         ("tests/test_buildstore.py", "-k", "changed_after_its_build"),
     ),
     Defense(
         "cache_needs_a_manifest",
-        "harness/buildstore.py",
+        "harness/builds/store.py",
         "            recorded = json.loads((entry / MANIFEST).read_text())\n"
         "        except (OSError, ValueError):\n            return None",
         "            recorded = json.loads((entry / MANIFEST).read_text())\n"
@@ -272,7 +272,7 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "builds_staged_then_renamed",  # a build made in place: a killed one blocks its key
-        "harness/buildstore.py",
+        "harness/builds/store.py",
         '        staging = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=self.root / STAGING))',
         "        staging = entry\n        staging.mkdir(parents=True, exist_ok=True)",
         (
@@ -281,7 +281,7 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "cache_size_bounded",
-        "harness/buildstore.py",
+        "harness/builds/store.py",
         "        self.evict(keep=entry)\n",
         "",
         (
@@ -290,60 +290,60 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "build_requests_gated_again",
-        "harness/build_requests.py",
+        "harness/builds/requests.py",
         '        reasons += check_native(spec.cpp + "\\n" + spec.cuda, dtype)\n'
         "        reasons += flag_problems([*spec.cflags, *spec.cuda_flags, *spec.ldflags])\n",
         "",
         ("tests/test_buildstore.py", "-k", "gates_a_build_request_again"),
     ),
-    # --- dynamic checks in the worker (harness/guards.py, worker_*.py, profiling.py) -------
+    # --- dynamic checks in the worker (harness/workers/guards.py, worker_*.py, profiling.py) -------
     # The stream gate's holding itself needs a GPU: bench/gpu_stream_gate.py runs the CUDA
     # stream cheats with it on and off. Here: that the checks' worker gets it at all.
     Defense(
         "stream_gate_holds_other_streams",
-        "harness/native/stream_gate.c",
+        "harness/workers/native/stream_gate.c",
         "if (stream == caller_stream || kpg_capturing(stream))",
         "if (stream == caller_stream || kpg_capturing(stream) || 1)",
         ("tests/test_stream_gate.py", "-k", "hold"),
     ),
     Defense(
         "stream_gate_follows_joins",
-        "harness/native/stream_gate.c",
+        "harness/workers/native/stream_gate.c",
         "        held[slot].fresh_wait = 1;",
         "        (void)0;",
         ("tests/test_stream_gate.py", "-k", "release_opens_what"),
     ),
     Defense(
         "stream_gate_opens_only_what_a_wait_needs",
-        "harness/native/stream_gate_calls.c",
+        "harness/workers/native/stream_gate_calls.c",
         "if (pointer && kpg_holding()) {",
         "if (kpg_holding()) {",
         ("tests/test_stream_gate.py", "-k", "wait_for_nothing_held"),
     ),
     Defense(
         "stream_gate_follows_only_accepted_joins",
-        "harness/native/stream_gate_calls.c",
+        "harness/workers/native/stream_gate_calls.c",
         "        if (result == cudaSuccess)                                                           \\",
         "        if (1)                                                                               \\",
         ("tests/test_stream_gate.py", "-k", "refused_is_not_followed"),
     ),
     Defense(
         "stream_gate_passes_the_allocators_queries",
-        "harness/native/stream_gate_calls.c",
+        "harness/workers/native/stream_gate_calls.c",
         'if (kpg_holding() && !made_by(__builtin_return_address(0), "libc10_cuda"))',
         "if (kpg_holding())",
         ("tests/test_stream_gate.py", "-k", "allocators_event_queries"),
     ),
     Defense(
         "stream_gate_after_forward_is_imprecise",
-        "harness/native/stream_gate.c",
+        "harness/workers/native/stream_gate.c",
         "    if (opened && atomic_load(&after_forward))",
         "    if (opened && !opened)",
         ("tests/test_stream_gate.py", "-k", "after_forward_returned"),
     ),
     Defense(
         "stream_gate_unverifiable_candidate",
-        "harness/stream_gate.py",
+        "harness/workers/stream_hold.py",
         "        if not self.usable() or not self.held_calls or self.conclusive:",
         "        if True:",
         ("tests/test_stream_gate.py", "-k", "unverifiable"),
@@ -357,77 +357,77 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "stable_after_sync",
-        "harness/guards.py",
+        "harness/workers/guards.py",
         "return fingerprint(outputs) != sums or not samples_unchanged(sampled, outputs)",
         "return False",
         ("tests/test_guards.py", "-k", "changed_since"),
     ),
     Defense(
         "stable_after_sync_sample",  # only the sums: a late write that keeps them passes
-        "harness/guards.py",
+        "harness/workers/guards.py",
         "return fingerprint(outputs) != sums or not samples_unchanged(sampled, outputs)",
         "return fingerprint(outputs) != sums",
         ("tests/test_guards.py", "-k", "changed_since"),
     ),
     Defense(
         "stable_after_sync_fingerprint",  # only the sample: a late write it skips passes
-        "harness/guards.py",
+        "harness/workers/guards.py",
         "return fingerprint(outputs) != sums or not samples_unchanged(sampled, outputs)",
         "return not samples_unchanged(sampled, outputs)",
         ("tests/test_guards.py", "-k", "changed_since"),
     ),
     Defense(
         "stable_after_sync_false_alarm",  # broken the other way: every honest kernel fails
-        "harness/guards.py",
+        "harness/workers/guards.py",
         "return fingerprint(outputs) != sums or not samples_unchanged(sampled, outputs)",
         "return True",
         ("tests/test_guards.py", "-k", "changed_since"),
     ),
     Defense(
         "inputs_unchanged",
-        "harness/guards.py",
+        "harness/workers/guards.py",
         "    if not equal_nan(now, then):\n        return False\n    storage",
         "    return True\n    storage",
         (_corpus("redteam/cpu/p14_input_as_scratch.py"),),
     ),
     Defense(
         "input_guard_regions",
-        "harness/guards.py",
+        "harness/workers/guards.py",
         "    for region in (head, tail):",
         "    for region in ():",
         ("tests/test_guards.py", "-k", "same_values"),
     ),
     Defense(
         "fresh_outputs",
-        "harness/timed_checks.py",
+        "harness/workers/timed_checks.py",
         "    if failure is not None:\n        raise failure",
         "    del failure",
         ("tests/test_guards.py::test_an_output_reusing_the_previous_calls_memory_fails",),
     ),
     Defense(
         "no_monkeypatching",
-        "harness/timed_checks.py",
+        "harness/workers/timed_checks.py",
         "    patched = guards.changed(before, guards.snapshot(job.reference_ops))",
         "    patched = []",
         ("tests/test_guards.py", "-k", "unpatched"),
     ),
     Defense(
         "no_pytorch_compute_table",
-        "harness/profiling.py",
+        "harness/workers/profiling.py",
         "    others = sorted({op for op in compute if op not in FAMILY_OF})",
         "    others: list[str] = []",
         ("tests/test_guards.py::test_pytorch_compute_table",),
     ),
     Defense(
         "no_pytorch_compute_every_call",  # the final profile sees the first case's shapes only
-        "harness/checked_case.py",
+        "harness/workers/checked_case.py",
         "    if computes:",
         "    if False:",
         (_corpus("redteam/cpu/p02_fallback_on_untuned_shapes.py"),),
     ),
     Defense(
         "launches_own_kernel",
-        "harness/checked_case.py",
+        "harness/workers/checked_case.py",
         "    if not sum(loader.calls.values()):",
         "    if False:",
         (_corpus("redteam/cpu/p01_pure_python_kernel_unused.py"),),
@@ -436,43 +436,43 @@ DEFENSES: list[Defense] = [
     # correct_outputs anyway; only the finite_outputs symptom depends on the poison.
     Defense(
         "poisoned_memory",
-        "harness/guards.py",
+        "harness/workers/guards.py",
         "            block = torch.full(shape, fill, dtype=dtype, device=device)",
         "            block = None",
         (_corpus("redteam/cpu/p04_noop_launch_uninitialized.py"),),
     ),
-    # --- comparison and acceptance (harness/tolerance.py, accept.py) -----------------------
+    # --- comparison and acceptance (harness/judge/tolerance.py, accept.py) -----------------------
     Defense(
         "tolerance_relative_norm",
-        "harness/tolerance.py",
+        "harness/judge/tolerance.py",
         "    if rel_error > tol.rel_norm:",
         "    if False:",
         ("tests/test_tolerance.py",),
     ),
     Defense(
         "deterministic_outputs",
-        "harness/tolerance.py",
+        "harness/judge/tolerance.py",
         "            self._same_as_first(name, produced)",
         "            pass",
         ("tests/test_tolerance.py", "-k", "repeated"),
     ),
     Defense(
         "tolerance_elementwise",
-        "harness/tolerance.py",
+        "harness/judge/tolerance.py",
         "    if slack > tol.atol * scale:",
         "    if False:",
         ("tests/test_tolerance.py",),
     ),
     Defense(
         "finite_outputs",
-        "harness/tolerance.py",
+        "harness/judge/tolerance.py",
         "    if nonfinite:",
         "    if False:",
         ("tests/test_tolerance.py",),
     ),
     Defense(
         "no_profiler_before_timing",  # a profiler session leaves its process slower
-        "harness/worker_candidate.py",
+        "harness/workers/candidate.py",
         '    alone = time_stand_ins(job, state, "alone", compiled)',
         '    _profile_reference(job, base)\n    alone = time_stand_ins(job, state, "alone", compiled)',
         (
@@ -481,14 +481,14 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "loss_not_its_own_null_answer",  # broken the other way: every loss problem called weak
-        "harness/audit.py",
+        "harness/problem/audit.py",
         "        if out.is_floating_point() and out.numel() > 1:",
         "        if out.is_floating_point() and out.numel():",
         ("tests/test_tolerance.py::test_a_loss_is_not_its_own_null_answer",),
     ),
     Defense(
         "audit_scales_each_output_once",  # a pass over GBs per null answer tried, not per case
-        "harness/audit.py",
+        "harness/problem/audit.py",
         "            if not self._passes(answer(), outputs[index], functools.partial(rms, index)):",
         "            if not self._passes(answer(), outputs[index], None):",
         (
@@ -498,7 +498,7 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "outputs_read_back_in_chunks",  # whole-output float64 copies: 4x the output beside it
-        "harness/guards.py",
+        "harness/workers/guards.py",
         '        step = CHUNK.get(flat.device.type, CHUNK["cpu"])',
         "        step = max(1, flat.numel())",
         (
@@ -507,7 +507,7 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "null_answers_expanded",  # full-size null answers: another output's memory per case
-        "harness/audit.py",
+        "harness/problem/audit.py",
         "lambda out=out: _filled(out, float(out.mean())),",
         "lambda out=out: torch.full_like(out, float(out.mean())),",
         (
@@ -516,21 +516,21 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "variant_drawn_in_runs",  # one int64 index of every element: 2x the input beside it
-        "harness/input_variants.py",
+        "harness/problem/variants.py",
         "    block = max(1, min(PICK_BLOCK, flat.numel() // 64))",
         "    block = 1",
         ("tests/test_memory.py::test_a_shape_variant_is_drawn_without_an_index_twice_the_input",),
     ),
     Defense(
         "audit_lets_cases_go",  # every case's outputs kept beside the next for nothing
-        "harness/audit.py",
+        "harness/problem/audit.py",
         '        if self.cases < 2 or any(n.startswith("another seed") for n in self.passing):',
         "        if True:",
         ("tests/test_tolerance.py::test_the_audit_lets_a_case_go_once_no_null_answer_needs_it",),
     ),
     Defense(
         "harness_memory_named",  # the harness's OOM in the checks' worker: "the worker died"
-        "harness/worker_candidate.py",
+        "harness/workers/candidate.py",
         "            except torch.OutOfMemoryError as err:  # the candidate's own calls raise CheckFailed",
         "            except ZeroDivisionError as err:",
         (
@@ -539,7 +539,7 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "baseline_disturbance",
-        "harness/accept.py",
+        "harness/judge/accept.py",
         "beyond=min(ratio, fastest_ratio) > allowed,",
         "beyond=False,",
         (
@@ -547,11 +547,11 @@ DEFENSES: list[Defense] = [
             "tests/test_accept.py::test_baseline_disturbance_tells_what_is_left_behind_from_interleaving",
         ),
     ),
-    # --- publish trusts only the event and GitHub (bot/results.py, trust.py, publish.py,
-    # markdown.py); verification settings from the base commit (bot/base_config.py, pr.py) ---
+    # --- publish trusts only the event and GitHub (bot/pr/results.py, trust.py, publish.py,
+    # markdown.py); verification settings from the base commit (bot/pr/base_config.py, pr.py) ---
     Defense(
         "publish_results_match_event",
-        "bot/results.py",
+        "bot/pr/results.py",
         '        expected["base_ref"] = event.pull.base_ref\n'
         '        expected["head_ref"] = event.pull.head_ref\n'
         '        expected["fork"] = event.pull.fork\n',
@@ -560,63 +560,63 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "publish_no_branch_for_a_fork",
-        "bot/trust.py",
+        "bot/pr/trust.py",
         "    if event.pull.fork or facts.fork:",
         "    if False:",
         ("tests/test_publish.py", "-k", "forks_pull_request_gets_a_patch"),
     ),
     Defense(
         "publish_followup_on_the_approved_api_head",
-        "bot/trust.py",
+        "bot/pr/trust.py",
         "    if facts.head_sha != event.pull.head_sha:",
         "    if False:",
         ("tests/test_publish.py", "-k", "head_moved_on"),
     ),
     Defense(
         "publish_followup_into_the_prs_own_branch",
-        "bot/trust.py",
+        "bot/pr/trust.py",
         "    return Place(into=facts.head_ref, parent=facts.head_sha)",
         "    return Place(into=facts.base_ref, parent=facts.head_sha)",
         ("tests/test_publish.py", "-k", "followup_is_made_on_the_api_head"),
     ),
     Defense(
         "publish_own_run_url",
-        "bot/publish.py",
+        "bot/pr/publish.py",
         "    results.run_url = env.run_url  # this job's own run, never the artifact's word",
         "    pass",
         ("tests/test_publish.py", "-k", "raw_markdown"),
     ),
     Defense(
         "publish_gates_kernels_again",
-        "bot/publish.py",
+        "bot/pr/publish.py",
         "    outcome = PublishOutcome(refused=vet_kernels(results))",
         "    outcome = PublishOutcome()",
         ("tests/test_publish.py", "-k", "ungated_kernel"),
     ),
     Defense(
         "publish_native_gate_over_strings",
-        "bot/trust.py",
+        "bot/pr/trust.py",
         '    return reasons + check_native("\\n".join(_strings(tree)), dtype)',
         "    return reasons",
         ("tests/test_publish.py", "-k", "ungated_kernel and native"),
     ),
     Defense(
         "publish_review_threshold_from_the_base",
-        "bot/trust.py",
+        "bot/pr/trust.py",
         "        row.needs_review = row.needs_review or max(claims) > threshold",
         "        pass",
         ("tests/test_publish.py", "-k", "big_claim"),
     ),
     Defense(
         "results_numbers_checked",
-        "bot/results.py",
+        "bot/pr/results.py",
         "    _check_numbers(results, where)\n",
         "",
         ("tests/test_publish.py", "-k", "not_finite_or_contradict"),
     ),
     Defense(
         "results_identifiers_in_generated_code",
-        "bot/results.py",
+        "bot/pr/results.py",
         "        if name is not None and (not name.isidentifier() or keyword.iskeyword(name)):",
         "        if False:",
         ("tests/test_publish.py", "-k", "go_into_the_followups_code"),
@@ -644,33 +644,33 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "base_eval_settings",
-        "bot/base_config.py",
+        "bot/pr/base_config.py",
         "    settings = BaseSettings(repo, base_sha, base.eval, judged)",
         "    settings = BaseSettings(repo, base_sha, head.eval, judged)",
         ("tests/test_base_config.py", "-k", "eval_settings_are_the_base"),
     ),
     Defense(
         "base_target_tolerances",
-        "bot/base_config.py",
+        "bot/pr/base_config.py",
         "    return problem.model_copy(update=changes) if changes else problem",
         "    return problem",
         ("tests/test_base_config.py", "-k", "tolerance"),
     ),
     Defense(
         "base_llm_table_unchanged",
-        "bot/base_config.py",
+        "bot/pr/base_config.py",
         '    if (base_table or {}).get("llm", {}) != (head_table or {}).get("llm", {}):',
         "    if False:",
         ("tests/test_base_config.py", "-k", "llm_key"),
     ),
     Defense(
         "measure_runs_with_the_base_eval",
-        "bot/pr.py",
+        "bot/pr/flow.py",
         '    return options.model_copy(update={"eval_config": settings.eval}), hold',
         "    return options, hold",
         ("tests/test_base_config.py", "-k", "measure_runs_with_the_base"),
     ),
-    # --- prompts and spend caps (agents/untrusted.py, harness/redact.py, agents/loop.py,
+    # --- prompts and spend caps (agents/untrusted.py, harness/sandbox/redact.py, agents/loop.py,
     # agents/team.py, agents/search/budget.py, agents/llm/openai_client.py; issue 22 item 8) -----
     Defense(
         "prompt_data_blocks",  # PR text spliced into the prompt as it is
@@ -697,28 +697,28 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "scrub_secret_shapes",
-        "harness/redact.py",
+        "harness/sandbox/redact.py",
         "    text = _SHAPES.sub(MARKER, text)",
         "    text = text",
         ("tests/test_untrusted.py", "-k", "secret_shapes"),
     ),
     Defense(
         "scrub_secret_assignments",
-        "harness/redact.py",
+        "harness/sandbox/redact.py",
         "    return _scrub_assignments(text)",
         "    return text",
         ("tests/test_untrusted.py", "-k", "secret_shapes"),
     ),
     Defense(
         "scrub_pem_blocks",
-        "harness/redact.py",
+        "harness/sandbox/redact.py",
         "    text = _scrub_pem(text)",
         "    text = text",
         ("tests/test_untrusted.py", "-k", "secret_shapes"),
     ),
     Defense(
         "scrub_parent_secret_values",  # a key read from /proc/<ppid>/environ, any shape
-        "harness/redact.py",
+        "harness/sandbox/redact.py",
         "        text = text.replace(value, MARKER)",
         "        text = text",
         ("tests/test_untrusted.py", "-k", "secret_shapes"),
@@ -786,93 +786,93 @@ DEFENSES: list[Defense] = [
     # --- native gate for the class (issue 22: harness/native_*.py, symbols.py) -------------
     Defense(
         "native_include_roots",
-        "harness/native_directives.py",
+        "harness/static/native_directives.py",
         "            reasons += header_problems(include.header, include.line)",
         "            pass",
         ("tests/test_native_gate.py", "-k", "includes_outside"),
     ),
     Defense(
         "native_state_rule",
-        "harness/native_gate.py",
+        "harness/static/native.py",
         "directive_problems(lexed) + state_problems(lexed) + _asm_reasons(lexed)",
         "directive_problems(lexed) + _asm_reasons(lexed)",
         ("tests/test_native_gate.py", "-k", "state_across"),
     ),
     Defense(
         "native_network_names",
-        "harness/native_gate.py",
+        "harness/static/native.py",
         'r"\\b(c10d|gloo|tensorpipe|TCPStore\\w*|FileStore|HashStore|PrefixStore|ProcessGroup\\w*|"',
         'r"\\b(kp_never_named|"',
         ("tests/test_native_gate.py", "-k", "network_files"),
     ),
     Defense(
         "symbols_distributed_families",
-        "harness/symbols.py",
+        "harness/static/symbols.py",
         'r"c10d::|torch::distributed::|gloo::|tensorpipe::|torch::jit::|caffe2::serialize::|"',
         'r"kp_never_named::|"',
         ("tests/test_native_gate.py::test_the_built_objects_show_what_the_source_hid",),
     ),
     Defense(
         "symbols_writable_data",
-        "harness/symbols.py",
+        "harness/static/symbols.py",
         "        + writable_data_problems(host_cxx)",
         "        + []",
         ("tests/test_native_gate.py::test_the_built_objects_show_what_the_source_hid",),
     ),
     Defense(
         "native_gate_linear_time",
-        "harness/native_gate.py",
+        "harness/static/native.py",
         "    code = joined(lexed)",
         '    code = re.sub(r"\\s*::\\s*", "::", source)',
         ("tests/test_native_gate.py", "-k", "adversarial"),
     ),
-    # --- jobs and tokens (bot/nightly_results.py, nightly.py, cli/nightly_jobs.py,
+    # --- jobs and tokens (bot/nightly/results.py, nightly.py, cli/nightly_jobs.py,
     # runner_trust.py; action.yml and the workflows) ------------------------------------------
     Defense(
         "nightly_results_unknown_fields",  # a branch or an issue named by the artifact
-        "bot/nightly_results.py",
+        "bot/nightly/results.py",
         '    model_config = ConfigDict(extra="forbid")',
         '    model_config = ConfigDict(extra="ignore")',
         ("tests/test_nightly_jobs.py", "-k", "names_a_branch or names_an_issue"),
     ),
     Defense(
         "nightly_results_size_cap",
-        "bot/nightly_results.py",
+        "bot/nightly/results.py",
         "    if size > MAX_RESULTS_BYTES:",
         "    if False:",
         ("tests/test_nightly_jobs.py", "-k", "oversized"),
     ),
     Defense(
         "nightly_results_same_repository",
-        "bot/nightly_results.py",
+        "bot/nightly/results.py",
         "    if results.repository != expected.repository:",
         "    if False:",
         ("tests/test_nightly_jobs.py", "-k", "another_repository"),
     ),
     Defense(
         "nightly_results_same_commit",
-        "bot/nightly_results.py",
+        "bot/nightly/results.py",
         "    if results.commit != expected.commit or not COMMIT.fullmatch(results.commit):",
         "    if False:",
         ("tests/test_nightly_jobs.py", "-k", "another_commit"),
     ),
     Defense(
         "nightly_results_same_night",
-        "bot/nightly_results.py",
+        "bot/nightly/results.py",
         "    if not -2 <= (night - expected.today).days <= 1:",
         "    if False:",
         ("tests/test_nightly_jobs.py", "-k", "another_night"),
     ),
     Defense(
         "nightly_results_rows_checked",  # names, records' commit and night, statuses, texts
-        "bot/nightly_results.py",
+        "bot/nightly/results.py",
         "        problem = _row_problem(row, results)",
         "        problem = None",
         ("tests/test_nightly_jobs.py", "-k", "forged and not names and not another_re"),
     ),
     Defense(
         "nightly_results_row_cap",
-        "bot/nightly_results.py",
+        "bot/nightly/results.py",
         "    if len(results.rows) > MAX_ROWS:",
         "    if False:",
         ("tests/test_nightly_jobs.py", "-k", "too_many_rows"),
@@ -886,21 +886,21 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "nightly_markdown_as_code",
-        "bot/nightly.py",
+        "bot/nightly/run.py",
         '    return f"{fence}{pad}{flat}{pad}{fence}"',
         "    return flat",
         ("tests/test_nightly_jobs.py::test_markdown_in_the_artifact_is_shown_as_code",),
     ),
     Defense(
         "nightly_table_pipes_escaped",
-        "bot/nightly.py",
+        "bot/nightly/run.py",
         "    if table:  # GFM splits cells at any unescaped pipe, inside code too",
         "    if False:",
         ("tests/test_nightly_jobs.py::test_markdown_in_the_artifact_is_shown_as_code",),
     ),
     Defense(
         "fork_needs_ephemeral_runner",
-        "bot/runner_trust.py",
+        "bot/pr/runner_trust.py",
         "    if event.pull is None or not event.pull.fork or runner.ephemeral:",
         "    if True:",
         ("tests/test_nightly_jobs.py", "-k", "ephemeral or forks_code"),
@@ -945,61 +945,61 @@ DEFENSES: list[Defense] = [
         "runs-on: [self-hosted, gpu, kernelpilot-pr]",
         ("tests/test_workflows.py", "-k", "runners_of_their_own"),
     ),
-    # --- blame that is right (issue 23: harness/worker.py, blame.py, verdict.py,
+    # --- blame that is right (issue 23: harness/sandbox/worker.py, blame.py, verdict.py,
     # worker_reference.py, reference_forward.py) -----------------------------------------------
     Defense(
         "harness_bug_named",  # kernelpilot's own exception: the candidate's "worker died"
-        "harness/worker.py",
+        "harness/sandbox/worker.py",
         "        if not raised_by_kernelpilot(err, _user_files(job, job_dir)):",
         "        if True:",
         ("tests/test_blame.py", "-k", "harness_bug_in_the_checks_worker"),
     ),
     Defense(
         "network_line_only_when_checked",  # a dead worker: a false "no private namespace"
-        "harness/jobs.py",
+        "harness/sandbox/jobs.py",
         "    network_isolated: bool | None = Field(\n        default=None,",
         "    network_isolated: bool | None = Field(\n        default=False,",
         ("tests/test_channel.py", "-k", "network"),
     ),
     Defense(
         "verified_dtypes",  # complex inputs: the guard fill crashed in the candidate's worker
-        "harness/worker_reference.py",
+        "harness/workers/reference.py",
         "            check_dtypes(inputs, ",
         "            0 and check_dtypes(inputs, ",
         ("tests/test_blame.py", "-k", "complex"),
     ),
     Defense(
         "reference_leaves_inputs_unchanged",  # blamed on the input factory's randomness
-        "harness/worker_reference.py",
+        "harness/workers/reference.py",
         "            check_unchanged(inputs, before, self.forward_name, self.where)",
         "            pass",
         ("tests/test_blame.py", "-k", "in_place"),
     ),
-    # --- how a run ends (harness/lifetime.py, harness/sandbox.py, bot/cli/out_dir.py) -------
+    # --- how a run ends (harness/sandbox/lifetime.py, harness/sandbox/run.py, bot/cli/out_dir.py) -------
     Defense(
         "run_ends_its_workers",
-        "harness/lifetime.py",
+        "harness/sandbox/lifetime.py",
         "    for process in list(_run.processes - (outer or set())):\n        release(process)",
         "    pass",
         ("tests/test_lifetime.py",),
     ),
     Defense(
         "run_removes_its_scratch",
-        "harness/lifetime.py",
+        "harness/sandbox/lifetime.py",
         "        shutil.rmtree(root, ignore_errors=True)",
         "        pass",
         ("tests/test_lifetime.py",),
     ),
     Defense(
         "no_interrupt_lost_in_a_fork",
-        "harness/lifetime.py",
+        "harness/sandbox/lifetime.py",
         "    if not _run.starting:\n        raise Interrupted(number)",
         "    raise Interrupted(number)",
         ("tests/test_lifetime.py",),
     ),
     Defense(
         "lost_interrupt_not_printed",
-        "harness/lifetime.py",
+        "harness/sandbox/lifetime.py",
         "        if not isinstance(unraisable.exc_value, Interrupted):\n            hook(unraisable)",
         "        hook(unraisable)",
         ("tests/test_lifetime.py",),
@@ -1013,7 +1013,7 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "run_limit_excludes_builds",
-        "harness/sandbox.py",
+        "harness/sandbox/run.py",
         "                ends += time.monotonic() - asked",
         "                pass",
         ("tests/test_worker_limits.py", "-k", "slow_build"),

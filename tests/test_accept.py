@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.accept import (
+from harness.judge.accept import (
     accept,
     baseline_disturbance,
     confirm_disturbance,
@@ -148,7 +148,7 @@ def test_a_disturbance_is_confirmed_in_a_fresh_worker(script, runs, status):
 def test_timing_stops_when_every_budget_is_spent_or_the_slowest_took_ten(
     reps, candidate_ms, eager_ms, done
 ):
-    from harness.worker_timing import timed_enough
+    from harness.workers.timing import timed_enough
 
     samples = {"candidate": [candidate_ms] * reps, "eager": [eager_ms] * reps}
     assert timed_enough(reps, samples, min_reps=10, budget_s=1.5) is done

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from bot.base_config import base_settings, hold_to_base
-from bot.comment import render_comment
-from bot.pr import _judged_by_base
-from bot.results import PullResults
+from bot.pr.base_config import base_settings, hold_to_base
+from bot.pr.comment import render_comment
+from bot.pr.flow import _judged_by_base
+from bot.pr.results import PullResults
 from bot.run import RunOptions, project_eval_config
-from harness.problem import problem_from_target
-from harness.tolerance import tolerance_for
+from harness.judge.tolerance import tolerance_for
+from harness.problem.load import problem_from_target
 from tests.gitrepo import commit, git, init
 from tests.prflow import MODULE
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import guards
-from harness.blame import raised_by_kernelpilot
 from harness.errors import KERNELPILOT_BUG, HarnessError, UserError
 from harness.evaluate import Evaluator
-from harness.problem import problem_from_target
+from harness.problem.load import problem_from_target
 from harness.records import Candidate, Status
+from harness.sandbox.blame import raised_by_kernelpilot
+from harness.workers import guards
 from tests.conftest import FIXTURES, fast_config, write_module
 
 BAD = FIXTURES / "bad"
@@ -102,7 +102,7 @@ def get_init_inputs():
 def test_running_out_of_memory_is_not_a_signature_problem(tmp_path):
     """Each of the user's functions the harness calls: what ran out, not 'make it run without
     arguments' (here in this process: no address-space limit, the machine's memory said)."""
-    from harness.cases import build_reference, make_inputs
+    from harness.problem.cases import build_reference, make_inputs
 
     source = ALLOCATING.replace("TORCH_CPU_OOM", repr(TORCH_CPU_OOM))
     problem = problem_from_target(str(write_module(tmp_path, "allocating", source)), "cpu", None)
@@ -130,7 +130,7 @@ def test_a_harness_bug_in_the_checks_worker_is_kernelpilots_not_the_candidates(m
     result = Evaluator(fast_config(), seed=1).evaluate(PROBLEM, HONEST)
     assert result.status is Status.harness_error, result.reason
     assert result.reason.startswith(f"{KERNELPILOT_BUG}: TypeError")
-    assert "Traceback" in result.log and "harness/guards.py" in result.log
+    assert "Traceback" in result.log and "harness/workers/guards.py" in result.log
     # The worker died before it checked the network: no line for a check that did not run.
     assert "network_isolated" not in [check.name for check in result.checks]
 
@@ -143,7 +143,7 @@ def test_a_harness_bug_in_the_reference_worker_raises_as_kernelpilots(monkeypatc
     assert not isinstance(raised.value, UserError)
     text = str(raised.value)
     assert text.startswith(f"{KERNELPILOT_BUG}: TypeError")
-    assert "harness/worker_reference.py" in text  # the worker's traceback
+    assert "harness/workers/reference.py" in text  # the worker's traceback
 
 
 CANDIDATE = """

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.build_requests import ParentBuilder
-from harness.buildcache import CPU_CFLAGS, CPU_LDFLAGS, CachedLoader, build_key, spec_key
-from harness.buildstore import MANIFEST, BuildSpec, BuildStore
-from harness.compile_worker import compile_here
+from harness.builds.cache import CPU_CFLAGS, CPU_LDFLAGS, CachedLoader, build_key, spec_key
+from harness.builds.compile_worker import compile_here
+from harness.builds.requests import ParentBuilder
+from harness.builds.store import MANIFEST, BuildSpec, BuildStore
 from harness.evaluate import candidate_view
-from harness.problem import problem_from_target
-from harness.sandbox import run_worker
+from harness.problem.load import problem_from_target
+from harness.sandbox.run import run_worker
 from tests.conftest import FIXTURES
 
 SPEC = BuildSpec(cpp="int f() { return 1; }", device="cpu")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.changes import ChangedModule, ChangeReport, detect_changes
+from bot.detect.changes import ChangedModule, ChangeReport, detect_changes
 from harness.config import TargetConfig
 from harness.errors import UserError
 from tests.gitrepo import commit, git, init

@@ -7,13 +7,13 @@ import gc
 from pathlib import Path
 
 from harness.evaluate import Evaluator
-from harness.jobs import CandidateReport, ReferenceReport
-from harness.problem import problem_from_target
+from harness.judge.tolerance import CaseComparison
+from harness.judge.verdict import candidate_report, checked_result, timed_result
+from harness.problem.load import problem_from_target
+from harness.problem.reference import ReferenceData, reference_data
 from harness.records import AuditReport, Status
-from harness.reference import ReferenceData, reference_data
-from harness.sandbox import WorkerOutcome
-from harness.tolerance import CaseComparison
-from harness.verdict import candidate_report, checked_result, timed_result
+from harness.sandbox.jobs import CandidateReport, ReferenceReport
+from harness.sandbox.run import WorkerOutcome
 from tests.conftest import FIXTURES, fast_config
 
 
@@ -53,7 +53,7 @@ def test_no_result_is_a_dead_worker_or_a_timeout():
 
 
 def test_a_harness_error_is_kernelpilots_and_counts_as_a_result():
-    """kernelpilot's own failure in the worker (``harness.blame``) is no verdict on the
+    """kernelpilot's own failure in the worker (``harness.sandbox.blame``) is no verdict on the
     candidate; sent beside a report, it is a second result: a tampered channel."""
     said = {"kind": "harness_error", "body": {"what": "kernelpilot failed (...): TypeError: x"}}
     got = candidate_report(outcome(said, returncode=3, log_tail="Traceback ..."), PROBLEM, 9)

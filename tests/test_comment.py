@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from bot.changes import ChangedModule, ChangeReport
-from bot.comment import COMMENT_LIMIT, MARKER, render_comment
+from bot.detect.changes import ChangedModule, ChangeReport
 from bot.event import Event, PullRequest, parse_event
-from bot.followup import build_followup
-from bot.gate import decide
+from bot.pr.approval import decide
+from bot.pr.comment import COMMENT_LIMIT, MARKER, render_comment
+from bot.pr.followup import build_followup
+from bot.pr.results import PullResults, TargetSource, load_results
 from bot.report import Report, TargetReport
-from bot.results import PullResults, TargetSource, load_results
 from harness.errors import UserError
 
 SHA = "a" * 40

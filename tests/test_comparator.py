@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import handover
 from harness.evaluate import Evaluator
-from harness.problem import problem_from_target
+from harness.problem.load import problem_from_target
+from harness.problem.reference import reference_data
 from harness.records import Candidate, Status
-from harness.reference import reference_data
+from harness.workers import handover
 from tests.conftest import FIXTURES, fast_config
 
 PROBLEM = problem_from_target(str(FIXTURES / "scale_problem.py"), "cpu", "float32")
@@ -165,7 +165,7 @@ def test_a_file_announcement_reads_plain_tensors_only(tmp_path: Path):
 def test_a_comparator_that_dies_before_the_end_fails_a_candidate_it_answered(
     one_candidate, tmp_path: Path
 ):
-    from harness.cases import build_reference, case_inputs, case_module
+    from harness.problem.cases import build_reference, case_inputs, case_module
 
     data, comparator, receiver = one_candidate
     spec = data.cases[0]

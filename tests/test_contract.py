@@ -1,7 +1,7 @@
 """The candidate contract is generated from the gate's own tables, and it tells the truth.
 
 Generated: changing a gate table changes the contract. True: every import and decorator the
-contract allows passes ``harness.gate.check_python``, and a sample of every kind of thing it
+contract allows passes ``harness.static.python.check_python``, and a sample of every kind of thing it
 names as refused is rejected by the gate. The example candidates the prompts show pass the
 static gates they are shown for (the cpu one also passes the whole harness: see
 examples/candidates/fused_gelu_block_cpu.py).
@@ -18,9 +18,11 @@ import pytest
 
 from agents import contract
 from agents.contract import allowed_decorators, allowed_import_lines, candidate_contract
-from harness import gate_rules, native_gate, profiling
-from harness.gate import check_python
-from harness.native_gate import check_native
+from harness.static import native as native_gate
+from harness.static import python_rules
+from harness.static.native import check_native
+from harness.static.python import check_python
+from harness.workers import profiling
 
 ROOT = Path(__file__).resolve().parent.parent
 CANDIDATE = textwrap.dedent(
@@ -66,10 +68,10 @@ def test_contract_states_the_dynamic_rules(device):
 
 def test_contract_changes_with_the_gate_tables(monkeypatch):
     before = candidate_contract("cpu", "float32")
-    monkeypatch.setattr(gate_rules, "ALLOWED_IMPORTS", gate_rules.ALLOWED_IMPORTS | {"cmath"})
-    attributes = {**gate_rules.FORBIDDEN_ATTRIBUTES, "kp_probe": "a reason only this test gives"}
-    monkeypatch.setattr(gate_rules, "FORBIDDEN_ATTRIBUTES", attributes)
-    monkeypatch.setattr(gate_rules, "FORBIDDEN_CALLS", gate_rules.FORBIDDEN_CALLS | {"kp_call"})
+    monkeypatch.setattr(python_rules, "ALLOWED_IMPORTS", python_rules.ALLOWED_IMPORTS | {"cmath"})
+    attributes = {**python_rules.FORBIDDEN_ATTRIBUTES, "kp_probe": "a reason only this test gives"}
+    monkeypatch.setattr(python_rules, "FORBIDDEN_ATTRIBUTES", attributes)
+    monkeypatch.setattr(python_rules, "FORBIDDEN_CALLS", python_rules.FORBIDDEN_CALLS | {"kp_call"})
     families = {**profiling.LIBRARY_FAMILIES, "kp_family": {"kp_op"}}
     monkeypatch.setattr(profiling, "LIBRARY_FAMILIES", families)
     # A native rule the gate drops: its sample spellings drop out of the contract too.
@@ -96,7 +98,7 @@ def test_precision_rules_follow_the_dtype_and_the_native_table(monkeypatch):
 def test_every_import_the_contract_allows_passes_the_gate():
     text = candidate_contract("cpu", "float32")
     lines = allowed_import_lines()
-    assert len(lines) == len(gate_rules.ALLOWED_IMPORTS)
+    assert len(lines) == len(python_rules.ALLOWED_IMPORTS)
     for line in lines:
         assert line in text
         assert check_python(candidate(header=line + "\n"), "Model", "float32") == [], line
@@ -131,13 +133,13 @@ def test_refused_modules_named_in_the_contract_are_rejected():
 
 def test_refused_calls_and_attributes_named_in_the_contract_are_rejected():
     text = candidate_contract("cpu", "float32")
-    for name in sorted(gate_rules.FORBIDDEN_CALLS - {"__import__"}):
+    for name in sorted(python_rules.FORBIDDEN_CALLS - {"__import__"}):
         assert f"`{name}()`" in text
         assert rejected(candidate(f"z = {name}(y)")), name
-    for name in sorted(gate_rules.FORBIDDEN_ATTRIBUTES):
+    for name in sorted(python_rules.FORBIDDEN_ATTRIBUTES):
         assert f"`.{name}`" in text
         assert rejected(candidate(f"z = y.{name}")), name
-    for name in sorted(gate_rules.GLOBAL_STATE_ATTRIBUTES):
+    for name in sorted(python_rules.GLOBAL_STATE_ATTRIBUTES):
         assert f"`.{name}`" in text
         assert rejected(candidate(f"z = torch.{name}")), name
     assert rejected(candidate("torch.set_num_threads(1)"))

@@ -232,7 +232,7 @@ _EVALUATORS: dict[tuple[Path, str], object] = {}
 def _evaluate(entry: Entry):
     from harness.config import EvalConfig
     from harness.evaluate import Evaluator
-    from harness.problem import problem_from_target
+    from harness.problem.load import problem_from_target
     from harness.records import Candidate
 
     key = (entry.problem, entry.device)
@@ -262,9 +262,9 @@ def test_candidate_verdict(entry: Entry):
 
 @pytest.mark.parametrize("path", WEAK_PROBLEMS, ids=[p.name for p in WEAK_PROBLEMS])
 def test_weak_problem_is_flagged(path: Path):
-    from harness.audit import audit_problem
     from harness.config import EvalConfig
-    from harness.problem import problem_from_target
+    from harness.problem.audit import audit_problem
+    from harness.problem.load import problem_from_target
 
     kind = _headers(path, 1)["expect"].split()[1]
     problem = problem_from_target(str(path), device="cpu", dtype="float32")

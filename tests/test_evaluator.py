@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from harness.evaluate import Evaluator
-from harness.problem import problem_from_target
+from harness.problem.load import problem_from_target
 from harness.records import Candidate, Status
 from tests.conftest import FIXTURES, fast_config
 

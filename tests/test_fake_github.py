@@ -56,7 +56,7 @@ def server(fake_github: FakeGitHub) -> FakeGitHub:
 
 
 def upsert_sticky(pull: github.PullRequest.PullRequest, login: str, body: str) -> None:
-    """Edit our comment carrying the marker, else create it (what bot/comment.py must do)."""
+    """Edit our comment carrying the marker, else create it (what bot/pr/comment.py must do)."""
     for comment in pull.get_issue_comments():
         if MARKER in comment.body and comment.user.login == login:
             comment.edit(body)

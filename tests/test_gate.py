@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.gate import check_python
-from harness.native_gate import check_native
+from harness.static.native import check_native
+from harness.static.python import check_python
 
 HEAD = "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"
 CLASS = "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
@@ -70,7 +70,7 @@ def method(header: str, body: str = "return x") -> str:
         (forward("return open('weights.bin')"), "uses open()"),
         # Module escapes: a chain from an import that reaches a module off the allowed list...
         (
-            forward("return torch.package.sys_importer.import_module('harness.timing')"),
+            forward("return torch.package.sys_importer.import_module('harness.workers.timers')"),
             "torch.package reaches the module torch.package",
         ),
         (forward("return torch.testing.assert_close(x, x)"), "module torch.testing"),

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from harness.evaluate import Evaluator
-from harness.problem import problem_from_target
+from harness.problem.load import problem_from_target
 from harness.records import Candidate, Status
 from tests.conftest import FIXTURES, ROOT, fast_config
 
@@ -60,7 +60,7 @@ def test_async_inputs_are_still_being_produced_when_the_call_starts():
     """What a kernel that does not wait for the current stream sees: poison, not the inputs."""
     import torch
 
-    from harness.streams import Staged
+    from harness.workers.streams import Staged
 
     raw = [torch.randn(1024, 2048, device="cuda")]
     staged = Staged(raw, "cuda", async_stream=True)

@@ -12,11 +12,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness import guards, profiling
 from harness.config import EvalConfig
-from harness.jobs import CheckFailed, WorkerJob
-from harness.problem import problem_from_target
-from harness.timed_checks import check_fresh, check_unpatched
+from harness.problem.load import problem_from_target
+from harness.sandbox.jobs import CheckFailed, WorkerJob
+from harness.workers import guards, profiling
+from harness.workers.timed_checks import check_fresh, check_unpatched
 from tests.conftest import FIXTURES
 
 
@@ -40,11 +40,11 @@ def test_snapshot_sees_a_swapped_function(monkeypatch, owner, name, label):
 
 
 def test_snapshot_sees_a_harness_function_swapped(monkeypatch):
-    import harness.tolerance
+    import harness.judge.tolerance
 
     before = guards.snapshot()
-    monkeypatch.setattr(harness.tolerance, "compare", lambda *args: None)
-    assert "harness.tolerance.compare" in guards.changed(before, guards.snapshot())
+    monkeypatch.setattr(harness.judge.tolerance, "compare", lambda *args: None)
+    assert "harness.judge.tolerance.compare" in guards.changed(before, guards.snapshot())
 
 
 def test_snapshot_sees_the_thread_count_change():

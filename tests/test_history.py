@@ -4,7 +4,7 @@ rest kept; two runs at once lose no record."""
 
 from __future__ import annotations
 
-from bot.history import HistoryStore, LocalStore, Record, file_of, parse_lines
+from bot.nightly.history import HistoryStore, LocalStore, Record, file_of, parse_lines
 
 REPO = "acme/models"
 

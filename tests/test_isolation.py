@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.bubblewrap import SandboxUnavailable, WorkerView, python_paths
 from harness.evaluate import Evaluator
-from harness.problem import problem_from_target
+from harness.problem.load import problem_from_target
 from harness.records import Candidate, Status
-from harness.sandbox import clean_environment, run_worker
+from harness.sandbox.bubblewrap import SandboxUnavailable, WorkerView, python_paths
+from harness.sandbox.run import clean_environment, run_worker
 from tests.conftest import FIXTURES, fast_config
 
 

@@ -1,4 +1,4 @@
-"""A run's workers and scratch folders end with it (``harness.lifetime``), and only the run's:
+"""A run's workers and scratch folders end with it (``harness.sandbox.lifetime``), and only the run's:
 what was started before it (an evaluator of a test) is left alone, unless a signal ends the
 whole process."""
 
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from harness import lifetime
+from harness.sandbox import lifetime
 
 
 def sleeper() -> subprocess.Popen:

@@ -12,15 +12,15 @@ import sys
 from pathlib import Path
 
 from harness.evaluate import Evaluator
-from harness.problem import problem_from_target
+from harness.problem.load import problem_from_target
 from harness.records import Candidate, Status
 from tests.conftest import FIXTURES, ROOT, fast_config
 
 MEASURE = """
 import json, resource, sys
 from harness.config import EvalConfig
-from harness.problem import problem_from_target
-from harness.reference import reference_data
+from harness.problem.load import problem_from_target
+from harness.problem.reference import reference_data
 data = reference_data(problem_from_target(sys.argv[1], "cpu", "float32"), EvalConfig(), seed=1)
 peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
 print(json.dumps({"cases": len(data.cases), "peak": peak}))
@@ -45,7 +45,7 @@ def test_the_reference_worker_holds_one_case_at_a_time():
 
 FINGERPRINT = """
 import json, resource, torch
-from harness import guards
+from harness.workers import guards
 out = torch.randn(64 * 2**20)  # 256 MiB of float32
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 guards.fingerprint([out])
@@ -68,8 +68,8 @@ def test_reading_outputs_back_takes_a_chunk_not_four_times_the_output():
 
 AUDIT = """
 import json, resource, torch
-from harness.audit import NullAnswerAudit
-from harness.tolerance import tolerance_for
+from harness.problem.audit import NullAnswerAudit
+from harness.judge.tolerance import tolerance_for
 x = torch.randn(64 * 2**20)  # 256 MiB
 y = x.sin()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -94,7 +94,7 @@ def test_the_audit_refutes_null_answers_without_output_sized_copies_of_them():
 
 VARIANT = """
 import json, resource, torch
-from harness.input_variants import resized_inputs
+from harness.problem.variants import resized_inputs
 x = torch.randn(8192, 8192)  # 256 MiB
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 (wider,) = resized_inputs([x], variant=2, seed=7)  # the last dimension grown a little

@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
-from harness.native_gate import check_native
-from harness.native_lex import MAX_SOURCE_CHARS
-from harness.symbols import object_problems
+from harness.static.native import check_native
+from harness.static.native_lex import MAX_SOURCE_CHARS
+from harness.static.symbols import object_problems
 
 KERNEL = """
 #include <torch/extension.h>
@@ -242,7 +242,7 @@ def test_token_pasting_digraphs_are_refused():
 
 
 def test_define_flags_that_redefine_keywords_are_named():
-    from harness.native_directives import define_flag_problems
+    from harness.static.native_directives import define_flag_problems
 
     assert define_flag_problems(["-Dconstexpr=inline", "-Uconst", "-DBLOCK=256"]) == [
         "build flag '-Dconstexpr=inline' redefines the keyword constexpr",

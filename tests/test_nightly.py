@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.followup import build_followup
-from bot.history import LocalStore, Record
-from bot.results import PullResults
+from bot.nightly.history import LocalStore, Record
+from bot.pr.followup import build_followup
+from bot.pr.results import PullResults
 from tests.gitrepo import commit, git
 from tests.prflow import CHANGED, Project
 

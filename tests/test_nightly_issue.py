@@ -3,9 +3,9 @@ with a regression, edited (not duplicated) on the next, closed on the first nigh
 
 from __future__ import annotations
 
-from bot.history import Record
-from bot.nightly import NightlyReport, NightlyRow
-from bot.nightly_issue import MARKER, upkeep_issue
+from bot.nightly.history import Record
+from bot.nightly.issue import MARKER, upkeep_issue
+from bot.nightly.run import NightlyReport, NightlyRow
 
 REPO = "acme/models"
 

@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from bot.configured import configured_targets, missing
-from bot.history import LocalStore
-from harness.baseline import time_baselines
+from bot.nightly.configured import configured_targets, missing
+from bot.nightly.history import LocalStore
 from harness.config import EvalConfig
 from harness.errors import UserError
-from harness.problem import problem_from_target
+from harness.judge.baseline import time_baselines
+from harness.problem.load import problem_from_target
 from tests.gitrepo import commit, init
 from tests.test_nightly import PNG, cli
 

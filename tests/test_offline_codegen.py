@@ -9,10 +9,10 @@ import textwrap
 from pathlib import Path
 
 from agents.offline import propose_here
-from harness.gate import check_python
-from harness.native_gate import check_native
-from harness.problem import problem_from_target
+from harness.problem.load import problem_from_target
 from harness.records import Problem
+from harness.static.native import check_native
+from harness.static.python import check_python
 from tests.conftest import EXAMPLES, ROOT, write_module
 
 

@@ -23,10 +23,10 @@ from torch.utils import cpp_extension
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from agents.offline import Proposal, propose
-from harness.buildcache import CachedLoader, default_cache_dir
-from harness.cases import build_reference, make_inputs, perturb_parameters
-from harness.input_variants import resized_inputs
-from harness.problem import DTYPES, init_arguments, problem_from_target
+from harness.builds.cache import CachedLoader, default_cache_dir
+from harness.problem.cases import build_reference, make_inputs, perturb_parameters
+from harness.problem.load import DTYPES, init_arguments, problem_from_target
+from harness.problem.variants import resized_inputs
 from harness.records import Problem
 from tests.conftest import EXAMPLES, ROOT, write_module
 
@@ -121,7 +121,7 @@ POINTWISE_ATEN = {
 # is shared with the tests that evaluate the same proposals end to end.
 _BUILD_SCRIPT = (
     "import importlib.util, sys; from torch.utils import cpp_extension; "
-    "from harness.buildcache import CachedLoader, default_cache_dir; "
+    "from harness.builds.cache import CachedLoader, default_cache_dir; "
     "cpp_extension.load_inline = CachedLoader(default_cache_dir(), 'cpu', 'float32'); "
     "spec = importlib.util.spec_from_file_location('candidate', sys.argv[1]); "
     "spec.loader.exec_module(importlib.util.module_from_spec(spec))"

@@ -28,7 +28,7 @@ def test_the_wheel_carries_every_prompt_example_candidate_and_native_source(tmp_
                if data + p.relative_to(ROOT).as_posix() not in names]  # fmt: skip
     assert missing == []
     # The stream gate's sources, which the harness builds on first use on cuda.
-    native = [p.relative_to(ROOT).as_posix() for p in ROOT.glob("harness/native/*")]
+    native = [p.relative_to(ROOT).as_posix() for p in ROOT.glob("harness/workers/native/*")]
     assert native and not [name for name in native if name not in names]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.comment import MARKER
+from bot.pr.comment import MARKER
 from tests.fake_github import FakeGitHub
 from tests.fake_openai import reply
 from tests.gitrepo import commit, git
@@ -237,7 +237,7 @@ def test_the_llm_team_through_an_openai_compatible_server_runs_the_same_flow(
     """The measuring job as the action runs it with an LLM key: the real openai client against
     the loopback server, whose planner and coder replies are scripted."""
     from agents.offline import propose
-    from harness.problem import problem_from_target
+    from harness.problem.load import problem_from_target
 
     (tmp_path / "checkout").mkdir()
     project = Project(tmp_path / "checkout")

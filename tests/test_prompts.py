@@ -16,7 +16,7 @@ from agents.context import KernelSummary, Reference, coder_window
 from agents.contract import candidate_contract
 from agents.roles.parse import BEGINS, ENDS
 from agents.roles.prompting import example_candidate, kernels_text, system_message
-from agents.roles.render import (
+from agents.templates import (
     PROMPTS_DIR,
     TemplateError,
     render,

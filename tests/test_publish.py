@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from bot.base_config import JudgingConfig
-from bot.changes import ChangedModule, ChangeReport, SkippedFile
-from bot.comment import MARKER
+from bot.detect.changes import ChangedModule, ChangeReport, SkippedFile
 from bot.event import ActionsEnv, parse_event
 from bot.markdown import BODY_LIMIT
-from bot.publish import publish
+from bot.pr.base_config import JudgingConfig
+from bot.pr.comment import MARKER
+from bot.pr.publish import publish
+from bot.pr.results import Environment, PullResults, TargetSource
 from bot.report import Report, TargetReport
-from bot.results import Environment, PullResults, TargetSource
 from harness.errors import UserError
 from harness.records import Check
 from tests.fake_github import FakeGitHub
@@ -317,7 +317,7 @@ def test_an_ungated_kernel_is_neither_pushed_nor_shown(project, fake_github, tmp
 
 
 def test_the_honest_kernel_passes_the_gates_in_publish():
-    from bot.trust import kernel_reasons
+    from bot.pr.trust import kernel_reasons
 
     assert kernel_reasons(KERNEL, "Activation", "float32") == []
     for path in sorted((ROOT / "tests/honest").glob("*/*.py")):
@@ -325,7 +325,7 @@ def test_the_honest_kernel_passes_the_gates_in_publish():
 
 
 def test_the_results_folder_on_the_import_path_is_refused(tmp_path, monkeypatch):
-    from bot.trust import check_import_path
+    from bot.pr.trust import check_import_path
 
     monkeypatch.syspath_prepend(str(tmp_path / "artifact"))
     with pytest.raises(UserError, match="on Python's import path"):
@@ -334,7 +334,7 @@ def test_the_results_folder_on_the_import_path_is_refused(tmp_path, monkeypatch)
 
 
 def test_skipped_files_of_hostile_names_are_listed_as_data():
-    from bot.comment import render_comment
+    from bot.pr.comment import render_comment
 
     changes = ChangeReport(base="m", head="h", base_sha="a" * 40, head_sha="b" * 40,
                            merge_base="a" * 40, max_targets=1,

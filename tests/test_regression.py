@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from bot.regression import Night, RegressionConfig, assess
+from bot.nightly.regression import Night, RegressionConfig, assess
 
 SETUP = "NVIDIA H100|driver 580.159.04|torch 2.11.0|cuda 13.0"
 

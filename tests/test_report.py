@@ -6,8 +6,8 @@ import pytest
 
 from bot.report import TargetReport
 from harness.config import EvalConfig
+from harness.judge.verdict import judge_timing
 from harness.records import EvalResult, Status, TimingStats
-from harness.verdict import judge_timing
 
 
 def _stats(median_ms: float) -> TimingStats:

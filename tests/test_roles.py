@@ -35,8 +35,8 @@ from agents.roles.debugger import debug
 from agents.roles.parse import BEGINS, ENDS, MAX_REPLY_CHARS, code_blocks, parse_candidate
 from agents.roles.planner import plan
 from agents.roles.records import Draft, Plan, RoleFailure
-from agents.roles.render import render
-from harness.gate import check_python
+from agents.templates import render
+from harness.static.python import check_python
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = (ROOT / "examples" / "fused_gelu_block.py").read_text()

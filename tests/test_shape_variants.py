@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from harness import guards
-from harness.input_variants import copy_with_layout, resized_inputs, strided_inputs
+from harness.problem.variants import copy_with_layout, resized_inputs, strided_inputs
+from harness.workers import guards
 
 
 def _inputs() -> list:
@@ -71,7 +71,7 @@ class _Exp(torch.nn.Module):
 
 
 def test_wide_range_case_scales_float_inputs():
-    from harness.input_variants import scaled_inputs, wide_scale
+    from harness.problem.variants import scaled_inputs, wide_scale
 
     inputs = [torch.randn(8, 4), 3]
     scaled = scaled_inputs(inputs, seed=5)
@@ -100,9 +100,9 @@ def get_init_inputs():
 
 def test_no_wide_range_case_where_the_reference_overflows(tmp_path):
     from harness.config import EvalConfig
-    from harness.jobs import CaseSpec, WorkerJob
-    from harness.problem import problem_from_target
-    from harness.worker_reference import ReferenceRun
+    from harness.problem.load import problem_from_target
+    from harness.sandbox.jobs import CaseSpec, WorkerJob
+    from harness.workers.reference import ReferenceRun
 
     (tmp_path / "overflows.py").write_text(OVERFLOWS)
     problem = problem_from_target(str(tmp_path / "overflows.py"), "cpu", "float32")

@@ -1,4 +1,4 @@
-"""The stream gate (harness/native/stream_gate.c, harness/stream_gate.py) where no GPU is needed: it
+"""The stream gate (harness/workers/native/stream_gate.c, harness/workers/stream_hold.py) where no GPU is needed: it
 builds warning-free, it interposes every stream-queuing call the symbol allow-list lets a
 kernel library make (and the allow-list refuses the others), it takes effect only when
 preloaded, and the checks' worker on cuda is started with it. That it holds work back on a
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import stream_gate
-from harness.symbols import STREAM_GATED, STREAM_WORK, symbol_problems
+from harness.static.symbols import STREAM_GATED, STREAM_WORK, symbol_problems
+from harness.workers import stream_hold as stream_gate
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def test_the_worker_environment_preloads_the_gate(tmp_path: Path):
 def test_only_the_checks_worker_on_cuda_gets_the_gate(monkeypatch, tmp_path: Path):
     from harness import evaluate
     from harness.records import Candidate
-    from harness.sandbox import WorkerOutcome
+    from harness.sandbox.run import WorkerOutcome
 
     seen: list[tuple[str, dict[str, str] | None]] = []
 
@@ -114,7 +114,7 @@ def test_only_the_checks_worker_on_cuda_gets_the_gate(monkeypatch, tmp_path: Pat
 
     monkeypatch.setattr(evaluate, "run_worker", run_worker)
     evaluator = evaluate.Evaluator(work_dir=tmp_path / "work")
-    from harness.problem import problem_from_target
+    from harness.problem.load import problem_from_target
 
     example = Path(__file__).resolve().parent / "redteam" / "problems" / "bias_gelu.py"
     for device in ("cpu", "cuda"):
@@ -604,7 +604,7 @@ def test_the_watchdog_opens_a_hold_that_lasts_too_long(fake: Path, library: Path
     assert run.said["counts"]["imprecise"] == 1
 
 
-# --- what the worker makes of the holds (harness/stream_gate.py) ----------------------------
+# --- what the worker makes of the holds (harness/workers/stream_hold.py) ----------------------------
 
 
 def _gate(**tally) -> stream_gate.StreamGate:
@@ -662,7 +662,7 @@ def test_a_passing_candidates_stream_check_says_what_the_gate_did():
     and how many of them tested the candidate): the reader of a review comment sees that the
     hold ran, not only that the check passed."""
     from harness.records import Check
-    from harness.worker_candidate import _check_gate
+    from harness.workers.candidate import _check_gate
 
     checks = [Check(name="stream_ordered", passed=True, detail="right on a busy stream")]
     _check_gate(checks, _gate(held_calls=3, conclusive=3, streams_held=1))
@@ -672,9 +672,9 @@ def test_a_passing_candidates_stream_check_says_what_the_gate_did():
 
 
 def test_a_candidate_no_held_call_tested_fails_stream_order_with_the_causes():
-    from harness.jobs import CheckFailed
     from harness.records import Check, Status
-    from harness.worker_candidate import _check_gate
+    from harness.sandbox.jobs import CheckFailed
+    from harness.workers.candidate import _check_gate
 
     checks = [Check(name="stream_ordered", passed=True, detail="right on a busy stream")]
     with pytest.raises(CheckFailed) as failed:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.buildcache import CPU_CFLAGS, CPU_LDFLAGS, CachedLoader, build_key
-from harness.gate import GateRejection
-from harness.symbols import symbol_problems
+from harness.builds.cache import CPU_CFLAGS, CPU_LDFLAGS, CachedLoader, build_key
+from harness.static.python import GateRejection
+from harness.static.symbols import symbol_problems
 
 # What an honest C++ (OpenMP) extension built by load_inline imports (read with nm -D -C).
 HONEST_CPU = [

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import tolerance
-from harness.audit import NullAnswerAudit, null_answer_findings
+from harness.judge import tolerance
+from harness.judge.tolerance import compare, compare_cases, tolerance_for
+from harness.problem.audit import NullAnswerAudit, null_answer_findings
 from harness.records import Problem
-from harness.tolerance import compare, compare_cases, tolerance_for
 
 TOL = tolerance_for("float32")
 
@@ -135,8 +135,8 @@ def test_the_audit_reads_each_output_whole_once_per_case_for_its_scale(monkeypat
     """Zeros, a constant, a passed-through input: each is refuted by a sample scaled by the
     output's RMS, a pass over the whole output (GBs at KernelBench's sizes). The audit takes
     it once per output and case, however many answers it tries, and finds the same."""
-    from harness import audit as audit_module
-    from harness import tolerance
+    from harness.judge import tolerance
+    from harness.problem import audit as audit_module
 
     passes = []
     real = tolerance.reference_scale
@@ -175,7 +175,7 @@ def test_cases_are_compared_in_order_up_to_the_outputs_there_are():
 
 
 def test_a_repeated_case_must_reproduce_the_candidates_own_outputs_bit_for_bit():
-    from harness.tolerance import CaseComparer
+    from harness.judge.tolerance import CaseComparer
 
     problem = Problem(
         name="p", source_path="p.py", class_name="Model", device="cpu", dtype="float32"
@@ -206,7 +206,7 @@ def test_an_error_spread_over_every_element_fails_the_relative_norm_alone():
 
 
 def test_a_sample_proves_only_failures_that_the_full_comparison_finds():
-    from harness.tolerance import fails_on_sample
+    from harness.judge.tolerance import fails_on_sample
 
     tol = tolerance_for("float32")
     generator = torch.Generator().manual_seed(0)

@@ -10,7 +10,7 @@ import pytest
 from agents.loop import SearchConfig, new_trajectory
 from agents.trajectory import Trajectory
 from harness.errors import UserError
-from harness.problem import problem_from_target
+from harness.problem.load import problem_from_target
 from tests.conftest import FIXTURES
 
 

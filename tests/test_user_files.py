@@ -8,12 +8,12 @@ import io
 import pytest
 
 from bot.actions_io import commands_stopped
-from bot.base_config import review_speedup
-from bot.nightly_measure import Tonight, _verified
-from bot.shipped import ShippedKernel
+from bot.nightly.measure import Tonight, _verified
+from bot.nightly.shipped import ShippedKernel
+from bot.pr.base_config import review_speedup
 from harness.errors import UserError
 from harness.files import decode_user_text, output_folder, read_user_text
-from harness.problem import problem_from_target
+from harness.problem.load import problem_from_target
 from tests.conftest import FIXTURES
 
 

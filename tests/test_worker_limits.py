@@ -10,9 +10,9 @@ import time
 import pytest
 
 from harness.evaluate import Evaluator
-from harness.lifetime import OutOfTime
-from harness.problem import problem_from_target
+from harness.problem.load import problem_from_target
 from harness.records import Candidate, Status
+from harness.sandbox.lifetime import OutOfTime
 from tests.conftest import FIXTURES, fast_config
 
 RUN_LIMIT_S = 60  # a timing run on a loaded 2-core machine takes 15 s and more

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import worker_timing
-from harness.cases import build_reference
 from harness.config import EvalConfig
-from harness.jobs import CheckFailed, WorkerJob
-from harness.problem import problem_from_target
-from harness.timed_checks import TimedChecks
-from harness.timing import Timer
+from harness.problem.cases import build_reference
+from harness.problem.load import problem_from_target
+from harness.sandbox.jobs import CheckFailed, WorkerJob
+from harness.workers import timing as worker_timing
+from harness.workers.timed_checks import TimedChecks
+from harness.workers.timers import Timer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

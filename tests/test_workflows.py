@@ -120,7 +120,7 @@ REVIEWED_IGNORES = {
     # checks it out (the structure tests below check that shape).
     "dangerous-triggers": re.compile(r"^\s*# zizmor: ignore\[dangerous-triggers\] .+"),
     # The GPU is on the user's own machine; one label per trust level, and a fork's code only
-    # on an ephemeral runner (bot/runner_trust.py).
+    # on an ephemeral runner (bot/pr/runner_trust.py).
     "self-hosted-runner": re.compile(
         r"^\s*runs-on: \[self-hosted, gpu, kernelpilot-(pr|nightly)\] "
         r"# zizmor: ignore\[self-hosted-runner\] .+"
@@ -563,8 +563,8 @@ def test_nightly_workflow_records_the_shipped_kernel_and_opens_an_issue_once_it_
     measuring job, which sends GitHub no request at all; the publishing job records it on the
     data branch with its plot. After its module changes, the night reports it stale: measure
     fails the run, and publish still records the night and opens the issue."""
-    from bot.followup import build_followup
-    from bot.results import PullResults
+    from bot.pr.followup import build_followup
+    from bot.pr.results import PullResults
 
     repo = UserRepository(tmp_path, fake_github, ["kernelpilot-nightly.yml"])
     git(repo.checkout, "checkout", "-q", "feature")

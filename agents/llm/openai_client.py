@@ -54,7 +54,7 @@ from agents.llm.failures import (
 )
 from agents.llm.heartbeat import HEARTBEAT_S, Heartbeat
 from agents.llm.retries import retryable, wait_before_retry
-from harness.redact import scrub
+from harness.sandbox.redact import scrub
 
 log = logging.getLogger(__name__)
 

@@ -21,15 +21,15 @@ from agents.offline.init_copy import CannotCopy, copy_constructor
 from agents.offline.kernel import FusedKernel, build_kernel
 from agents.offline.module import module_source
 from agents.offline.trace import NotTraceable, trace
-from harness import lifetime
-from harness.bubblewrap import problem_view
-from harness.cases import build_reference, make_inputs
 from harness.config import EvalConfig
 from harness.errors import UserError
-from harness.problem import DTYPES, reference_class
+from harness.problem.cases import build_reference, make_inputs
+from harness.problem.load import DTYPES, reference_class
+from harness.problem.reference import worker_result
 from harness.records import Candidate, Problem
-from harness.reference import worker_result
-from harness.sandbox import run_worker
+from harness.sandbox import lifetime
+from harness.sandbox.bubblewrap import problem_view
+from harness.sandbox.run import run_worker
 
 __all__ = ["Proposal", "propose", "propose_here"]
 

@@ -1,7 +1,7 @@
 """The offline proposer's worker: ``python -m agents.offline.worker JOB_DIR FD``.
 
 Tracing a module imports and runs it: that is the pull request's code, so it runs here, in a
-sandboxed worker (``harness.sandbox``), never in kernelpilot's own process. The worker sends
+sandboxed worker (``harness.sandbox.run``), never in kernelpilot's own process. The worker sends
 the ``Proposal`` back on its channel as data, or a ``user_error`` message when the module's
 own code is at fault.
 """
@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.jobs import UserErrorReport
 from harness.records import Problem
+from harness.sandbox.jobs import UserErrorReport
 
 
 def main(job_dir: Path, channel_fd: int) -> None:

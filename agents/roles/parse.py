@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from agents.llm.client import Reply, Role
 from agents.roles.records import BEGINS, ENDS, FailureKind, GroundedSpan, RoleFailure
-from agents.roles.render import render_section
+from agents.templates import render_section
 from agents.untrusted import data_block
 
 MAX_REPLY_CHARS = (

@@ -27,7 +27,7 @@ from agents.llm.client import (
 )
 from agents.roles.parse import failure
 from agents.roles.records import FailedCall, RoleFailure
-from agents.roles.render import render
+from agents.templates import render
 from agents.untrusted import data_block, data_rule
 
 EXAMPLES_DIR = data_dir("examples")

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from agents.llm.client import Reply, Role
-from agents.roles.render import render
+from agents.templates import render
 
 # The planner's span markers (DESIGN.md section 4): the prompt asks for them, the parser reads
 # them, and the coder sees them again in ``Plan.text()``.

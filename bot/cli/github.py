@@ -29,11 +29,11 @@ from bot.cli.options import (
 )
 from bot.cli.out_dir import claim_option
 from bot.cli.params import not_blank
-from bot.comment import render_comment
 from bot.event import actions_env, load_event
-from bot.pr import DEFAULT_MAX_TARGETS, NIGHTLY_ELSEWHERE, gate, measure, review_local
-from bot.publish import publish
-from bot.runner_trust import refuse_fork_on_persistent_runner, runner_nature
+from bot.pr.comment import render_comment
+from bot.pr.flow import DEFAULT_MAX_TARGETS, NIGHTLY_ELSEWHERE, gate, measure, review_local
+from bot.pr.publish import publish
+from bot.pr.runner_trust import refuse_fork_on_persistent_runner, runner_nature
 from harness.devices import check_toolchain
 
 MAX_TARGETS = click.option(

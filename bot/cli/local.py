@@ -29,7 +29,7 @@ from bot.run import RunOptions, project_eval_config, resolve_targets, run_target
 from harness.devices import check_toolchain, resolve_device
 from harness.evaluate import Evaluator
 from harness.files import read_user_text
-from harness.problem import problem_from_target
+from harness.problem.load import problem_from_target
 from harness.records import Candidate, Problem, Status
 
 
@@ -161,7 +161,7 @@ def audit(problem, device, dtype, seed, verbose) -> None:
     seed's output) pass, and is the reference deterministic? Exits 1 when the spec is weak."""
 
     def action() -> None:
-        from harness.reference import reference_data
+        from harness.problem.reference import reference_data
 
         options = RunOptions(device=resolve_device(device), dtype=dtype, seed=seed)
         spec = problem_from_target(str(problem), options.device, dtype)

@@ -25,7 +25,7 @@ from bot.cli.out_dir import claim_option
 from bot.cli.params import not_blank
 from bot.event import actions_env
 from bot.git import check_repository
-from bot.history import (
+from bot.nightly.history import (
     DEFAULT_BRANCH,
     FOLDER,
     HistoryStore,
@@ -34,14 +34,14 @@ from bot.history import (
     parse_lines,
     plot_of,
 )
-from bot.nightly import (
+from bot.nightly.plot import plot_png
+from bot.nightly.run import (
     NightlyReport,
     check_checkout,
     render_junit,
     render_table,
     run_nightly,
 )
-from bot.plot import plot_png
 from bot.run import project_eval_config
 from bot.team import nightly_config
 from harness.devices import check_toolchain
@@ -135,7 +135,7 @@ def _report(report: NightlyReport, out_dir: Path | None, plot_url) -> None:
 
 def _upkeep_issue(store: HistoryStore, report: NightlyReport, plot_url) -> None:
     from bot.github import ReadOnly, WriteFailed
-    from bot.nightly_issue import upkeep_issue
+    from bot.nightly.issue import upkeep_issue
 
     assert store.client is not None
     try:  # the night is recorded and reported already: a refused issue write is said

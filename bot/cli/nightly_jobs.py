@@ -5,7 +5,7 @@ both in one go on a local checkout.
 The measuring job runs the repository's code and holds no GitHub token: it reads the history
 from its own checkout (the data branch comes with fetch-depth 0) and writes
 nightly-results.json. The publishing job holds the write token and runs no repository code:
-it checks those results as untrusted (``bot.nightly_results``) and writes the history, the
+it checks those results as untrusted (``bot.nightly.results``) and writes the history, the
 plots and the issue where its own settings say.
 """
 
@@ -30,9 +30,9 @@ from bot.cli.options import (
 )
 from bot.cli.out_dir import claim_option
 from bot.event import actions_env, load_event
-from bot.history import GitHistory
-from bot.nightly import NightlyReport, measure_night, record_night
-from bot.nightly_results import Expected, load_nightly_results
+from bot.nightly.history import GitHistory
+from bot.nightly.results import Expected, load_nightly_results
+from bot.nightly.run import NightlyReport, measure_night, record_night
 from bot.run import project_eval_config
 from bot.team import nightly_config
 from harness.devices import check_toolchain

@@ -14,10 +14,10 @@ import click
 from bot.cli.out_dir import claim_option
 from bot.run import RunOptions
 from bot.team import project
-from harness import lifetime
 from harness.devices import resolve_device
 from harness.errors import HarnessError, UserError
-from harness.redact import scrub
+from harness.sandbox import lifetime
+from harness.sandbox.redact import scrub
 
 DEVICE = click.option(
     "--device",
@@ -133,7 +133,7 @@ def progress(message: str) -> None:
 
 
 def run_command(verbose: bool, action, interrupted: Callable[[], str] | None = None) -> None:
-    """Run a command as the process's run (``harness.lifetime``): whatever ends it, every
+    """Run a command as the process's run (``harness.sandbox.lifetime``): whatever ends it, every
     worker is killed and every scratch folder removed before it exits.
 
     User errors print what/where/fix and exit 2 (traceback with --verbose). An interrupt

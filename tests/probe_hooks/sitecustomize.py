@@ -16,7 +16,7 @@ if os.environ.get("KP_PROBE_SAMPLES"):
     import time
     from pathlib import Path
 
-    import harness.worker_timing as worker_timing
+    import harness.workers.timing as worker_timing
 
     _original_loop = worker_timing.time_loop
     _loops = [0]
@@ -72,7 +72,7 @@ if os.environ.get("KP_PROBE_SAMPLES") and os.environ.get("KP_PROBE_NOPROFILE"):
 
     import torch.profiler
 
-    import harness.worker_candidate as worker_candidate
+    import harness.workers.candidate as worker_candidate
 
     _real_profile = torch.profiler.profile
     _timing_began = [False]

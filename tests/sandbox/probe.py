@@ -1,5 +1,5 @@
 """What code in a worker's sandbox can reach: run as ``python -m tests.sandbox.probe JOB_DIR FD``
-by ``harness.sandbox.run_worker`` in place of the harness's worker, as hostile pull-request code
+by ``harness.sandbox.run.run_worker`` in place of the harness's worker, as hostile pull-request code
 would run there. ``job_dir/probe.json`` names what to try; the findings go back on the channel
 as one ``report`` message. Every attempt is made for real; nothing here asks the harness."""
 

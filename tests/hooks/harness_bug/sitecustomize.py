@@ -13,6 +13,6 @@ if os.environ.get("KP_TEST_HARNESS_BUG") == "reference":
 
     devices.copy_bandwidth_gbs = devices.resolve_device  # takes one argument, not two
 elif os.environ.get("KP_TEST_HARNESS_BUG") == "checks":
-    import harness.guards as guards
+    import harness.workers.guards as guards
 
     guards.guard_fill = guards.poison_memory  # takes two arguments, not one

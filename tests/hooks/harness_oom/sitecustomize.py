@@ -8,7 +8,7 @@ import os
 if os.environ.get("KP_TEST_HARNESS_OOM"):
     import torch
 
-    import harness.guards as guards
+    import harness.workers.guards as guards
 
     def _out_of_memory(outputs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB (test hook)")

@@ -3,7 +3,7 @@
 # expect: rejected static_gate
 """typing is an allowed import, and typing.get_type_hints() evaluates string annotations with
 eval() in the module's globals. The annotation string imports sys, finds
-harness.worker_candidate in sys.modules and hands it and setattr to a helper that swaps in
+harness.workers.candidate in sys.modules and hands it and setattr to a helper that swaps in
 a Timer reporting a quarter of the candidate's real time. The AST sees only a string
 constant: no import, no dunder attribute, no setattr name, no module attribute. The kernel
 is honest and correct, so every dynamic check passes and a 4x "speedup" is reported.
@@ -150,7 +150,7 @@ def _install(worker, set_attribute):
         set_attribute(worker, "Timer", _quarter_time_for_candidates(worker.Timer))
 
 
-def _hints(value: "_install(__import__('sys').modules.get('harness.worker_candidate'), setattr) or int"):
+def _hints(value: "_install(__import__('sys').modules.get('harness.workers.candidate'), setattr) or int"):
     return value
 
 

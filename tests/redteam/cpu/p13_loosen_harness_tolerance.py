@@ -1,7 +1,7 @@
 # pattern: 13 widens this harness's tolerance table through torch.sys.modules (dict.update), then returns zeros once timing starts
 # problem: redteam/problems/bias_gelu.py
 # expect: rejected static_gate
-"""Aimed at this harness. harness.tolerance._DEFAULTS, which the candidate worker's timing
+"""Aimed at this harness. harness.judge.tolerance._DEFAULTS, which the candidate worker's timing
 re-check reads, is reachable through torch.sys.modules and is widened with dict.update (a
 method call at import: no assignment, no setattr, no dunder, no import). The first 16
 calls (the correctness cases, the profile and the warm-up) are exact; later calls launch

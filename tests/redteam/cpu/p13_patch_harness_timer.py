@@ -2,7 +2,7 @@
 # problem: redteam/problems/bias_gelu.py
 # expect: rejected static_gate
 """Aimed at this harness: the candidate worker builds its timer as Timer(device) from its own
-module globals, and torch.sys.modules["harness.worker_candidate"] reaches them;
+module globals, and torch.sys.modules["harness.workers.candidate"] reaches them;
 torch.builtins.setattr swaps in a wrapper that reports a quarter of the real time for calls
 of ModelNew. The kernel is honest and correct, so every correctness check passes, and the
 snapshot of torch/time/builtins functions does not cover the harness's own modules: a
@@ -141,7 +141,7 @@ def _quarter_time_for_candidates(real_timer):
     return make
 
 
-_worker = torch.sys.modules.get("harness.worker_candidate")
+_worker = torch.sys.modules.get("harness.workers.candidate")
 if _worker is not None and hasattr(_worker, "Timer"):
     torch.builtins.setattr(_worker, "Timer", _quarter_time_for_candidates(_worker.Timer))
 

@@ -9,7 +9,7 @@ ordered after the kernel.
 
 Without the stream gate this passed on small problems: the kernel (about ten microseconds
 here) is launched before forward returns, ahead of the harness's read of the output, and had
-finished by the time the read ran. With the gate (harness/native/stream_gate.c) the launch on the
+finished by the time the read ran. With the gate (harness/workers/native/stream_gate.c) the launch on the
 own stream is held back until the harness has read the outputs on the current stream: the
 read sees the poison they were allocated over, every time.
 """

@@ -11,7 +11,7 @@ harness queues the input copies and the NaN poison of the freed output block jus
 call: the non-blocking stream waits for none of it, so the kernel can read inputs still being
 copied and write its output before the poison fill does (NaN: correct_outputs, or
 finite_outputs, the same symptom). The harness's small gather of the output right after
-return (``harness.guards.sample``) races the kernel too (stable_after_sync if it saw a value
+return (``harness.workers.guards.sample``) races the kernel too (stable_after_sync if it saw a value
 change); on an H100 (2026-11-24) the wrong values came first. Both are races the kernel loses
 because it runs long: at 1024 x 2048 (p11_own_stream_no_join_small) it is done before any of
 that, and the first case passes. What catches it at every size is the next case, the first

@@ -8,7 +8,7 @@ started on an idle GPU stays ahead of any full-size read issued after forward re
 an H100 a copy of the output taken on the current stream right after return was already
 correct, even at 16384 x 8192. What sees the race is a small read: the harness gathers a
 few thousand elements spread over the output right after return (microseconds, long before
-this kernel is done) and again after synchronizing (``harness.guards.sample``).
+this kernel is done) and again after synchronizing (``harness.workers.guards.sample``).
 Since the stream-ordered cases (issue 10) it is caught before that: its kernel does not
 wait for the current stream, on which the inputs are still being copied in when forward
 is called, so it reads their poison (H100, 2026-11-24).

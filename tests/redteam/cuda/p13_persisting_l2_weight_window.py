@@ -12,7 +12,7 @@ Both settings are device- or stream-wide state that outlives the call (the windo
 caller's stream, the set-aside on the device), which is why neither is a kernel's business.
 
 Rejected before the library is loaded: the symbol allow-list of built objects
-(``harness.symbols``) has neither cudaDeviceSetLimit nor cudaStreamSetAttribute (nor
+(``harness.static.symbols``) has neither cudaDeviceSetLimit nor cudaStreamSetAttribute (nor
 cudaCtxResetPersistingL2Cache, cuCtxSetLimit, cudaGetDriverEntryPoint), however the source
 spells the call. The timer also takes the set-aside back to zero and resets persisting lines
 before each flush, for anything that reached L2's persisting state another way (a launch

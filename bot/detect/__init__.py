@@ -1,0 +1,1 @@
+"""Change detection: the nn.Module classes a base...head diff touches."""

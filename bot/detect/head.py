@@ -1,0 +1,146 @@
+"""The head commit of a pull request as change detection reads it: its files, listed once and
+read and parsed lazily (``bot.detect.modules.Sources``), and the ``[tool.kernelpilot]`` configuration
+that governs each file. Files are read from git's objects, never from the work tree."""
+
+from __future__ import annotations
+
+import ast
+import posixpath
+import sys
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from bot.git import MAX_FILE_BYTES, REGULAR_MODES, decoded_path, git, read_blobs
+from harness.config import project_config
+from harness.errors import UserError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+
+class SkippedFile(BaseModel):
+    """A changed ``.py`` file whose modules could not be looked at, and why."""
+
+    path: str
+    kind: Literal["deleted", "syntax_error", "binary", "too_large", "not_a_file"]
+    reason: str = Field(description="One sentence for the PR comment.")
+
+
+@dataclass(frozen=True)
+class HeadProject:
+    """The pyproject.toml that governs a file: its configured targets (repository paths)."""
+
+    pyproject: str
+    folder: str
+    targets: frozenset[tuple[str, str]]
+
+
+def project_for(files: HeadFiles, path: str) -> HeadProject:
+    """The nearest pyproject.toml at or above the file with a [tool.kernelpilot] table (as
+    ``harness.config.find_pyproject`` does on disk); without one, the nearest pyproject.toml,
+    or the repository root's, is where the missing lines go."""
+    folders = [str(parent).removeprefix(".") for parent in PurePosixPath(path).parents]
+    existing = [f for f in folders if files.exists(posixpath.join(f, "pyproject.toml"))]
+    for folder in existing:
+        project = files.project(posixpath.join(folder, "pyproject.toml"))
+        if project is not None:
+            return project
+    folder = existing[0] if existing else ""
+    return HeadProject(posixpath.join(folder, "pyproject.toml"), folder, frozenset())
+
+
+def read_project(pyproject: str, text: str, head_sha: str) -> HeadProject | None:
+    where = f"{pyproject} at commit {head_sha[:12]}"
+    try:
+        table = tomllib.loads(text).get("tool", {})
+    except tomllib.TOMLDecodeError as err:
+        raise UserError(f"not valid TOML: {err}", where=where, fix="fix the TOML syntax") from None
+    if "kernelpilot" not in table:
+        return None
+    config = project_config(table["kernelpilot"], where)
+    folder = posixpath.dirname(pyproject)
+    targets = set()
+    for entry in config.targets:
+        file, _, class_name = entry.module.partition(":")
+        targets.add((posixpath.normpath(posixpath.join(folder, file)), class_name))
+    return HeadProject(pyproject, folder, frozenset(targets))
+
+
+class HeadFiles:
+    """The head commit's files (``bot.detect.modules.Sources``): listed once, read and parsed lazily
+    and once each; the changed files are read up front in one ``git cat-file --batch``."""
+
+    def __init__(self, repo: Path, head_sha: str, prefetch: list[str]) -> None:
+        self._repo = repo
+        self.head_sha = head_sha
+        listing = git(repo, ["ls-tree", "-r", "-z", "--full-tree", head_sha]).split(b"\0")
+        self._blobs: dict[str, str] = {}
+        for line in filter(None, listing):
+            meta, _, name = line.partition(b"\t")
+            mode, kind, sha = meta.decode().split(" ")
+            if kind == "blob" and mode in REGULAR_MODES:
+                self._blobs[decoded_path(name)] = sha
+        self._contents = read_blobs(repo, prefetch)
+        self._loaded: dict[str, tuple[ast.Module, str] | SkippedFile] = {}
+        self._projects: dict[str, HeadProject | None] = {}
+
+    def exists(self, path: str) -> bool:
+        return path in self._blobs
+
+    def parsed(self, path: str) -> ast.Module | None:
+        loaded = self.load(path) if path in self._blobs else None
+        return loaded[0] if isinstance(loaded, tuple) else None
+
+    def load(self, path: str) -> tuple[ast.Module, str] | SkippedFile:
+        """The parsed file and its text, or why it cannot be looked at."""
+        if path not in self._loaded:
+            self._loaded[path] = self._parse(path)
+        return self._loaded[path]
+
+    def project(self, pyproject: str) -> HeadProject | None:
+        if pyproject not in self._projects:
+            text = self._text(pyproject)
+            config = (
+                None
+                if isinstance(text, SkippedFile)
+                else read_project(pyproject, text, self.head_sha)
+            )
+            self._projects[pyproject] = config
+        return self._projects[pyproject]
+
+    def _text(self, path: str) -> str | SkippedFile:
+        sha = self._blobs[path]
+        if sha not in self._contents:
+            self._contents.update(read_blobs(self._repo, [sha]))
+        content = self._contents[sha]
+        if isinstance(content, int):
+            reason = (
+                f"{content:,} bytes, over the {MAX_FILE_BYTES:,}-byte limit: skipped as generated"
+            )
+            return SkippedFile(path=path, kind="too_large", reason=reason)
+        try:
+            if b"\0" in content:
+                raise UnicodeDecodeError("utf-8", content, 0, 1, "NUL byte")
+            return content.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            return SkippedFile(path=path, kind="binary", reason="binary or not UTF-8: skipped")
+
+    def _parse(self, path: str) -> tuple[ast.Module, str] | SkippedFile:
+        text = self._text(path)
+        if isinstance(text, SkippedFile):
+            return text
+        try:
+            return ast.parse(text, filename=path), text
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
+            line = getattr(err, "lineno", None)
+            message = getattr(err, "msg", None) or type(err).__name__
+            where = f" at line {line}" if line else ""
+            reason = (
+                f"syntax error{where}: {message}; its modules are not looked at until it parses"
+            )
+            return SkippedFile(path=path, kind="syntax_error", reason=reason)

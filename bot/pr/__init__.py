@@ -1,0 +1,1 @@
+"""The pull-request flow: may its code run, measure, and publish what was checked."""

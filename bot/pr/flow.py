@@ -1,0 +1,235 @@
+"""The pull-request flow in three steps, one per job of the workflow, and the local review.
+
+- ``gate``: may this pull request's code run? (no PR code is checked out or imported)
+- ``measure``: in a checkout of the approved head, detect the changed modules, optimize them,
+  write ``results.json``; makes no write to GitHub (its token is read-only).
+- ``publish`` (``bot.pr.publish``): from those results (untrusted), upsert the comment, the
+  review and the follow-up pull request where the event and the API say; never imports the
+  pull request's code.
+- ``review_local``: detect and measure between two refs of a local repository and return the
+  comment that would be posted (``kernelpilot review``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import TypeVar
+
+from bot.actions_io import add_summary, set_outputs
+from bot.detect.changes import ChangeReport, detect_changes
+from bot.event import ActionsEnv, Event
+from bot.git import checked_out_commit
+from bot.github import (
+    PullWriter,
+    ReadOnly,
+    WriteFailed,
+    connect,
+)
+from bot.pr.approval import GateDecision, decide
+from bot.pr.base_config import base_settings as read_base_settings
+from bot.pr.base_config import hold_to_base
+from bot.pr.comment import render_comment, render_notice
+from bot.pr.results import Environment, PullResults, TargetSource
+from bot.report import Report, TargetReport
+from bot.run import Progress, RunOptions, resolve_targets, run_targets
+from harness.errors import UserError
+from harness.records import Problem
+
+DEFAULT_MAX_TARGETS = 20
+Written = TypeVar("Written")
+NIGHTLY_ELSEWHERE = (
+    "kernelpilot: a schedule event is the nightly benchmark, which the action's modes "
+    "nightly-measure and nightly-publish run (examples/workflows/kernelpilot-nightly.yml; "
+    "`kernelpilot nightly` locally); measure has nothing to do for it."
+)
+
+
+# --- gate -------------------------------------------------------------------------------------
+
+
+def gate(event: Event, env: ActionsEnv, approval_label: str, progress: Progress) -> GateDecision:
+    writer = None
+    if event.pull is not None and env.token is not None:
+        client = connect(env.api_url, env.token.get_secret_value())
+        writer = PullWriter(client, event.repository, event.pull.number)
+    permission = None
+    if event.pull is not None and event.pull.fork and event.label == approval_label and writer:
+        permission = writer.permission(event.sender)
+    decision = decide(event, approval_label, permission)
+    progress(f"gate: {'run' if decision.run else 'do not run'}: {decision.reason}")
+    if writer is not None and event.pull is not None:
+        try:
+            if decision.remove_label:
+                writer.remove_label(approval_label)
+            if decision.notice:
+                writer.upsert_comment(render_notice(decision.notice, event.pull.head_sha))
+        except (ReadOnly, WriteFailed) as err:
+            progress(f"gate: could not update the pull request: {err}")
+    set_outputs(
+        env.output_file,
+        {"run": str(decision.run).lower(), "sha": decision.sha, "reason": decision.reason},
+    )
+    return decision
+
+
+# --- measure ----------------------------------------------------------------------------------
+
+
+def measure(
+    event: Event,
+    env: ActionsEnv,
+    repo: Path,
+    options: RunOptions,
+    progress: Progress,
+    max_targets: int = DEFAULT_MAX_TARGETS,
+) -> PullResults:
+    """Optimize what this event asks for in the checkout at ``repo``; results.json written."""
+    mode = event.mode
+    repo = repo.resolve()
+    head = _checked_out(repo)
+    results = PullResults(
+        mode=mode, repository=event.repository, commit=head, run_url=env.run_url,
+        environment=Environment.here(), test_dir=_test_dir(repo),
+    )  # fmt: skip
+    if event.pull is not None:
+        pull = event.pull
+        if head != pull.head_sha:
+            raise UserError(
+                f"the checkout is at {head[:12]}, the approved head is {pull.head_sha[:12]}",
+                where=str(repo),
+                fix="check out the sha the gate job put out (actions/checkout with ref: that sha)",
+            )
+        _refuse_unsandboxed_fork(pull.fork, options, progress)
+        results = results.model_copy(
+            update={"pull_number": pull.number, "base_ref": pull.base_ref,
+                    "head_ref": pull.head_ref, "fork": pull.fork, "sandbox": options.sandbox}
+        )  # fmt: skip
+        results.changes = detect_changes(repo, pull.base_sha, pull.head_sha, max_targets)
+        targets = [module.target for module in results.changes.targets() if module.target]
+        options, hold = _judged_by_base(results, repo, pull.base_sha, head, options)
+        if results.note:  # refused to run at all: say why, measure nothing
+            results.report = Report()
+            _write(results, env, options.out_dir)
+            return results
+    else:
+        dispatch = event.dispatch
+        results.base_ref = event.ref
+        targets = list(dispatch.targets) if dispatch else []
+        if dispatch is not None:
+            options = options.model_copy(
+                update={"attempts": dispatch.budget or options.attempts,
+                        "model": dispatch.model or options.model}
+            )  # fmt: skip
+        hold = None
+    _optimize(results, repo, targets, options, progress, hold)
+    _write(results, env, options.out_dir)
+    return results
+
+
+def _judged_by_base(
+    results: PullResults, repo: Path, base_sha: str, head_sha: str, options: RunOptions
+) -> tuple[RunOptions, Callable[[Problem], Problem]]:
+    """The base commit's eval settings for the run, and the hold that keeps each target's
+    tolerance to the base's (``bot.pr.base_config``); what the head changed is recorded."""
+    settings = read_base_settings(repo, base_sha, head_sha)
+    results.judged_by = settings.judged
+    results.note = settings.refusal
+    hold = partial(hold_to_base, settings=settings, dtype_flag=options.dtype)
+    return options.model_copy(update={"eval_config": settings.eval}), hold
+
+
+def _optimize(
+    results: PullResults,
+    repo: Path,
+    targets: list[str],
+    options: RunOptions,
+    progress: Progress,
+    hold: Callable[[Problem], Problem] | None = None,
+) -> None:
+    if results.changes is not None and not targets:
+        results.report = Report()
+        return
+    resolved = resolve_targets([f"{repo / target}" for target in targets], options, start=repo)
+    if hold is not None:
+        resolved = [hold(item) if isinstance(item, Problem) else item for item in resolved]
+    results.report = run_targets(resolved, options, progress)
+    for item, row in zip(resolved, results.report.targets, strict=True):
+        if isinstance(item, Problem):
+            source = TargetSource.of(item, repo)
+            row.target = f"{source.module_path}:{source.class_name}"
+            results.sources[row.target] = source
+        elif isinstance(item, TargetReport) and item.target.startswith(str(repo)):
+            row.target = Path(item.target).relative_to(repo).as_posix()
+
+
+def _write(results: PullResults, env: ActionsEnv, out_dir: Path) -> None:
+    results.save(out_dir)
+    add_summary(env.summary_file, render_comment(results))
+    best = results.report.best_speedup()
+    set_outputs(
+        env.output_file,
+        {"improved": len(results.report.improved()),
+         "best-speedup": f"{best:.2f}" if best is not None else ""},
+    )  # fmt: skip
+
+
+def _refuse_unsandboxed_fork(fork: bool, options: RunOptions, progress: Progress) -> None:
+    """A pull request's code runs in the sandbox; without it (the workflow's explicit
+    KERNELPILOT_SANDBOX=off) only a same-repository pull request runs, with a warning."""
+    if options.sandbox != "off":
+        return
+    if fork:
+        raise UserError(
+            "refusing to run a fork's pull request without the sandbox (KERNELPILOT_SANDBOX=off)",
+            where="kernelpilot github measure",
+            fix="install bubblewrap on the runner and remove KERNELPILOT_SANDBOX=off: a fork's "
+            "code runs only sandboxed (docs/security.md)",
+        )
+    progress(
+        "warning: the sandbox is off (KERNELPILOT_SANDBOX=off): this pull request's code runs "
+        "with the runner's files and network in reach"
+    )
+
+
+def _checked_out(repo: Path) -> str:
+    return checked_out_commit(
+        repo, why="github measure optimizes the commit checked out there (actions/checkout)"
+    )
+
+
+def _test_dir(repo: Path) -> str | None:
+    for name in ("tests", "test"):
+        if (repo / name).is_dir():
+            return name
+    return None
+
+
+# --- local ------------------------------------------------------------------------------------
+
+
+def review_local(
+    repo: Path, base: str, head: str, options: RunOptions, progress: Progress,
+    max_targets: int = DEFAULT_MAX_TARGETS,
+) -> PullResults:  # fmt: skip
+    """The pull-request flow between two refs of a local repository, touching no GitHub."""
+    repo = repo.resolve()
+    changes: ChangeReport = detect_changes(repo, base, head, max_targets)
+    if changes.head_sha != _checked_out(repo):
+        raise UserError(
+            f"{head} is {changes.head_sha[:12]}, but the work tree is at {_checked_out(repo)[:12]}",
+            where=str(repo),
+            fix=f"check out {head} first: kernelpilot runs the modules as they are in the work tree",
+        )
+    results = PullResults(
+        mode="pull_request", repository=repo.name, commit=changes.head_sha, changes=changes,
+        environment=Environment.here(), test_dir=_test_dir(repo),
+    )  # fmt: skip
+    progress(
+        f"{len(changes.files)} changed .py files, {len(changes.targets())} module(s) to optimize"
+    )
+    targets = [module.target for module in changes.targets() if module.target]
+    _optimize(results, repo, targets, options, progress)
+    results.save(options.out_dir)
+    return results

@@ -1,0 +1,308 @@
+"""The results of one pull-request (or manual) run: what the measuring job hands the
+publishing job, as ``results.json`` in an artifact.
+
+The measuring job ran the pull request's code, so to the publishing job this file is untrusted
+input: ``load_results`` caps its size, validates it against these models (no unknown field; the
+names that go into generated code are identifiers, the paths relative paths inside the
+repository, the dtype and device known words), refuses numbers that are not finite or times that
+do not give the speedups claimed, and checks that it is about the repository, pull request,
+branches, fork and commit of the publishing job's own event. Nothing in it chooses where
+publish writes: that comes from the event and the API (``bot.pr.trust``).
+"""
+
+from __future__ import annotations
+
+import keyword
+import math
+import platform
+from pathlib import Path, PurePosixPath
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from bot.detect.changes import ChangeReport
+from bot.event import Event, Mode
+from bot.pr.base_config import JudgingConfig
+from bot.report import Report
+from harness.errors import UserError
+from harness.records import Problem
+
+SCHEMA_VERSION = 1
+MAX_RESULTS_BYTES = 32 * 1024 * 1024
+RESULTS_FILE = "results.json"
+
+
+class TargetSource(BaseModel):
+    """How a target's module and inputs are built, relative to the repository root: what the
+    follow-up pull request's test file does to check the kernel against the original."""
+
+    module_path: str
+    class_name: str
+    inputs_path: str | None = None
+    inputs_fn: str | None = None
+    input_shapes: list[list[int]] | None = None
+    init_fn: str | None = None
+    init_args: list = Field(default_factory=list)
+    init_kwargs: dict = Field(default_factory=dict)
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    device: Literal["cpu", "cuda"] = "cpu"
+    atol: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    rtol: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+
+    @field_validator("class_name", "inputs_fn", "init_fn")
+    @classmethod
+    def _identifier(cls, name: str | None) -> str | None:
+        """These go into the follow-up's Python as names: identifiers, nothing else."""
+        if name is not None and (not name.isidentifier() or keyword.iskeyword(name)):
+            raise ValueError(f"{name!r} is not a Python identifier")
+        return name
+
+    @field_validator("module_path", "inputs_path")
+    @classmethod
+    def _inside(cls, path: str | None) -> str | None:
+        if path is not None:
+            try:
+                safe_relative_path(path, "results: sources")
+            except UserError as err:
+                raise ValueError(err.what) from None
+            if not path.endswith(".py"):
+                raise ValueError(f"{path!r} is not a .py file")
+        return path
+
+    @field_validator("init_args", "init_kwargs")
+    @classmethod
+    def _finite(cls, values: list | dict) -> list | dict:
+        """Written into the follow-up's test as Python literals: JSON values, finite numbers."""
+        _check_literal(values)
+        return values
+
+    @classmethod
+    def of(cls, problem: Problem, root: Path) -> TargetSource:
+        def relative(path: Path) -> str:
+            return path.resolve().relative_to(root.resolve()).as_posix()
+
+        return cls(
+            module_path=relative(problem.source_path),
+            class_name=problem.class_name,
+            inputs_path=relative(problem.inputs_path) if problem.inputs_path else None,
+            inputs_fn=problem.inputs_fn,
+            input_shapes=problem.input_shapes,
+            init_fn=problem.init_fn,
+            init_args=list(problem.init_args),
+            init_kwargs=dict(problem.init_kwargs),
+            dtype=problem.dtype,  # type: ignore[arg-type]  # checked by the model
+            device=problem.device,  # type: ignore[arg-type]
+            atol=problem.atol,
+            rtol=problem.rtol,
+        )
+
+
+class Environment(BaseModel):
+    """What the kernels were verified with (named in the follow-up's header)."""
+
+    torch: str = ""
+    cuda: str | None = None
+    python: str = Field(default_factory=platform.python_version)
+    kernelpilot: str = ""
+
+    @classmethod
+    def here(cls) -> Environment:
+        from importlib.metadata import PackageNotFoundError, version
+
+        import torch
+
+        try:
+            own = version("kernelpilot")
+        except PackageNotFoundError:  # pragma: no cover - run from a source tree
+            own = "source"
+        return cls(torch=torch.__version__, cuda=torch.version.cuda, kernelpilot=own)
+
+
+class PullResults(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    mode: Mode
+    repository: str
+    pull_number: int | None = None
+    commit: str = Field(description="The commit measured (a pull request's head).")
+    base_ref: str = Field(
+        default="",
+        description="The base branch (a manual run: its branch) as measure's event named it: "
+        "publish checks it against its own event and never writes by it.",
+    )
+    head_ref: str = Field(default="", description="As measure's event named it (checked).")
+    fork: bool = Field(default=False, description="As measure's event said (checked).")
+    judged_by: JudgingConfig = Field(
+        default_factory=JudgingConfig,
+        description="The configuration that judged the run (a pull request's: its base's).",
+    )
+    changes: ChangeReport | None = None
+    report: Report = Field(default_factory=Report)
+    sources: dict[str, TargetSource] = Field(
+        default_factory=dict, description="By report row target ('path.py:Class')."
+    )
+    environment: Environment = Field(default_factory=Environment)
+    run_url: str = ""
+    note: str = Field(default="", description="Why nothing ran, when nothing did.")
+    sandbox: Literal["bubblewrap", "off"] = Field(
+        default="bubblewrap",
+        description="How the pull request's code was isolated: off only where the workflow "
+        "opted in (KERNELPILOT_SANDBOX=off), never for a fork; the comment warns of it.",
+    )
+    test_dir: str | None = Field(
+        default=None,
+        description="Where the repository keeps its tests (tests/, test/), if it does.",
+    )
+
+    def save(self, out_dir: Path) -> Path:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / RESULTS_FILE
+        path.write_text(self.model_dump_json(indent=2))
+        return path
+
+
+def load_results(results_dir: Path, event: Event) -> PullResults:
+    """Read and check the measuring job's results against the publishing job's own event."""
+    path = results_dir / RESULTS_FILE
+    where = str(path)
+    if not path.is_file():
+        raise UserError(
+            "no results to publish",
+            where=where,
+            fix="download the measuring job's artifact into this folder first",
+        )
+    if path.stat().st_size > MAX_RESULTS_BYTES:
+        raise UserError(
+            f"results file is {path.stat().st_size} bytes, over {MAX_RESULTS_BYTES}",
+            where=where,
+            fix="the measuring job wrote an unexpected file: do not publish it",
+        )
+    try:
+        results = PullResults.model_validate_json(path.read_bytes())
+    except ValidationError as err:
+        raise UserError(
+            f"results file is not valid: {err.errors()[0]['msg']} at "
+            f"{'.'.join(str(p) for p in err.errors()[0]['loc'])}",
+            where=where,
+            fix="publish only what `kernelpilot github measure` of the same version wrote",
+        ) from None
+    _check_matches(results, event, where)
+    _check_numbers(results, where)
+    return results
+
+
+def _check_matches(results: PullResults, event: Event, where: str) -> None:
+    """The results must be about this very event: a mismatch is a stale or forged artifact."""
+    expected: dict[str, object] = {"repository": event.repository, "mode": event.mode}
+    if event.pull is not None:
+        expected["pull_number"] = event.pull.number
+        expected["commit"] = event.pull.head_sha
+        expected["base_ref"] = event.pull.base_ref
+        expected["head_ref"] = event.pull.head_ref
+        expected["fork"] = event.pull.fork
+        expected["judged_by.commit"] = event.pull.base_sha
+    else:
+        expected["pull_number"] = None
+        expected["base_ref"] = event.ref
+        expected["fork"] = False
+        if event.sha:
+            expected["commit"] = event.sha
+    for name, value in expected.items():
+        found = _field(results, name)
+        if found != value:
+            raise UserError(
+                f"results are for {name} {found!r}, this run is for {value!r}",
+                where=where,
+                fix="publish the artifact of this same workflow run; a mismatch that is not "
+                "stale means the measuring job's output was tampered with",
+            )
+    for target, source in results.sources.items():
+        safe_relative_path(source.module_path, f"{where}: sources[{target!r}].module_path")
+    if results.test_dir is not None:
+        safe_relative_path(results.test_dir, f"{where}: test_dir")
+
+
+def _field(results: PullResults, dotted: str) -> object:
+    value: object = results
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
+
+
+TIMES = ("eager_ms", "eager_beside_ms", "eager_alone_ms", "eager_after_ms", "compile_ms",
+         "candidate_ms")  # fmt: skip
+RATIOS = ("speedup_vs_eager", "speedup_vs_compile", "max_abs_error", "rel_error", "cost_usd")
+CLAIM_SLACK = 0.01  # a speedup is the ratio of the times shown, rounded: 1% is plenty
+
+
+def _check_numbers(results: PullResults, where: str) -> None:
+    """Every number shown is finite and not negative, and each speedup is the ratio of the
+    times beside it: a claim the table's own numbers contradict is refused."""
+    for index, row in enumerate(results.report.targets):
+        here = f"{where}: report.targets[{index}]"
+        for name in (*TIMES, *RATIOS):
+            value = getattr(row, name)
+            if value is not None and (not math.isfinite(value) or value < 0):
+                raise UserError(
+                    f"{name} is {value!r}, not a finite number of at least 0",
+                    where=here,
+                    fix="publish only what `kernelpilot github measure` wrote",
+                )
+        for speedup, baseline in (("speedup_vs_eager", "eager_ms"), ("speedup_vs_compile",
+                                                                   "compile_ms")):  # fmt: skip
+            claimed, base_ms = getattr(row, speedup), getattr(row, baseline)
+            if claimed is None:
+                continue
+            if base_ms is None or not row.candidate_ms:
+                raise UserError(
+                    f"{speedup} is {claimed} without the times it is the ratio of",
+                    where=here,
+                    fix="publish only what `kernelpilot github measure` wrote",
+                )
+            ratio = base_ms / row.candidate_ms
+            if abs(claimed - ratio) > CLAIM_SLACK * ratio:
+                raise UserError(
+                    f"{speedup} is {claimed}, but its times give {ratio:.3g}",
+                    where=here,
+                    fix="publish only what `kernelpilot github measure` wrote",
+                )
+    if not math.isfinite(results.report.review_speedup):
+        raise UserError("review_speedup is not finite", where=f"{where}: report",
+                        fix="publish only what `kernelpilot github measure` wrote")  # fmt: skip
+
+
+def _check_literal(value: object) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value!r} is not a finite number")
+    if isinstance(value, list):
+        for item in value:
+            _check_literal(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{key!r} is not a string key")
+            _check_literal(item)
+    elif value is not None and not isinstance(value, (str, int, float, bool)):
+        raise ValueError(f"{value!r} is not a JSON value")
+
+
+def safe_relative_path(text: str, where: str) -> PurePosixPath:
+    """A path inside the repository that kernelpilot may write beside: relative, normalized,
+    no ``..``, not under ``.git`` or ``.github``."""
+    path = PurePosixPath(text)
+    bad = (
+        not text
+        or path.is_absolute()
+        or "\\" in text
+        or any(part in ("..", ".", "") for part in text.split("/"))
+        or path.parts[0] in (".git", ".github")
+        or any(ord(char) < 32 for char in text)
+    )
+    if bad:
+        raise UserError(
+            f"refusing the path {text!r}",
+            where=where,
+            fix="a target must be a .py file inside the repository, outside .git and .github",
+        )
+    return path

@@ -1,0 +1,93 @@
+"""The parent's side of a candidate worker's builds.
+
+A candidate worker sees the build cache read-only: each ``load_inline`` it makes becomes a
+"build" message, answered here. The request is untrusted (the candidate's code runs in that
+worker), so it is gated again, its key is computed here, and the compiler runs in a sandbox of
+its own (``harness.builds.compile_worker``) that runs no candidate code; the library lands in the
+cache with its hashes recorded (``harness.builds.store``).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from harness.builds.cache import flag_problems, spec_key
+from harness.builds.compile_worker import CompileJob
+from harness.builds.store import BuildSpec, BuildStore, Built
+from harness.sandbox import lifetime
+from harness.sandbox.bubblewrap import Isolation, WorkerView
+from harness.sandbox.run import run_worker
+from harness.static.native import check_native
+
+ARCH = re.compile(r"^\d{1,2}\.\d{1,2}a?(\+PTX)?$")
+
+
+class ParentBuilder:
+    def __init__(
+        self,
+        cache_dir: Path,
+        isolation: Isolation,
+        timeout_s: float,
+        max_bytes: int,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self.isolation, self.timeout_s = isolation, timeout_s
+        self.progress = progress or (lambda message: None)
+        self.store = BuildStore(cache_dir, self._compile, max_bytes)
+
+    def answer(self, body: object, device: str, dtype: str) -> dict:
+        """A worker's build request, answered with a ``Built`` record (as JSON)."""
+        try:
+            spec = BuildSpec.model_validate(body)
+        except ValidationError as err:
+            built = Built(key="", error=f"a malformed build request: {err.errors()[0]['msg']}")
+        else:
+            reasons = self.problems(spec, device, dtype)
+            if reasons:
+                built = Built(key="", error="refused: " + "; ".join(reasons))
+            else:
+                built = self.store.library(spec, spec_key(spec))
+        return built.model_dump(mode="json")
+
+    @staticmethod
+    def problems(spec: BuildSpec, device: str, dtype: str) -> list[str]:
+        reasons = []
+        if spec.device != device:
+            reasons.append(f"a build for {spec.device} in a problem on {device}")
+        if spec.cuda and device != "cuda":
+            reasons.append(f"builds CUDA sources but the problem runs on {device}")
+        if device == "cuda" and not ARCH.match(spec.arch):
+            reasons.append(f"an architecture that is not one: {spec.arch[:40]!r}")
+        reasons += check_native(spec.cpp + "\n" + spec.cuda, dtype)
+        reasons += flag_problems([*spec.cflags, *spec.cuda_flags, *spec.ldflags])
+        return reasons
+
+    def _compile(self, spec: BuildSpec, module_name: str, build_dir: Path) -> str | None:
+        self.progress(f"compiling kernel module {module_name} (at most {self.timeout_s:.0f} s)")
+        job_dir = lifetime.scratch("compile-")
+        try:
+            job = CompileJob(spec=spec, module_name=module_name, build_dir=build_dir)
+            (job_dir / "job.json").write_text(job.model_dump_json())
+            view = WorkerView(writable=[build_dir])
+            outcome = run_worker(
+                job_dir,
+                self.timeout_s,
+                None,
+                view,
+                self.isolation,
+                entry="harness.builds.compile_worker",
+            )
+        finally:
+            shutil.rmtree(job_dir, ignore_errors=True)
+        if outcome.timed_out:
+            return f"the build took longer than {self.timeout_s:.0f} s"
+        results = outcome.results()
+        if len(results) != 1 or results[0]["kind"] != "report":
+            return f"the compiler's worker ended without a report:\n{outcome.log_tail}"
+        error = results[0]["body"].get("error")
+        return None if error is None else str(error)

@@ -1,0 +1,1 @@
+"""The judging, on the trusted side: outputs compared, the verdict, and the acceptance rule."""

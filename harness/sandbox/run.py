@@ -1,0 +1,374 @@
+"""Run a worker in its own sandboxed process (``harness.sandbox.bubblewrap``): no secrets, no network,
+no view of other processes or of the machine's files beyond what its job needs, time and memory
+limits.
+
+A candidate that segfaults, hangs, poisons its CUDA context, runs out of memory or prints
+megabytes costs one failed result; the caller goes on with a fresh process for the next one.
+
+The worker reports on a pipe of its own (newline-delimited JSON messages), never through files
+that code in its process could rewrite later; it ends with ``os._exit`` right after its last
+message, so no exit handler of a candidate runs after the result is sent.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from harness.sandbox import lifetime
+from harness.sandbox.bubblewrap import Isolation, WorkerView, wrap
+from harness.sandbox.redact import SECRET_NAME, scrub, scrub_value
+
+# Whole families a worker has no use for: the Actions runner's (its file-command paths, its
+# runtime URLs), the action's inputs, the LLM endpoint's settings.
+RUNNER_PREFIXES = ("GITHUB_", "ACTIONS_", "RUNNER_", "INPUT_", "OPENAI_")
+WORKER_ENTRY = "harness.sandbox.worker"
+LOG_LIMIT = 8000  # characters of a worker's output kept for the report and the debugger
+CHANNEL_LIMIT = 16 * 2**20  # bytes a worker may send on its channel
+RESULT_KINDS = ("report", "user_error", "harness_error")
+CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
+
+
+class WorkerOutcome(BaseModel):
+    """How a worker process ended; the worker's own report is read by the caller."""
+
+    returncode: int | None
+    timed_out: bool
+    seconds: float
+    log_tail: str
+    signal_name: str | None = None
+    messages: list[dict] = Field(
+        default_factory=list, description="What the worker sent on its channel, in order."
+    )
+    channel_error: str | None = Field(
+        default=None, description="Why the channel could not be read (not JSON, too large)."
+    )
+    deadline_reached: bool = Field(
+        default=False,
+        description="Stopped at the caller's deadline, before its own limit: not its fault.",
+    )
+
+    def results(self) -> list[dict]:
+        """The final messages ("report", "user_error", or "harness_error" where kernelpilot's
+        own code failed in the worker); an honest worker sends one."""
+        return [m for m in self.messages if m.get("kind") in RESULT_KINDS]
+
+
+def clean_environment() -> dict[str, str]:
+    """The environment a worker sees: ours, minus anything that looks like a secret."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not SECRET_NAME.search(name) and not name.upper().startswith(RUNNER_PREFIXES)
+    }
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PATH"] = tools_first(env.get("PATH", ""))
+    project_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [project_root, env.get("PYTHONPATH", "")] if p)
+    return env
+
+
+def tools_first(path: str) -> str:
+    """``path`` (a PATH value) with this interpreter's bin folder first: its tools (ninja)
+    build every candidate, in a worker or not. Two ninja versions record a build command under
+    other hashes, so a build cache used by both would be rebuilt at every switch."""
+    tools = str(Path(sys.executable).parent)
+    if path.split(os.pathsep)[0] == tools:
+        return path
+    return os.pathsep.join([tools, path])
+
+
+def run_worker(
+    job_dir: Path,
+    timeout_s: float,
+    memory_limit_gb: float | None,
+    view: WorkerView,
+    isolation: Isolation,
+    on_outputs: Callable[[object], bool] | None = None,
+    extra_env: dict[str, str] | None = None,
+    entry: str = WORKER_ENTRY,
+    on_build: Callable[[object], dict] | None = None,
+    deadline: float | None = None,
+) -> WorkerOutcome:
+    """Run ``python -m ENTRY job_dir FD`` in its sandbox and wait for it: ``timeout_s`` of its
+    own running (builds the parent makes for it do not count), and never past ``deadline``
+    (``time.monotonic()``; the caller's whole budget, a search's ``--max-time``).
+
+    Each time the worker says a case's outputs are ready, ``on_outputs(body)`` (the message's
+    body, untrusted) decides whether it goes on ("go" on its stdin) or stops. Each time it asks
+    for a build, ``on_build(body)`` answers (a JSON line on its stdin; with no ``on_build``, a
+    refusal).
+    """
+    started = time.monotonic()
+    process, reader = start_worker(job_dir, memory_limit_gb, view, isolation, extra_env, entry)
+    with reader:
+        try:
+            stopped = _wait(process, reader, timeout_s, Answers(on_outputs, on_build), deadline)
+        finally:  # an interrupt, an error in an answer: the worker's group goes too
+            lifetime.release(process)
+        reader.drain()
+    return _outcome(process, reader, stopped, started, job_dir)
+
+
+def start_worker(
+    job_dir: Path,
+    memory_limit_gb: float | None,
+    view: WorkerView,
+    isolation: Isolation,
+    extra_env: dict[str, str] | None = None,
+    entry: str = WORKER_ENTRY,
+) -> tuple[subprocess.Popen, ChannelReader]:
+    """Start ``python -m ENTRY job_dir FD``: in a bubblewrap sandbox that sees ``view`` and its
+    job folder (``harness.sandbox.bubblewrap``), or with ``isolation`` off only in a network namespace
+    where the OS allows one. Its log goes to ``job_dir/worker.log``, its messages come on the
+    reader, its stdin is a pipe of ours. ``extra_env``: the harness's own additions to the
+    cleaned environment (the stream gate's preload, whose library the sandbox shows)."""
+    env = clean_environment() | (extra_env or {})
+    read_end, write_end = os.pipe()
+    argv = [sys.executable, "-m", entry, str(job_dir), str(write_end)]
+    if isolation == "bubblewrap":
+        preloads = [Path(p) for p in env.get("LD_PRELOAD", "").split() if p]
+        for folder in view.writable:  # a folder bound in must exist
+            folder.mkdir(parents=True, exist_ok=True)
+        view = view.model_copy(
+            update={"writable": [*view.writable, job_dir], "read_only": view.read_only + preloads}
+        )
+        argv = wrap(argv, view, env | {"HOME": "/tmp", "TMPDIR": "/tmp"}, job_dir)
+    with (job_dir / "worker.log").open("wb") as log:
+        try:
+            with lifetime.starting():  # a Ctrl-C now is raised by register, below
+                process = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.PIPE,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=job_dir,
+                    start_new_session=True,
+                    pass_fds=(write_end,),
+                    preexec_fn=_limits(memory_limit_gb, isolate_network=isolation == "off"),
+                )
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)  # the worker holds the only write end: EOF when it is gone
+    reader = ChannelReader(os.fdopen(read_end, "rb", buffering=0))
+    try:
+        lifetime.register(process)
+    except BaseException:
+        reader.channel.close()
+        raise
+    return process, reader
+
+
+def stop_worker(
+    process: subprocess.Popen, reader: ChannelReader, started: float, job_dir: Path
+) -> WorkerOutcome:
+    """End a worker started with ``start_worker`` (killed if still running) and say how."""
+    with reader:
+        lifetime.release(process)
+        reader.drain()
+    return _outcome(process, reader, None, started, job_dir)
+
+
+def _outcome(
+    process: subprocess.Popen,
+    reader: ChannelReader,
+    stopped: Literal["timeout", "deadline"] | None,
+    started: float,
+    job_dir: Path,
+) -> WorkerOutcome:
+    returncode = process.returncode
+    signal_name = None
+    if returncode is not None and returncode < 0:
+        signal_name = signal.Signals(-returncode).name
+    elif returncode is not None and 128 < returncode <= 128 + 64:
+        # bubblewrap exits with 128 + the signal that ended the command inside it
+        try:
+            signal_name = signal.Signals(returncode - 128).name
+        except ValueError:
+            pass
+    return WorkerOutcome(
+        returncode=returncode,
+        timed_out=stopped == "timeout",
+        deadline_reached=stopped == "deadline",
+        seconds=time.monotonic() - started,
+        # What a worker says is scrubbed of secrets' shapes and values before anyone reads it:
+        # its text reaches prompts, reports and comments (harness.sandbox.redact).
+        log_tail=scrub(read_tail(job_dir / "worker.log")),
+        signal_name=signal_name,
+        messages=[
+            message for message in map(scrub_value, reader.messages) if isinstance(message, dict)
+        ],
+        channel_error=reader.error,
+    )
+
+
+class ChannelReader:
+    """Newline-delimited JSON messages from a worker's pipe, read as they arrive."""
+
+    def __init__(self, channel) -> None:
+        self.channel = channel
+        self.buffer = b""
+        self.received = 0
+        self.messages: list[dict] = []
+        self.error: str | None = None
+        self.closed = False
+
+    def __enter__(self) -> ChannelReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.channel.close()
+
+    def poll(self, seconds: float) -> None:
+        if self.closed or not select.select([self.channel], [], [], seconds)[0]:
+            return
+        chunk = os.read(self.channel.fileno(), 1 << 16)
+        if not chunk:
+            self.closed = True
+            return
+        self.received += len(chunk)
+        if self.received > CHANNEL_LIMIT:
+            self.error, self.closed = f"the worker sent over {CHANNEL_LIMIT} bytes", True
+            return
+        self.buffer += chunk
+        while b"\n" in self.buffer:
+            line, self.buffer = self.buffer.split(b"\n", 1)
+            try:
+                message = json.loads(line)
+            except ValueError:
+                self.error = "the worker sent a message that is not JSON"
+                continue
+            if isinstance(message, dict):
+                self.messages.append(message)
+            else:
+                self.error = "the worker sent a message that is not a JSON object"
+
+    def drain(self) -> None:
+        while not self.closed:
+            self.poll(0.5)
+            if not select.select([self.channel], [], [], 0)[0]:
+                break
+
+
+class Answers:
+    """What the parent says to a worker's questions: outputs ready (go on?) and builds."""
+
+    def __init__(
+        self,
+        on_outputs: Callable[[object], bool] | None,
+        on_build: Callable[[object], dict] | None,
+    ) -> None:
+        self.on_outputs, self.on_build = on_outputs, on_build
+
+    def __call__(self, message: dict) -> bytes | None:
+        body = message.get("body")
+        if message.get("kind") == "outputs":
+            go = self.on_outputs(body) if self.on_outputs else True
+            return b"go\n" if go else b"stop\n"
+        if message.get("kind") == "build":
+            built = self.on_build(body) if self.on_build else {"key": "", "error": "no builds here"}
+            return json.dumps(built).encode() + b"\n"
+        return None
+
+
+def _wait(
+    process: subprocess.Popen,
+    reader: ChannelReader,
+    timeout_s: float,
+    answer: Answers,
+    deadline: float | None,
+) -> Literal["timeout", "deadline"] | None:
+    """Wait for the worker, answering each of its questions in turn. It may run ``timeout_s``
+    of its own: the time the parent spends building for it does not count (a build has its own
+    limit, and a cached one takes none). Why it was stopped, or None when it ended itself:
+    "timeout", or "deadline" when the caller's ``deadline`` (``time.monotonic()``) came first."""
+    assert process.stdin is not None
+    answered = 0
+    ends = time.monotonic() + timeout_s
+    while process.poll() is None:
+        lifetime.check()  # a stop signal whose exception was lost elsewhere
+        now = time.monotonic()
+        if deadline is not None and now > deadline and deadline < ends:
+            return "deadline"
+        if now > ends:
+            return "timeout"
+        reader.poll(0.02)
+        for message in reader.messages[answered:]:
+            answered += 1
+            asked = time.monotonic()
+            reply = answer(message)
+            if message.get("kind") == "build":
+                ends += time.monotonic() - asked
+            if reply is None:
+                continue
+            try:
+                process.stdin.write(reply)
+                process.stdin.flush()
+            except BrokenPipeError:
+                pass
+    return None
+
+
+def read_tail(path: Path, limit: int = LOG_LIMIT) -> str:
+    """The end of a log, however large the file grew."""
+    if not path.exists():
+        return ""
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        if size > limit:
+            handle.seek(size - limit)
+        text = handle.read().decode("utf-8", errors="replace")
+    return (f"[... {size - limit} bytes cut ...]\n" + text) if size > limit else text
+
+
+def _limits(memory_limit_gb: float | None, isolate_network: bool):
+    """Runs in the child before exec: address-space limit and a private network namespace."""
+
+    def apply() -> None:
+        if memory_limit_gb is not None:
+            limit = int(memory_limit_gb * 2**30)
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        if isolate_network:
+            _unshare_network()
+
+    return apply
+
+
+def _unshare_network() -> None:
+    """A new, empty network namespace: the candidate cannot reach the network.
+
+    Needs root or unprivileged user namespaces; where neither is allowed the worker still
+    runs, and ``network_isolated()`` inside it reports False (shown in the report).
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNET) == 0:
+        return
+    libc.unshare(CLONE_NEWUSER | CLONE_NEWNET)
+
+
+def network_isolated() -> bool:
+    """True when this process has no network interface other than loopback."""
+    try:
+        names = os.listdir("/sys/class/net")
+    except OSError:
+        return False
+    with open("/proc/net/dev") as handle:
+        lines = handle.read().splitlines()[2:]
+    interfaces = {line.split(":")[0].strip() for line in lines}
+    return bool(names) and interfaces <= {"lo"}

@@ -1,0 +1,141 @@
+"""Worker process entry point: ``python -m harness.sandbox.worker JOB_DIR CHANNEL_FD``.
+
+Reads ``job.json`` (and deletes it: nothing the candidate could read back), runs one job and
+sends its result on the channel, a pipe the parent gave it: a ``report`` message, a
+``user_error`` message when the user's reference or inputs are at fault, or a
+``harness_error`` message when kernelpilot's own code raised (``harness.sandbox.blame``). Then it
+ends with ``os._exit``: no exit handler registered by candidate code runs after the result is
+sent. Anything else that goes wrong (the candidate's code or the module's raised) ends the
+process with a traceback in its log, and no result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import traceback
+from pathlib import Path
+from typing import TextIO
+
+import torch
+
+from harness.builds.store import BuildSpec, Built
+from harness.errors import KERNELPILOT_BUG, UserError
+from harness.sandbox.blame import raised_by_kernelpilot
+from harness.sandbox.jobs import (
+    BaselineReport,
+    CandidateReport,
+    HarnessErrorReport,
+    ReferenceReport,
+    UserErrorReport,
+    WorkerJob,
+)
+from harness.sandbox.run import network_isolated
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def send(channel: TextIO, kind: str, body: dict) -> None:
+    channel.write(json.dumps({"kind": kind, "body": body}) + "\n")
+    channel.flush()
+
+
+def _outputs_ready(channel: TextIO, body: dict) -> bool:
+    """Tell the parent that a case's outputs are ready (``harness.workers.handover``); it answers
+    whether to go on."""
+    send(channel, "outputs", body)
+    return sys.stdin.readline().strip() == "go"
+
+
+def _build_by_parent(channel: TextIO, spec: BuildSpec, key: str) -> Built:
+    """Ask the parent for a build (``harness.builds.requests``); the cache is read-only here."""
+    send(channel, "build", spec.model_dump(mode="json"))
+    line = sys.stdin.readline()
+    if not line:
+        return Built(key=key, error="the parent did not answer the build request")
+    return Built.model_validate_json(line)
+
+
+def run(job: WorkerJob, job_dir: Path, channel: TextIO) -> tuple[str, dict]:
+    report: ReferenceReport | CandidateReport | BaselineReport
+    try:
+        if job.mode == "reference":
+            from harness.workers.reference import run_reference
+
+            report = run_reference(job, job_dir)
+        elif job.mode == "compare":
+            from harness.workers.compare import run_compare
+
+            run_compare(job, lambda kind, body: send(channel, kind, body))
+            return "report", {}
+        elif job.mode == "baseline":
+            from harness.workers.baseline import run_baseline
+
+            report = run_baseline(job)
+        else:
+            from harness.workers.candidate import run_build, run_evaluate, run_time
+
+            def builder(spec: BuildSpec, key: str) -> Built:
+                return _build_by_parent(channel, spec, key)
+
+            if job.mode == "build":
+                report = run_build(job, job_dir, builder)
+            elif job.mode == "time":
+                report = run_time(job, job_dir, builder)
+            else:
+                ready = lambda body: _outputs_ready(channel, body)  # noqa: E731
+                report = run_evaluate(job, job_dir, ready, builder)
+    except UserError as err:
+        return "user_error", UserErrorReport(
+            what=err.what, where=err.where, fix=err.fix
+        ).model_dump()
+    except Exception as err:
+        if not raised_by_kernelpilot(err, _user_files(job, job_dir)):
+            raise  # the candidate's or the module's: the worker dies with its traceback
+        traceback.print_exc()  # kept in the worker's log, which the parent reads
+        return "harness_error", HarnessErrorReport(
+            what=f"{KERNELPILOT_BUG}: {type(err).__name__}: {err}"
+        ).model_dump()
+    report.device_name = device_name(job.problem.device)
+    report.torch_version = torch.__version__
+    report.network_isolated = network_isolated()
+    return "report", report.model_dump(mode="json")
+
+
+def _user_files(job: WorkerJob, job_dir: Path) -> list[Path]:
+    """The files whose frames are not kernelpilot's wherever they lie: the candidate's, the
+    module's and its input factory's."""
+    problem = job.problem
+    return [
+        job_dir / "candidate.py",
+        problem.source_path,
+        problem.inputs_path or problem.source_path,
+    ]
+
+
+def main(job_dir: Path, channel_fd: int) -> None:
+    channel = os.fdopen(channel_fd, "w")  # opened before any candidate code is imported
+    job_file = job_dir / "job.json"
+    job = WorkerJob.model_validate_json(job_file.read_text())
+    job_file.unlink()
+    kind, body = run(job, job_dir, channel)
+    send(channel, kind, body)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0 if kind == "report" else 3)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), int(sys.argv[2]))

@@ -1,0 +1,330 @@
+"""The static gate: reasons to reject a candidate's Python before any of its code runs.
+
+Checked on the AST (never regexes over text); each rejection names the rule and the line.
+Kernel sources are checked by ``harness.static.native`` when ``load_inline`` is called, and the
+built library by ``harness.static.symbols``.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+
+from harness.static.python_names import Resolver, import_bindings, module_reached
+from harness.static.python_rules import (
+    ALLOWED_IMPORTS,
+    FORBIDDEN_ATTRIBUTES,
+    FORBIDDEN_CALLS,
+    LOW_PRECISION_PY,
+    MODULE_METHODS,
+    MUTATORS,
+    STDLIB_MODULES,
+    forbidden_name,
+)
+from harness.static.python_state import (
+    bound_names,
+    defaults,
+    is_immutable_default,
+    is_reference_to,
+    names,
+    root_name,
+)
+
+
+class GateRejection(Exception):
+    """Raised by the checks below; carries the human-readable reasons."""
+
+    def __init__(self, reasons: list[str]) -> None:
+        self.reasons = reasons
+        super().__init__("; ".join(reasons))
+
+
+def check_python(source: str, reference_class: str, dtype: str) -> list[str]:
+    """Reasons to reject a candidate's Python source; empty when it passes."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as err:
+        return [f"line {err.lineno}: syntax error: {err.msg}"]
+    visitor = _Gate(reference_class, low_precision_allowed=dtype != "float32")
+    visitor.visit(tree)
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew"]
+    if not classes:
+        visitor.reasons.insert(0, "defines no top-level class ModelNew")
+    return visitor.reasons
+
+
+class _Gate(ast.NodeVisitor):
+    def __init__(self, reference_class: str, low_precision_allowed: bool) -> None:
+        self.reference_class = reference_class
+        self.low_precision_allowed = low_precision_allowed
+        self.reasons: list[str] = []
+        self.shared: set[str] = set()  # module-level names: state shared across calls
+        self.scopes: list[tuple[bool, set[str]]] = []  # (keeps no state, shared-alias locals)
+        self.resolver = Resolver({}, set())  # what attribute chains from imports name
+
+    def visit_Module(self, node: ast.Module) -> None:
+        for statement in node.body:
+            for target in bound_names(statement):
+                self.shared.add(target)
+        self.resolver = Resolver(*import_bindings(node))
+        self.generic_visit(node)
+
+    @property
+    def stateless(self) -> bool:
+        """Inside a function other than __init__: it must not keep state across calls."""
+        return bool(self.scopes) and self.scopes[-1][0]
+
+    def _is_shared(self, name: str | None) -> bool:
+        if name is None:
+            return True
+        if name == "self":
+            return self.stateless
+        aliases = self.scopes[-1][1] if self.scopes else set()
+        local = bool(self.scopes) and name not in self.shared
+        return name in aliases or not local
+
+    def reject(self, node: ast.AST, why: str) -> None:
+        self.reasons.append(f"line {getattr(node, 'lineno', '?')}: {why}")
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if alias.name not in ALLOWED_IMPORTS:
+                self.reject(
+                    node, f"imports {alias.name} (allowed: {', '.join(sorted(ALLOWED_IMPORTS))})"
+                )
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        if node.level or module not in ALLOWED_IMPORTS:
+            self.reject(
+                node,
+                f"imports from {module or '.'} (allowed: {', '.join(sorted(ALLOWED_IMPORTS))})",
+            )
+        for alias in node.names:
+            name, full = alias.name, f"{module}.{alias.name}"
+            if full in ALLOWED_IMPORTS:
+                continue
+            if not _is_plain_name(name) or name in ("load", "load_library"):
+                self.reject(node, f"imports {full}")
+            elif name in STDLIB_MODULES or (module in ALLOWED_IMPORTS and _is_module(module, name)):
+                # torch re-exports modules it imported: `from torch import sys` is `import sys`.
+                self.reject(node, f"imports the module {full} (allowed: see imports)")
+            elif why := forbidden_name(name):
+                self.reject(node, f"imports {full}: {why}")
+        self.generic_visit(node)
+
+    def visit_Try(self, node: ast.AST) -> None:
+        self.reject(node, "try/except: a fallback path can hide a failing kernel")
+        self.generic_visit(node)
+
+    visit_TryStar = visit_Try
+
+    def visit_Global(self, node: ast.AST) -> None:
+        self.reject(node, "global/nonlocal state (state across calls)")
+
+    visit_Nonlocal = visit_Global
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self._check_defaults(node.args, "lambda")
+        self.generic_visit(node)
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for base in node.bases:
+            text = ast.unparse(base)
+            if text not in ("nn.Module", "torch.nn.Module", "Module"):
+                self.reject(
+                    node, f"class {node.name} derives from {text}; only nn.Module is allowed"
+                )
+        for keyword in node.keywords:
+            self.reject(node, f"class {node.name} sets {keyword.arg}= (metaclass tricks)")
+        for item in node.body:
+            name = getattr(item, "name", None) or "".join(
+                target.id for target in getattr(item, "targets", []) if isinstance(target, ast.Name)
+            )
+            if name in MODULE_METHODS:
+                self.reject(
+                    item, f"{node.name} redefines nn.Module.{name}, which the harness calls"
+                )
+        self.generic_visit(node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        if node.name in ("__torch_function__", "__torch_dispatch__"):
+            self.reject(node, f"defines {node.name} (tensor subclass or lazy object)")
+        if node.name in ("__eq__", "__bool__", "__getattr__", "__getattribute__", "__del__"):
+            self.reject(node, f"defines {node.name} (objects that act inside the comparison)")
+        self._check_annotation(node.returns)
+        for decorator in node.decorator_list:
+            if not self.resolver.is_allowed_decorator(decorator):
+                self.reject(decorator, f"decorates {node.name}: decorators can wrap forward")
+        self._check_defaults(node.args, node.name)
+        aliases = {
+            name
+            for statement in ast.walk(node)
+            if isinstance(statement, ast.Assign) and is_reference_to(statement.value, self.shared)
+            for target in statement.targets
+            for name in names(target)
+        } | {  # a default that names shared state is that state, under the parameter's name
+            parameter.arg
+            for parameter, default in defaults(node.args)
+            if is_reference_to(default, self.shared)
+        }
+        self.scopes.append((node.name != "__init__", aliases))
+        self.generic_visit(node)
+        self.scopes.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def visit_Call(self, node: ast.Call) -> None:
+        self._check_call(node)
+        # load_inline is the harness's loader in the worker: call it, nothing else.
+        if _is_load_inline(node.func):
+            for child in [*node.args, *(k.value for k in node.keywords)]:
+                self.visit(child)
+            return
+        self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id == "load_inline":
+            self.reject(node, "uses load_inline other than by calling it")
+        if node.id == self.reference_class:
+            self.reject(node, f"uses the reference class {self.reference_class}")
+        if node.id in FORBIDDEN_CALLS or node.id in ("__builtins__", "__loader__", "__spec__"):
+            self.reject(node, f"uses {node.id}()")
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        name = node.attr
+        if name == "load_inline":
+            self.reject(node, "uses load_inline other than by calling it")
+        if _is_dunder(name) and name != "__init__":
+            self.reject(node, f"accesses {name}")
+        elif name in FORBIDDEN_ATTRIBUTES and FORBIDDEN_ATTRIBUTES[name]:
+            self.reject(node, f".{name}: {FORBIDDEN_ATTRIBUTES[name]}")
+        elif name in STDLIB_MODULES:
+            self.reject(node, f".{name}: reaches the {name} module through an attribute")
+        elif name.startswith("_") and not name.endswith("__") and root_name(node) != "self":
+            self.reject(node, f".{name}: private internals (only self's own may be used)")
+        elif root_name(node) != "self" and (why := forbidden_name(name)):
+            self.reject(node, f".{name}: {why}")
+        elif "tf32" in name.lower() or "reduced_precision" in name.lower():
+            self.reject(node, f".{name}: lowers precision")
+        elif not self.low_precision_allowed and name in LOW_PRECISION_PY:
+            self.reject(node, f".{name}: reduced precision in a float32 problem")
+        elif why := self.resolver.escape(node):
+            self.reject(node, why)
+        if name == self.reference_class:
+            self.reject(node, f"uses the reference class {self.reference_class}")
+        self.generic_visit(node)
+
+    def visit_keyword(self, node: ast.keyword) -> None:
+        if node.arg is not None and _is_dunder(node.arg):
+            self.reject(node, f"passes {node.arg}= (a special method smuggled in by keyword)")
+        self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        # A candidate never needs a dunder name as a string: as a dict key or a type() namespace
+        # entry it defines a special method without a `def` the gate would see.
+        if isinstance(node.value, str) and _is_dunder(node.value):
+            self.reject(node, f"the string {node.value!r} names a special method or attribute")
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for target in node.targets:
+            self._check_target(target)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._check_target(node.target)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._check_target(node.target)
+        self._check_annotation(node.annotation)
+        self.generic_visit(node)
+
+    def visit_Delete(self, node: ast.Delete) -> None:
+        for target in node.targets:
+            self._check_target(target)
+
+    def visit_arg(self, node: ast.arg) -> None:
+        self._check_annotation(node.annotation)
+        self.generic_visit(node)
+
+    def _check_defaults(self, arguments: ast.arguments, function: str) -> None:
+        """A default is evaluated once, at definition: a mutable one keeps state across calls."""
+        for parameter, default in defaults(arguments):
+            if not is_immutable_default(default):
+                self.reject(
+                    default,
+                    f"{function}: default {parameter.arg}={ast.unparse(default)} is made once and"
+                    " kept across calls (state across calls; use None or a constant)",
+                )
+
+    def _check_annotation(self, annotation: ast.expr | None) -> None:
+        """A string annotation is code that typing can evaluate: allow only dotted names."""
+        for node in ast.walk(annotation) if annotation is not None else []:
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if not all(part.isidentifier() for part in node.value.split(".")):
+                    self.reject(
+                        node, "string annotation that is not a plain name (code in a type hint)"
+                    )
+
+    def _check_call(self, node: ast.Call) -> None:
+        func = node.func
+        if (
+            self.stateless
+            and isinstance(func, ast.Attribute)
+            and func.attr in MUTATORS
+            and isinstance(func.value, ast.Name)
+            and func.value.id in ("dict", "list", "set", "collections")
+            and node.args
+            and self._is_shared(root_name(node.args[0]))
+        ):
+            self.reject(node, f"mutates {ast.unparse(node.args[0])} (state across calls)")
+        if self.stateless and isinstance(func, ast.Attribute) and func.attr in MUTATORS:
+            if self._is_shared(root_name(func.value)):
+                self.reject(node, f"mutates {ast.unparse(func.value)} (state across calls)")
+        if isinstance(func, ast.Attribute) and func.attr == "to" and not self.low_precision_allowed:
+            for arg in [*node.args, *[k.value for k in node.keywords]]:
+                if isinstance(arg, ast.Attribute) and arg.attr in LOW_PRECISION_PY:
+                    self.reject(node, "casts to reduced precision in a float32 problem")
+
+    def _check_target(self, target: ast.expr) -> None:
+        if isinstance(target, ast.Tuple | ast.List):
+            for element in target.elts:
+                self._check_target(element)
+            return
+        if isinstance(target, ast.Starred):
+            self._check_target(target.value)
+            return
+        if isinstance(target, ast.Attribute | ast.Subscript):
+            root = root_name(target)
+            if root == "self" and self.stateless:
+                self.reject(
+                    target, f"assigns {ast.unparse(target)} outside __init__ (state across calls)"
+                )
+            elif root != "self" and self._is_shared(root):
+                self.reject(
+                    target, f"assigns to {ast.unparse(target)} (monkeypatching or shared state)"
+                )
+
+
+def _is_plain_name(name: str) -> bool:
+    return name.isidentifier() and not name.startswith("_")
+
+
+def _is_module(package: str, name: str) -> bool:
+    """Is ``package.name`` a module (``from torch import sys`` imports the sys module)?
+
+    Only for packages on the import allow-list: the gate never imports candidate-named code.
+    """
+    return module_reached(importlib.import_module(package), name) is not None
+
+
+def _is_dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def _is_load_inline(func: ast.expr) -> bool:
+    return (isinstance(func, ast.Name) and func.id == "load_inline") or (
+        isinstance(func, ast.Attribute) and func.attr == "load_inline"
+    )
