@@ -197,7 +197,7 @@ def test_a_candidate_worker_finds_no_writable_cache_or_checkout(tmp_path):
     view = candidate_view(problem, cache)
     outcome = run_worker(job_dir, 120, None, view, "bubblewrap", entry="tests.sandbox.probe")
     assert outcome.results(), outcome.log_tail
-    writable = outcome.results()[0]["body"]["writable_mounts"]
+    writable = outcome.results()[0].body["writable_mounts"]
     # "/" is bubblewrap's own root, a tmpfs of the sandbox's: gone with it, seen by no one else.
     assert sorted(writable) == sorted(["/", "/tmp", str(job_dir)]), writable
     assert not list(cache.rglob(".kp-probe-*")) and not list(FIXTURES.rglob(".kp-probe-*"))

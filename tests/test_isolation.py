@@ -105,7 +105,7 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> Probe:
             job_dir, 120, MEMORY_LIMIT_GB, view, "bubblewrap", entry="tests.sandbox.probe"
         )
     assert outcome.results(), outcome.log_tail
-    return Probe(outcome.results()[0]["body"], leave_behind, checkout)
+    return Probe(outcome.results()[0].body, leave_behind, checkout)
 
 
 def test_a_real_worker_starts_without_secrets(probed: Probe):

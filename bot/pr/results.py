@@ -78,23 +78,15 @@ class TargetSource(BaseModel):
 
     @classmethod
     def of(cls, problem: Problem, root: Path) -> TargetSource:
+        """``problem`` with its paths made relative to ``root``: the fields they share are
+        ``Problem``'s own, read through this stricter model."""
+
         def relative(path: Path) -> str:
             return path.resolve().relative_to(root.resolve()).as_posix()
 
-        return cls(
-            module_path=relative(problem.source_path),
-            class_name=problem.class_name,
-            inputs_path=relative(problem.inputs_path) if problem.inputs_path else None,
-            inputs_fn=problem.inputs_fn,
-            input_shapes=problem.input_shapes,
-            init_fn=problem.init_fn,
-            init_args=list(problem.init_args),
-            init_kwargs=dict(problem.init_kwargs),
-            dtype=problem.dtype,  # type: ignore[arg-type]  # checked by the model
-            device=problem.device,  # type: ignore[arg-type]
-            atol=problem.atol,
-            rtol=problem.rtol,
-        )
+        shared = problem.model_dump(include=set(cls.model_fields) - {"module_path"})
+        shared["inputs_path"] = relative(problem.inputs_path) if problem.inputs_path else None
+        return cls(module_path=relative(problem.source_path), **shared)
 
 
 class Environment(BaseModel):

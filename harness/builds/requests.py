@@ -87,7 +87,11 @@ class ParentBuilder:
         if outcome.timed_out:
             return f"the build took longer than {self.timeout_s:.0f} s"
         results = outcome.results()
-        if len(results) != 1 or results[0]["kind"] != "report":
+        if (
+            len(results) != 1
+            or results[0].kind != "report"
+            or not isinstance(results[0].body, dict)
+        ):
             return f"the compiler's worker ended without a report:\n{outcome.log_tail}"
-        error = results[0]["body"].get("error")
+        error = results[0].body.get("error")
         return None if error is None else str(error)

@@ -116,13 +116,13 @@ class Comparator:
             if len(self.reader.messages) > self.read:
                 message = self.reader.messages[self.read]
                 self.read += 1
-                body = message.get("body") or {}
-                if message.get("kind") == kind:
+                body = message.body or {}
+                if message.kind == kind:
                     return body
-                if message.get("kind") == "user_error":  # the user's module, as in any worker
+                if message.kind == "user_error":  # the user's module, as in any worker
                     raise UserError(**UserErrorReport.model_validate(body).model_dump())
                 raise ComparatorStopped(
-                    f"the comparator answered {message.get('kind')}: "
+                    f"the comparator answered {message.kind}: "
                     f"{body.get('what', body) if isinstance(body, dict) else body}"
                 )
             if self.reader.closed or time.monotonic() > deadline:

@@ -14,7 +14,7 @@ from harness.judge.comparator import ComparatorStopped
 from harness.judge.tolerance import CaseComparison
 from harness.problem.reference import ReferenceData
 from harness.records import Check, Disturbance, EvalResult, Problem, Status
-from harness.sandbox.jobs import CandidateReport, HarnessErrorReport
+from harness.sandbox.jobs import CandidateReport, HarnessErrorReport, UserErrorReport
 from harness.sandbox.run import WorkerOutcome
 
 
@@ -176,15 +176,15 @@ def candidate_report(outcome: WorkerOutcome, problem: Problem, timeout: float) -
             reason=outcome.channel_error or "the worker's channel carried more than one result",
             log=outcome.log_tail,
         )
-    if results and results[0]["kind"] == "user_error":
-        raise UserError(**results[0]["body"])
-    if results and results[0]["kind"] == "harness_error":
-        failure = HarnessErrorReport.model_validate(results[0]["body"])
+    if results and results[0].kind == "user_error":
+        raise UserError(**UserErrorReport.model_validate(results[0].body).model_dump())
+    if results and results[0].kind == "harness_error":
+        failure = HarnessErrorReport.model_validate(results[0].body)
         return CandidateReport(
             status=Status.harness_error, reason=failure.what, log=outcome.log_tail
         )
     if results:
-        return CandidateReport.model_validate(results[0]["body"])
+        return CandidateReport.model_validate(results[0].body)
     if outcome.timed_out:
         return CandidateReport(
             status=Status.timeout, reason=f"no result after {timeout:.0f} s", log=outcome.log_tail

@@ -21,6 +21,7 @@ from harness.sandbox.jobs import (
     CaseSpec,
     HarnessErrorReport,
     ReferenceReport,
+    UserErrorReport,
     WorkerJob,
     reference_file,
 )
@@ -107,14 +108,14 @@ def worker_result(outcome: WorkerOutcome, problem: Problem) -> dict:
     """The reference worker's report, a UserError that says what happened, or a HarnessError
     where kernelpilot's own code failed in it."""
     results = outcome.results()
-    if len(results) == 1 and results[0]["kind"] == "user_error":
-        raise UserError(**results[0]["body"])
-    failures = [message for message in results if message["kind"] == "harness_error"]
+    if len(results) == 1 and results[0].kind == "user_error":
+        raise UserError(**UserErrorReport.model_validate(results[0].body).model_dump())
+    failures = [message for message in results if message.kind == "harness_error"]
     if failures:
-        what = HarnessErrorReport.model_validate(failures[0]["body"]).what
+        what = HarnessErrorReport.model_validate(failures[0].body).what
         raise HarnessError(f"{what}\n--- the worker's log ends ---\n{outcome.log_tail[-3000:]}")
-    if len(results) == 1 and outcome.returncode == 0 and results[0]["kind"] == "report":
-        return results[0]["body"]
+    if len(results) == 1 and outcome.returncode == 0 and results[0].kind == "report":
+        return results[0].body
     if outcome.timed_out:
         raise UserError(
             f"the reference run took longer than {outcome.seconds:.0f} s",

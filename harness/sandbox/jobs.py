@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -187,6 +187,26 @@ class CheckFailed(Exception):
     def __init__(self, status: Status, check: str, reason: str, log: str = "") -> None:
         super().__init__(reason)
         self.status, self.check, self.reason, self.log = status, check, reason, log
+
+
+RESULT_KINDS = ("report", "user_error", "harness_error")
+
+
+class WorkerMessage(BaseModel):
+    """One line a worker sends on its channel (newline-delimited JSON): its kind and body.
+
+    The final ones (``RESULT_KINDS``) end the worker's work: its report, the user's error it
+    met, or kernelpilot's own failure; the others ask the parent something on the way
+    ("outputs": a case's outputs are ready; "build": build this kernel) or answer it (the
+    comparator's). A worker may run untrusted code, so the body is read into its own record
+    by whoever expects it, never trusted as it comes."""
+
+    kind: str
+    body: Any = None
+
+    @property
+    def final(self) -> bool:
+        return self.kind in RESULT_KINDS
 
 
 class UserErrorReport(BaseModel):

@@ -25,10 +25,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from harness.sandbox import lifetime
 from harness.sandbox.bubblewrap import Isolation, WorkerView, wrap
+from harness.sandbox.jobs import WorkerMessage
 from harness.sandbox.redact import SECRET_NAME, scrub, scrub_value
 
 # Whole families a worker has no use for: the Actions runner's (its file-command paths, its
@@ -37,7 +38,6 @@ RUNNER_PREFIXES = ("GITHUB_", "ACTIONS_", "RUNNER_", "INPUT_", "OPENAI_")
 WORKER_ENTRY = "harness.sandbox.worker"
 LOG_LIMIT = 8000  # characters of a worker's output kept for the report and the debugger
 CHANNEL_LIMIT = 16 * 2**20  # bytes a worker may send on its channel
-RESULT_KINDS = ("report", "user_error", "harness_error")
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
 
@@ -50,7 +50,7 @@ class WorkerOutcome(BaseModel):
     seconds: float
     log_tail: str
     signal_name: str | None = None
-    messages: list[dict] = Field(
+    messages: list[WorkerMessage] = Field(
         default_factory=list, description="What the worker sent on its channel, in order."
     )
     channel_error: str | None = Field(
@@ -61,10 +61,10 @@ class WorkerOutcome(BaseModel):
         description="Stopped at the caller's deadline, before its own limit: not its fault.",
     )
 
-    def results(self) -> list[dict]:
+    def results(self) -> list[WorkerMessage]:
         """The final messages ("report", "user_error", or "harness_error" where kernelpilot's
         own code failed in the worker); an honest worker sends one."""
-        return [m for m in self.messages if m.get("kind") in RESULT_KINDS]
+        return [message for message in self.messages if message.final]
 
 
 def clean_environment() -> dict[str, str]:
@@ -212,7 +212,8 @@ def _outcome(
         log_tail=scrub(read_tail(job_dir / "worker.log")),
         signal_name=signal_name,
         messages=[
-            message for message in map(scrub_value, reader.messages) if isinstance(message, dict)
+            WorkerMessage(kind=message.kind, body=scrub_value(message.body))
+            for message in reader.messages
         ],
         channel_error=reader.error,
     )
@@ -225,7 +226,7 @@ class ChannelReader:
         self.channel = channel
         self.buffer = b""
         self.received = 0
-        self.messages: list[dict] = []
+        self.messages: list[WorkerMessage] = []
         self.error: str | None = None
         self.closed = False
 
@@ -254,10 +255,10 @@ class ChannelReader:
             except ValueError:
                 self.error = "the worker sent a message that is not JSON"
                 continue
-            if isinstance(message, dict):
-                self.messages.append(message)
-            else:
-                self.error = "the worker sent a message that is not a JSON object"
+            try:
+                self.messages.append(WorkerMessage.model_validate(message))
+            except ValidationError:
+                self.error = "the worker sent a message that is not {kind, body}"
 
     def drain(self) -> None:
         while not self.closed:
@@ -276,13 +277,16 @@ class Answers:
     ) -> None:
         self.on_outputs, self.on_build = on_outputs, on_build
 
-    def __call__(self, message: dict) -> bytes | None:
-        body = message.get("body")
-        if message.get("kind") == "outputs":
-            go = self.on_outputs(body) if self.on_outputs else True
+    def __call__(self, message: WorkerMessage) -> bytes | None:
+        if message.kind == "outputs":
+            go = self.on_outputs(message.body) if self.on_outputs else True
             return b"go\n" if go else b"stop\n"
-        if message.get("kind") == "build":
-            built = self.on_build(body) if self.on_build else {"key": "", "error": "no builds here"}
+        if message.kind == "build":
+            built = (
+                self.on_build(message.body)
+                if self.on_build
+                else {"key": "", "error": "no builds here"}
+            )
             return json.dumps(built).encode() + b"\n"
         return None
 
@@ -313,7 +317,7 @@ def _wait(
             answered += 1
             asked = time.monotonic()
             reply = answer(message)
-            if message.get("kind") == "build":
+            if message.kind == "build":
                 ends += time.monotonic() - asked
             if reply is None:
                 continue
