@@ -6,17 +6,11 @@ What each role sees (DESIGN.md section 4), besides the reference module:
 - coder: the plan, the selected kernel, the node's children and cousins;
 - debugger: the failed candidate, the plan, its build/runtime/verification log, its siblings.
 
-Budget. Tokens are estimated as ``ceil(len(text) / 4)``: about four characters per token for
-code and English in BPE tokenizers, and no tokenizer to install for an endpoint whose model is
-unknown. The budget covers the window's texts, not the fixed prompt around them (contract,
-example, instructions). The code a role edits (the selected kernel; the failed candidate) and
-the plan are never trimmed: the reply must reproduce them. The other parts share what is left,
-in a fixed order and share per role; a part that needs less than its share passes the rest on.
-
-Trimming rules (``trim_code``, ``trim_log``): whole lines only, head and tail for code, the
-first error and the tail for logs, and a marker line where lines were cut that says how many.
-A single line longer than ``MAX_LINE_CHARS`` is the one exception: it keeps its start and says
-how many characters it lost.
+Budget. The budget covers the window's texts, not the fixed prompt around them (contract,
+example, instructions); tokens are estimated and texts trimmed by ``agents.trim``. The code a
+role edits (the selected kernel; the failed candidate) and the plan are never trimmed: the
+reply must reproduce them. The other parts share what is left, in a fixed order and share per
+role; a part that needs less than its share passes the rest on.
 
 Secrets: every text of a window is scrubbed (``harness.sandbox.redact``) before it is trimmed, so a cut
 cannot leave a key's head too short to be recognised. The roles then put the texts into data
@@ -25,26 +19,17 @@ blocks (``agents.untrusted``).
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from agents.templates import render
+from agents.trim import estimate_tokens, trim_code, trim_log
 from harness.sandbox.redact import scrub_record
 
 Role = Literal["planner", "coder", "debugger"]
-CHARS_PER_TOKEN = 4
-MAX_LINE_CHARS = 2000
 DEFAULT_BUDGET_TOKENS = 24_000
 KERNEL_MIN_TOKENS = 500  # below this a neighbour's code says nothing: drop the neighbour instead
 DETAIL_SHARE = 0.25  # of a neighbour's allowance, for its status detail (the rest for its code)
-# A line that starts what a compiler, the gate or Python reports as the problem.
-ERROR_LINE = re.compile(
-    r"\berror\b|\bexception\b|traceback|\bfail(ed|ure|s)?\b|\brejected\b|undefined reference|"
-    r"^line \d+:|mismatch|not allowed|refused|(?-i:\b[A-Z]\w*(Error|Exception)\b)",
-    re.IGNORECASE | re.MULTILINE,
-)
 # Order and share of the trimmable parts, per role (the pinned parts come off the top first).
 SHARES: dict[Role, list[tuple[str, float]]] = {
     "planner": [("original", 0.30), ("profile", 0.20), ("children", 0.25), ("top", 0.25)],
@@ -106,11 +91,6 @@ class ContextWindow(BaseModel):
         for group in (self.children, self.top, self.cousins, self.siblings):
             texts += [text for kernel in group for text in (kernel.code, kernel.detail)]
         return sum(estimate_tokens(text) for text in texts)
-
-
-def estimate_tokens(text: str) -> int:
-    """``ceil(len(text) / 4)``: see the module docstring for why not a tokenizer."""
-    return -(-len(text) // CHARS_PER_TOKEN)
 
 
 def planner_window(
@@ -214,89 +194,3 @@ def _fit_kernels(kernels: list[KernelSummary], allowance: int) -> tuple[list[Ker
         kept.append(kernel.model_copy(update={"detail": detail, "code": code}))
         used += cost
     return kept, used
-
-
-def trim_code(text: str, max_tokens: int) -> str:
-    """``text`` within ``max_tokens``: whole lines from the head (2/3) and the tail (1/3)."""
-    if estimate_tokens(text) <= max_tokens:
-        return text
-    lines = _short_lines(text.splitlines(), max_tokens)
-    budget = max_tokens * CHARS_PER_TOKEN - _marker_reserve()
-    head = _take(lines, range(len(lines)), budget * 2 // 3)
-    tail = _take(lines, range(len(lines) - 1, -1, -1), budget - _cost(lines, head), head)
-    return _join(lines, head | tail)
-
-
-def trim_log(text: str, max_tokens: int) -> str:
-    """``text`` within ``max_tokens``: the first error and what follows it, then the tail.
-
-    The first error is where a build log or a traceback says what went wrong first (later
-    errors often follow from it); the tail is where the final verdict is.
-    """
-    if estimate_tokens(text) <= max_tokens:
-        return text
-    lines = _short_lines(text.splitlines(), max_tokens)
-    budget = max_tokens * CHARS_PER_TOKEN - 2 * _marker_reserve()
-    first = next((i for i, line in enumerate(lines) if ERROR_LINE.search(line)), None)
-    kept: set[int] = set()
-    if first is not None:
-        start = max(0, first - 2)
-        kept = _take(lines, range(start, len(lines)), int(budget * 0.4))
-    kept |= _take(lines, range(len(lines) - 1, -1, -1), budget - _cost(lines, kept), kept)
-    return _join(lines, kept)
-
-
-def _take(lines: list[str], order: range, budget: int, taken: set[int] | None = None) -> set[int]:
-    """Indices of lines taken in ``order`` until ``budget`` characters are spent."""
-    taken = taken or set()
-    chosen: set[int] = set()
-    spent = 0
-    for index in order:
-        if index in taken:
-            break
-        spent += len(lines[index]) + 1
-        if spent > budget:
-            break
-        chosen.add(index)
-    return chosen
-
-
-def _cost(lines: list[str], kept: set[int]) -> int:
-    return sum(len(lines[index]) + 1 for index in kept)
-
-
-def _join(lines: list[str], kept: set[int]) -> str:
-    """The kept lines in order, with a marker line for every run of lines cut."""
-    out: list[str] = []
-    gap: list[str] = []
-    for index, line in enumerate(lines):
-        if index in kept:
-            if gap:
-                out.append(_marker(gap))
-                gap = []
-            out.append(line)
-        else:
-            gap.append(line)
-    if gap:
-        out.append(_marker(gap))
-    return "\n".join(out)
-
-
-def _marker(cut: list[str]) -> str:
-    chars = sum(len(line) + 1 for line in cut)
-    return render("cut_lines", {"lines": str(len(cut)), "chars": str(chars)}).strip()
-
-
-def _marker_reserve() -> int:
-    return len(_marker(["x" * 9_999_999] * 999_999)) + 1
-
-
-def _short_lines(lines: list[str], max_tokens: int) -> list[str]:
-    """Lines over ``MAX_LINE_CHARS`` (or half the budget) keep their start and say what went."""
-    limit = max(80, min(MAX_LINE_CHARS, max_tokens * CHARS_PER_TOKEN // 2))
-    return [
-        line
-        if len(line) <= limit
-        else line[:limit] + " " + render("cut_line", {"chars": str(len(line) - limit)}).strip()
-        for line in lines
-    ]

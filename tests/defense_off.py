@@ -671,7 +671,7 @@ DEFENSES: list[Defense] = [
         ("tests/test_base_config.py", "-k", "measure_runs_with_the_base"),
     ),
     # --- prompts and spend caps (agents/untrusted.py, harness/sandbox/redact.py, agents/loop.py,
-    # agents/team.py, agents/search/budget.py, agents/llm/openai_client.py; issue 22 item 8) -----
+    # agents/team.py, agents/search/budget.py, agents/llm/completion.py; issue 22 item 8) --------
     Defense(
         "prompt_data_blocks",  # PR text spliced into the prompt as it is
         "agents/untrusted.py",
@@ -774,11 +774,11 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "usage_upper_bound",  # a server without usage: tokens counted as 0, no cap holds
-        "agents/llm/openai_client.py",
-        """            prompt_tokens, completion_tokens = usage_upper_bound(
-                params["messages"], text, params[self._token_param]
-            )""",
-        "            prompt_tokens, completion_tokens = 0, 0",
+        "agents/llm/completion.py",
+        """        prompt_tokens, completion_tokens = usage_upper_bound(
+            params["messages"], text, output_limit(params)
+        )""",
+        "        prompt_tokens, completion_tokens = 0, 0",
         (
             "tests/test_agent_loop.py::test_without_usage_an_unpriced_model_is_stopped_by_the_token_cap",
         ),

@@ -5,10 +5,13 @@ passing the static gates. The builds and their outputs are tests/test_offline_pr
 
 from __future__ import annotations
 
+import builtins
+import keyword
 import textwrap
 from pathlib import Path
 
 from agents.offline import propose_here
+from agents.offline.emit import RESERVED
 from harness.problem.load import problem_from_target
 from harness.records import Problem
 from harness.static.native import check_native
@@ -205,3 +208,42 @@ def test_in_place_writes(tmp_path: Path) -> None:
     assert proposal.reason.endswith("mul, relu_, mul_1")
     forward = proposal.candidate.source.split("def forward", 1)[1]
     assert forward.index("view * 2") < forward.index("linear.relu_()") < forward.index("view * 3")
+
+
+def test_every_name_the_static_check_refuses_as_a_variable_is_renamed() -> None:
+    """The offline proposer names forward's values after the graph's nodes; a builtin that the
+    static check refuses even as a variable (its table can grow) must be one it renames."""
+    names = {name for name in dir(builtins) if name.isidentifier() and not name.startswith("__")}
+    refused = {
+        name
+        for name in sorted(names - set(keyword.kwlist))
+        if check_python(
+            "import torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+            f"    def forward(self, x):\n        {name} = x\n        return {name}\n",
+            "Model",
+            "float32",
+        )
+    }
+    assert refused, "the static check refuses no builtin name: this test checks nothing"
+    assert refused <= RESERVED, f"named by the graph but refused: {sorted(refused - RESERVED)}"
+
+
+def test_a_candidate_the_static_check_would_refuse_is_not_proposed(tmp_path: Path) -> None:
+    problem = kernelbench(
+        tmp_path,
+        "attribute_named_like_a_module",
+        """
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.random = nn.Linear(32, 16)
+
+            def forward(self, x):
+                return torch.relu(self.random(x)) * 2
+        """,
+        "[torch.randn(8, 32)]",
+    )
+    proposal = propose_here(problem)
+    assert proposal.candidate is None
+    assert proposal.reason.startswith("the candidate written fails the static checks: line ")
+    assert ".random: reaches the random module" in proposal.reason

@@ -6,11 +6,13 @@ temperature each role sampled at and what its prompt held. No network, no builds
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from agents.context import (
+    ContextWindow,
     KernelSummary,
     Reference,
     coder_window,
@@ -304,6 +306,36 @@ def test_a_failure_is_fed_back_in_the_next_prompt():
 def test_a_window_built_for_another_role_is_our_bug():
     with pytest.raises(ValueError, match="coder was given a context window built for the planner"):
         code(FakeClient(), planner_view(), CONFIG)
+
+
+def every_role() -> list[tuple[Callable[..., Plan | Draft | RoleFailure], ContextWindow, Role]]:
+    """Each role with a window of its own, for the path the three share."""
+    failed = KernelSummary(node_id="n1", code=CANDIDATE, status="incorrect", detail="max err 1")
+    return [
+        (plan, planner_view(), "planner"),
+        (code, coder_window(REF, ROOT_NODE, plan="p", children=[], cousins=[]), "coder"),
+        (debug, debugger_window(REF, failed, plan="p", log="x", siblings=[]), "debugger"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(3), ids=["planner", "coder", "debugger"])
+def test_every_role_shares_the_one_path(index: int):
+    """The shared path (agents.roles.answer): its own window only, the reference and the
+    feedback in the prompt, a failed call recorded as the role's with what it cost."""
+    roles = every_role()
+    role, window, name = roles[index]
+    other = roles[(index + 1) % 3][1]
+    with pytest.raises(ValueError, match=f"{name} was given a context window built for the"):
+        role(FakeClient(), other, CONFIG)
+    feedback = RoleFailure(role=name, kind="empty", detail="Your reply was empty.")
+    call = LLMCallFailed("HTTP 503", "http://127.0.0.1:9/v1", attempts=4, seconds=2.5)
+    client = FakeClient(call)
+    result = role(client, window, CONFIG, feedback=feedback)
+    assert isinstance(result, RoleFailure)
+    assert (result.role, result.kind, result.reply) == (name, "llm_call_failed", None)
+    assert result.call is not None and (result.call.attempts, result.call.seconds) == (4, 2.5)
+    prompt = client.prompt()
+    assert "class Model(nn.Module)" in prompt and "Your reply was empty." in prompt
 
 
 # --- context windows ---------------------------------------------------------------------

@@ -13,8 +13,9 @@ a server that trickles a reply byte by byte could outlast it.
 
 On top of that, a 400 that names a parameter the model does not take (``temperature`` on
 reasoning models, ``max_tokens`` where ``max_completion_tokens`` is wanted) is asked again once
-without it, and remembered for every later call. An endpoint that cannot be reached before any
-request of this client got an answer (connection refused, no such host) is fatal for the run.
+without it, and remembered for every later call (``agents.llm.request``). An endpoint that
+cannot be reached before any request of this client got an answer (connection refused, no such
+host) is fatal for the run. The reply's body is read by ``agents.llm.completion``.
 """
 
 from __future__ import annotations
@@ -38,21 +39,19 @@ from agents.llm.client import (
     Progress,
     Reply,
     Role,
-    usage_upper_bound,
 )
-from agents.llm.completion import BadReply, Usage, parse_completion
+from agents.llm.completion import BadReply, ReplyReader
 from agents.llm.failures import (
-    TOKEN_PARAMS,
     CallContext,
     connection_failure,
     count,
     error_message,
     malformed_failure,
     redact,
-    refuses,
     status_failure,
 )
 from agents.llm.heartbeat import HEARTBEAT_S, Heartbeat
+from agents.llm.request import RequestShape
 from agents.llm.retries import retryable, wait_before_retry
 from harness.sandbox.redact import scrub
 
@@ -109,10 +108,8 @@ class OpenAIChatClient:
             timeout=config.timeout_s,
             max_retries=0,  # ours, in `_attempt`
         )
-        self._send_temperature = True
-        self._token_param = "max_tokens"  # what every compatible server takes; switched on a 400
-        self._token_param_switched = False
-        self._warned_usage = False
+        self._shape = RequestShape(config)
+        self._replies = ReplyReader(config, self.where)
         self._answered = False  # whether the endpoint has answered any request, even with an error
 
     def complete(
@@ -130,7 +127,7 @@ class OpenAIChatClient:
         call = _Call(role or "model", deadline)
         try:
             while True:
-                reply = self._attempt(call, self._params(messages, temperature, max_tokens))
+                reply = self._attempt(call, self._shape.params(messages, temperature, max_tokens))
                 if reply is not None:
                     return reply
         except LLMCallFailed as err:
@@ -143,11 +140,14 @@ class OpenAIChatClient:
         headers = None  # the error reply's, for its retry-after
         try:
             body = self._send(call, params, timeout)
-            return self._reply(body, call, params)
+            return self._replies.read(
+                body, params, seconds=call.seconds(), attempts=call.attempts, notes=call.notes
+            )
         except openai.APIStatusError as err:
             self._answered = True
-            note = self._adapt(err, params)
+            note = self._shape.adapt(err, params)
             if note:
+                log.warning("%s (%s)", note, self.where)
                 call.notes.append(note)
                 call.adapted += 1
                 return None
@@ -241,80 +241,5 @@ class OpenAIChatClient:
         if self._progress is not None:
             self._progress(line)
 
-    def _params(
-        self, messages: list[Message], temperature: float | None, max_tokens: int | None
-    ) -> dict[str, Any]:
-        params: dict[str, Any] = {
-            "model": self.config.model,
-            "messages": [message.model_dump() for message in messages],
-        }
-        if temperature is not None and self._send_temperature:
-            params["temperature"] = temperature
-        params[self._token_param] = max_tokens or self.config.max_output_tokens
-        if self.config.reasoning_effort is not None:
-            params["reasoning_effort"] = self.config.reasoning_effort
-        return params
-
-    def _adapt(self, err: openai.APIStatusError, params: dict[str, Any]) -> str | None:
-        """Change the request shape for good if the 400 says a parameter is not taken."""
-        if "temperature" in params and refuses(err, "temperature"):
-            self._send_temperature = False
-            note = f"{self.config.model} refuses `temperature`: sent without it from now on"
-        elif not self._token_param_switched and refuses(err, self._token_param):
-            old, self._token_param = self._token_param, _other_token_param(self._token_param)
-            self._token_param_switched = True
-            note = f"{self.config.model} refuses `{old}`: sent `{self._token_param}` from now on"
-        else:
-            return None
-        log.warning("%s (%s)", note, self.where)
-        return note
-
     def _context(self, call: _Call) -> CallContext:
         return CallContext(self.config, self.where, self._key, call.attempts, call.seconds())
-
-    def _reply(self, body: str, call: _Call, params: dict[str, Any]) -> Reply:
-        completion = parse_completion(body)
-        notes = call.notes
-        choice = completion.choices[0]
-        usage = completion.usage or Usage()
-        prompt_tokens, completion_tokens = usage.prompt_tokens, usage.completion_tokens
-        model = completion.model or self.config.model
-        if prompt_tokens is None or completion_tokens is None:
-            # Counted as an upper bound, so that the spend caps still hold (client.py).
-            text = choice.message.content or ""
-            prompt_tokens, completion_tokens = usage_upper_bound(
-                params["messages"], text, params[self._token_param]
-            )
-            notes.append(
-                f"the server sent no token usage: counted as an upper bound, {prompt_tokens} "
-                f"prompt tokens (one per byte) and {completion_tokens} completion tokens (the "
-                "output limit)"
-            )
-            if not self._warned_usage:
-                log.warning("%s sends no token usage: %s", self.where, notes[-1])
-                self._warned_usage = True
-        cost = self.config.cost_usd(model, prompt_tokens, completion_tokens)
-        if cost is None and model != self.config.model:
-            cost = self.config.cost_usd(self.config.model, prompt_tokens, completion_tokens)
-        if choice.message.refusal:
-            notes.append(f"the model refused: {choice.message.refusal[:300]}")
-        elif not choice.message.content:
-            notes.append(
-                f"the reply has no text (finish_reason {choice.finish_reason}; 'length' "
-                "means max_output_tokens ran out, on reasoning models often in reasoning)"
-            )
-        return Reply(
-            text=choice.message.content or "",
-            model=model,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-            cost_usd=cost,
-            finish_reason=choice.finish_reason,
-            seconds=call.seconds(),
-            attempts=call.attempts,
-            notes=notes,
-        )
-
-
-def _other_token_param(name: str) -> str:
-    return TOKEN_PARAMS[1] if name == TOKEN_PARAMS[0] else TOKEN_PARAMS[0]

@@ -3,7 +3,8 @@
 No LLM and no API key: the reference is traced with torch.fx; library ops (matmul, conv, norms,
 softmax, reductions...) stay PyTorch calls and every maximal group of connected pointwise ops
 becomes one C++ (OpenMP) or CUDA kernel. The result is a normal candidate, verified like any
-other, and it seeds the LLM search with a strong first child.
+other, and it seeds the LLM search with a strong first child; one that the static checks
+(``harness.static.python``) would refuse is not proposed.
 
     proposal = propose(problem)   # in a sandboxed worker: the module is the pull request's code
     if proposal.candidate is not None: ...
@@ -30,6 +31,7 @@ from harness.records import Candidate, Problem
 from harness.sandbox import lifetime
 from harness.sandbox.bubblewrap import problem_view
 from harness.sandbox.run import run_worker
+from harness.static.python import check_python
 
 __all__ = ["Proposal", "propose", "propose_here"]
 
@@ -101,6 +103,10 @@ def propose_here(problem: Problem) -> Proposal:
     except (CannotCopy, CannotEmit) as err:
         return Proposal(reason=f"cannot write the candidate module: {err}")
     source = module_source(summary, list(kernels.values()), problem.device, constructor, forward)
+    if refused := check_python(source, problem.class_name, problem.dtype):
+        # The names it writes come from the module (attributes, arguments): one the static
+        # checks refuse would only make a candidate rejected before it runs.
+        return Proposal(reason=f"the candidate written fails the static checks: {refused[0]}")
     candidate = Candidate(source=source, origin="offline", note=summary)
     return Proposal(candidate=candidate, reason=summary, fused_chains=len(kernels))
 

@@ -18,31 +18,11 @@ import torch.nn.functional as F
 from torch.fx import Node
 
 from agents.offline.kernel import FusedKernel
+from harness.static.python_rules import FORBIDDEN_CALLS
 
-# Names the candidate needs, and names the static gate rejects even as variables.
-RESERVED = {
-    "self",
-    "torch",
-    "nn",
-    "F",
-    "math",
-    "load_inline",
-    "super",
-    "_ext",
-    "getattr",
-    "setattr",
-    "delattr",
-    "eval",
-    "exec",
-    "compile",
-    "globals",
-    "locals",
-    "vars",
-    "open",
-    "id",
-    "breakpoint",
-    "memoryview",
-}
+# Names the candidate needs, and the builtins the static checks refuse even as variables
+# (their own table): a value of the graph named like one is renamed.
+RESERVED = {"self", "torch", "nn", "F", "math", "load_inline", "super", "_ext"} | FORBIDDEN_CALLS
 _BINARY = {
     operator.add: "+",
     operator.sub: "-",

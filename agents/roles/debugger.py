@@ -11,16 +11,8 @@ from __future__ import annotations
 
 from agents.context import ContextWindow
 from agents.llm.client import Deadline, LLMClient, LLMConfig
-from agents.roles.parse import parse_candidate
-from agents.roles.prompting import (
-    ask,
-    kernel_values,
-    kernels_text,
-    reference_block,
-    require_role,
-    system_message,
-    user_message,
-)
+from agents.roles.answer import RoleSpec, answer, read_draft
+from agents.roles.prompting import kernel_values, kernels_text
 from agents.roles.records import Draft, RoleFailure
 from agents.untrusted import data_block
 
@@ -33,15 +25,13 @@ def debug(
     feedback: RoleFailure | None = None,
     deadline: Deadline | None = None,
 ) -> Draft | RoleFailure:
-    """A repaired version of ``window.selected`` (the failed candidate), or why there is none.
+    """A repaired version of ``window.selected`` (the failed candidate), or why there is none
+    (``agents.roles.answer.answer`` says what ``feedback`` and ``deadline`` are)."""
+    return answer(DEBUGGER, client, window, config, feedback=feedback, deadline=deadline)
 
-    ``feedback``: the failure of this role's previous reply at this step, shown to the model;
-    ``deadline``: when the call must have ended (the search's wall budget).
-    """
-    require_role(window, "debugger")
-    values = {
-        "reference_class": window.reference.class_name,
-        "original": reference_block(window.reference),
+
+def _values(window: ContextWindow) -> dict[str, str]:
+    return {
         **kernel_values("failed", window.selected),
         "plan": data_block(window.plan.strip() or "-", "the plan"),
         "log": data_block(
@@ -49,12 +39,6 @@ def debug(
         ),
         "siblings": kernels_text(window, "siblings"),
     }
-    messages = [system_message(window.reference), user_message("debugger", values, feedback)]
-    reply = ask(client, "debugger", messages, config, deadline)
-    if isinstance(reply, RoleFailure):
-        return reply
-    parsed = parse_candidate(reply, "debugger")
-    if isinstance(parsed, RoleFailure):
-        return parsed
-    source, note = parsed
-    return Draft(source=source, reply=reply, note=note)
+
+
+DEBUGGER = RoleSpec("debugger", _values, read_draft)

@@ -9,17 +9,10 @@ half grounded would have the coder guess where the rest goes.
 from __future__ import annotations
 
 from agents.context import ContextWindow
-from agents.llm.client import Deadline, LLMClient, LLMConfig
+from agents.llm.client import Deadline, LLMClient, LLMConfig, Reply
+from agents.roles.answer import RoleSpec, answer
 from agents.roles.parse import BEGINS, ENDS, parse_plan
-from agents.roles.prompting import (
-    ask,
-    kernel_values,
-    kernels_text,
-    reference_block,
-    require_role,
-    system_message,
-    user_message,
-)
+from agents.roles.prompting import kernel_values, kernels_text
 from agents.roles.records import Plan, RoleFailure
 from agents.untrusted import data_block
 
@@ -32,15 +25,13 @@ def plan(
     feedback: RoleFailure | None = None,
     deadline: Deadline | None = None,
 ) -> Plan | RoleFailure:
-    """A grounded plan for ``window.selected``, or the recorded reason there is none.
+    """A grounded plan for ``window.selected``, or the recorded reason there is none
+    (``agents.roles.answer.answer`` says what ``feedback`` and ``deadline`` are)."""
+    return answer(PLANNER, client, window, config, feedback=feedback, deadline=deadline)
 
-    ``feedback``: the failure of this role's previous reply at this step, shown to the model;
-    ``deadline``: when the call must have ended (the search's wall budget).
-    """
-    require_role(window, "planner")
-    values = {
-        "reference_class": window.reference.class_name,
-        "original": reference_block(window.reference),
+
+def _values(window: ContextWindow) -> dict[str, str]:
+    return {
         **kernel_values("selected", window.selected),
         "profile": data_block(window.profile.strip() or "-", "profiling feedback"),
         "children": kernels_text(window, "children"),
@@ -49,12 +40,14 @@ def plan(
         "begins": BEGINS,
         "ends": ENDS,
     }
-    messages = [system_message(window.reference), user_message("planner", values, feedback)]
-    reply = ask(client, "planner", messages, config, deadline)
-    if isinstance(reply, RoleFailure):
-        return reply
+
+
+def _read(reply: Reply, window: ContextWindow) -> Plan | RoleFailure:
     parsed = parse_plan(reply, window.selected.code)
     if isinstance(parsed, RoleFailure):
         return parsed
     spans, summary = parsed
     return Plan(spans=spans, summary=summary, reply=reply)
+
+
+PLANNER = RoleSpec("planner", _values, _read)

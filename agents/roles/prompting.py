@@ -1,4 +1,4 @@
-"""What the three roles share: the system message, kernel listings, the call to the model.
+"""What the three roles' prompts share: the system message, the request, kernel listings.
 
 The system message carries the candidate contract (generated from the gate's tables) and a
 complete example candidate for the device, read from ``examples/`` when the prompt is made, so
@@ -15,18 +15,8 @@ from pathlib import Path
 from agents.context import ContextWindow, KernelSummary, Reference
 from agents.contract import candidate_contract
 from agents.data import data_dir
-from agents.llm.client import (
-    Deadline,
-    LLMCallFailed,
-    LLMClient,
-    LLMConfig,
-    LLMDeadlineReached,
-    Message,
-    Reply,
-    Role,
-)
-from agents.roles.parse import failure
-from agents.roles.records import FailedCall, RoleFailure
+from agents.llm.client import Message
+from agents.roles.records import RoleFailure
 from agents.templates import render
 from agents.untrusted import data_block, data_rule
 
@@ -110,40 +100,3 @@ def kernels_text(window: ContextWindow, group: str) -> str:
 
 def speedup_text(speedup: float | None) -> str:
     return "n/a" if speedup is None else f"{speedup:.2f}x"
-
-
-def ask(
-    client: LLMClient,
-    role: Role,
-    messages: list[Message],
-    config: LLMConfig,
-    deadline: Deadline | None = None,
-) -> Reply | RoleFailure:
-    """One call at the role's temperature, ended by ``deadline``; a call that failed after
-    retries is a failure, which keeps the client's words and what the call cost.
-
-    ``LLMFatalError`` is not caught: nothing later in the run could succeed.
-    """
-    try:
-        return client.complete(
-            messages,
-            temperature=config.temperature_for(role),
-            max_tokens=config.max_output_tokens,
-            deadline=deadline,
-            role=role,
-        )
-    except LLMCallFailed as err:
-        failed = failure(role, "llm_call_failed", None, error=data_block(str(err), "the error"))
-        failed.call = FailedCall(
-            error=str(err),
-            seconds=err.seconds,
-            attempts=err.attempts,
-            out_of_time=isinstance(err, LLMDeadlineReached),
-        )
-        return failed
-
-
-def require_role(window: ContextWindow, role: Role) -> None:
-    """A window built for another role is our own bug: it lacks what this role needs."""
-    if window.role != role:
-        raise ValueError(f"the {role} was given a context window built for the {window.role}")
