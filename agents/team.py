@@ -163,7 +163,7 @@ class Team:
             error = f"{outcome.kind}: {outcome.detail}"
             return recorded(role, temperature, outcome.reply, error)
         failed = outcome.call  # the call itself failed: what it cost, in the client's words
-        assert failed is not None, "a failure without a reply is the call's (roles.prompting)"
+        assert failed is not None, "a failure without a reply is the call's (roles.answer)"
         return LLMCall(role=role, temperature=temperature, text="", seconds=failed.seconds,
                        attempts=failed.attempts, error=f"{outcome.kind}: {failed.error}")  # fmt: skip
 
