@@ -28,7 +28,8 @@ less its value at the start (so it includes the worker's CUDA context).
         [--only TEXT ...] [--repo DIR] [--work-dir DIR] [--scale-down N] [--repeat N]
     python -m bench reference --compare BEFORE.json[,MORE.json] AFTER.json[,MORE.json]
 
-Its parts: ``kb_yardstick.py`` (the worker start and the cases' own time, each in a fresh
+Its parts: ``bench_reference_measure.py`` (one problem's reference, its repeats and peaks, against
+the goal), ``kb_yardstick.py`` (the worker start and the cases' own time, each in a fresh
 process), ``kb_files.py`` (the problem files, scaled copies, the harness commit, the JSON
 written, leftover workers ended), ``device_memory.py`` (nvidia-smi's peak),
 ``bench_reference_tables.py`` (the progress line and the markdown tables).
@@ -55,8 +56,8 @@ import click
 import torch
 
 from bench import REPO_ENV
+from bench.bench_reference_measure import harness_root, measure_problem
 from bench.bench_reference_tables import compare_table, load_side, markdown_table, progress_line
-from bench.device_memory import MemoryPeak
 from bench.kb_files import (
     harness_version,
     kill_children,
@@ -65,17 +66,8 @@ from bench.kb_files import (
     sample_source,
     scaled_copy,
 )
-from bench.kb_yardstick import run_yardstick, worker_start_seconds
+from bench.kb_yardstick import worker_start_seconds
 from bench.results_format import BenchmarkRecord, new_record, write_record
-
-ROOT = Path(__file__).resolve().parent.parent
-MIB = 2**20
-
-
-def harness_root() -> Path:
-    """The checkout whose harness is measured: --repo's DIR in the command run again for it,
-    else this one."""
-    return Path(os.environ.get(REPO_ENV) or ROOT)
 
 
 def reexec_for_repo(repo: Path) -> None:
@@ -83,117 +75,12 @@ def reexec_for_repo(repo: Path) -> None:
     puts it first on the path before any harness module is imported), so that DIR's harness is
     measured here and in the workers it starts."""
     repo = repo.resolve()
-    if not (repo / "harness" / "reference.py").is_file():
-        sys.exit(f"--repo {repo}: no harness/problem/reference.py there")
+    layouts = ("harness/problem/reference.py", "harness/reference.py")  # now, and before
+    if not any((repo / layout).is_file() for layout in layouts):
+        sys.exit(f"--repo {repo}: no harness/problem/reference.py (or harness/reference.py) there")
     path = os.pathsep.join(p for p in [str(repo), os.environ.get("PYTHONPATH", "")] if p)
     env = dict(os.environ, PYTHONPATH=path, **{REPO_ENV: str(repo)})
     os.execve(sys.executable, [sys.executable, "-m", "bench", *sys.argv[1:]], env)
-
-
-# The harness is imported where it is used: --help and --compare work whatever state the
-# measured checkout is in.
-
-# --- one problem ---------------------------------------------------------------------------
-
-
-def measure_reference(path: Path, device: str, work: Path) -> dict:
-    """``Evaluator.reference`` end to end (with the comparator worker up, where the harness
-    has one); a UserError is the verdict, any other exception a bug."""
-    from harness.config import EvalConfig
-    from harness.errors import UserError
-    from harness.evaluate import Evaluator
-    from harness.problem.load import problem_from_target
-
-    row: dict = {"verdict": "ok", "ok": True}
-    with MemoryPeak(device) as memory:
-        at_start = memory.now()
-        start = time.perf_counter()
-        try:
-            problem = problem_from_target(str(path), device, "float32")
-            evaluator = Evaluator(EvalConfig(), seed=0, work_dir=work)
-            data = evaluator.reference(problem)
-        except UserError as err:
-            row.update(verdict=err.render(), ok=False)
-        except Exception as err:  # a bug in the harness: recorded, and the table goes on
-            row.update(verdict=f"bug: {type(err).__name__}: {err}", ok=False)
-        row["reference_s"] = time.perf_counter() - start
-        if row["ok"] and hasattr(evaluator, "close"):  # older checkouts have no comparator
-            evaluator.close()
-        peak, _ = memory.take()
-    row["smi_peak_bytes"] = _growth_bytes(at_start, peak)
-    if row["ok"]:
-        row.update(_report_fields(data.report))
-        row["recomputed"] = getattr(data, "recomputed", False)
-        del data, evaluator  # stored reference outputs: gigabytes in this process
-    return row
-
-
-def _growth_bytes(at_start: int | None, peak: int | None) -> int | None:
-    """The most device memory in use by all processes during the step (the value at its start
-    counts), less the value at its start: MiB in, bytes out; None where there is no start value
-    (off cuda, no nvidia-smi)."""
-    if at_start is None:
-        return None
-    peak = at_start if peak is None else max(peak, at_start)
-    return (peak - at_start) * MIB
-
-
-def _report_fields(report) -> dict:
-    # getattr only because this script also measures older checkouts (--repo, the "before"
-    # column): their ReferenceReport has case_names and lacks cases (CaseSpec records),
-    # peak_device_bytes and phase_seconds.
-    names = getattr(report, "case_names", None) or [c.name for c in getattr(report, "cases", [])]
-    return {
-        "case_names": list(names),
-        "audit_weak": report.audit.weak,
-        "strengthened": report.strengthened,
-        "device_name": report.device_name,
-        "peak_device_bytes": getattr(report, "peak_device_bytes", None),
-        "phase_seconds": getattr(report, "phase_seconds", None),
-    }
-
-
-def measure_problem(
-    path: Path, device: str, work_root: Path, worker_start: float, repeat: int = 1
-) -> dict:
-    """The reference ``repeat`` times (a fresh work directory each), the median run's row
-    (the first failure's, where one fails; the peaks are the most of any run), against the
-    yardstick."""
-    from harness.config import EvalConfig
-
-    runs = []
-    for _ in range(repeat):
-        work = Path(tempfile.mkdtemp(prefix="problem-", dir=work_root))
-        try:
-            runs.append(measure_reference(path, device, work))
-        finally:
-            shutil.rmtree(work, ignore_errors=True)  # the case files: up to tens of GB
-        if not runs[-1]["ok"]:
-            break
-    row = runs[-1] if not runs[-1]["ok"] else median_run(runs)
-    row["reference_runs_s"] = [run["reference_s"] for run in runs]
-    for key in ("smi_peak_bytes", "peak_device_bytes"):  # the most of any run, not the median's
-        peaks = [run[key] for run in runs if run.get(key) is not None]
-        if peaks:
-            row[key] = max(peaks)
-    config = EvalConfig()
-    most = (
-        config.seeds + config.shape_variants + int(config.wide_range) + int(config.strided_inputs)
-    )
-    cases = len(row.get("case_names") or []) or most
-    row["cases"], row["cases_from"] = cases, "report" if row.get("case_names") else "assumed"
-    row["yardstick"] = run_yardstick(path, device, cases, harness_root())
-    cases_s = sum(row["yardstick"].get("case_s", [float("nan")]))
-    row["goal_s"] = worker_start + 3 * cases_s
-    row["ratio"] = row["reference_s"] / row["goal_s"]
-    row["goal_met"] = bool(row["ok"] and row["ratio"] <= 1)
-    return row
-
-
-def median_run(runs: list[dict]) -> dict:
-    """The run whose reference time is the median (the lower middle of an even count)."""
-    ordered = sorted(runs, key=lambda run: run["reference_s"])
-    return ordered[(len(ordered) - 1) // 2]
 
 
 # --- the run -------------------------------------------------------------------------------

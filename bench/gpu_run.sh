@@ -33,9 +33,10 @@
 # resumed run after run from .kb/sweep/), kbfiles (kb-sweep on the files in KP_KB_FILES),
 # streamgate (bench/gpu_stream_gate.py: the stream entries, the gate on and off), scripted (the
 # agent team with scripted replies), prflow (the pull-request flow against the fake GitHub on a
-# cuda module: bench/gpu_pr_flow.py, its comment, review and follow-up files into $OUT/prflow),
-# nightly (bench/gpu_nightly.py: three nights over a shipped kernel, the history and its plot
-# into $OUT/nightly), pack (.kp-cache/ into $OUT/kp-cache.tgz.part-* in parts of 15 MB).
+# cuda module: tests/test_gpu_flows.py -k pull_request_flow, its comment, review and follow-up
+# files into $OUT/prflow.tgz), nightly (tests/test_gpu_flows.py -k three_nights: three nights
+# over a shipped kernel and the examples, the history and its plots into $OUT/nightly.tgz), pack
+# (.kp-cache/ into $OUT/kp-cache.tgz.part-* in parts of 15 MB).
 # Logs and results go to $OUT (or /tmp/kp-out), the environment record to $OUT/env.txt.
 set -uo pipefail
 OUT=${OUT:-/tmp/kp-out}
@@ -81,6 +82,11 @@ set -- "${@:-build}"
 corpus() {  # corpus NAME LIMIT SELECTION: the CUDA corpus entries whose id matches SELECTION
   stage "$1" "$2" python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_corpus.py -rA \
     --durations=0 -k "$3" --junitxml="$OUT/$1.xml"
+}
+flows() {  # flows NAME LIMIT SELECTION: the test of tests/test_gpu_flows.py matching SELECTION,
+  # its files kept under $OUT/NAME
+  stage "$1" "$2" python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu_flows.py -rA \
+    -k "$3" --basetemp "$OUT/$1" --junitxml="$OUT/$1.xml"
 }
 kbref() {  # kbref SIDE OPTIONS...: bench_reference on .kb/problems, one column of the table
   local side=$1
@@ -158,11 +164,12 @@ for what in "$@"; do
         --script gelu_scale_residual_cuda.json --seed 1 --out /tmp/kp-scripted)
       cp /tmp/kp-scripted/report.json "$OUT/scripted-report.json"
       cp /tmp/kp-scripted/trajectory-*.json "$OUT/scripted-trajectory.json" ;;
-    prflow)  # the PR flow against the fake GitHub on a cuda module (bench/gpu_pr_flow.py)
-      stage prflow 540 python3 -m bench.gpu_pr_flow --out "$OUT/prflow"
+    prflow)  # the PR flow against the fake GitHub on a cuda module (tests/test_gpu_flows.py);
+      # --basetemp keeps what GitHub would show and the jobs' logs under $OUT/prflow
+      flows prflow 540 pull_request_flow
       tar -czf "$OUT/prflow.tgz" -C "$OUT" prflow && rm -rf "$OUT/prflow" ;;  # one file comes back
-    nightly)  # the nightly run over a shipped kernel, three nights (bench/gpu_nightly.py)
-      stage nightly 540 python3 -m bench.gpu_nightly --out "$OUT/nightly"
+    nightly)  # the nightly run over a shipped kernel and the examples, three nights (the same file)
+      flows nightly 540 three_nights
       tar -czf "$OUT/nightly.tgz" -C "$OUT" nightly && rm -rf "$OUT/nightly" ;;
     pack) tar -czf - .kp-cache | split -b 15m - "$OUT/kp-cache.tgz.part-"
           ls -la "$OUT"/kp-cache.tgz.part-* ;;

@@ -1,4 +1,4 @@
-"""A pull request's world for the PR-flow tests and the GPU run (bench/gpu_pr_flow.py): a real
+"""A pull request's world for the PR-flow tests (on cpu and on cuda: tests/test_gpu_flows.py): a real
 git checkout with a changed module, the same commits seeded on the fake GitHub server, and the
 workflow's jobs run as the action runs them (the CLI in a subprocess, GitHub Actions'
 environment, an event file)."""
