@@ -78,6 +78,17 @@ class SearchConfig(BaseModel):
         description="The first children grow from the reference itself (the offline kernel "
         "counts): the model's own design before it refines the best kernel.",
     )
+    root_children: int = Field(
+        default=4,
+        ge=1,
+        description="Children the reference grows at most; then only kernels are refined.",
+    )
+    prune_after: int = Field(
+        default=3,
+        ge=1,
+        description="A node with this many children, all failed, grows no more (its subtree is "
+        "given up).",
+    )
     attempts: int = Field(default=30, ge=1, description="Candidates per target, at most.")
     max_seconds: float | None = Field(default=None, gt=0, description="Wall time per target.")
     max_tokens: int | None = Field(default=None, gt=0, description="LLM tokens per target.")
@@ -123,7 +134,7 @@ def search(
         while not (stop := budget.exhausted()):
             lifetime.check()  # a stop signal whose exception was lost (a finalizer) ends it here
             rng = random.Random(f"{trajectory.seed}:{trajectory.steps}")  # the same on resume
-            strategy = make_strategy(config.strategy, rng, config.epsilon, config.root_first)
+            strategy = make_strategy(config, rng)
             node = strategy.select(tree)
             children: list[Node] = []
             out_of_time = False

@@ -25,13 +25,19 @@ REPLY_CHARS_KEPT = 20_000  # of each reply, in the trajectory
 
 
 class TeamConfig(BaseModel):
-    """How the roles are asked."""
+    """How the roles are asked ([tool.kernelpilot.search], beside the search's own keys)."""
+
+    model_config = {"extra": "forbid"}
 
     retries_per_role: int = Field(
-        default=1, description="Times a role is asked again at a step after an unusable reply."
+        default=1,
+        ge=0,
+        description="Times a role is asked again at a step after an unusable reply.",
     )
-    leaderboard: int = Field(default=3, description="Best kernels the planner sees (top-r).")
-    context_tokens: int = Field(default=24_000, description="Token budget of a role's context.")
+    leaderboard: int = Field(default=3, ge=1, description="Best kernels the planner sees (top-r).")
+    context_tokens: int = Field(
+        default=24_000, gt=0, description="Token budget of a role's context."
+    )
 
 
 class Proposal(BaseModel):

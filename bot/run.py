@@ -19,11 +19,13 @@ from pydantic import BaseModel, Field
 from agents.llm.client import LLMConfig, LLMFatalError
 from agents.loop import SearchConfig, run_spend
 from agents.search.budget import RunSpend
+from agents.team import TeamConfig
 from agents.trajectory import Trajectory
 from bot.render import write_report
 from bot.report import Report, TargetReport
+from bot.settings import Settings, reader
 from harness.builds.cache import default_cache_dir
-from harness.config import EvalConfig, find_pyproject, load_project_config
+from harness.config import EvalConfig
 from harness.errors import UserError
 from harness.evaluate import Evaluator, WeakSpecError
 from harness.problem.load import problem_from_target, problems_from_project
@@ -35,6 +37,9 @@ class RunOptions(BaseModel):
     """What a run was asked for, whoever asked (CLI flags, action inputs, the nightly job)."""
 
     device: str = Field(description="cpu or cuda (already resolved from auto).")
+    settings: Settings = Field(
+        description="The project's settings, read once where the run starts (bot.settings)."
+    )
     dtype: str | None = Field(default=None, description="None: float32, or the config's.")
     out_dir: Path = Field(default=Path("kernelpilot-out"), description="Where reports go.")
     seed: int | None = Field(default=None, description="Fixed correctness seeds, or random.")
@@ -54,9 +59,6 @@ class RunOptions(BaseModel):
     )
     max_seconds: float | None = Field(default=None, description="Override search.max_seconds.")
     resume: Path | None = Field(default=None, description="A trajectory to continue.")
-    project_dir: Path | None = Field(
-        default=None, description="Where the project's pyproject.toml is looked for (None: here)."
-    )
     sandbox: Literal["bubblewrap", "off"] = Field(
         default_factory=lambda: sandbox_from_environment(os.environ),
         description="How workers that run the module's and candidates' code are isolated "
@@ -100,14 +102,10 @@ def sandbox_from_environment(environ: Mapping[str, str]) -> Literal["bubblewrap"
 Progress = Callable[[str], None]
 
 
-def project_eval_config(options: RunOptions, start: Path | None = None) -> EvalConfig:
-    """The nearest project's ``[tool.kernelpilot.eval]`` (defaults without one), with the
-    run's overrides: every command verifies and times under the project's settings."""
-    if options.eval_config is not None:
-        config = options.eval_config
-    else:
-        pyproject = find_pyproject(start or options.project_dir or Path.cwd())
-        config = load_project_config(pyproject).eval if pyproject else EvalConfig()
+def project_eval_config(options: RunOptions) -> EvalConfig:
+    """The project's ``[tool.kernelpilot.eval]`` (defaults without one), with the run's
+    overrides: every command verifies and times under the project's settings."""
+    config = options.settings.eval if options.eval_config is None else options.eval_config
     updates: dict = {}
     if options.compile_baseline is not None:
         updates["compile_baseline"] = options.compile_baseline
@@ -124,24 +122,23 @@ def project_eval_config(options: RunOptions, start: Path | None = None) -> EvalC
     return config.model_copy(update=updates)
 
 
-def resolve_targets(
-    targets: list[str], options: RunOptions, start: Path | None = None
-) -> list[Problem | TargetReport]:
+def resolve_targets(targets: list[str], options: RunOptions) -> list[Problem | TargetReport]:
     """Each target as a Problem, or as an error row saying why it could not be resolved.
-    No target: every target configured in the nearest project (from ``start``, or here)."""
+    No target: every target the run's project configures."""
+    project = options.settings.project_targets()
     if not targets:
-        pyproject = find_pyproject(start or Path.cwd())
-        if pyproject is None:
+        if project is None:
             raise UserError(
                 "no target given and no pyproject.toml with [tool.kernelpilot] here or above",
                 fix="pass a target (kernelpilot optimize examples/fused_gelu_block.py) or "
                 "configure one",
             )
-        return list(problems_from_project(pyproject, options.device, options.dtype))
+        return list(problems_from_project(project, options.device, options.dtype))
+    read = reader(options.settings)  # a target's own project is read once, the run's not again
     resolved: list[Problem | TargetReport] = []
     for target in targets:
         try:
-            resolved.append(problem_from_target(target, options.device, options.dtype))
+            resolved.append(problem_from_target(target, options.device, options.dtype, read))
         except UserError as err:
             folder = Path(target.partition(":")[0])
             if target.strip() and folder.is_dir():
@@ -168,23 +165,18 @@ def run_targets(
     targets: list[Problem | TargetReport], options: RunOptions, progress: Progress
 ) -> Report:
     """Optimize every resolved target; rows for the others. Writes the report as it goes."""
-    from bot.team import choose_llm, llm_config, project, search_config
+    from bot.proposer import run_llm
 
     resume = Trajectory.load(options.resume) if options.resume else None
     seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**31)
     if resume is not None:
         seed = resume.seed
-    provider = choose_llm(options.llm, project(options.project_dir)[0].llm)
-    llm = (
-        None
-        if provider == "offline"
-        else llm_config(provider, _llm_overrides(options), options.project_dir)
-    )
+    settings = options.settings
+    llm = run_llm(settings, options.llm, {"model": options.model, "script": options.script})
     progress(f"proposer: {'offline (no LLM)' if llm is None else f'LLM team, {llm.model}'}")
-    search = search_config(
+    search = settings.search_config(
         {"attempts": options.attempts, "max_cost_usd": options.max_cost_usd,
-         "run_max_cost_usd": options.run_max_cost_usd, "max_seconds": options.max_seconds},
-        options.project_dir,
+         "run_max_cost_usd": options.run_max_cost_usd, "max_seconds": options.max_seconds}
     )  # fmt: skip
     config = project_eval_config(options)
     evaluator = Evaluator(config, seed, progress=progress)
@@ -198,6 +190,7 @@ def run_targets(
             run = TargetRun(
                 llm=llm,
                 search=search,
+                team=settings.team,
                 seed=seed,
                 resume=resume,
                 out_dir=options.out_dir,
@@ -209,10 +202,6 @@ def run_targets(
     return report
 
 
-def _llm_overrides(options: RunOptions) -> dict:
-    return {"model": options.model, "script": options.script}
-
-
 class TargetRun(BaseModel):
     """How one target is searched: the LLM (None: offline only), budgets, seeds."""
 
@@ -220,6 +209,7 @@ class TargetRun(BaseModel):
 
     llm: LLMConfig | None
     search: SearchConfig
+    team: TeamConfig = Field(description="How the LLM team's roles are asked.")
     seed: int
     resume: Trajectory | None = None
     out_dir: Path
@@ -231,11 +221,11 @@ def optimize_target(
 ) -> TargetReport:
     """One target's row: its best verified kernel, or why there is none."""
     from agents.optimize import optimize_problem
-    from bot.team import make_team
+    from bot.proposer import make_team
 
     resume = run.resume if run.resume and run.resume.target == problem.name else None
     try:
-        team = make_team(run.llm, problem, progress) if run.llm else None
+        team = make_team(run.llm, run.team, problem, progress) if run.llm else None
         attempt = optimize_problem(
             problem,
             evaluator,

@@ -1,8 +1,10 @@
-"""Configuration: the harness settings and the ``[tool.kernelpilot]`` table that maps onto them."""
+"""The harness's configuration (how candidates are verified and timed, the targets) and the
+reading of pyproject.toml files; the whole ``[tool.kernelpilot]`` table is ``bot.settings``."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -133,68 +135,72 @@ class TargetConfig(BaseModel):
     rtol: float | None = Field(default=None, description="Relative tolerance override.")
 
 
-class ProjectConfig(BaseModel):
-    """The ``[tool.kernelpilot]`` table of a repository's pyproject.toml."""
+class ProjectTargets(BaseModel):
+    """The targets one pyproject.toml configures, and its dtype: what the harness reads of a
+    ``[tool.kernelpilot]`` table (the rest of it is other layers' settings, ``bot.settings``)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    device: str = Field(default="auto", description="'auto', 'cpu' or 'cuda'.")
-    dtype: str = Field(default="float32", description="float32, float16 or bfloat16.")
+    pyproject: Path = Field(description="The file that configures them.")
+    dtype: str = Field(default="float32", description="The project's dtype.")
     targets: list[TargetConfig] = Field(default_factory=list, description="Modules to optimize.")
-    eval: EvalConfig = Field(default_factory=EvalConfig, description="Verification and timing.")
-    llm: dict = Field(
-        default_factory=dict,
-        description="[tool.kernelpilot.llm]: the LLM team's endpoint, model, temperatures and "
-        "prices (checked by agents.llm.LLMConfig; the harness does not read it).",
-    )
-    search: dict = Field(
-        default_factory=dict,
-        description="[tool.kernelpilot.search]: strategy, budgets (checked by agents.loop).",
-    )
-    nightly: dict = Field(
-        default_factory=dict,
-        description="[tool.kernelpilot.nightly]: regression thresholds (checked by "
-        "bot.nightly.regression.RegressionConfig).",
-    )
+
+
+TableReader = Callable[[Path], "dict | None"]
+
+
+def kernelpilot_table(pyproject: Path) -> dict | None:
+    """The ``[tool.kernelpilot]`` table of a pyproject.toml on disk; None without one."""
+    found = read_toml(pyproject).get("tool", {}).get("kernelpilot")
+    return found if isinstance(found, dict) else None
+
+
+def nearest_project(start: Path, read: TableReader = kernelpilot_table) -> tuple[Path, dict] | None:
+    """The nearest pyproject.toml at or above ``start`` that has a [tool.kernelpilot] table, and
+    that table; ``read`` reads a file's table (a run's reader reads each file once)."""
+    for folder in [start, *start.parents]:
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            table = read(candidate)
+            if table is not None:
+                return candidate, table
+    return None
 
 
 def find_pyproject(start: Path) -> Path | None:
     """The nearest pyproject.toml at or above ``start`` that has a [tool.kernelpilot] table."""
-    for folder in [start, *start.parents]:
-        candidate = folder / "pyproject.toml"
-        if candidate.is_file() and "kernelpilot" in _read_toml(candidate).get("tool", {}):
-            return candidate
-    return None
+    found = nearest_project(start)
+    return found[0] if found else None
 
 
-def load_project_config(pyproject: Path) -> ProjectConfig:
-    table = _read_toml(pyproject).get("tool", {}).get("kernelpilot", {})
-    return project_config(table, str(pyproject))
-
-
-def project_config(table: dict, where: str) -> ProjectConfig:
-    """A ``[tool.kernelpilot]`` table (from a file, or a file at a commit) as the checked
-    config; a bad key is a UserError naming it."""
-    if "sandbox" in table.get("eval", {}):
-        raise UserError(
-            "the sandbox cannot be set in pyproject.toml (a pull request could switch it off)",
-            where=f"{where}: tool.kernelpilot.eval.sandbox",
-            fix="remove the key; pass --sandbox off (or KERNELPILOT_SANDBOX=off) for trusted "
-            "code only",
-        )
+def project_targets(start: Path, read: TableReader = kernelpilot_table) -> ProjectTargets | None:
+    """The targets and dtype of the nearest project at or above ``start``; None without one.
+    Only those keys are checked here: the whole table is ``bot.settings``'s to check."""
+    found = nearest_project(start, read)
+    if found is None:
+        return None
+    pyproject, table = found
     try:
-        return ProjectConfig.model_validate(table)
+        return ProjectTargets.model_validate(
+            {"pyproject": pyproject, "dtype": table.get("dtype", "float32"),
+             "targets": table.get("targets", [])}
+        )  # fmt: skip
     except ValidationError as err:
-        first = err.errors()[0]
-        key = ".".join(str(part) for part in first["loc"])
-        raise UserError(
-            f"invalid [tool.kernelpilot] setting: {first['msg']}",
-            where=f"{where}: tool.kernelpilot.{key}",
-            fix="see the README's configuration section for the allowed keys and values",
-        ) from None
+        raise setting_error(err, str(pyproject), "tool.kernelpilot") from None
 
 
-def _read_toml(path: Path) -> dict:
+def setting_error(err: ValidationError, where: str, prefix: str) -> UserError:
+    """A bad setting as a UserError naming its file (``where``) and key (the first of
+    ``err``'s, under the table ``prefix``), and where the allowed ones are listed."""
+    first = err.errors()[0]
+    key = ".".join(str(part) for part in [prefix, *first["loc"]])
+    return UserError(
+        f"invalid [tool.kernelpilot] setting: {first['msg']}",
+        where=f"{where}: {key}",
+        fix="see the README's configuration section for the allowed keys and values",
+    )
+
+
+def read_toml(path: Path) -> dict:
+    """A TOML file on disk, parsed; a UserError naming it when it is not UTF-8 or not TOML."""
     text = read_user_text(path, "pyproject.toml")
     try:
         return tomllib.loads(text)

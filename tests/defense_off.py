@@ -134,7 +134,7 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "sandbox_not_from_pyproject",
-        "harness/config.py",
+        "bot/settings.py",
         '    if "sandbox" in table.get("eval", {}):',
         "    if False:",
         ("tests/test_trust_levels.py::test_pyproject_cannot_switch_the_sandbox_off",),

@@ -11,6 +11,7 @@ from bot.pr.comment import render_comment
 from bot.pr.flow import _judged_by_base
 from bot.pr.results import PullResults
 from bot.run import RunOptions, project_eval_config
+from bot.settings import load_settings
 from harness.judge.tolerance import tolerance_for
 from harness.problem.load import problem_from_target
 from tests.gitrepo import commit, git, init
@@ -100,7 +101,7 @@ def test_a_target_the_pr_adds_gets_no_tolerance_looser_than_its_dtypes_default(r
 def test_measure_runs_with_the_base_settings_whatever_the_head_says(repo, tmp_path):
     root, base, head = repo
     results = PullResults(mode="pull_request", repository="o/r", pull_number=1, commit=head)
-    options = RunOptions(device="cpu", project_dir=root, out_dir=tmp_path / "out")
+    options = RunOptions(device="cpu", settings=load_settings(root), out_dir=tmp_path / "out")
     assert project_eval_config(options).shape_variants == 0  # the head's file, read as is
     options, hold = _judged_by_base(results, root, base, head, options)
     config = project_eval_config(options)

@@ -10,6 +10,7 @@ import pytest
 
 from bot.nightly.configured import configured_targets, missing
 from bot.nightly.history import LocalStore
+from bot.settings import load_settings
 from harness.config import EvalConfig
 from harness.errors import UserError
 from harness.judge.baseline import time_baselines
@@ -118,7 +119,7 @@ def test_a_target_is_missing_when_its_file_or_its_class_is_gone(tmp_path):
     root = init(tmp_path)
     commit(root, {"pyproject.toml": PROJECT.replace("models/scale.py", "src/../models/scale.py"),
                   "models/scale.py": MODULE}, "base")  # fmt: skip
-    [target] = configured_targets(root)
+    [target] = configured_targets(root, load_settings(root))
     assert (target.module_path, target.benchmark) == ("models/scale.py", BENCHMARK)
     assert missing(root, target) is None
     renamed = commit(root, {"models/scale.py": MODULE.replace("class Scale", "class Scaled")})

@@ -74,13 +74,14 @@ def test_a_plainly_slower_kernel_reads_slower_even_when_too_few_samples_leave_no
 
 def test_the_projects_eval_settings_apply_to_targets_given_on_the_command_line(tmp_path):
     from bot.run import RunOptions, project_eval_config
+    from bot.settings import load_settings
 
     (tmp_path / "pyproject.toml").write_text(
         "[tool.kernelpilot]\n[tool.kernelpilot.eval]\nseeds = 7\ntime_budget_s = 0.2\n"
     )
     (tmp_path / "sub").mkdir()
-    options = RunOptions(device="cpu", time_budget_s=0.5)
-    config = project_eval_config(options, start=tmp_path / "sub")
+    options = RunOptions(device="cpu", settings=load_settings(tmp_path / "sub"), time_budget_s=0.5)
+    config = project_eval_config(options)
     assert config.seeds == 7 and config.time_budget_s == 0.5  # the flag wins over the file
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from bot.run import RunOptions, cache_scope, project_eval_config
-from harness.config import project_config
+from bot.settings import Settings, settings_from_table
 from harness.errors import UserError
 from tests.fake_github import FakeGitHub
 from tests.prflow import NUMBER, REPO, Job, Project
@@ -16,7 +16,7 @@ from tests.prflow import NUMBER, REPO, Job, Project
 
 def test_pyproject_cannot_switch_the_sandbox_off():
     with pytest.raises(UserError) as raised:
-        project_config({"eval": {"sandbox": "off"}}, "pyproject.toml")
+        settings_from_table({"eval": {"sandbox": "off"}}, "pyproject.toml")
     assert "tool.kernelpilot.eval.sandbox" in raised.value.where
 
 
@@ -39,7 +39,7 @@ def test_each_kind_of_run_builds_into_a_cache_of_its_own(event, scope, tmp_path,
         monkeypatch.setenv("GITHUB_EVENT_NAME", event)
     else:
         monkeypatch.delenv("GITHUB_EVENT_NAME", raising=False)
-    config = project_eval_config(RunOptions(device="cpu"), start=tmp_path)
+    config = project_eval_config(RunOptions(device="cpu", settings=Settings()))
     assert config.cache_dir == tmp_path / "build" / scope
 
 
@@ -48,16 +48,16 @@ def test_a_pull_request_and_the_nightly_never_share_a_build_folder(tmp_path, mon
     folders = set()
     for event in ("pull_request_target", "schedule", "workflow_dispatch"):
         monkeypatch.setenv("GITHUB_EVENT_NAME", event)
-        folders.add(project_eval_config(RunOptions(device="cpu"), start=tmp_path).cache_dir)
+        folders.add(project_eval_config(RunOptions(device="cpu", settings=Settings())).cache_dir)
     assert len(folders) == 3
 
 
 def test_the_sandbox_setting_is_the_environments_alone(monkeypatch):
     monkeypatch.setenv("KERNELPILOT_SANDBOX", "off")
-    assert RunOptions(device="cpu").sandbox == "off"
+    assert RunOptions(device="cpu", settings=Settings()).sandbox == "off"
     monkeypatch.setenv("KERNELPILOT_SANDBOX", "nonsense")
     with pytest.raises(UserError):
-        RunOptions(device="cpu")
+        RunOptions(device="cpu", settings=Settings())
 
 
 def _measure(project: Project, fake_github: FakeGitHub, tmp_path, fork: bool):

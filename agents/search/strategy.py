@@ -9,10 +9,13 @@ once it has its cap of children, and subtrees whose children all failed.
 from __future__ import annotations
 
 import random
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from agents.search.tree import Node, Tree
 from harness.records import Status
+
+if TYPE_CHECKING:  # agents.loop imports this module
+    from agents.loop import SearchConfig
 
 
 class Strategy(Protocol):
@@ -82,11 +85,12 @@ def _failed_in_kernelpilot(node: Node) -> bool:
     return node.result is not None and node.result.status is Status.harness_error
 
 
-def make_strategy(
-    name: str, rng: random.Random, epsilon: float = 0.3, root_first: int = 2
-) -> Strategy:
-    if name == "greedy":
-        return Greedy(root_first=root_first)
-    if name == "epsilon-greedy":
-        return EpsilonGreedy(rng, epsilon, root_first=root_first)
-    raise ValueError(f"unknown search strategy {name!r}: greedy or epsilon-greedy")
+def make_strategy(config: SearchConfig, rng: random.Random) -> Strategy:
+    """The strategy ``config`` names, with its knobs (``[tool.kernelpilot.search]``)."""
+    shape = {"root_children": config.root_children, "prune_after": config.prune_after,
+             "root_first": config.root_first}  # fmt: skip
+    if config.strategy == "greedy":
+        return Greedy(**shape)
+    if config.strategy == "epsilon-greedy":
+        return EpsilonGreedy(rng, config.epsilon, **shape)
+    raise ValueError(f"unknown search strategy {config.strategy!r}: greedy or epsilon-greedy")

@@ -26,6 +26,7 @@ from bot.cli.options import (
 from bot.render import render_terminal, write_report
 from bot.report import Report, TargetReport
 from bot.run import RunOptions, project_eval_config, resolve_targets, run_targets
+from bot.settings import load_settings, reader
 from harness.devices import check_toolchain, resolve_device
 from harness.evaluate import Evaluator
 from harness.files import read_user_text
@@ -133,7 +134,7 @@ def evaluate(
     def action() -> None:
         options = run_options(device, dtype, out_dir, seed, no_compile_baseline, time_budget)
         check_toolchain(options.device)
-        spec = problem_from_target(str(problem), options.device, dtype)
+        spec = problem_from_target(str(problem), options.device, dtype, reader(options.settings))
         source = read_user_text(candidate, "candidate file")
         evaluator = Evaluator(project_eval_config(options), seed, progress=progress)
         result = evaluator.evaluate(spec, Candidate(source=source, origin="user"))
@@ -163,8 +164,11 @@ def audit(problem, device, dtype, seed, verbose) -> None:
     def action() -> None:
         from harness.problem.reference import reference_data
 
-        options = RunOptions(device=resolve_device(device), dtype=dtype, seed=seed)
-        spec = problem_from_target(str(problem), options.device, dtype)
+        settings = load_settings()
+        options = RunOptions(
+            device=resolve_device(device), settings=settings, dtype=dtype, seed=seed
+        )
+        spec = problem_from_target(str(problem), options.device, dtype, reader(settings))
         data = reference_data(spec, project_eval_config(options), seed)
         report = data.report.audit
         if not report.weak:

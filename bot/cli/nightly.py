@@ -43,7 +43,6 @@ from bot.nightly.run import (
     run_nightly,
 )
 from bot.run import project_eval_config
-from bot.team import nightly_config
 from harness.devices import check_toolchain
 from harness.errors import UserError
 from harness.files import output_folder
@@ -106,7 +105,7 @@ def nightly(
         store = _store(history_dir, branch)
         with commands_stopped():
             report = run_nightly(
-                repo, options.device, store, project_eval_config(options), nightly_config(repo.resolve()),
+                repo, options.device, store, project_eval_config(options), options.settings,
                 progress, seed,
             )  # fmt: skip
         on_github = isinstance(store, HistoryStore)

@@ -34,7 +34,6 @@ from bot.nightly.history import GitHistory
 from bot.nightly.results import Expected, load_nightly_results
 from bot.nightly.run import NightlyReport, measure_night, record_night
 from bot.run import project_eval_config
-from bot.team import nightly_config
 from harness.devices import check_toolchain
 from harness.errors import UserError
 
@@ -75,7 +74,7 @@ def nightly_measure_command(
         with commands_stopped():
             results = measure_night(
                 repo, options.device, GitHistory(repo.resolve(), branch).load(),
-                project_eval_config(options), nightly_config(repo.resolve()), progress, seed,
+                project_eval_config(options), options.settings, progress, seed,
                 env.run_url, env.repository,
             )  # fmt: skip
             results.save(out_dir)

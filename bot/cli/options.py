@@ -13,7 +13,7 @@ import click
 
 from bot.cli.out_dir import claim_option
 from bot.run import RunOptions
-from bot.team import project
+from bot.settings import load_settings
 from harness.devices import resolve_device
 from harness.errors import HarnessError, UserError
 from harness.sandbox import lifetime
@@ -167,13 +167,13 @@ def run_command(verbose: bool, action, interrupted: Callable[[], str] | None = N
 
 
 def run_options(device, dtype, out_dir, seed, no_compile: bool, budget, start=None) -> RunOptions:
-    """The run's options; ``--device auto`` defers to the project's ``device`` setting (which is
-    itself auto by default), found from ``start`` (default: here)."""
-    if device == "auto":
-        device = project(start)[0].device
+    """The run's options, with the project's settings read once (the nearest pyproject.toml at
+    or above ``start``, default here); ``--device auto`` defers to the project's ``device``
+    setting (which is itself auto by default)."""
+    settings = load_settings(start)
     return RunOptions(
-        device=resolve_device(device),
-        project_dir=start,
+        device=resolve_device(settings.device if device == "auto" else device),
+        settings=settings,
         dtype=dtype,
         out_dir=out_dir,
         seed=seed,

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from bot.git import MAX_FILE_BYTES, REGULAR_MODES, decoded_path, git, read_blobs
-from harness.config import project_config
+from bot.settings import settings_from_table
 from harness.errors import UserError
 
 if sys.version_info >= (3, 11):
@@ -62,7 +62,7 @@ def read_project(pyproject: str, text: str, head_sha: str) -> HeadProject | None
         raise UserError(f"not valid TOML: {err}", where=where, fix="fix the TOML syntax") from None
     if "kernelpilot" not in table:
         return None
-    config = project_config(table["kernelpilot"], where)
+    config = settings_from_table(table["kernelpilot"], where)
     folder = posixpath.dirname(pyproject)
     targets = set()
     for entry in config.targets:

@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from bot.nightly.shipped import defines_class, last_change
-from harness.config import find_pyproject, load_project_config
+from bot.settings import Settings
 from harness.errors import UserError
 
 
@@ -33,13 +33,14 @@ class ConfiguredTarget(BaseModel):
         return f"{self.pyproject}: tool.kernelpilot.targets module = {self.entry!r}"
 
 
-def configured_targets(repo: Path) -> list[ConfiguredTarget]:
-    """Every configured target of the project ``repo`` belongs to (none without a project)."""
-    pyproject = find_pyproject(repo)
+def configured_targets(repo: Path, settings: Settings) -> list[ConfiguredTarget]:
+    """Every target the project ``repo`` belongs to configures (``settings``, read from
+    ``repo``; none without a project)."""
+    pyproject = settings.pyproject
     if pyproject is None:
         return []
     targets = []
-    for entry in load_project_config(pyproject).targets:
+    for entry in settings.targets:
         path_text, _, class_name = entry.module.partition(":")
         module = Path(os.path.normpath(pyproject.parent / path_text))
         targets.append(

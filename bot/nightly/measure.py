@@ -27,6 +27,7 @@ from bot.nightly.configured import ConfiguredTarget, missing
 from bot.nightly.history import Record
 from bot.nightly.regression import Night, RegressionConfig, Verdict, assess, worst
 from bot.nightly.shipped import ShippedKernel, staleness
+from harness.config import TableReader, kernelpilot_table
 from harness.errors import UserError
 from harness.evaluate import Evaluator
 from harness.files import read_user_text
@@ -68,6 +69,7 @@ class Tonight:
     progress: Progress
     seed: int | None
     base: dict[str, Any]  # the fields every record of the night shares
+    read: TableReader = kernelpilot_table  # a module's project, as the run reads it
 
     def record(self, benchmark: str, status: str, **fields: Any) -> Record:
         return Record(**{**self.base, **fields}, benchmark=benchmark, status=status)
@@ -168,7 +170,10 @@ def _row(record: Record, status: str) -> NightlyRow:
 
 def _verified(tonight: Tonight, kernel: ShippedKernel) -> EvalResult:
     problem = problem_from_target(
-        f"{tonight.repo / kernel.module_path}:{kernel.class_name}", tonight.device, None
+        f"{tonight.repo / kernel.module_path}:{kernel.class_name}",
+        tonight.device,
+        None,
+        tonight.read,
     )
     source = read_user_text(tonight.repo / kernel.path, "shipped kernel")
     return tonight.evaluator.evaluate(problem, Candidate(source=source, origin="shipped"))
@@ -190,7 +195,10 @@ def _kernel_record(tonight: Tonight, benchmark: str, result: EvalResult) -> Reco
 
 def _baseline_record(tonight: Tonight, target: ConfiguredTarget) -> Record:
     problem = problem_from_target(
-        f"{tonight.repo / target.module_path}:{target.class_name}", tonight.device, None
+        f"{tonight.repo / target.module_path}:{target.class_name}",
+        tonight.device,
+        None,
+        tonight.read,
     )
     config = tonight.evaluator.config
     timed = "eager and torch.compile" if config.compile_baseline else "eager"

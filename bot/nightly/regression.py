@@ -26,13 +26,15 @@ import statistics
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 Level = Literal["ok", "alert", "fail", "new_series", "too_few"]
 
 
 class RegressionConfig(BaseModel):
     """``[tool.kernelpilot.nightly]`` thresholds."""
+
+    model_config = ConfigDict(extra="forbid")
 
     window: int = Field(default=7, ge=1, description="Nights in a baseline.")
     min_nights: int = Field(default=3, ge=1, description="Earlier nights needed for a verdict.")

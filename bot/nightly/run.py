@@ -34,9 +34,9 @@ from bot.nightly.configured import configured_targets
 from bot.nightly.history import History, Record, plot_of, slug
 from bot.nightly.measure import NightlyRow, Progress, Tonight, kernel_row, night_fields, target_row
 from bot.nightly.plot import plot_png
-from bot.nightly.regression import RegressionConfig
 from bot.nightly.results import NightlyResults, capped
 from bot.nightly.shipped import find_shipped
+from bot.settings import Settings, reader
 from harness.config import EvalConfig
 from harness.evaluate import Evaluator
 
@@ -83,13 +83,14 @@ def measure_night(
     device: str,
     history: History,
     config: EvalConfig,
-    rule: RegressionConfig,
+    settings: Settings,
     progress: Progress,
     seed: int | None = None,
     run_url: str = "",
     repository: str = "",
 ) -> NightlyResults:
-    """Measure and judge every benchmark of the night against ``history``; writes nothing."""
+    """Measure and judge every benchmark of the night against ``history``; writes nothing.
+    ``settings``: the project's (its configured targets, the regression rule)."""
     repo = repo.resolve()
     commit = check_checkout(repo)
     night = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
@@ -98,12 +99,17 @@ def measure_night(
     )
     kernels = find_shipped(repo)
     shipped = {(kernel.module_path, kernel.class_name) for kernel in kernels}
-    targets = [t for t in configured_targets(repo) if (t.module_path, t.class_name) not in shipped]
+    targets = [
+        t
+        for t in configured_targets(repo, settings)
+        if (t.module_path, t.class_name) not in shipped
+    ]
     progress(f"nightly: {len(kernels)} shipped kernel(s), {len(targets)} configured target(s) "
              f"without one, at {commit[:12]}")  # fmt: skip
     tonight = Tonight(repo=repo, device=device, evaluator=Evaluator(config, seed, progress=progress),
-                      rule=rule, progress=progress, seed=seed,
-                      base=night_fields(night, commit, run_url, device))  # fmt: skip
+                      rule=settings.nightly, progress=progress, seed=seed,
+                      base=night_fields(night, commit, run_url, device),
+                      read=reader(settings))  # fmt: skip
     for kernel in kernels:
         results.rows.append(kernel_row(tonight, kernel, history.records.get(kernel.benchmark, [])))
     for target in targets:
@@ -138,14 +144,14 @@ def run_nightly(
     device: str,
     store: Store,
     config: EvalConfig,
-    rule: RegressionConfig,
+    settings: Settings,
     progress: Progress,
     seed: int | None = None,
     run_url: str = "",
 ) -> NightlyReport:
     """Measure and record in one go (``kernelpilot nightly`` on a local checkout). In Actions
     the two are separate jobs: ``kernelpilot github nightly-measure|nightly-publish``."""
-    results = measure_night(repo, device, store.load(), config, rule, progress, seed, run_url)
+    results = measure_night(repo, device, store.load(), config, settings, progress, seed, run_url)
     return record_night(results, store)
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from bot.git import file_at
-from harness.config import EvalConfig, ProjectConfig, find_pyproject, project_config
+from bot.settings import ProjectFiles, Settings, settings_from_table
+from harness.config import EvalConfig, nearest_project
 from harness.errors import UserError
 from harness.files import decode_user_text
 from harness.judge.tolerance import tolerance_for
@@ -66,14 +67,15 @@ class BaseSettings:
     eval: EvalConfig
     judged: JudgingConfig
     refusal: str = ""  # why the pull request is not run at all, or ""
-    _projects: dict[str, ProjectConfig | None] = field(default_factory=dict)
+    _projects: dict[str, Settings | None] = field(default_factory=dict)
+    _head_files: ProjectFiles = field(default_factory=ProjectFiles)  # the checkout's, read once
 
-    def project(self, pyproject: str) -> ProjectConfig | None:
+    def project(self, pyproject: str) -> Settings | None:
         """The base commit's ``[tool.kernelpilot]`` of ``pyproject`` (relative), if any."""
         if pyproject not in self._projects:
             table = kernelpilot_table(self.repo, self.base_sha, pyproject)
             where = f"{pyproject} at the base commit {self.base_sha[:12]}"
-            self._projects[pyproject] = None if table is None else project_config(table, where)
+            self._projects[pyproject] = None if table is None else settings_from_table(table, where)
         return self._projects[pyproject]
 
 
@@ -82,8 +84,10 @@ def base_settings(repo: Path, base_sha: str, head_sha: str) -> BaseSettings:
     repo = repo.resolve()
     base_table = kernelpilot_table(repo, base_sha, ROOT_PYPROJECT)
     head_table = kernelpilot_table(repo, head_sha, ROOT_PYPROJECT)
-    base = project_config(base_table or {}, f"{ROOT_PYPROJECT} at the base commit {base_sha[:12]}")
-    head = project_config(head_table or {}, f"{ROOT_PYPROJECT} at the head {head_sha[:12]}")
+    base = settings_from_table(
+        base_table or {}, f"{ROOT_PYPROJECT} at the base commit {base_sha[:12]}"
+    )
+    head = settings_from_table(head_table or {}, f"{ROOT_PYPROJECT} at the head {head_sha[:12]}")
     judged = JudgingConfig(
         commit=base_sha, pyproject=ROOT_PYPROJECT if base_table is not None else None
     )
@@ -133,9 +137,10 @@ def hold_to_base(problem: Problem, settings: BaseSettings, dtype_flag: str | Non
 def _base_entry(problem: Problem, settings: BaseSettings):
     """The pyproject.toml (relative) that configures ``problem`` in the head's checkout, and
     that file's entry for it and its settings at the base commit (None where there are none)."""
-    pyproject = find_pyproject(problem.source_path.parent)
-    if pyproject is None or not pyproject.resolve().is_relative_to(settings.repo):
+    found = nearest_project(problem.source_path.parent, settings._head_files.read)
+    if found is None or not found[0].resolve().is_relative_to(settings.repo):
         return None, None, None
+    pyproject = found[0]
     relative = pyproject.resolve().relative_to(settings.repo).as_posix()
     project = settings.project(relative)
     if project is None:
@@ -152,7 +157,7 @@ def _base_entry(problem: Problem, settings: BaseSettings):
 def review_speedup(raw: bytes | None, where: str) -> float:
     """``eval.review_speedup`` of a pyproject.toml's text (the default without one)."""
     table = None if raw is None else _parse(raw, where).get("tool", {}).get("kernelpilot")
-    return project_config(table if isinstance(table, dict) else {}, where).eval.review_speedup
+    return settings_from_table(table if isinstance(table, dict) else {}, where).eval.review_speedup
 
 
 def kernelpilot_table(repo: Path, commit: str, pyproject: str) -> dict | None:

@@ -151,7 +151,7 @@ def _optimize(
     if results.changes is not None and not targets:
         results.report = Report()
         return
-    resolved = resolve_targets([f"{repo / target}" for target in targets], options, start=repo)
+    resolved = resolve_targets([f"{repo / target}" for target in targets], options)
     if hold is not None:
         resolved = [hold(item) if isinstance(item, Problem) else item for item in resolved]
     results.report = run_targets(resolved, options, progress)

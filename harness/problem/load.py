@@ -18,7 +18,13 @@ from pathlib import Path
 
 import torch
 
-from harness.config import ProjectConfig, TargetConfig, find_pyproject, load_project_config
+from harness.config import (
+    ProjectTargets,
+    TableReader,
+    TargetConfig,
+    kernelpilot_table,
+    project_targets,
+)
 from harness.errors import UserError
 from harness.files import read_user_text
 from harness.records import Problem
@@ -27,8 +33,11 @@ from harness.sandbox.memory import is_out_of_memory, ran_out
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def problem_from_target(target: str, device: str, dtype: str | None) -> Problem:
-    """Resolve a CLI target: ``file.py`` (KernelBench) or ``file.py:ClassName``."""
+def problem_from_target(
+    target: str, device: str, dtype: str | None, read: TableReader = kernelpilot_table
+) -> Problem:
+    """Resolve a CLI target: ``file.py`` (KernelBench) or ``file.py:ClassName`` (configured in
+    the nearest project at or above the file, its pyproject.toml read by ``read``)."""
     path_text, _, class_name = target.partition(":")
     if not path_text.strip():
         raise UserError(f"empty target {target!r}", fix=f"name a file: {TARGET_FORMS}")
@@ -36,13 +45,13 @@ def problem_from_target(target: str, device: str, dtype: str | None) -> Problem:
     _check_source(path, class_name or "Model")
     if not class_name:
         return _kernelbench_problem(path, device, dtype or "float32")
-    pyproject = find_pyproject(path.parent)
-    if pyproject is not None:
-        project = load_project_config(pyproject)
+    project = project_targets(path.parent, read)
+    if project is not None:
+        root = project.pyproject.parent
         for entry in project.targets:
             entry_path, _, entry_class = entry.module.partition(":")
-            if (pyproject.parent / entry_path).resolve() == path and entry_class == class_name:
-                return problem_from_config(entry, pyproject.parent, device, dtype or project.dtype)
+            if (root / entry_path).resolve() == path and entry_class == class_name:
+                return problem_from_config(entry, root, device, dtype or project.dtype)
     if _defines(path, "get_inputs"):
         return _kernelbench_problem(path, device, dtype or "float32", class_name)
     raise UserError(
@@ -109,8 +118,9 @@ def problem_from_config(entry: TargetConfig, root: Path, device: str, dtype: str
     )
 
 
-def problems_from_project(pyproject: Path, device: str, dtype: str | None) -> list[Problem]:
-    project: ProjectConfig = load_project_config(pyproject)
+def problems_from_project(project: ProjectTargets, device: str, dtype: str | None) -> list[Problem]:
+    """Every target ``project`` configures, as a Problem."""
+    pyproject = project.pyproject
     if not project.targets:
         raise UserError(
             "no targets configured",
