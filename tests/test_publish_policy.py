@@ -1,10 +1,12 @@
 """Publish's policy with an in-memory GitHub (``bot.writer``'s interfaces kept in lists): what
 it posts where, what it refuses, the read-only fallback to the job summary, the fork's patch,
-when there is no follow-up, and the comment on a pull request that changed no module. The same
-publish against the fake GitHub server over HTTP is tests/test_publish.py."""
+when there is no follow-up, and the comment on a pull request that changed no module; and the
+gate's writes through the same interface. The same publish against the fake GitHub server over
+HTTP is tests/test_publish.py."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +16,7 @@ import pytest
 from bot.detect.changes import ChangedModule, ChangeReport
 from bot.event import ActionsEnv, Dispatch, Event, PullRequest
 from bot.pr.base_config import ROOT_PYPROJECT, JudgingConfig
+from bot.pr.flow import gate
 from bot.pr.followup import Followup
 from bot.pr.publish import PublishOutcome, publish
 from bot.pr.results import PullResults, TargetSource
@@ -40,6 +43,8 @@ class MemoryPull:
     comment_asks: list[bool] = field(default_factory=list)  # ``create`` of each upsert
     reviews: list[list[LineNote]] = field(default_factory=list)
     read: list[tuple[str, str]] = field(default_factory=list)
+    roles: dict[str, str] = field(default_factory=dict)  # permission by login
+    removed_labels: list[str] = field(default_factory=list)
 
     def facts(self) -> PullFacts:
         return self.now
@@ -64,10 +69,12 @@ class MemoryPull:
         return []
 
     def permission(self, login: str) -> str | None:
-        return None
+        return self.roles.get(login)
 
     def remove_label(self, name: str) -> None:
-        raise AssertionError("publish removes no label")
+        if self.refuse is not None:
+            raise self.refuse
+        self.removed_labels.append(name)
 
 
 @dataclass
@@ -90,11 +97,13 @@ class MemoryRepo:
         return f"https://github.test/{REPO}/pull/{NUMBER + 1}"
 
 
-def pull_event(fork: bool = False) -> Event:
+def pull_event(fork: bool = False, action: str = "synchronize", label: str | None = None,
+               labels: tuple[str, ...] = (), sender: str = "dev") -> Event:  # fmt: skip
     head_repo = "dev/models" if fork else REPO
     pull = PullRequest(number=NUMBER, head_sha=HEAD, head_ref="feature", head_repo=head_repo,
-                       base_sha=BASE, base_ref="main", base_repo=REPO)  # fmt: skip
-    return Event(name="pull_request_target", action="synchronize", repository=REPO, pull=pull)
+                       base_sha=BASE, base_ref="main", base_repo=REPO, labels=list(labels))  # fmt: skip
+    return Event(name="pull_request_target", action=action, repository=REPO, pull=pull,
+                 label=label, sender=sender)  # fmt: skip
 
 
 def world(fork: bool = False, head_sha: str = HEAD) -> MemoryRepo:
@@ -292,3 +301,38 @@ def test_a_pull_request_with_modules_is_commented_on_even_when_asked_to_stay_qui
     github = world()
     run(tmp_path, github, results(), comment_without_modules=False)
     assert github.pull_request.comment_asks == [True]
+
+
+# --- the gate writes through the same interface --------------------------------------------
+
+APPROVAL = "kernelpilot:approved"
+
+
+@pytest.mark.parametrize(("role", "runs"), [("maintain", True), ("read", False)])
+def test_the_gate_asks_github_the_role_of_whoever_labelled_a_fork(tmp_path, role, runs):
+    github = world(fork=True)
+    github.pull_request.roles["lead"] = role
+    event = pull_event(fork=True, action="labeled", label=APPROVAL, labels=(APPROVAL,),
+                       sender="lead")  # fmt: skip
+    env = ActionsEnv(repository=REPO, output_file=tmp_path / "output.txt")
+    assert gate(event, env, APPROVAL, print, github).run is runs
+    assert (github.pull_request.comment is None) is runs  # a refusal is said on the pull request
+
+
+def test_a_push_to_an_approved_fork_takes_the_label_off(tmp_path):
+    github = world(fork=True)
+    event = pull_event(fork=True, labels=(APPROVAL,))
+    env = ActionsEnv(repository=REPO, output_file=tmp_path / "output.txt")
+    assert not gate(event, env, APPROVAL, print, github).run
+    assert github.pull_request.removed_labels == [APPROVAL] and github.pull_request.comment
+
+
+def test_a_refused_gate_write_is_said_and_the_step_outputs_still_written(tmp_path):
+    github = world(fork=True)
+    github.pull_request.refuse = ReadOnly("removing the label: 403")
+    event = pull_event(fork=True, labels=(APPROVAL,))
+    env = ActionsEnv(repository=REPO, output_file=tmp_path / "output.txt")
+    logged: list[str] = []
+    assert not gate(event, env, APPROVAL, logged.append, github).run
+    assert "gate: could not update the pull request: removing the label: 403" in logged
+    assert re.match(r"run<<(\w+)\nfalse\n\1\n", (tmp_path / "output.txt").read_text())
