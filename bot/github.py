@@ -7,7 +7,8 @@ installation token (from ``actions/create-github-app-token``; it makes the follo
 request's own CI run, which GITHUB_TOKEN's pull requests do not). Rate limits are waited out by
 PyGithub's ``GithubRetry`` (PATCH, which it leaves out by default, included: every PATCH here
 is an idempotent edit); a 403 that is not a rate limit is a read-only token, raised as
-``ReadOnly`` so the caller falls back to the job summary.
+``ReadOnly`` so the caller falls back to the job summary. ``GitHubRepo`` and ``GitHubPull`` are
+the interfaces of ``bot.writer`` that the flows write through; only the command line connects.
 
 Re-runs edit, never duplicate: the sticky comment is found by its marker and author, review
 comments by a marker per class, the follow-up by its branch ``kernelpilot/pr-<N>``, which is
@@ -22,7 +23,6 @@ from collections.abc import Iterable
 import github
 from github import Auth, Github, GithubException, GithubRetry, InputGitTreeElement
 from github.PullRequest import PullRequest, ReviewComment
-from pydantic import BaseModel, Field
 from requests.exceptions import RetryError
 from urllib3.util.retry import Retry
 
@@ -30,30 +30,15 @@ from bot import markdown as md
 from bot.pr.comment import MARKER
 from bot.pr.followup import Followup
 from bot.pr.trust import PullFacts
+from bot.writer import LineNote, ReadOnly, WriteFailed
 
 HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(?P<start>\d+)(?:,(?P<count>\d+))? @@")
 REVIEW_MARKER = "<!-- kernelpilot:review {key} -->"
-REVIEW_KEY = re.compile(r"[\w./:]+")  # what may stand inside the marker's HTML comment
-
-
-class ReadOnly(Exception):
-    """The token may not write here (a fork's pull_request run, a read-only permission)."""
-
-
-class WriteFailed(Exception):
-    """GitHub refused or kept failing a write (after retries); the message says which."""
-
-
-class LineNote(BaseModel):
-    """A review comment for one class: ``key`` identifies it across re-runs."""
-
-    key: str = Field(pattern=REVIEW_KEY.pattern, max_length=300)
-    path: str
-    line: int
-    body: str
 
 
 def connect(api_url: str, token: str, secondary_rate_wait: float = 60.0) -> Github:
+    """The client for ``api_url`` with ``token``, retrying as above; it makes no request yet.
+    Called by the command line only, which hands the flows what they write through."""
     retry = GithubRetry(
         total=5,
         backoff_factor=1.0,
@@ -77,8 +62,25 @@ def failure(err: Exception, what: str) -> Exception:
     return WriteFailed(f"{what}: {err}")
 
 
-class PullWriter:
-    """Writes on one pull request."""
+class GitHubRepo:
+    """One repository through PyGithub: ``bot.writer.RepoWriter`` for the flows."""
+
+    def __init__(self, client: Github, repository: str) -> None:
+        self.client = client
+        self.repository = repository
+
+    def pull(self, number: int) -> GitHubPull:
+        return GitHubPull(self.client, self.repository, number)
+
+    def upsert_followup(self, base_branch: str, parent_sha: str, followup: Followup) -> str:
+        """Point ``followup.branch`` at a commit on ``parent_sha`` with the files, and open (or
+        edit) its pull request into ``base_branch``. The pull request's URL. Both come from
+        publish's event and the API (``bot.pr.trust.followup_place``), never from the results."""
+        return _upsert_followup(self.client, self.repository, base_branch, parent_sha, followup)
+
+
+class GitHubPull:
+    """One pull request through PyGithub: ``bot.writer.PullWriter`` for the flows."""
 
     def __init__(self, client: Github, repository: str, number: int) -> None:
         self.client = client
@@ -208,12 +210,11 @@ def written_by(user, login: str | None) -> bool:
     return user.login == login if login else user.type == "Bot"
 
 
-def upsert_followup(
+def _upsert_followup(
     client: Github, repository: str, base_branch: str, parent_sha: str, followup: Followup
 ) -> str:
-    """Point ``followup.branch`` at a commit on ``parent_sha`` with the files, and open (or
-    edit) its pull request into ``base_branch``. The pull request's URL. Both come from publish's
-    event and the API (``bot.pr.trust.followup_place``), never from the results."""
+    """``GitHubRepo.upsert_followup``: the branch moved only when its files changed, the pull
+    request edited only when its title, body or base did."""
     try:
         repo = client.get_repo(repository)
         parent = repo.get_git_commit(parent_sha)

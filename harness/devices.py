@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 from pathlib import Path
 
@@ -24,6 +25,19 @@ def resolve_device(requested: str) -> str:
     if requested not in ("cpu", "cuda"):
         raise UserError(f"unknown device {requested!r}", fix="use auto, cpu or cuda")
     return requested
+
+
+def device_name(device: str) -> str:
+    """The device's model as the reports show it: the GPU's name, else the CPU's model name."""
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def check_toolchain(device: str) -> None:

@@ -4,7 +4,8 @@ rest kept; two runs at once lose no record."""
 
 from __future__ import annotations
 
-from bot.nightly.history import HistoryStore, LocalStore, Record, file_of, parse_lines
+from bot.nightly.history import Record, file_of, parse_lines
+from bot.nightly.stores import HistoryStore, LocalStore
 
 REPO = "acme/models"
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.nightly.history import LocalStore, Record
+from bot.nightly.history import Record
+from bot.nightly.stores import LocalStore
 from bot.pr.followup import build_followup
 from bot.pr.results import PullResults
 from tests.gitrepo import commit, git

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from bot.event import parse_event
-from bot.nightly.history import GitHistory, file_of, plot_of
+from bot.nightly.history import file_of, plot_of
 from bot.nightly.issue import MARKER
 from bot.nightly.results import RESULTS_FILE, Expected, load_nightly_results
+from bot.nightly.stores import GitHistory
 from bot.pr.runner_trust import RunnerNature, refuse_fork_on_persistent_runner, runner_nature
 from harness.errors import UserError
 from tests.gitrepo import commit, git, init

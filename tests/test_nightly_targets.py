@@ -9,7 +9,7 @@ import json
 import pytest
 
 from bot.nightly.configured import configured_targets, missing
-from bot.nightly.history import LocalStore
+from bot.nightly.stores import LocalStore
 from bot.settings import load_settings
 from harness.config import EvalConfig
 from harness.errors import UserError

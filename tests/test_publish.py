@@ -17,6 +17,7 @@ import pytest
 
 from bot.detect.changes import ChangedModule, ChangeReport, SkippedFile
 from bot.event import ActionsEnv, parse_event
+from bot.github import GitHubRepo
 from bot.markdown import BODY_LIMIT
 from bot.pr.base_config import JudgingConfig
 from bot.pr.comment import MARKER
@@ -74,7 +75,8 @@ def run_publish(fake: FakeGitHub, tmp: Path, data: PullResults | dict, open_pr: 
     env = ActionsEnv(repository=REPO, api_url=fake.base_url, server_url=fake.root, run_id="42",
                      summary_file=tmp / "summary.md", output_file=tmp / "output.txt")  # fmt: skip
     logged: list[str] = []
-    outcome = publish(event, env, folder, open_pr, logged.append, client=fake.client("gh-token"))
+    github = GitHubRepo(fake.client("gh-token"), REPO)
+    outcome = publish(event, env, folder, github, open_pr, logged.append)
     return outcome, logged
 
 
@@ -163,7 +165,8 @@ def test_no_followup_when_the_api_says_the_head_moved_on(project, fake_github, t
     (folder / "results.json").write_text(honest(project).model_dump_json())
     event = parse_event("pull_request_target", event_payload, REPO)
     env = ActionsEnv(repository=REPO, api_url=fake_github.base_url)
-    outcome = publish(event, env, folder, True, print, client=fake_github.client("gh-token"))
+    github = GitHubRepo(fake_github.client("gh-token"), REPO)
+    outcome = publish(event, env, folder, github, True, print)
     assert outcome.followup_url is None and "moved on" in outcome.no_followup
     assert not pushed_anything(fake_github)
     assert "moved on" in comment(fake_github)

@@ -29,12 +29,14 @@ from bot.cli.options import (
 )
 from bot.cli.out_dir import claim_option
 from bot.cli.params import not_blank
-from bot.event import actions_env, load_event
+from bot.event import ActionsEnv, Event, actions_env, load_event
+from bot.github import GitHubRepo, connect
 from bot.pr.comment import render_comment
 from bot.pr.flow import DEFAULT_MAX_TARGETS, NIGHTLY_ELSEWHERE, gate, measure, review_local
 from bot.pr.publish import publish
 from bot.pr.runner_trust import refuse_fork_on_persistent_runner, runner_nature
 from harness.devices import check_toolchain
+from harness.errors import UserError
 
 MAX_TARGETS = click.option(
     "--max-targets",
@@ -129,8 +131,10 @@ def gate_command(approval_label, verbose) -> None:
     removes the label (needs GITHUB_TOKEN with pull-requests: write)."""
 
     def action() -> None:
+        event, env = load_event(), actions_env()
+        github = _repository(env, event) if env.token is not None else None
         with commands_stopped():
-            gate(load_event(), actions_env(), approval_label, progress)
+            gate(event, env, approval_label, progress, github)
 
     run_command(verbose, action)
 
@@ -216,9 +220,17 @@ def publish_command(results_dir, open_pr, comment_without_modules, verbose) -> N
     the job summary; exits 1 when another write failed."""
 
     def action() -> None:
+        event, env = load_event(), actions_env()
+        if env.token is None:
+            raise UserError(
+                "GITHUB_TOKEN is not set",
+                where="kernelpilot github publish",
+                fix="pass the github-token input (permissions: pull-requests: write, "
+                "contents: write)",
+            )
         with commands_stopped():
             outcome = publish(
-                load_event(), actions_env(), results_dir, open_pr, progress,
+                event, env, results_dir, _repository(env, event), open_pr, progress,
                 comment_without_modules,
             )  # fmt: skip
         if outcome.comment_url:
@@ -229,3 +241,10 @@ def publish_command(results_dir, open_pr, comment_without_modules, verbose) -> N
             sys.exit(1)
 
     run_command(verbose, action)
+
+
+def _repository(env: ActionsEnv, event: Event) -> GitHubRepo:
+    """The repository the event names, through a client for the job's token: the one place the
+    pull-request jobs connect to GitHub."""
+    assert env.token is not None
+    return GitHubRepo(connect(env.api_url, env.token.get_secret_value()), event.repository)

@@ -25,15 +25,7 @@ from bot.cli.out_dir import claim_option
 from bot.cli.params import not_blank
 from bot.event import actions_env
 from bot.git import check_repository
-from bot.nightly.history import (
-    DEFAULT_BRANCH,
-    FOLDER,
-    HistoryStore,
-    LocalStore,
-    file_of,
-    parse_lines,
-    plot_of,
-)
+from bot.nightly.history import DEFAULT_BRANCH, FOLDER, file_of, parse_lines, plot_of
 from bot.nightly.plot import plot_png
 from bot.nightly.run import (
     NightlyReport,
@@ -42,6 +34,7 @@ from bot.nightly.run import (
     render_table,
     run_nightly,
 )
+from bot.nightly.stores import HistoryStore, LocalStore
 from bot.run import project_eval_config
 from harness.devices import check_toolchain
 from harness.errors import UserError

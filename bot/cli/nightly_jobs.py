@@ -30,9 +30,9 @@ from bot.cli.options import (
 )
 from bot.cli.out_dir import claim_option
 from bot.event import actions_env, load_event
-from bot.nightly.history import GitHistory
 from bot.nightly.results import Expected, load_nightly_results
 from bot.nightly.run import NightlyReport, measure_night, record_night
+from bot.nightly.stores import GitHistory
 from bot.run import project_eval_config
 from harness.devices import check_toolchain
 from harness.errors import UserError

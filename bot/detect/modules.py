@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from harness.static.python_state import bound_names
+from harness.bindings import bound_names
 
 # Classes of torch.nn that are not modules: a subclass of these is a tensor, not a layer.
 TORCH_NN_NON_MODULES = {"Parameter", "Buffer", "UninitializedParameter", "UninitializedBuffer"}

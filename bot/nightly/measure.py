@@ -28,13 +28,13 @@ from bot.nightly.history import Record
 from bot.nightly.regression import Night, RegressionConfig, Verdict, assess, worst
 from bot.nightly.shipped import ShippedKernel, staleness
 from harness.config import TableReader, kernelpilot_table
+from harness.devices import device_name
 from harness.errors import UserError
 from harness.evaluate import Evaluator
 from harness.files import read_user_text
 from harness.judge.baseline import time_baselines
 from harness.problem.load import problem_from_target
 from harness.records import Candidate, EvalResult
-from harness.sandbox.worker import device_name
 
 Progress = Callable[[str], None]
 BREAKING = ("stale", "missing", "failed", "fail")

@@ -21,12 +21,6 @@ from bot.actions_io import add_summary, set_outputs
 from bot.detect.changes import ChangeReport, detect_changes
 from bot.event import ActionsEnv, Event
 from bot.git import checked_out_commit
-from bot.github import (
-    PullWriter,
-    ReadOnly,
-    WriteFailed,
-    connect,
-)
 from bot.pr.approval import GateDecision, decide
 from bot.pr.base_config import base_settings as read_base_settings
 from bot.pr.base_config import hold_to_base
@@ -34,6 +28,7 @@ from bot.pr.comment import render_comment, render_notice
 from bot.pr.results import Environment, PullResults, TargetSource
 from bot.report import Report, TargetReport
 from bot.run import Progress, RunOptions, resolve_targets, run_targets
+from bot.writer import ReadOnly, RepoWriter, WriteFailed
 from harness.errors import UserError
 from harness.records import Problem
 
@@ -49,11 +44,19 @@ NIGHTLY_ELSEWHERE = (
 # --- gate -------------------------------------------------------------------------------------
 
 
-def gate(event: Event, env: ActionsEnv, approval_label: str, progress: Progress) -> GateDecision:
+def gate(
+    event: Event,
+    env: ActionsEnv,
+    approval_label: str,
+    progress: Progress,
+    github: RepoWriter | None,
+) -> GateDecision:
+    """Decide whether this pull request's code may run; the step outputs written, the label
+    removed and the notice posted as decided. ``github``: the repository ``event`` names (None
+    without a token: then a fork's label cannot be checked, and nothing is written)."""
     writer = None
-    if event.pull is not None and env.token is not None:
-        client = connect(env.api_url, env.token.get_secret_value())
-        writer = PullWriter(client, event.repository, event.pull.number)
+    if event.pull is not None and github is not None:
+        writer = github.pull(event.pull.number)
     permission = None
     if event.pull is not None and event.pull.fork and event.label == approval_label and writer:
         permission = writer.permission(event.sender)

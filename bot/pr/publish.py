@@ -5,7 +5,8 @@ checked as untrusted input, their kernels are gated again and every string in th
 as data (``bot.pr.trust``, ``bot.markdown``). Where publish writes (the pull request, the follow-up
 branch and its parent commit, the branch it targets) comes from the event and the API only
 (``bot.pr.trust.followup_place``); a fork's pull request gets its kernel as a patch in the comment,
-never a branch. Publish never checks out or imports the pull request's code.
+never a branch. Publish never checks out or imports the pull request's code, and writes only
+through the ``bot.writer.RepoWriter`` it is handed.
 """
 
 from __future__ import annotations
@@ -14,28 +15,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from github import Github
 from pydantic import BaseModel
 
 from bot import markdown as md
 from bot.actions_io import add_summary, set_outputs
 from bot.event import ActionsEnv, Event
-from bot.github import (
-    REVIEW_KEY,
-    LineNote,
-    PullWriter,
-    ReadOnly,
-    WriteFailed,
-    connect,
-    upsert_followup,
-)
 from bot.pr.base_config import ROOT_PYPROJECT, review_speedup
 from bot.pr.comment import render_comment
 from bot.pr.followup import Followup, build_followup
 from bot.pr.results import PullResults, load_results
 from bot.pr.trust import check_import_path, flag_claims, followup_place, kernel_reasons, vet_kernels
 from bot.run import Progress
-from harness.errors import UserError
+from bot.writer import REVIEW_KEY, LineNote, ReadOnly, RepoWriter, WriteFailed
 
 Written = TypeVar("Written")
 
@@ -54,31 +45,22 @@ def publish(
     event: Event,
     env: ActionsEnv,
     results_dir: Path,
+    github: RepoWriter,
     open_pr: bool,
     progress: Progress,
     comment_without_modules: bool = True,
-    client: Github | None = None,
 ) -> PublishOutcome:
     """Post what the measuring job found. A read-only token falls back to the job summary.
     A pull request that changed no module gets the short comment only if asked
     (``comment_without_modules``) or if it had a comment already (it changed modules before).
-    ``client``: the GitHub client to write with (default: one for ``env``'s token)."""
+    ``github``: the repository ``event`` names, written through."""
     results = load_results(results_dir, event)
     if event.dispatch is not None:
         open_pr = open_pr and event.dispatch.open_pr
     results.run_url = env.run_url  # this job's own run, never the artifact's word
-    if client is None:
-        if env.token is None:
-            raise UserError(
-                "GITHUB_TOKEN is not set",
-                where="kernelpilot github publish",
-                fix="pass the github-token input (permissions: pull-requests: write, "
-                "contents: write)",
-            )
-        client = connect(env.api_url, env.token.get_secret_value())
     check_import_path(results_dir)
     outcome = PublishOutcome(refused=vet_kernels(results))
-    writer = PullWriter(client, event.repository, event.pull.number) if event.pull else None
+    writer = github.pull(event.pull.number) if event.pull else None
     if writer is not None and event.pull is not None:
         base = event.pull.base_sha
         raw = writer.file_at(ROOT_PYPROJECT, base)
@@ -94,7 +76,7 @@ def publish(
     elif followup is not None and place.into is not None and place.parent is not None:
         into, parent = place.into, place.parent
         outcome.followup_url = _attempt(
-            outcome, lambda: upsert_followup(client, event.repository, into, parent, followup)
+            outcome, lambda: github.upsert_followup(into, parent, followup)
         )
     body = render_comment(results, outcome.followup_url, unpushed, outcome.no_followup)
     if writer is not None:

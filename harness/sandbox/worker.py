@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import sys
 import traceback
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import TextIO
 import torch
 
 from harness.builds.store import BuildSpec, Built
+from harness.devices import device_name
 from harness.errors import KERNELPILOT_BUG, UserError
 from harness.sandbox.blame import raised_by_kernelpilot
 from harness.sandbox.jobs import (
@@ -33,18 +33,6 @@ from harness.sandbox.jobs import (
     WorkerJob,
 )
 from harness.sandbox.run import network_isolated
-
-
-def device_name(device: str) -> str:
-    if device == "cuda":
-        return torch.cuda.get_device_name()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def send(channel: TextIO, kind: str, body: dict) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import importlib
 
+from harness.bindings import bound_names, names
 from harness.static.python_names import Resolver, import_bindings, module_reached
 from harness.static.python_rules import (
     ALLOWED_IMPORTS,
@@ -22,11 +23,9 @@ from harness.static.python_rules import (
     forbidden_name,
 )
 from harness.static.python_state import (
-    bound_names,
     defaults,
     is_immutable_default,
     is_reference_to,
-    names,
     root_name,
 )
 

@@ -1,9 +1,10 @@
 """What the static gate needs to know about state across calls, read off the AST.
 
 A candidate's forward must not keep state between calls (a cache keyed by input, a call
-counter). These helpers say which names a statement binds, whether an expression is a plain
-reference to shared state, and whether a default argument (made once, at definition) is
-immutable. The rules themselves are in ``harness.static.python``.
+counter). These helpers say whether an expression is a plain reference to shared state, and
+whether a default argument (made once, at definition) is immutable. The rules themselves are in
+``harness.static.python``; which names a statement binds is ``harness.bindings``, shared with
+the bot's change detection.
 """
 
 from __future__ import annotations
@@ -15,24 +16,6 @@ def root_name(node: ast.expr) -> str | None:
     while isinstance(node, ast.Attribute | ast.Subscript | ast.Call):
         node = node.func if isinstance(node, ast.Call) else node.value
     return node.id if isinstance(node, ast.Name) else None
-
-
-def bound_names(statement: ast.stmt) -> list[str]:
-    if isinstance(statement, ast.Assign):
-        return [name for target in statement.targets for name in names(target)]
-    if isinstance(statement, ast.AnnAssign | ast.AugAssign):
-        return names(statement.target)
-    if isinstance(statement, ast.Import | ast.ImportFrom):
-        return [(alias.asname or alias.name).split(".")[0] for alias in statement.names]
-    return []
-
-
-def names(target: ast.expr) -> list[str]:
-    if isinstance(target, ast.Name):
-        return [target.id]
-    if isinstance(target, ast.Tuple | ast.List):
-        return [name for element in target.elts for name in names(element)]
-    return []
 
 
 def is_reference_to(value: ast.expr, shared: set[str]) -> bool:
