@@ -196,3 +196,14 @@ def test_results_naming_a_path_outside_the_repository_are_refused(path, tmp_path
     (tmp_path / "results.json").write_text(json.dumps(data))
     with pytest.raises(UserError, match="refusing the path"):
         load_results(tmp_path, pull_event(fork=False))
+
+
+def test_the_comment_renders_fixed_records_as_pinned():
+    """tests/fixtures/report/comment.md: what the comment rendered for these records before
+    the report held its EvalResult whole, and must go on rendering."""
+    from tests.test_report import GOLDEN, fixed_report
+
+    sources = {target: TargetSource(module_path="m.py", class_name=target.rpartition(":")[2])
+               for target in ("m.py:Fast", "m.py:Huge")}  # fmt: skip
+    pinned = results(report=fixed_report(), head_ref="f", sources=sources)
+    assert render_comment(pinned) == (GOLDEN / "comment.md").read_text()
