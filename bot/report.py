@@ -36,6 +36,12 @@ class TargetStatus(str, Enum):
     def of(cls, status: Status) -> TargetStatus:
         return cls(status.value)
 
+    @property
+    def failed(self) -> bool:
+        """The target failed: a run ends in error. No candidate is not a failure (a target
+        without a faster kernel is not an error)."""
+        return self not in (TargetStatus.ok, TargetStatus.no_candidate)
+
 
 # Shown as JUnit errors (no output was judged); the other failures as failures.
 ERROR_STATUSES = frozenset(
