@@ -33,15 +33,18 @@ def _ms(stats: TimingStats | None) -> str:
     return "-" if stats is None else f"{stats.median_ms:.3f}"
 
 
+def beyond_noise(verdict: Verdict) -> str:
+    """What a ratio means, as a reader takes it: faster (nothing to add), slower, or within
+    the noise either way."""
+    return "" if verdict.faster else " slower" if verdict.slower else " (within noise)"
+
+
 def _speedup(verdict: Verdict | None, review: bool) -> str:
-    """A ratio as a reader takes it: faster, slower, or within the noise either way."""
     if verdict is None:
         return "-"
     if review:
         return f"{verdict.speedup:.2f}x ⚠ review"
-    if verdict.faster:
-        return f"{verdict.speedup:.2f}x"
-    return f"{verdict.speedup:.2f}x" + (" slower" if verdict.slower else " (within noise)")
+    return f"{verdict.speedup:.2f}x{beyond_noise(verdict)}"
 
 
 def _error(row: TargetReport) -> str:

@@ -18,7 +18,7 @@ from bot.detect.changes import ChangeReport
 from bot.pr.base_config import JudgingConfig
 from bot.pr.followup import Followup, as_patch
 from bot.pr.results import PullResults
-from bot.render import Column, markdown_table
+from bot.render import Column, beyond_noise, markdown_table
 from bot.report import Report, TargetReport, TargetStatus
 from harness.records import TimingStats, Verdict
 
@@ -302,6 +302,4 @@ def _max_error(row: TargetReport) -> float | None:
 def _ratio(verdict: Verdict | None) -> str:
     if verdict is None:
         return "-"
-    return md.number(verdict.speedup, ".2f", "x") + (
-        "" if verdict.faster else " slower" if verdict.slower else " (within noise)"
-    )
+    return md.number(verdict.speedup, ".2f", "x") + beyond_noise(verdict)
