@@ -21,25 +21,27 @@ def node_feedback(tree: Tree, node: Node) -> str:
         return f"No candidate: {node.failure}"
     else:
         lines = [f"Verdict: {result.status.value}. {result.reason}".strip()]
-    if result.candidate and result.eager:
+    timings = result.timings
+    kernel, eager, compiled = timings.candidate, timings.eager_beside, timings.compiled_beside
+    if kernel and eager:
         lines.append(
-            f"Kernel {_ms(result.candidate.median_ms)} (IQR {_ms(result.candidate.iqr_ms)}), "
-            f"eager {_ms(result.eager.median_ms)}, "
-            f"torch.compile {_ms(result.compiled.median_ms) if result.compiled else 'not measured'}."
+            f"Kernel {_ms(kernel.median_ms)} (IQR {_ms(kernel.iqr_ms)}), "
+            f"eager {_ms(eager.median_ms)}, "
+            f"torch.compile {_ms(compiled.median_ms) if compiled else 'not measured'}."
         )
         if result.speedup_vs_eager is not None:
             lines.append(f"Speedup vs eager {result.speedup_vs_eager:.2f}x"
                          + (f", vs torch.compile {result.speedup_vs_compile:.2f}x"
                             if result.speedup_vs_compile is not None else "") + ".")  # fmt: skip
         if result.io_bytes and result.copy_bandwidth_gbs:
-            achieved = result.io_bytes / (result.candidate.median_ms / 1e3) / 1e9
+            achieved = result.io_bytes / (kernel.median_ms / 1e3) / 1e9
             lines.append(
                 f"It moves at least {result.io_bytes / 1e6:.1f} MB per call: {achieved:.0f} GB/s, "
                 f"{100 * achieved / result.copy_bandwidth_gbs:.0f}% of this device's measured "
                 f"copy bandwidth ({result.copy_bandwidth_gbs:.0f} GB/s)."
             )
         if result.flops and result.matmul_tflops:
-            rate = result.flops / (result.candidate.median_ms / 1e3) / 1e12
+            rate = result.flops / (kernel.median_ms / 1e3) / 1e12
             lines.append(
                 f"The reference's matmul/conv work is {result.flops / 1e9:.2f} GFLOP per call: "
                 f"{rate:.1f} TFLOP/s, {100 * rate / result.matmul_tflops:.0f}% of this device's "

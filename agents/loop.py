@@ -29,7 +29,6 @@ from agents.search.strategy import make_strategy
 from agents.search.tree import Node, Tree
 from agents.team import Proposal, Team
 from agents.trajectory import Trajectory
-from harness.judge.accept import honest_baseline
 from harness.records import Candidate, EvalResult, Problem
 from harness.sandbox import lifetime
 from harness.sandbox.lifetime import OutOfTime
@@ -221,8 +220,9 @@ def _evaluate(problem: Problem, evaluator: CandidateEvaluator, tree: Tree, child
     child.result = scrub_record(evaluator.evaluate(problem, candidate(child)))
     child.seconds["evaluate"] = time.perf_counter() - started
     child.seconds.update(child.result.phase_seconds)
-    if child.result.eager is not None:
-        tree.root_ms = honest_baseline(child.result.eager, child.result.eager_alone).median_ms
+    eager = child.result.timings.eager
+    if eager is not None:
+        tree.root_ms = eager.median_ms
 
 
 def candidate(node: Node) -> Candidate:

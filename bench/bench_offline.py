@@ -20,7 +20,7 @@ import click
 
 from agents.optimize import optimize_problem
 from bench.results_format import BenchmarkRecord, finish, new_record, out_option, write_record
-from bot.report import TargetReport
+from bot.report import TargetReport, TargetStatus
 from harness.config import EvalConfig
 from harness.devices import copy_bandwidth_gbs, resolve_device
 from harness.evaluate import Evaluator
@@ -129,26 +129,27 @@ def cli(
 def _row(name: str, attempt, min_bytes: int | None, bandwidth: float) -> dict:
     """The report's own record of the target (bot.report), plus the share of copy bandwidth."""
     if attempt.result is None:
-        record = TargetReport.failed(name, attempt.problem.device, "no_candidate", attempt.reason)
+        record = TargetReport.failed(
+            name, attempt.problem.device, TargetStatus.no_candidate, attempt.reason
+        )
     else:
         record = TargetReport.from_result(name, attempt.result, None)
-    row = record.model_dump(
-        include={
-            "target",
-            "status",
-            "reason",
-            "eager_ms",
-            "compile_ms",
-            "candidate_ms",
-            "speedup_vs_eager",
-            "speedup_vs_compile",
-            "faster_than_eager",
-            "slower_than_eager",
-        }
-    )
+    timings, vs_eager = record.timings, record.vs_eager
+    row = {
+        "target": record.target,
+        "status": record.status.value,
+        "reason": record.reason,
+        "eager_ms": timings.eager.median_ms if timings.eager else None,
+        "compile_ms": timings.compiled.median_ms if timings.compiled else None,
+        "candidate_ms": timings.candidate.median_ms if timings.candidate else None,
+        "speedup_vs_eager": record.speedup_vs_eager,
+        "speedup_vs_compile": record.speedup_vs_compile,
+        "faster_than_eager": bool(vs_eager and vs_eager.faster),
+        "slower_than_eager": bool(vs_eager and vs_eager.slower),
+    }
     row["reason"] = row["reason"][:200]
-    if min_bytes and record.candidate_ms:
-        achieved = min_bytes / (record.candidate_ms / 1e3) / 1e9
+    if min_bytes and row["candidate_ms"]:
+        achieved = min_bytes / (row["candidate_ms"] / 1e3) / 1e9
         row.update(achieved_gbs=achieved, fraction_of_copy_bw=achieved / bandwidth)
     return row
 

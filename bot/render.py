@@ -1,67 +1,75 @@
 """Rendering the report record: terminal table, markdown, JUnit XML, and the files.
 
-The markdown (report.md) puts every string of the report through ``bot.markdown``, as the
-pull-request comment does: targets, reasons and checks may come from a pull request's code."""
+The table's columns are defined once (``COLUMNS``): the terminal table and the markdown walk
+the same list, and report.json is the record itself, so a measured value shown in a new
+column is one line here. The markdown (report.md) puts every string of the report through
+``bot.markdown``, as the pull-request comment does: targets, reasons and checks may come from
+a pull request's code."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 from bot import markdown as md
-from bot.report import Report
+from bot.report import ERROR_STATUSES, Report, TargetReport, TargetStatus
+from harness.records import TimingStats, Verdict
+
+
+class Column(NamedTuple):
+    """One column of a report table: its header and its cell for a row. ``text`` cells are
+    untrusted text (code spans in markdown, at most that many characters), the others
+    numbers kernelpilot formats itself."""
+
+    header: str
+    cell: Callable[[TargetReport], str]
+    text: int | None = None
+
+
+def _ms(stats: TimingStats | None) -> str:
+    return "-" if stats is None else f"{stats.median_ms:.3f}"
+
+
+def beyond_noise(verdict: Verdict) -> str:
+    """What a ratio means, as a reader takes it: faster (nothing to add), slower, or within
+    the noise either way."""
+    return "" if verdict.faster else " slower" if verdict.slower else " (within noise)"
+
+
+def _speedup(verdict: Verdict | None, review: bool) -> str:
+    if verdict is None:
+        return "-"
+    if review:
+        return f"{verdict.speedup:.2f}x ⚠ review"
+    return f"{verdict.speedup:.2f}x{beyond_noise(verdict)}"
+
+
+def _error(row: TargetReport) -> str:
+    error = row.result.max_abs_error if row.result else None
+    return "-" if error is None else f"{error:.2e}"
+
 
 COLUMNS = [
-    "target",
-    "status",
-    "eager ms",
-    "compile ms",
-    "kernel ms",
-    "vs eager",
-    "vs compile",
-    "max err",
+    Column("target", lambda row: row.target, text=200),
+    Column("status", lambda row: row.status.value, text=40),
+    Column("eager ms", lambda row: _ms(row.timings.eager)),
+    Column("compile ms", lambda row: _ms(row.timings.compiled)),
+    Column("kernel ms", lambda row: _ms(row.timings.candidate)),
+    Column("vs eager", lambda row: _speedup(row.vs_eager, row.needs_review)),
+    Column("vs compile", lambda row: _speedup(row.vs_compile, row.needs_review)),
+    Column("max err", _error),
 ]
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
-def _speedup(value: float | None, faster: bool, slower: bool, review: bool) -> str:
-    """A ratio as a reader takes it: faster, slower, or within the noise either way."""
-    if value is None:
-        return "-"
-    if review:
-        return f"{value:.2f}x ⚠ review"
-    return f"{value:.2f}x" + ("" if faster else " slower" if slower else " (within noise)")
-
-
 def table_rows(report: Report) -> list[list[str]]:
-    return [
-        [
-            row.target,
-            row.status,
-            _ms(row.eager_ms),
-            _ms(row.compile_ms),
-            _ms(row.candidate_ms),
-            _speedup(
-                row.speedup_vs_eager, row.faster_than_eager, row.slower_than_eager, row.needs_review
-            ),
-            _speedup(
-                row.speedup_vs_compile,
-                row.faster_than_compile,
-                row.slower_than_compile,
-                row.needs_review,
-            ),
-            "-" if row.max_abs_error is None else f"{row.max_abs_error:.2e}",
-        ]
-        for row in report.targets
-    ]
+    return [[column.cell(row) for column in COLUMNS] for row in report.targets]
 
 
 def render_terminal(report: Report) -> str:
-    rows = [COLUMNS, *table_rows(report)]
+    rows = [[column.header for column in COLUMNS], *table_rows(report)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
     lines = [
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
@@ -71,11 +79,27 @@ def render_terminal(report: Report) -> str:
     for row in report.targets:
         if row.reason:
             lines.append(f"{row.target}: {row.reason}")
-        if row.compile_baseline_error:
+        if row.timings.compile_baseline_error:
             lines.append(
-                f"{row.target}: torch.compile baseline not measured: {row.compile_baseline_error}"
+                f"{row.target}: torch.compile baseline not measured: "
+                f"{row.timings.compile_baseline_error}"
             )
     return "\n".join(lines)
+
+
+def markdown_table(columns: list[Column], rows: list[TargetReport]) -> list[str]:
+    """A markdown table of ``rows``: text cells as code spans, numbers as they are."""
+    lines = ["| " + " | ".join(column.header for column in columns) + " |"]
+    lines.append("|" + "---|" * len(columns))
+    for row in rows:
+        cells = [
+            column.cell(row)
+            if column.text is None
+            else md.code(column.cell(row), column.text, in_table=True)
+            for column in columns
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def render_markdown(report: Report) -> str:
@@ -87,14 +111,9 @@ def render_markdown(report: Report) -> str:
             f"torch {md.plain(first.torch_version, 40)}."
         )
         lines.append("")
-    lines.append("| " + " | ".join(COLUMNS) + " |")
-    lines.append("|" + "---|" * len(COLUMNS))
-    for cells in table_rows(report):
-        target, status, *numbers = cells
-        text = [md.code(target, in_table=True), md.code(status, 40, in_table=True)]
-        lines.append("| " + " | ".join([*text, *numbers]) + " |")
+    lines += markdown_table(COLUMNS, report.targets)
     for row in report.targets:
-        lines += ["", f"### {md.plain(row.target, 200)}: {md.plain(row.status, 40)}"]
+        lines += ["", f"### {md.plain(row.target, 200)}: {md.plain(row.status.value, 40)}"]
         if row.reason:
             lines += ["", *md.fenced(row.reason, "text", limit=8000)]
         if row.needs_review:
@@ -114,25 +133,22 @@ def render_markdown(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
-# Statuses shown as JUnit errors (no output was judged), the others as failures.
-ERROR_STATUSES = ("build_error", "runtime_error", "timeout", "harness_error", "error", "weak_spec")
-
-
 def render_junit(report: Report) -> str:
     cases = []
     for row in report.targets:
+        candidate = row.timings.candidate
         case = TestCase(
             row.target,
             classname=f"kernelpilot.{row.device}",
-            elapsed_sec=(row.candidate_ms or 0) / 1e3,
+            elapsed_sec=(candidate.median_ms if candidate else 0) / 1e3,
             stdout=row.reason,
         )
-        if row.status == "no_candidate":
+        if row.status is TargetStatus.no_candidate:
             case.add_skipped_info(row.reason)
         elif row.status in ERROR_STATUSES:
-            case.add_error_info(row.reason or row.status, row.log)
-        elif row.status != "ok":
-            case.add_failure_info(row.reason or row.status, row.log)
+            case.add_error_info(row.reason or row.status.value, row.log)
+        elif row.status is not TargetStatus.ok:
+            case.add_failure_info(row.reason or row.status.value, row.log)
         cases.append(case)
     return to_xml_report_string([TestSuite("kernelpilot", cases)])
 

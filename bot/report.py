@@ -1,68 +1,75 @@
 """The report record: one row per target, built once from a verdict and rendered by
-``bot.render`` as a terminal table, markdown, JUnit XML and JSON (and by the benchmarks)."""
+``bot.render`` as a terminal table, markdown, JUnit XML and JSON (and by the benchmarks).
+
+A row holds its target's ``EvalResult`` whole: every time, check and verdict is read from
+there, and the acceptance rules are ``harness.judge.accept``'s, never derived again here."""
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from agents.trajectory import Trajectory
-from harness.judge.accept import honest_baseline
-from harness.records import Check, EvalResult, Verdict
+from harness.judge import accept
+from harness.records import Check, EvalResult, Status, Timings, Verdict
+
+
+class TargetStatus(str, Enum):
+    """A target's outcome: its candidate's verdict (``harness.records.Status``), or why no
+    candidate was measured or shown."""
+
+    ok = "ok"
+    build_error = "build_error"
+    runtime_error = "runtime_error"
+    timeout = "timeout"
+    incorrect = "incorrect"
+    rejected = "rejected"
+    harness_error = "harness_error"
+    no_candidate = "no_candidate"
+    weak_spec = "weak_spec"
+    error = "error"
+    refused = "refused"  # publish checked the kernel again and refused it (bot.pr.trust)
+
+    @classmethod
+    def of(cls, status: Status) -> TargetStatus:
+        return cls(status.value)
+
+    @property
+    def failed(self) -> bool:
+        """The target failed: a run ends in error. No candidate is not a failure (a target
+        without a faster kernel is not an error)."""
+        return self not in (TargetStatus.ok, TargetStatus.no_candidate)
+
+
+# Shown as JUnit errors (no output was judged); the other failures as failures.
+ERROR_STATUSES = frozenset(
+    {
+        TargetStatus.build_error,
+        TargetStatus.runtime_error,
+        TargetStatus.timeout,
+        TargetStatus.harness_error,
+        TargetStatus.error,
+        TargetStatus.weak_spec,
+    }
+)
 
 
 class TargetReport(BaseModel):
-    """The outcome for one target; ``status`` is an EvalResult status or a target-level one."""
+    """The outcome for one target: its measured result (None: no candidate was measured)
+    and what is the target's own: its name, status, plan, kernel and the search's spend."""
 
     target: str
     device: str
-    device_name: str = ""
-    torch_version: str = ""
-    status: str = Field(description="ok, a failure status, no_candidate, weak_spec or error.")
+    status: TargetStatus
     reason: str = ""
-    eager_ms: float | None = Field(
-        default=None,
-        description="The eager time speedup_vs_eager is taken against: the faster of "
-        "eager_beside_ms and eager_alone_ms.",
+    result: EvalResult | None = Field(
+        default=None, description="The best candidate's verdict, its log shortened."
     )
-    eager_beside_ms: float | None = Field(
-        default=None, description="Eager timed interleaved with the candidate."
-    )
-    eager_alone_ms: float | None = Field(
-        default=None, description="Eager timed before the candidate was loaded (same worker)."
-    )
-    eager_after_ms: float | None = Field(
-        default=None,
-        description="Eager timed after the candidate's timed calls (same worker): with "
-        "eager_alone_ms, what the disturbance check compares.",
-    )
-    compile_ms: float | None = Field(
-        default=None,
-        description="The torch.compile time speedup_vs_compile is taken against: the faster "
-        "of torch.compile beside the candidate and before it was loaded.",
-    )
-    candidate_ms: float | None = None
-    speedup_vs_eager: float | None = None
-    speedup_vs_compile: float | None = None
-    faster_than_eager: bool = False
-    faster_than_compile: bool = False
-    noise_floor: float | None = None
-    slower_than_eager: bool = Field(
-        default=False, description="Slower than eager beyond the noise floor."
-    )
-    slower_than_compile: bool = False
-    needs_review: bool = False
-    max_abs_error: float | None = None
-    rel_error: float | None = None
-    input_mode: str = "as_given"
-    inputs: str = Field(default="", description="The forward's inputs: float32[8, 1024], ...")
     plan: str = Field(default="", description="The plan the best kernel followed (shortened).")
     kernel_source: str = Field(default="", description="The best verified candidate's source.")
-    compile_baseline_error: str | None = None
     candidate_file: str | None = None
-    checks: list[Check] = Field(default_factory=list)
-    log: str = ""
     proposer: str = Field(default="offline", description="'offline', or the LLM's model name.")
     attempts: int = Field(default=0, description="Candidates proposed for this target.")
     tokens: int = Field(default=0, description="LLM tokens spent on this target.")
@@ -85,17 +92,67 @@ class TargetReport(BaseModel):
 
     @property
     def improved(self) -> bool:
-        """Verified, faster than eager beyond the noise, and not slower than torch.compile
-        beyond it: the only kind of result offered to a user as a faster kernel."""
+        """The result is an improvement (``harness.judge.accept.improved``), still ok here
+        and with a kernel to offer."""
         return (
-            self.status == "ok"
-            and self.faster_than_eager
-            and not self.slower_than_compile
+            self.status is TargetStatus.ok
+            and self.result is not None
+            and accept.improved(self.result)
             and bool(self.kernel_source)
         )
 
+    @property
+    def needs_review(self) -> bool:
+        return self.result is not None and accept.needs_review(self.result)
+
+    @property
+    def timings(self) -> Timings:
+        """What was measured (nothing, without a result)."""
+        return self.result.timings if self.result else Timings()
+
+    @property
+    def vs_eager(self) -> Verdict | None:
+        return self.result.vs_eager if self.result else None
+
+    @property
+    def vs_compile(self) -> Verdict | None:
+        return self.result.vs_compile if self.result else None
+
+    @property
+    def speedup_vs_eager(self) -> float | None:
+        return self.vs_eager.speedup if self.vs_eager else None
+
+    @property
+    def speedup_vs_compile(self) -> float | None:
+        return self.vs_compile.speedup if self.vs_compile else None
+
+    @property
+    def device_name(self) -> str:
+        return self.result.device_name if self.result else ""
+
+    @property
+    def torch_version(self) -> str:
+        return self.result.torch_version if self.result else ""
+
+    @property
+    def checks(self) -> list[Check]:
+        return self.result.checks if self.result else []
+
+    @property
+    def log(self) -> str:
+        return self.result.log if self.result else ""
+
+    @property
+    def input_mode(self) -> str:
+        return self.result.input_mode if self.result else "as_given"
+
+    @property
+    def inputs(self) -> str:
+        """The forward's inputs: float32[8, 1024], ..."""
+        return self.result.input_summary if self.result else ""
+
     @classmethod
-    def failed(cls, target: str, device: str, status: str, reason: str) -> TargetReport:
+    def failed(cls, target: str, device: str, status: TargetStatus, reason: str) -> TargetReport:
         """A target without a measured candidate: no_candidate, weak_spec or error."""
         return cls(target=target, device=device, status=status, reason=reason)
 
@@ -106,37 +163,10 @@ class TargetReport(BaseModel):
         return cls(
             target=target,
             device=result.device,
-            device_name=result.device_name,
-            torch_version=result.torch_version,
-            status=result.status.value,
+            status=TargetStatus.of(result.status),
             reason=result.reason,
-            eager_ms=honest_baseline(result.eager, result.eager_alone).median_ms
-            if result.eager
-            else None,
-            eager_beside_ms=result.eager.median_ms if result.eager else None,
-            eager_alone_ms=result.eager_alone.median_ms if result.eager_alone else None,
-            eager_after_ms=result.eager_after.median_ms if result.eager_after else None,
-            compile_ms=honest_baseline(result.compiled, result.compiled_alone).median_ms
-            if result.compiled
-            else None,
-            candidate_ms=result.candidate.median_ms if result.candidate else None,
-            speedup_vs_eager=result.speedup_vs_eager,
-            speedup_vs_compile=result.speedup_vs_compile,
-            faster_than_eager=bool(result.vs_eager and result.vs_eager.faster),
-            faster_than_compile=bool(result.vs_compile and result.vs_compile.faster),
-            noise_floor=result.vs_eager.noise_floor if result.vs_eager else None,
-            slower_than_eager=_slower(result.vs_eager),
-            slower_than_compile=_slower(result.vs_compile),
-            needs_review=bool(result.vs_eager and result.vs_eager.needs_review)
-            or bool(result.vs_compile and result.vs_compile.needs_review),
-            max_abs_error=result.max_abs_error,
-            rel_error=result.rel_error,
-            input_mode=result.input_mode,
-            inputs=result.input_summary,
-            compile_baseline_error=result.compile_baseline_error,
+            result=result.model_copy(update={"log": result.log[-4000:]}),
             candidate_file=candidate_file,
-            checks=result.checks,
-            log=result.log[-4000:],
         )
 
 
@@ -151,18 +181,5 @@ class Report(BaseModel):
 
     def best_speedup(self) -> float | None:
         """The largest speedup over eager among the improved targets."""
-        speedups = [row.speedup_vs_eager or 0.0 for row in self.improved()]
+        speedups = [row.vs_eager.speedup if row.vs_eager else 0.0 for row in self.improved()]
         return max(speedups) if speedups else None
-
-
-# A call that takes this much longer than the baseline is slower however noisy the timing
-# was: with one sample each the measured floor is infinite, and 0.43x is still no "noise".
-SLOWER_FLOOR_CAP = 0.5
-
-
-def _slower(verdict: Verdict | None) -> bool:
-    """Slower beyond the same noise floor that a speedup must clear to count as faster
-    (capped: an infinite floor from too few samples must not hide a plainly slower kernel)."""
-    if verdict is None:
-        return False
-    return verdict.speedup * (1 + min(verdict.noise_floor, SLOWER_FLOOR_CAP)) < 1

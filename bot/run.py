@@ -22,7 +22,7 @@ from agents.search.budget import RunSpend
 from agents.team import TeamConfig
 from agents.trajectory import Trajectory
 from bot.render import write_report
-from bot.report import Report, TargetReport
+from bot.report import Report, TargetReport, TargetStatus
 from bot.settings import Settings, reader
 from harness.builds.cache import default_cache_dir
 from harness.config import EvalConfig
@@ -143,7 +143,9 @@ def resolve_targets(targets: list[str], options: RunOptions) -> list[Problem | T
             folder = Path(target.partition(":")[0])
             if target.strip() and folder.is_dir():
                 err = UserError(err.what, err.where, f"{err.fix}\n  or {_configured_hint(folder)}")
-            resolved.append(TargetReport.failed(target, options.device, "error", err.render()))
+            resolved.append(
+                TargetReport.failed(target, options.device, TargetStatus.error, err.render())
+            )
     return resolved
 
 
@@ -238,14 +240,20 @@ def optimize_target(
             run.spend,
         )
     except WeakSpecError as err:
-        return TargetReport.failed(problem.name, problem.device, "weak_spec", scrub(err.render()))
+        return TargetReport.failed(
+            problem.name, problem.device, TargetStatus.weak_spec, scrub(err.render())
+        )
     except LLMFatalError:  # a bad key, an unknown model: no other target would fare better
         raise
     except UserError as err:  # this target's fault: report it, go on with the others
         progress(scrub(err.render()))
-        return TargetReport.failed(problem.name, problem.device, "error", scrub(err.render()))
+        return TargetReport.failed(
+            problem.name, problem.device, TargetStatus.error, scrub(err.render())
+        )
     if attempt.result is None or attempt.candidate is None:
-        row = TargetReport.failed(problem.name, problem.device, "no_candidate", attempt.reason)
+        row = TargetReport.failed(
+            problem.name, problem.device, TargetStatus.no_candidate, attempt.reason
+        )
     else:
         kernel_file = run.out_dir / f"{problem.name}_kernel.py"
         run.out_dir.mkdir(parents=True, exist_ok=True)

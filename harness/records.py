@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 
 class Status(str, Enum):
@@ -89,12 +90,26 @@ class TimingStats(BaseModel):
 
 
 class Verdict(BaseModel):
-    """Output of the pure acceptance function."""
+    """Output of the pure acceptance function (``harness.judge.accept.accept``)."""
+
+    # One call timed once leaves an infinite floor: JSON has no number for it, so a string.
+    model_config = ConfigDict(ser_json_inf_nan="strings")
 
     speedup: float
     noise_floor: float
-    faster: bool
+    faster: bool = Field(description="Faster beyond the noise floor.")
+    slower: bool = Field(description="Slower beyond the noise floor (capped: see accept).")
     needs_review: bool
+
+    @model_validator(mode="before")
+    @classmethod
+    def _saved_without_slower(cls, data: Any) -> Any:
+        """A verdict saved before ``slower`` was recorded: the same rule decides it now."""
+        if isinstance(data, dict) and "slower" not in data and "speedup" in data:
+            from harness.judge.accept import is_slower
+
+            data = {**data, "slower": is_slower(data["speedup"], data["noise_floor"])}
+        return data
 
 
 class Slowdown(BaseModel):
@@ -130,6 +145,72 @@ class Disturbance(BaseModel):
         return self.lasting.beyond or (self.interleaved is not None and self.interleaved.beyond)
 
 
+def honest_baseline(beside: TimingStats, alone: TimingStats | None) -> TimingStats:
+    """The faster of a baseline's two measurements, beside the candidate and before it was
+    loaded: a slowed-down baseline never inflates a speedup."""
+    if alone is None or beside.median_ms <= alone.median_ms:
+        return beside
+    return alone
+
+
+class Timings(BaseModel):
+    """Every time measured for one candidate, and the honest baselines taken from them once."""
+
+    candidate: TimingStats | None = None
+    eager_beside: TimingStats | None = Field(
+        default=None, description="Eager timed interleaved with the candidate."
+    )
+    eager_alone: TimingStats | None = Field(
+        default=None, description="Eager timed in the worker before the candidate was loaded."
+    )
+    eager_after: TimingStats | None = Field(
+        default=None,
+        description="Eager timed in the same worker after the candidate's timed calls, the "
+        "candidate loaded but not called.",
+    )
+    compiled_beside: TimingStats | None = Field(
+        default=None, description="torch.compile timed interleaved with the candidate."
+    )
+    compiled_alone: TimingStats | None = Field(
+        default=None,
+        description="torch.compile timed in the worker before the candidate was loaded.",
+    )
+    compile_baseline_error: str | None = Field(
+        default=None, description="Why torch.compile could not be measured, if it could not."
+    )
+
+    @computed_field(  # type: ignore[prop-decorator]
+        description="The eager time speedups are taken against: the faster of beside and alone."
+    )
+    @property
+    def eager(self) -> TimingStats | None:
+        if self.eager_beside is None:
+            return None
+        return honest_baseline(self.eager_beside, self.eager_alone)
+
+    @computed_field(  # type: ignore[prop-decorator]
+        description="The torch.compile time speedups are taken against: the faster of beside "
+        "and alone."
+    )
+    @property
+    def compiled(self) -> TimingStats | None:
+        if self.compiled_beside is None:
+            return None
+        return honest_baseline(self.compiled_beside, self.compiled_alone)
+
+
+# EvalResult's timing fields before they moved into ``Timings`` (saved trajectories hold them).
+_FLAT_TIMINGS = {
+    "candidate": "candidate",
+    "eager": "eager_beside",
+    "eager_alone": "eager_alone",
+    "eager_after": "eager_after",
+    "compiled": "compiled_beside",
+    "compiled_alone": "compiled_alone",
+    "compile_baseline_error": "compile_baseline_error",
+}
+
+
 class EvalResult(BaseModel):
     """Everything measured about one candidate on one problem."""
 
@@ -142,24 +223,7 @@ class EvalResult(BaseModel):
     torch_version: str = ""
     max_abs_error: float | None = None
     rel_error: float | None = None
-    eager: TimingStats | None = None
-    compiled: TimingStats | None = None
-    candidate: TimingStats | None = None
-    eager_alone: TimingStats | None = Field(
-        default=None, description="Eager timed in the worker before the candidate was loaded."
-    )
-    eager_after: TimingStats | None = Field(
-        default=None,
-        description="Eager timed in the same worker after the candidate's timed calls, the "
-        "candidate loaded but not called.",
-    )
-    compiled_alone: TimingStats | None = Field(
-        default=None,
-        description="torch.compile timed in the worker before the candidate was loaded.",
-    )
-    compile_baseline_error: str | None = Field(
-        default=None, description="Why torch.compile could not be measured, if it could not."
-    )
+    timings: Timings = Field(default_factory=Timings)
     vs_eager: Verdict | None = None
     vs_compile: Verdict | None = None
     input_mode: str = Field(
@@ -187,6 +251,16 @@ class EvalResult(BaseModel):
     matmul_tflops: float | None = Field(
         default=None, description="The device's measured matmul rate, TFLOP/s (a ceiling)."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_timings(cls, data: Any) -> Any:
+        """A result saved with its times as flat fields (an older trajectory): into ``timings``."""
+        if isinstance(data, dict) and "timings" not in data:
+            flat = {new: data[old] for old, new in _FLAT_TIMINGS.items() if old in data}
+            rest = {key: value for key, value in data.items() if key not in _FLAT_TIMINGS}
+            data = {**rest, "timings": flat}
+        return data
 
     @property
     def speedup_vs_eager(self) -> float | None:

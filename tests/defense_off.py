@@ -603,8 +603,8 @@ DEFENSES: list[Defense] = [
     Defense(
         "publish_review_threshold_from_the_base",
         "bot/pr/trust.py",
-        "        row.needs_review = row.needs_review or max(claims) > threshold",
-        "        pass",
+        "            review_above(row.result, threshold)",
+        "            pass",
         ("tests/test_publish.py", "-k", "big_claim"),
     ),
     Defense(

@@ -8,10 +8,13 @@ from harness.judge.accept import (
     accept,
     baseline_disturbance,
     confirm_disturbance,
-    honest_baseline,
+    improved,
+    is_slower,
+    needs_review,
+    review_above,
     slowdown,
 )
-from harness.records import Check, EvalResult, Status, TimingStats
+from harness.records import Check, EvalResult, Status, Timings, TimingStats, Verdict
 
 
 def stats(median: float, iqr: float = 0.0, samples: int = 100) -> TimingStats:
@@ -97,7 +100,66 @@ def test_baseline_disturbance_tells_what_is_left_behind_from_interleaving(
     [(stats(2.0), stats(1.0), 1.0), (stats(1.0), stats(1.2), 1.0), (stats(1.0), None, 1.0)],
 )
 def test_speedups_use_the_faster_eager_measurement(beside, alone, expected):
-    assert honest_baseline(beside, alone).median_ms == expected
+    timings = Timings(eager_beside=beside, eager_alone=alone, compiled_beside=beside,
+                      compiled_alone=alone)  # fmt: skip
+    assert timings.eager is not None and timings.eager.median_ms == expected
+    assert timings.compiled is not None and timings.compiled.median_ms == expected
+
+
+def test_without_a_baseline_beside_the_candidate_there_is_no_honest_baseline():
+    assert Timings(eager_alone=stats(1.0), compiled_alone=stats(1.0)).eager is None
+    assert Timings(eager_alone=stats(1.0), compiled_alone=stats(1.0)).compiled is None
+
+
+@pytest.mark.parametrize(
+    ("speedup", "floor", "slower"),
+    [
+        (0.83, 0.05, True),  # beyond the floor
+        (0.98, 0.05, False),  # inside it
+        (0.43, float("inf"), True),  # an infinite floor is capped: plainly slower is slower
+        (0.7, float("inf"), False),  # inside the cap
+        (1.5, 0.05, False),
+    ],
+)
+def test_slower_beyond_the_noise_floor_with_the_floor_capped(speedup, floor, slower):
+    assert is_slower(speedup, floor) is slower
+
+
+def verdict(speedup: float, faster: bool, slower: bool = False, review: bool = False) -> Verdict:
+    return Verdict(speedup=speedup, noise_floor=0.05, faster=faster, slower=slower,
+                   needs_review=review)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("status", "vs_eager", "vs_compile", "expected"),
+    [
+        (Status.ok, verdict(2.0, True), verdict(1.5, True), True),
+        (Status.ok, verdict(2.0, True), verdict(0.98, False), True),  # ties torch.compile
+        (Status.ok, verdict(2.0, True), None, True),  # torch.compile not measured
+        (Status.ok, verdict(2.0, True), verdict(0.6, False, slower=True), False),
+        (Status.ok, verdict(1.02, False), verdict(1.5, True), False),  # within the noise
+        (Status.ok, None, None, False),
+        (Status.incorrect, verdict(2.0, True), verdict(1.5, True), False),
+    ],
+)
+def test_improved_is_verified_faster_than_eager_and_not_slower_than_compile(
+    status, vs_eager, vs_compile, expected
+):
+    result = EvalResult(status=status, vs_eager=vs_eager, vs_compile=vs_compile)
+    assert improved(result) is expected
+
+
+def test_a_review_is_asked_for_by_either_speedup_and_by_a_lower_threshold():
+    result = EvalResult(status=Status.ok, vs_eager=verdict(4.0, True),
+                        vs_compile=verdict(12.0, True, review=True))  # fmt: skip
+    assert needs_review(result)
+    result.vs_compile = verdict(3.0, True)
+    assert not needs_review(result)
+    review_above(result, 5.0)
+    assert not needs_review(result)
+    review_above(result, 3.5)
+    assert needs_review(result) and result.vs_eager is not None and result.vs_eager.needs_review
+    assert result.vs_compile is not None and not result.vs_compile.needs_review
 
 
 def measured(*disturbed: bool):

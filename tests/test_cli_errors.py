@@ -86,7 +86,7 @@ def test_bad_candidates_are_verdicts(candidate, status, check, text, tmp_path):
     assert code == 1, output
     row = json.loads((tmp_path / "report.json").read_text())["targets"][0]
     assert row["status"] == status
-    failed = [c for c in row["checks"] if not c["passed"]]
+    failed = [c for c in row["result"]["checks"] if not c["passed"]]
     assert any(c["name"] == check for c in failed), failed
     assert text in row["reason"]
 

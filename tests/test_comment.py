@@ -14,19 +14,17 @@ from bot.pr.followup import build_followup
 from bot.pr.results import PullResults, TargetSource, load_results
 from bot.report import Report, TargetReport
 from harness.errors import UserError
+from tests.rows import measured_row
 
 SHA = "a" * 40
 
 
-def row(target: str = "m.py:Block", **fields) -> TargetReport:
-    values = dict(
-        target=target, device="cuda", device_name="NVIDIA H100", torch_version="2.11",
-        status="ok", eager_ms=1.0, compile_ms=0.8, candidate_ms=0.5, speedup_vs_eager=2.0,
-        speedup_vs_compile=1.6, faster_than_eager=True, faster_than_compile=True,
-        max_abs_error=1e-6, inputs="float32[8, 1024]", kernel_source="class ModelNew: pass\n",
-    )  # fmt: skip
-    values.update(fields)
-    return TargetReport(**values)
+def row(target: str = "m.py:Block", inputs: str = "float32[8, 1024]", **fields) -> TargetReport:
+    """Verified, 2.0x vs eager and 1.6x vs torch.compile unless the times say otherwise."""
+    values = dict(device="cuda", kernel_source="class ModelNew: pass\n")
+    result = dict(device="cuda", device_name="NVIDIA H100", torch_version="2.11",
+                  max_abs_error=1e-6, input_summary=inputs)  # fmt: skip
+    return measured_row(target, result_fields=result, **(values | fields))
 
 
 def results(*rows: TargetReport, **fields) -> PullResults:
@@ -44,14 +42,7 @@ def results(*rows: TargetReport, **fields) -> PullResults:
 
 
 def test_a_verified_but_slower_kernel_is_never_offered():
-    slower = row(
-        speedup_vs_eager=0.43,
-        faster_than_eager=False,
-        slower_than_eager=True,
-        speedup_vs_compile=0.35,
-        faster_than_compile=False,
-        slower_than_compile=True,
-    )
+    slower = row(eager_ms=0.215, compile_ms=0.175)  # 0.43x and 0.35x
     body = render_comment(results(slower))
     assert "**no faster kernel found**" in body
     assert "0.43x slower" in body and "0.35x slower" in body and "(noise)" not in body
@@ -60,13 +51,13 @@ def test_a_verified_but_slower_kernel_is_never_offered():
 
 
 def test_faster_than_eager_but_slower_than_torch_compile_is_not_an_improvement():
-    behind = row(speedup_vs_compile=0.6, faster_than_compile=False, slower_than_compile=True)
+    behind = row(compile_ms=0.3)  # 0.6x torch.compile
     assert not behind.improved
     assert "verified, not faster" in render_comment(results(behind))
 
 
 def test_the_review_threshold_named_is_the_configured_one():
-    big = row(speedup_vs_eager=30.0, needs_review=True)
+    big = row(eager_ms=15.0)  # 30x
     report = Report(targets=[big], review_speedup=25.0)
     body = render_comment(results(report=report))
     assert "over 25x: review" in body and "10x" not in body
@@ -205,3 +196,14 @@ def test_results_naming_a_path_outside_the_repository_are_refused(path, tmp_path
     (tmp_path / "results.json").write_text(json.dumps(data))
     with pytest.raises(UserError, match="refusing the path"):
         load_results(tmp_path, pull_event(fork=False))
+
+
+def test_the_comment_renders_fixed_records_as_pinned():
+    """tests/fixtures/report/comment.md: what the comment rendered for these records before
+    the report held its EvalResult whole, and must go on rendering."""
+    from tests.test_report import GOLDEN, fixed_report
+
+    sources = {target: TargetSource(module_path="m.py", class_name=target.rpartition(":")[2])
+               for target in ("m.py:Fast", "m.py:Huge")}  # fmt: skip
+    pinned = results(report=fixed_report(), head_ref="f", sources=sources)
+    assert render_comment(pinned) == (GOLDEN / "comment.md").read_text()

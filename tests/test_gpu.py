@@ -52,7 +52,8 @@ def test_examples_optimize_on_cuda(example, tmp_path):
     assert completed.returncode == 0, completed.stdout + completed.stderr
     row = json.loads((out / "report.json").read_text())["targets"][0]
     assert row["status"] == "ok", row["reason"]
-    assert row["device"] == "cuda" and row["eager_ms"] and row["candidate_ms"]
+    timings = row["result"]["timings"]
+    assert row["device"] == "cuda" and timings["eager"] and timings["candidate"]
     assert (out / "junit.xml").exists() and row["candidate_file"]
 
 

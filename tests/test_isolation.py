@@ -49,7 +49,7 @@ def test_failures_are_contained_and_the_run_goes_on():
     assert "correct_outputs" in failed
     honest = results["honest"]
     assert honest.status is Status.ok, honest.reason + honest.log
-    assert honest.eager and honest.candidate and honest.vs_eager is not None
+    assert honest.timings.eager and honest.timings.candidate and honest.vs_eager is not None
     assert all(check.passed for check in honest.checks if check.name != "network_isolated")
 
 

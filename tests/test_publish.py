@@ -23,11 +23,12 @@ from bot.pr.base_config import JudgingConfig
 from bot.pr.comment import MARKER
 from bot.pr.publish import publish
 from bot.pr.results import Environment, PullResults, TargetSource
-from bot.report import Report, TargetReport
+from bot.report import Report
 from harness.errors import UserError
 from harness.records import Check
 from tests.fake_github import FakeGitHub
 from tests.prflow import CLASS_LINE, NUMBER, REPO, ROOT, Project
+from tests.rows import measured_row
 
 KERNEL = (ROOT / "examples/candidates/fused_gelu_block_cpu.py").read_text()
 TARGET = "models/act.py:Activation"
@@ -42,12 +43,22 @@ def project(tmp_path) -> Project:
 
 def honest(project: Project, fork: bool = False, kernel: str = KERNEL) -> PullResults:
     """What measure writes for pull request 7 at its head: one improved module."""
-    row = TargetReport(
-        target=TARGET, device="cpu", device_name="x86_64", torch_version="2.13", status="ok",
-        eager_ms=2.0, candidate_ms=0.5, speedup_vs_eager=4.0, faster_than_eager=True,
-        inputs="float32[32, 64, 1024]", kernel_source=kernel, plan="Fuse the chain.",
+    result = dict(
+        device_name="x86_64",
+        torch_version="2.13",
+        input_summary="float32[32, 64, 1024]",
         checks=[Check(name="correct_outputs", passed=True, detail="5 seeds")],
-    )  # fmt: skip
+    )
+    row = measured_row(
+        TARGET,
+        eager_ms=2.0,
+        compile_ms=None,
+        candidate_ms=0.5,
+        result_fields=result,
+        kernel_source=kernel,
+        plan="Fuse the chain.",
+    )
+    # fmt: skip
     module = ChangedModule(path="models/act.py", class_name="Activation", class_line=CLASS_LINE,
                            lines=[CLASS_LINE], reason="class body changed", target=TARGET,
                            target_source="config")  # fmt: skip
@@ -204,12 +215,15 @@ def outside_code(body: str) -> str:
 def hostile(project: Project) -> dict:
     data = honest(project).model_dump(mode="json")
     row = data["report"]["targets"][0]
-    for name in ("device", "device_name", "torch_version", "reason", "inputs", "plan",
-                 "proposer", "log", "compile_baseline_error"):  # fmt: skip
+    for name in ("device", "reason", "plan", "proposer"):
         row[name] = HOSTILE
-    row["checks"] = [{"name": HOSTILE, "passed": True, "detail": HOSTILE}]
+    for name in ("device", "device_name", "torch_version", "input_summary", "log"):
+        row["result"][name] = HOSTILE
+    row["result"]["timings"]["compile_baseline_error"] = HOSTILE
+    row["result"]["checks"] = [{"name": HOSTILE, "passed": True, "detail": HOSTILE}]
     row["kernel_source"] = KERNEL + "\n# ```\n# " + HOSTILE + "\n" + "# ````````\n"
-    failed = dict(row, target=HOSTILE, status=HOSTILE, kernel_source="", reason="x" * 100_000)
+    # A status is one of TargetStatus's words (an unknown one is refused), not free text.
+    failed = dict(row, target=HOSTILE, status="error", kernel_source="", reason="x" * 100_000)
     data["report"]["targets"].append(failed)
     module = data["changes"]["modules"][0]
     data["changes"]["modules"].append(
@@ -261,17 +275,26 @@ def cells(line: str) -> list[str]:
     return found + ([cell] if cell.strip() else [])
 
 
+VERDICT = {"speedup": 2.0, "noise_floor": 0.05, "faster": True, "slower": False,
+           "needs_review": False}  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("speedup_vs_eager", 48.0), ("eager_ms", float("nan")), ("candidate_ms", -1.0),
-     ("speedup_vs_compile", 2.0)],
+    [("vs_eager.speedup", 48.0), ("timings.eager_beside.median_ms", float("nan")),
+     ("timings.candidate.median_ms", -1.0), ("timings.eager_beside.iqr_ms", float("inf")),
+     ("vs_compile", VERDICT), ("max_abs_error", -1.0)],
 )  # fmt: skip
 def test_numbers_that_are_not_finite_or_contradict_the_times_are_refused(
     project, fake_github, tmp_path, field, value
 ):
     project.seed(fake_github)
     data = honest(project).model_dump(mode="json")
-    data["report"]["targets"][0][field] = value
+    *path, last = field.split(".")
+    held = data["report"]["targets"][0]["result"]
+    for part in path:
+        held = held[part]
+    held[last] = value
     folder = tmp_path / "artifact"
     folder.mkdir()
     (folder / "results.json").write_text(json.dumps(data))  # NaN as JSON's NaN
@@ -357,6 +380,8 @@ def test_a_big_claim_asks_for_review_by_the_base_commits_threshold(tmp_path, fak
     project.seed(fake_github)
     data = honest(project).model_dump(mode="json")
     data["report"]["review_speedup"] = 1000.0
-    data["report"]["targets"][0].update(eager_ms=24.0, speedup_vs_eager=48.0, needs_review=False)
+    result = data["report"]["targets"][0]["result"]
+    result["timings"]["eager_beside"]["median_ms"] = 24.0
+    result["vs_eager"].update(speedup=48.0, needs_review=False)
     run_publish(fake_github, tmp_path, data)
     assert "⚠️ faster, over 10x: review" in comment(fake_github)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from bot.report import TargetReport
+from bot.render import render_junit, render_markdown, render_terminal, table_rows, write_report
+from bot.report import Report, TargetReport, TargetStatus
 from harness.config import EvalConfig
 from harness.judge.verdict import judge_timing
-from harness.records import EvalResult, Status, TimingStats
+from harness.records import Check, EvalResult, Status, Timings, TimingStats
 
 
 def _stats(median_ms: float) -> TimingStats:
@@ -29,19 +33,26 @@ def test_eager_ms_and_compile_ms_are_the_baselines_the_speedups_are_taken_agains
 ):
     result = EvalResult(
         status=Status.ok,
-        eager=_stats(beside_ms),
-        eager_alone=_stats(alone_ms) if alone_ms else None,
-        compiled=_stats(1.5),
-        compiled_alone=_stats(compiled_alone_ms) if compiled_alone_ms else None,
-        candidate=_stats(1.0),
+        timings=Timings(
+            eager_beside=_stats(beside_ms),
+            eager_alone=_stats(alone_ms) if alone_ms else None,
+            compiled_beside=_stats(1.5),
+            compiled_alone=_stats(compiled_alone_ms) if compiled_alone_ms else None,
+            candidate=_stats(1.0),
+        ),
     )
     judge_timing(result, EvalConfig())
     row = TargetReport.from_result("t", result, None)
-    assert row.eager_ms == expected_eager_ms
-    assert row.compile_ms == expected_compile_ms
-    assert row.eager_beside_ms == beside_ms and row.eager_alone_ms == alone_ms
-    assert row.speedup_vs_eager == pytest.approx(row.eager_ms / row.candidate_ms)
-    assert row.speedup_vs_compile == pytest.approx(row.compile_ms / row.candidate_ms)
+    eager, compiled, kernel = row.timings.eager, row.timings.compiled, row.timings.candidate
+    assert eager is not None and compiled is not None and kernel is not None
+    assert eager.median_ms == expected_eager_ms
+    assert compiled.median_ms == expected_compile_ms
+    assert table_rows(Report(targets=[row]))[0][2:4] == [
+        f"{expected_eager_ms:.3f}",
+        f"{expected_compile_ms:.3f}",
+    ]
+    assert row.speedup_vs_eager == pytest.approx(eager.median_ms / kernel.median_ms)
+    assert row.speedup_vs_compile == pytest.approx(compiled.median_ms / kernel.median_ms)
 
 
 @pytest.mark.parametrize(
@@ -49,27 +60,29 @@ def test_eager_ms_and_compile_ms_are_the_baselines_the_speedups_are_taken_agains
     [(1.2, "0.83x slower"), (1.02, "0.98x (within noise)"), (0.5, "2.00x")],
 )
 def test_a_ratio_below_one_beyond_the_noise_reads_slower(tmp_path, candidate_ms, cell):
-    from bot.render import table_rows
-    from bot.report import Report
-
-    result = EvalResult(status=Status.ok, eager=_stats(1.0), candidate=_stats(candidate_ms))
+    result = EvalResult(
+        status=Status.ok,
+        timings=Timings(eager_beside=_stats(1.0), candidate=_stats(candidate_ms)),
+    )
     judge_timing(result, EvalConfig())
     row = TargetReport.from_result("t", result, None)
     assert table_rows(Report(targets=[row]))[0][5] == cell
-    assert row.slower_than_eager is cell.endswith("slower")
+    assert row.vs_eager is not None and row.vs_eager.slower is cell.endswith("slower")
 
 
 def test_a_plainly_slower_kernel_reads_slower_even_when_too_few_samples_leave_no_floor(tmp_path):
-    from bot.render import table_rows
-    from bot.report import Report
-
     one_sample = TimingStats(median_ms=2.3, iqr_ms=0.0, min_ms=2.3, samples=1)
-    result = EvalResult(status=Status.ok, eager=_stats(1.0), candidate=one_sample)
+    result = EvalResult(
+        status=Status.ok, timings=Timings(eager_beside=_stats(1.0), candidate=one_sample)
+    )
     judge_timing(result, EvalConfig())
     assert result.vs_eager is not None and result.vs_eager.noise_floor == float("inf")
     row = TargetReport.from_result("t", result, None)
     assert table_rows(Report(targets=[row]))[0][5] == "0.43x slower"
     assert not row.improved
+    # The infinite floor survives report.json (JSON has no number for it).
+    again = Report.model_validate_json(Report(targets=[row]).model_dump_json())
+    assert again.targets[0].vs_eager == result.vs_eager
 
 
 def test_the_projects_eval_settings_apply_to_targets_given_on_the_command_line(tmp_path):
@@ -98,3 +111,109 @@ def test_device_auto_defers_to_the_projects_device_setting(tmp_path):
         with pytest.raises(UserError, match="--device cuda, but PyTorch sees no CUDA GPU"):
             _options("auto", None, tmp_path, None, False, None, start=tmp_path)
     assert _options("cpu", None, tmp_path, None, False, None, start=tmp_path).device == "cpu"
+
+
+# --- the renderers pinned on fixed records (tests/fixtures/report: what they rendered before
+# the report held its EvalResult whole, and must go on rendering) ------------------------------
+
+GOLDEN = Path(__file__).parent / "fixtures" / "report"
+
+
+def _judged(status: Status = Status.ok, timings: Timings | None = None, **fields) -> EvalResult:
+    result = EvalResult(status=status, timings=timings or Timings(), **fields)
+    judge_timing(result, EvalConfig())
+    return result
+
+
+def fixed_report() -> Report:
+    checks = [
+        Check(name="correct", passed=True, detail="4 cases | max err 1e-6"),
+        Check(name="baseline_undisturbed", passed=True, detail="fine"),
+    ]
+    fast = Timings(
+        candidate=_stats(0.5), eager_beside=_stats(2.0), eager_alone=_stats(1.8),
+        eager_after=_stats(1.9), compiled_beside=_stats(1.5), compiled_alone=_stats(1.6),
+    )  # fmt: skip
+    slow = Timings(
+        candidate=_stats(1.2), eager_beside=_stats(1.0), compile_baseline_error="inductor missing"
+    )
+    huge = Timings(candidate=_stats(1.0), eager_beside=_stats(30.0), compiled_beside=_stats(25.0))
+    tie = Timings(candidate=_stats(1.0), eager_beside=_stats(1.01))
+    rows = [
+        TargetReport.from_result(
+            "m.py:Fast",
+            _judged(
+                timings=fast,
+                device_name="Zen | 3",
+                torch_version="2.9",
+                max_abs_error=1e-6,
+                input_mode="strengthened",
+                input_summary="float32[8, 1024]",
+                checks=list(checks),
+            ),  # fmt: skip
+            "out/Fast_kernel.py",
+        ),
+        TargetReport.from_result(
+            "m.py:Slow", _judged(timings=slow, max_abs_error=2e-7, checks=[checks[0]]), None
+        ),
+        TargetReport.from_result("m.py:Huge", _judged(timings=huge), None),
+        TargetReport.from_result("m.py:Tie", _judged(timings=tie), None),
+        TargetReport.from_result(
+            "m.py:Wrong",
+            _judged(
+                Status.incorrect,
+                reason="outputs differ `x`",
+                log="line1\nline2",
+                checks=[Check(name="correct", passed=False, detail="max err 3")],
+            ),  # fmt: skip
+            None,
+        ),
+        TargetReport.failed("m.py:None", "cpu", TargetStatus.no_candidate, "no kernel proposed"),
+        TargetReport.failed("m.py:Err", "cpu", TargetStatus.error, "cannot import m.py"),
+        TargetReport.from_result(
+            "m.py:Build", _judged(Status.build_error, reason="error: x", log="g++ failed"), None
+        ),
+        TargetReport.failed("m.py:Weak", "cpu", TargetStatus.weak_spec, "zeros pass"),
+    ]
+    for row in rows[:3]:
+        row.kernel_source = "class ModelNew: ..."
+    return Report(targets=rows)
+
+
+def test_the_terminal_table_markdown_and_junit_render_fixed_records_as_pinned():
+    report = fixed_report()
+    assert render_terminal(report) + "\n" == (GOLDEN / "terminal.txt").read_text()
+    assert render_markdown(report) == (GOLDEN / "report.md").read_text()
+    assert render_junit(report) == (GOLDEN / "junit.xml").read_text()
+
+
+def test_improved_rows_are_the_verified_faster_ones_not_behind_torch_compile():
+    report = fixed_report()
+    assert [row.target for row in report.improved()] == ["m.py:Fast", "m.py:Huge"]
+    assert report.best_speedup() == pytest.approx(30.0)
+    assert [row.target for row in report.targets if row.needs_review] == ["m.py:Huge"]
+
+
+def test_report_json_round_trips_and_renders_the_same(tmp_path):
+    report = fixed_report()
+    write_report(report, tmp_path)
+    again = Report.model_validate_json((tmp_path / "report.json").read_text())
+    assert again == report
+    assert render_markdown(again) == (tmp_path / "report.md").read_text()
+    row = json.loads((tmp_path / "report.json").read_text())["targets"][0]
+    assert row["status"] == "ok" and row["result"]["timings"]["eager"]["median_ms"] == 1.8
+
+
+def test_every_candidate_status_is_a_target_status():
+    assert {status.value for status in Status} <= {status.value for status in TargetStatus}
+    assert all(TargetStatus.of(status).value == status.value for status in Status)
+
+
+def test_a_new_column_shows_in_the_terminal_table_and_markdown(monkeypatch):
+    from bot import render
+
+    column = render.Column("inputs", lambda row: row.inputs or "-", text=100)
+    monkeypatch.setattr(render, "COLUMNS", [*render.COLUMNS, column])
+    report = fixed_report()
+    assert render_terminal(report).splitlines()[0].rstrip().endswith("inputs")
+    assert "| ` float32[8, 1024] ` |" in render_markdown(report)

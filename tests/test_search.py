@@ -11,14 +11,14 @@ from agents.search.budget import Budget
 from agents.search.strategy import EpsilonGreedy, Greedy
 from agents.search.tree import Tree
 from agents.team import Proposal
-from harness.records import EvalResult, Problem, Status, TimingStats
+from harness.records import EvalResult, Problem, Status, Timings, TimingStats
 
 PROBLEM = Problem(name="p", source_path="p.py", class_name="Model", device="cpu", dtype="float32")
 
 
 def verdict(status: Status, ms: float | None = None) -> EvalResult:
     timing = TimingStats(median_ms=ms, iqr_ms=0.0, min_ms=ms, samples=10) if ms else None
-    return EvalResult(status=status, candidate=timing)
+    return EvalResult(status=status, timings=Timings(candidate=timing))
 
 
 def tree_with(*children: tuple[str, Status, float | None]) -> Tree:
@@ -144,7 +144,7 @@ def test_the_planner_is_told_how_close_the_kernel_is_to_the_devices_ceilings():
 
     tree = tree_with(("a", Status.ok, 0.5))
     result = tree.nodes["0.1"].result
-    result.eager = TimingStats(median_ms=1.0, iqr_ms=0.0, min_ms=1.0, samples=10)
+    result.timings.eager_beside = TimingStats(median_ms=1.0, iqr_ms=0.0, min_ms=1.0, samples=10)
     result.io_bytes, result.copy_bandwidth_gbs = 1_000_000_000, 4000.0  # 1 GB in 0.5 ms
     result.flops, result.matmul_tflops = 10**12, 50.0  # 1 TFLOP in 0.5 ms
     result.time_breakdown = [("fused_kernel", 480.0)]

@@ -43,3 +43,27 @@ def test_half_a_trajectory_says_it_is_not_json(saved):
     with pytest.raises(UserError) as caught:
         Trajectory.load(saved)
     assert "it is not JSON" in caught.value.what
+
+
+def test_a_trajectory_saved_with_flat_timings_still_loads_into_timings(tmp_path):
+    """Saved by an optimize run before the times moved into ``Timings`` (and before verdicts
+    recorded ``slower``): it loads, the same numbers in their new places, and saves anew."""
+    path = FIXTURES / "trajectory_flat_timings.json"
+    saved = json.loads(path.read_text())["tree"]["nodes"]["0.1"]["result"]
+    result = Trajectory.load(path).tree.nodes["0.1"].result
+    assert result is not None and "slower" not in saved["vs_eager"]
+    timings = result.timings
+    assert timings.eager_beside is not None and timings.compiled_beside is not None
+    assert timings.eager_beside.median_ms == saved["eager"]["median_ms"]
+    assert timings.eager_alone is not None and timings.eager_after is not None
+    assert timings.compiled_beside.median_ms == saved["compiled"]["median_ms"]
+    assert timings.candidate is not None
+    assert timings.candidate.median_ms == saved["candidate"]["median_ms"]
+    assert result.vs_eager is not None and result.vs_eager.speedup == saved["vs_eager"]["speedup"]
+    assert result.vs_eager.slower is (result.vs_eager.speedup < 1 / 1.05)
+    assert timings.eager is not None and timings.eager.median_ms == min(
+        saved["eager"]["median_ms"], saved["eager_alone"]["median_ms"]
+    )
+    again = tmp_path / "again.json"
+    Trajectory.load(path).save(again)
+    assert Trajectory.load(again).model_dump_json() == Trajectory.load(path).model_dump_json()

@@ -55,8 +55,8 @@ class Node(BaseModel):
     @property
     def score_ms(self) -> float:
         """Median time of its kernel; +inf when it failed."""
-        if self.ok and self.result is not None and self.result.candidate is not None:
-            return self.result.candidate.median_ms
+        if self.ok and self.result is not None and self.result.timings.candidate is not None:
+            return self.result.timings.candidate.median_ms
         return math.inf
 
 

@@ -103,7 +103,7 @@ def review(
         results = review_local(repo, base, head, options, progress, max_targets)
         click.echo(render_comment(results))
         click.echo(f"wrote {out_dir}/results.json, report.md, junit.xml", err=True)
-        if any(row.status not in ("ok", "no_candidate") for row in results.report.targets):
+        if any(row.status.failed for row in results.report.targets):
             sys.exit(1)
 
     run_command(verbose, action)
@@ -190,7 +190,7 @@ def measure_command(
             results = measure(event, actions_env(), repo, options, progress, max_targets)
         improved = len(results.report.improved())
         click.echo(f"{len(results.report.targets)} module(s) measured, {improved} improved")
-        if any(row.status not in ("ok", "no_candidate") for row in results.report.targets):
+        if any(row.status.failed for row in results.report.targets):
             sys.exit(1)
 
     run_command(verbose, action)

@@ -91,7 +91,7 @@ def optimize(
         report = run_targets(resolved, options, progress)
         click.echo(render_terminal(report))
         click.echo(f"\nwrote {out_dir}/report.json, report.md, junit.xml")
-        if any(row.status not in ("ok", "no_candidate") for row in report.targets):
+        if any(row.status.failed for row in report.targets):
             sys.exit(1)
 
     run_command(verbose, action, lambda: kept_by_optimize(out_dir, started))
@@ -143,7 +143,7 @@ def evaluate(
         click.echo(render_terminal(report))
         for check in result.checks:
             click.echo(f"  {'pass' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
-        if result.log and result.status.value != "ok":
+        if result.log and result.status is not Status.ok:
             click.echo(f"\n--- log (end) ---\n{result.log[-2000:]}")
         failed = 3 if result.status is Status.harness_error else 1  # ours, not the candidate's
         sys.exit(0 if result.status is Status.ok else failed)

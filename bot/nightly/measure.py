@@ -180,16 +180,18 @@ def _verified(tonight: Tonight, kernel: ShippedKernel) -> EvalResult:
 
 
 def _kernel_record(tonight: Tonight, benchmark: str, result: EvalResult) -> Record:
+    timings = result.timings
+    kernel, eager, compiled = timings.candidate, timings.eager_beside, timings.compiled_beside
     return tonight.record(
         benchmark,
         result.status.value,
         device_name=result.device_name or tonight.base["device_name"],
-        time_ms=result.candidate.median_ms if result.candidate else None,
-        iqr_ms=result.candidate.iqr_ms if result.candidate else 0.0,
-        eager_ms=result.eager.median_ms if result.eager else None,
-        eager_iqr_ms=result.eager.iqr_ms if result.eager else 0.0,
-        compile_ms=result.compiled.median_ms if result.compiled else None,
-        compile_iqr_ms=result.compiled.iqr_ms if result.compiled else 0.0,
+        time_ms=kernel.median_ms if kernel else None,
+        iqr_ms=kernel.iqr_ms if kernel else 0.0,
+        eager_ms=eager.median_ms if eager else None,
+        eager_iqr_ms=eager.iqr_ms if eager else 0.0,
+        compile_ms=compiled.median_ms if compiled else None,
+        compile_iqr_ms=compiled.iqr_ms if compiled else 0.0,
     )
 
 

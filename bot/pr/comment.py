@@ -18,21 +18,12 @@ from bot.detect.changes import ChangeReport
 from bot.pr.base_config import JudgingConfig
 from bot.pr.followup import Followup, as_patch
 from bot.pr.results import PullResults
-from bot.report import Report, TargetReport
+from bot.render import Column, beyond_noise, markdown_table
+from bot.report import Report, TargetReport, TargetStatus
+from harness.records import TimingStats, Verdict
 
 MARKER = "<!-- kernelpilot:comment -->"
 COMMENT_LIMIT = 65_536
-COLUMNS = [
-    "module",
-    "inputs",
-    "eager",
-    "torch.compile",
-    "kernelpilot",
-    "vs eager",
-    "vs compile",
-    "max error",
-    "status",
-]
 RULES_DOC = "docs/honest-measurement.md"
 KERNELPILOT_URL = "https://github.com/kernelpilot/kernelpilot"
 
@@ -177,36 +168,32 @@ def _headline(results: PullResults, followup_url: str | None) -> list[str]:
     return lines
 
 
+def columns(report: Report) -> list[Column]:
+    """The comment's table: each cell formatted here (untrusted text as code spans)."""
+    return [
+        Column("module", lambda row: md.code(row.target, in_table=True)),
+        Column("inputs", lambda row: md.code(row.inputs, in_table=True) or "-"),
+        Column("eager", lambda row: _ms(row.timings.eager)),
+        Column("torch.compile", lambda row: _ms(row.timings.compiled)),
+        Column("kernelpilot", lambda row: _ms(row.timings.candidate)),
+        Column("vs eager", lambda row: _ratio(row.vs_eager)),
+        Column("vs compile", lambda row: _ratio(row.vs_compile)),
+        Column("max error", lambda row: md.number(_max_error(row), ".1e")),
+        Column("status", lambda row: _status(row, report)),
+    ]
+
+
 def _table(report: Report) -> list[str]:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for row in report.targets:
-        cells = [
-            md.code(row.target, in_table=True),
-            md.code(row.inputs, in_table=True) or "-",
-            _ms(row.eager_ms),
-            _ms(row.compile_ms),
-            _ms(row.candidate_ms),
-            _ratio(row.speedup_vs_eager, row.faster_than_eager, row.slower_than_eager),
-            _ratio(row.speedup_vs_compile, row.faster_than_compile, row.slower_than_compile),
-            md.number(row.max_abs_error, ".1e"),
-            _status(row, report),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+    return markdown_table(columns(report), report.targets)
 
 
 def _not_improved(report: Report) -> list[str]:
     """A verified kernel that is not faster is stated as such: never offered as an improvement."""
     lines = []
     for row in report.targets:
-        if row.status == "ok" and not row.improved:
-            versus = _ratio(row.speedup_vs_eager, row.faster_than_eager, row.slower_than_eager)
-            compile_note = (
-                f", {_ratio(row.speedup_vs_compile, row.faster_than_compile, row.slower_than_compile)}"
-                " vs torch.compile"
-                if row.speedup_vs_compile is not None
-                else ""
-            )
+        if row.status is TargetStatus.ok and not row.improved:
+            versus = _ratio(row.vs_eager)
+            compile_note = f", {_ratio(row.vs_compile)} vs torch.compile" if row.vs_compile else ""
             lines.append(
                 f"- {md.code(row.target)}: no faster kernel found. The best verified attempt ran "
                 f"{versus} vs eager{compile_note}; it is not offered."
@@ -219,14 +206,14 @@ def _status(row: TargetReport, report: Report) -> str:
         if row.needs_review:
             return f"⚠️ faster, over {md.number(report.review_speedup, 'g', 'x')}: review"
         return "✅ faster"
-    if row.status == "ok":
+    if row.status is TargetStatus.ok:
         return "verified, not faster"
     return {
-        "no_candidate": "no kernel",
-        "weak_spec": "⚠️ weak inputs",
-        "error": "❌ error",
-        "refused": "❌ refused by publish",
-    }.get(row.status, f"❌ {md.plain(row.status, 40)}")
+        TargetStatus.no_candidate: "no kernel",
+        TargetStatus.weak_spec: "⚠️ weak inputs",
+        TargetStatus.error: "❌ error",
+        TargetStatus.refused: "❌ refused by publish",
+    }.get(row.status, f"❌ {md.plain(row.status.value, 40)}")
 
 
 def _changes(changes: ChangeReport) -> list[str]:
@@ -281,7 +268,12 @@ def _details(row: TargetReport, report: Report, level: str, shown_as_patch: bool
     if row.cost_usd is not None:
         search += f", ${md.number(row.cost_usd, '.2f')}"
     lines += [search, ""]
-    if level == "full" and row.kernel_source and row.status == "ok" and not shown_as_patch:
+    if (
+        level == "full"
+        and row.kernel_source
+        and row.status is TargetStatus.ok
+        and not shown_as_patch
+    ):
         lines += ["**Kernel**", "", *md.fenced(row.kernel_source, "python", limit=COMMENT_LIMIT)]
     lines += ["</details>", ""]
     return lines
@@ -299,13 +291,15 @@ def _footer(results: PullResults) -> str:
 # --- formatting ----------------------------------------------------------------------------
 
 
-def _ms(value: float | None) -> str:
-    return md.number(value, ".3f", " ms")
+def _ms(stats: TimingStats | None) -> str:
+    return md.number(stats.median_ms if stats else None, ".3f", " ms")
 
 
-def _ratio(value: float | None, faster: bool, slower: bool) -> str:
-    if value is None:
+def _max_error(row: TargetReport) -> float | None:
+    return row.result.max_abs_error if row.result else None
+
+
+def _ratio(verdict: Verdict | None) -> str:
+    if verdict is None:
         return "-"
-    return md.number(value, ".2f", "x") + (
-        "" if faster else " slower" if slower else " (within noise)"
-    )
+    return md.number(verdict.speedup, ".2f", "x") + beyond_noise(verdict)

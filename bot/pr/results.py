@@ -23,9 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from bot.detect.changes import ChangeReport
 from bot.event import Event, Mode
 from bot.pr.base_config import JudgingConfig
-from bot.report import Report
+from bot.report import Report, TargetReport
 from harness.errors import UserError
-from harness.records import Problem
+from harness.records import Problem, Timings, TimingStats
 
 SCHEMA_VERSION = 1
 MAX_RESULTS_BYTES = 32 * 1024 * 1024
@@ -222,46 +222,61 @@ def _field(results: PullResults, dotted: str) -> object:
     return value
 
 
-TIMES = ("eager_ms", "eager_beside_ms", "eager_alone_ms", "eager_after_ms", "compile_ms",
-         "candidate_ms")  # fmt: skip
-RATIOS = ("speedup_vs_eager", "speedup_vs_compile", "max_abs_error", "rel_error", "cost_usd")
 CLAIM_SLACK = 0.01  # a speedup is the ratio of the times shown, rounded: 1% is plenty
 
 
 def _check_numbers(results: PullResults, where: str) -> None:
     """Every number shown is finite and not negative, and each speedup is the ratio of the
     times beside it: a claim the table's own numbers contradict is refused."""
+    fix = "publish only what `kernelpilot github measure` wrote"
     for index, row in enumerate(results.report.targets):
         here = f"{where}: report.targets[{index}]"
-        for name in (*TIMES, *RATIOS):
-            value = getattr(row, name)
+        for name, value in _numbers(row).items():
             if value is not None and (not math.isfinite(value) or value < 0):
                 raise UserError(
-                    f"{name} is {value!r}, not a finite number of at least 0",
-                    where=here,
-                    fix="publish only what `kernelpilot github measure` wrote",
+                    f"{name} is {value!r}, not a finite number of at least 0", where=here, fix=fix
                 )
-        for speedup, baseline in (("speedup_vs_eager", "eager_ms"), ("speedup_vs_compile",
-                                                                   "compile_ms")):  # fmt: skip
-            claimed, base_ms = getattr(row, speedup), getattr(row, baseline)
-            if claimed is None:
+        timings = row.timings
+        for speedup, verdict, baseline in (("speedup_vs_eager", row.vs_eager, timings.eager),
+                                           ("speedup_vs_compile", row.vs_compile,
+                                            timings.compiled)):  # fmt: skip
+            if verdict is None:
                 continue
-            if base_ms is None or not row.candidate_ms:
+            claimed = verdict.speedup
+            if baseline is None or timings.candidate is None or not timings.candidate.median_ms:
                 raise UserError(
                     f"{speedup} is {claimed} without the times it is the ratio of",
                     where=here,
-                    fix="publish only what `kernelpilot github measure` wrote",
+                    fix=fix,
                 )
-            ratio = base_ms / row.candidate_ms
+            ratio = baseline.median_ms / timings.candidate.median_ms
             if abs(claimed - ratio) > CLAIM_SLACK * ratio:
                 raise UserError(
-                    f"{speedup} is {claimed}, but its times give {ratio:.3g}",
-                    where=here,
-                    fix="publish only what `kernelpilot github measure` wrote",
+                    f"{speedup} is {claimed}, but its times give {ratio:.3g}", where=here, fix=fix
                 )
     if not math.isfinite(results.report.review_speedup):
         raise UserError("review_speedup is not finite", where=f"{where}: report",
                         fix="publish only what `kernelpilot github measure` wrote")  # fmt: skip
+
+
+def _numbers(row: TargetReport) -> dict[str, float | None]:
+    """Every number a row shows, by name: its times, speedups, errors and cost."""
+    result = row.result
+    numbers: dict[str, float | None] = {
+        "speedup_vs_eager": row.speedup_vs_eager,
+        "speedup_vs_compile": row.speedup_vs_compile,
+        "max_abs_error": result.max_abs_error if result else None,
+        "rel_error": result.rel_error if result else None,
+        "cost_usd": row.cost_usd,
+    }
+    for name in Timings.model_fields:
+        stats = getattr(row.timings, name)
+        if isinstance(stats, TimingStats):
+            numbers |= {
+                f"timings.{name}.{part}": getattr(stats, part)
+                for part in ("median_ms", "iqr_ms", "min_ms")
+            }
+    return numbers
 
 
 def _check_literal(value: object) -> None:

@@ -27,12 +27,12 @@ from pydantic import BaseModel, Field
 from bot.event import Event
 from bot.pr.followup import BRANCH_PREFIX
 from bot.pr.results import PullResults
+from bot.report import TargetStatus
 from harness.errors import UserError
+from harness.judge.accept import review_above
 from harness.static.native import check_native
 from harness.static.python import check_python
 from harness.static.python_rules import ALLOWED_IMPORTS
-
-REFUSED = "refused"  # the status of a row whose kernel publish refused
 
 
 class PullFacts(BaseModel):
@@ -90,8 +90,8 @@ def flag_claims(results: PullResults, review_speedup: float) -> None:
     threshold = min(review_speedup, results.report.review_speedup)
     results.report.review_speedup = threshold
     for row in results.report.targets:
-        claims = (row.speedup_vs_eager or 0.0, row.speedup_vs_compile or 0.0)
-        row.needs_review = row.needs_review or max(claims) > threshold
+        if row.result is not None:
+            review_above(row.result, threshold)
 
 
 def vet_kernels(results: PullResults) -> list[str]:
@@ -106,7 +106,7 @@ def vet_kernels(results: PullResults) -> list[str]:
         dtype = source.dtype if source else "float32"
         reasons = kernel_reasons(row.kernel_source, class_name, dtype)
         if reasons:
-            row.status = REFUSED
+            row.status = TargetStatus.refused
             row.reason = (
                 "kernelpilot publish checked this kernel again and refused it, so it is "
                 "neither pushed nor shown: " + "; ".join(reasons)

@@ -1,11 +1,21 @@
-"""The acceptance rule: is a candidate faster than a baseline, beyond the noise? (pure)"""
+"""The acceptance rules (pure): is a candidate faster than a baseline, or slower, beyond the
+noise; does a speedup ask for a human review; is a result an improvement to offer a user. The
+agents and the bot read these judgements and never derive them again."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 
-from harness.records import Check, Disturbance, EvalResult, Slowdown, TimingStats, Verdict
+from harness.records import (
+    Check,
+    Disturbance,
+    EvalResult,
+    Slowdown,
+    Status,
+    TimingStats,
+    Verdict,
+)
 
 # Work this short is dominated by launch and timer jitter, so it must clear a higher bar.
 SHORT_WORK_MS = 0.010
@@ -20,6 +30,9 @@ DISTURBANCE_LIMIT = 0.5
 # 0.91-1.16x, once 1.53x (H100, 42 workers, docs/measurement-notes.md). A call that leaves work behind
 # that slows the next one down, and wears off by itself, shows only here.
 INTERLEAVING_LIMIT = 1.0
+# A call that takes this much longer than the baseline is slower however noisy the timing
+# was: with one sample each the measured floor is infinite, and 0.43x is still no "noise".
+SLOWER_FLOOR_CAP = 0.5
 
 
 def accept(
@@ -43,8 +56,42 @@ def accept(
         speedup=speedup,
         noise_floor=floor,
         faster=speedup > 1.0 + floor,
+        slower=is_slower(speedup, floor),
         needs_review=speedup > review_speedup,
     )
+
+
+def is_slower(speedup: float, noise_floor: float) -> bool:
+    """Slower beyond the same noise floor that a speedup must clear to count as faster
+    (capped: an infinite floor from too few samples must not hide a plainly slower kernel)."""
+    return speedup * (1 + min(noise_floor, SLOWER_FLOOR_CAP)) < 1
+
+
+def needs_review(result: EvalResult) -> bool:
+    """A speedup over either baseline so large that a human should look before trusting it."""
+    return any(verdict.needs_review for verdict in _verdicts(result))
+
+
+def review_above(result: EvalResult, review_speedup: float) -> None:
+    """Hold the result's speedups to a lower review threshold as well (in place): a speedup
+    over it asks for a review, whatever the result said before."""
+    for verdict in _verdicts(result):
+        verdict.needs_review = verdict.needs_review or verdict.speedup > review_speedup
+
+
+def improved(result: EvalResult) -> bool:
+    """Verified, faster than eager beyond the noise, and not slower than torch.compile beyond
+    it: the only kind of result offered to a user as a faster kernel."""
+    return (
+        result.status is Status.ok
+        and result.vs_eager is not None
+        and result.vs_eager.faster
+        and not (result.vs_compile is not None and result.vs_compile.slower)
+    )
+
+
+def _verdicts(result: EvalResult) -> list[Verdict]:
+    return [v for v in (result.vs_eager, result.vs_compile) if v is not None]
 
 
 def _median_error(stats: TimingStats) -> float:
@@ -117,11 +164,3 @@ def _disturbance_check(result: EvalResult) -> Check | None:
 
 def _ratio(slower: float, faster: float) -> float:
     return slower / faster if faster > 0 else 1.0
-
-
-def honest_baseline(beside: TimingStats, alone: TimingStats | None) -> TimingStats:
-    """The faster of a baseline's two measurements, beside the candidate and before it was
-    loaded: a slowed-down baseline never inflates a speedup."""
-    if alone is None or beside.median_ms <= alone.median_ms:
-        return beside
-    return alone

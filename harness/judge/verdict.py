@@ -9,11 +9,11 @@ from collections.abc import Callable
 
 from harness.config import EvalConfig
 from harness.errors import UserError
-from harness.judge.accept import accept, baseline_disturbance, honest_baseline
+from harness.judge.accept import accept, baseline_disturbance
 from harness.judge.comparator import ComparatorStopped
 from harness.judge.tolerance import CaseComparison
 from harness.problem.reference import ReferenceData
-from harness.records import Check, Disturbance, EvalResult, Problem, Status
+from harness.records import Check, Disturbance, EvalResult, Problem, Status, Timings
 from harness.sandbox.jobs import CandidateReport, HarnessErrorReport, UserErrorReport
 from harness.sandbox.run import WorkerOutcome
 
@@ -85,14 +85,15 @@ def timed_result(
     if status is None and report.cuda_kernels:
         status, reason = own_kernels(result.checks, report.cuda_kernels, reference_kernels)
     result.status, result.reason = status or Status.ok, reason
-    result.eager, result.eager_alone, result.eager_after = (
-        report.eager,
-        report.eager_alone,
-        report.eager_after,
+    result.timings = Timings(
+        candidate=report.candidate,
+        eager_beside=report.eager,
+        eager_alone=report.eager_alone,
+        eager_after=report.eager_after,
+        compiled_beside=report.compiled,
+        compiled_alone=report.compiled_alone,
+        compile_baseline_error=report.compile_baseline_error,
     )
-    result.compiled, result.compiled_alone = report.compiled, report.compiled_alone
-    result.candidate = report.candidate
-    result.compile_baseline_error = report.compile_baseline_error
     result.time_breakdown = report.time_breakdown
     if result.status is Status.ok:
         judge_timing(result, config)
@@ -118,11 +119,12 @@ def _network_check(result: EvalResult, isolated: bool | None) -> None:
 
 def judge_timing(result: EvalResult, config: EvalConfig) -> None:
     """The baseline-disturbance check, then speedups against the honest baselines."""
-    candidate, eager = result.candidate, result.eager
-    if candidate is None or eager is None:
+    timings = result.timings
+    candidate, beside = timings.candidate, timings.eager_beside
+    if candidate is None or beside is None:
         return
-    if result.eager_alone is not None:
-        disturbance = baseline_disturbance(eager, result.eager_alone, result.eager_after)
+    if timings.eager_alone is not None:
+        disturbance = baseline_disturbance(beside, timings.eager_alone, timings.eager_after)
         detail = _describe(disturbance)
         result.checks.append(
             Check(name="baseline_undisturbed", passed=not disturbance.disturbed, detail=detail)
@@ -132,11 +134,9 @@ def judge_timing(result: EvalResult, config: EvalConfig) -> None:
             result.reason = f"the candidate slows the baseline down: {detail}"
             return
     floor, review = config.noise_floor, config.review_speedup
-    result.vs_eager = accept(candidate, honest_baseline(eager, result.eager_alone), floor, review)
-    if result.compiled:
-        result.vs_compile = accept(
-            candidate, honest_baseline(result.compiled, result.compiled_alone), floor, review
-        )
+    result.vs_eager = accept(candidate, timings.eager or beside, floor, review)
+    if timings.compiled is not None:
+        result.vs_compile = accept(candidate, timings.compiled, floor, review)
 
 
 def _describe(disturbance: Disturbance) -> str:
