@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import Enum
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agents.trajectory import Trajectory
 from harness.judge import accept
@@ -59,6 +59,8 @@ ERROR_STATUSES = frozenset(
 class TargetReport(BaseModel):
     """The outcome for one target: its measured result (None: no candidate was measured)
     and what is the target's own: its name, status, plan, kernel and the search's spend."""
+
+    model_config = ConfigDict(extra="forbid")  # a field that moved is an error, not dropped
 
     target: str
     device: str

@@ -21,9 +21,10 @@ from bot.pr.followup import Followup
 from bot.pr.publish import PublishOutcome, publish
 from bot.pr.results import PullResults, TargetSource
 from bot.pr.trust import PullFacts
-from bot.report import Report, TargetReport
+from bot.report import Report
 from bot.writer import LineNote, ReadOnly, WriteFailed
 from harness.errors import UserError
+from tests.rows import measured_row
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = (ROOT / "examples/candidates/fused_gelu_block_cpu.py").read_text()
@@ -115,9 +116,8 @@ def world(fork: bool = False, head_sha: str = HEAD) -> MemoryRepo:
 
 def results(fork: bool = False, kernel: str = KERNEL, modules: bool = True) -> PullResults:
     """What measure writes for the pull request: one improved module (or none changed)."""
-    row = TargetReport(target=TARGET, device="cpu", device_name="x86_64", status="ok",
-                       eager_ms=2.0, candidate_ms=0.5, speedup_vs_eager=4.0,
-                       faster_than_eager=True, kernel_source=kernel)  # fmt: skip
+    row = measured_row(TARGET, eager_ms=2.0, compile_ms=None, candidate_ms=0.5,
+                       result_fields={"device_name": "x86_64"}, kernel_source=kernel)  # fmt: skip
     module = ChangedModule(path="models/act.py", class_name="Activation", class_line=CLASS_LINE,
                            lines=[CLASS_LINE], reason="class body changed", target=TARGET,
                            target_source="config")  # fmt: skip

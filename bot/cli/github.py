@@ -131,9 +131,9 @@ def gate_command(approval_label, verbose) -> None:
     removes the label (needs GITHUB_TOKEN with pull-requests: write)."""
 
     def action() -> None:
-        event, env = load_event(), actions_env()
-        github = _repository(env, event) if env.token is not None else None
-        with commands_stopped():
+        with commands_stopped():  # the event's text is the pull request's: no command in it
+            event, env = load_event(), actions_env()
+            github = _repository(env, event) if env.token is not None else None
             gate(event, env, approval_label, progress, github)
 
     run_command(verbose, action)
@@ -220,15 +220,15 @@ def publish_command(results_dir, open_pr, comment_without_modules, verbose) -> N
     the job summary; exits 1 when another write failed."""
 
     def action() -> None:
-        event, env = load_event(), actions_env()
-        if env.token is None:
-            raise UserError(
-                "GITHUB_TOKEN is not set",
-                where="kernelpilot github publish",
-                fix="pass the github-token input (permissions: pull-requests: write, "
-                "contents: write)",
-            )
-        with commands_stopped():
+        with commands_stopped():  # the event's and the results' text is the pull request's
+            event, env = load_event(), actions_env()
+            if env.token is None:
+                raise UserError(
+                    "GITHUB_TOKEN is not set",
+                    where="kernelpilot github publish",
+                    fix="pass the github-token input (permissions: pull-requests: write, "
+                    "contents: write)",
+                )
             outcome = publish(
                 event, env, results_dir, _repository(env, event), open_pr, progress,
                 comment_without_modules,
