@@ -42,7 +42,9 @@ class KernelSummary(BaseModel):
     """A node of the search tree as a role sees it: plain data, no tree objects."""
 
     node_id: str
-    code: str
+    code: str = Field(
+        description="The candidate's source (the root: the reference's); empty: none."
+    )
     status: str = Field(description="EvalResult status ('ok', 'build_error', ...) or 'pending'.")
     speedup_vs_eager: float | None = None
     detail: str = Field(default="", description="Why it failed, or its verification verdicts.")

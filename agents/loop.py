@@ -165,7 +165,7 @@ def search(
 
 def pending(tree: Tree) -> list[Node]:
     """Candidates not evaluated yet (a repeat, recorded with its failure, never is)."""
-    return [node for node in tree.nodes.values() if node.source and node.result is None
+    return [node for node in tree.nodes.values() if node.candidate and node.result is None
             and not node.failure]  # fmt: skip
 
 
@@ -174,9 +174,8 @@ def grow(tree: Tree, parent: Node, proposal: Proposal, trajectory: Trajectory) -
     tokens and cost); a repeat of an earlier source is recorded, never built or run again.
     The roles' words (replies, plan, failure) are scrubbed; the source is kept as the model
     wrote it (it is what runs, and the model only ever saw scrubbed text)."""
-    earlier = next(
-        (n for n in tree.nodes.values() if n.source and n.source == proposal.source), None
-    )
+    earlier = next((n for n in tree.nodes.values()
+                    if n.candidate and n.candidate.source == proposal.source), None)  # fmt: skip
     calls = [scrub_record(call) for call in proposal.calls]
     child = tree.add(parent, "debug" if proposal.kind == "debug" else "improve",
                      source=proposal.source, plan=scrub(proposal.plan),
@@ -197,36 +196,35 @@ def evaluate_children(
     as soon as its own build is done, while the others are still building on the host's cores.
     On cpu the builds would take the cores the timing runs on, so all are built first.
     """
-    fresh = [c for c in children if c.source and c.result is None and not c.failure]
+    fresh = [(child, child.candidate) for child in children
+             if child.candidate and child.result is None and not child.failure]  # fmt: skip
     if len(fresh) > 1 and problem.device == "cuda":
         with ThreadPoolExecutor(max_workers=len(fresh)) as pool:
-            builds = [pool.submit(evaluator.build, problem, candidate(child)) for child in fresh]
-            for child, build in zip(fresh, builds, strict=True):
+            builds = [pool.submit(evaluator.build, problem, candidate) for _, candidate in fresh]
+            for (child, candidate), build in zip(fresh, builds, strict=True):
                 build.result()  # this one's build; the later ones go on meanwhile
-                _evaluate(problem, evaluator, tree, child)
+                _evaluate(problem, evaluator, tree, child, candidate)
         return
     if len(fresh) > 1:
         started = time.perf_counter()
-        evaluator.prebuild(problem, [candidate(child) for child in fresh])
-        for child in fresh:
+        evaluator.prebuild(problem, [candidate for _, candidate in fresh])
+        for child, _ in fresh:
             child.seconds["prebuild"] = (time.perf_counter() - started) / len(fresh)
-    for child in fresh:
-        _evaluate(problem, evaluator, tree, child)
+    for child, candidate in fresh:
+        _evaluate(problem, evaluator, tree, child, candidate)
 
 
-def _evaluate(problem: Problem, evaluator: CandidateEvaluator, tree: Tree, child: Node) -> None:
+def _evaluate(
+    problem: Problem, evaluator: CandidateEvaluator, tree: Tree, child: Node, candidate: Candidate
+) -> None:
     started = time.perf_counter()
     # Scrubbed on the way in: the verdict quotes worker logs and the user's errors.
-    child.result = scrub_record(evaluator.evaluate(problem, candidate(child)))
+    child.result = scrub_record(evaluator.evaluate(problem, candidate))
     child.seconds["evaluate"] = time.perf_counter() - started
     child.seconds.update(child.result.phase_seconds)
     eager = child.result.timings.eager
     if eager is not None:
         tree.root_ms = eager.median_ms
-
-
-def candidate(node: Node) -> Candidate:
-    return Candidate(source=node.source, origin=node.kind)
 
 
 def budget_limits(config: SearchConfig) -> dict:
@@ -265,7 +263,7 @@ def outcome(node: Node) -> str:
     """A new node's verdict in a few words; without a candidate, why (a failed call's error)."""
     if node.result:
         return node.result.status.value
-    if node.source:
+    if node.candidate:
         return "repeat"
     why = " ".join(node.failure.split())  # one line, whatever the failure quoted
     return f"no candidate ({why[:STATUS_WHY_CHARS]}{'...' if len(why) > STATUS_WHY_CHARS else ''})"

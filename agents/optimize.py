@@ -108,7 +108,7 @@ def best_attempt(problem: Problem, trajectory: Trajectory, path: Path) -> Attemp
         failures = [node.failure for node in tree.nodes.values() if node.failure]
         attempt.reason = "no candidate: " + (failures[-1] if failures else "none proposed")
         return attempt
-    attempt.candidate = Candidate(source=shown.source, origin=shown.kind, note=shown.plan[:500])
+    attempt.candidate = shown.candidate
     attempt.result = shown.result
     if best is None:
         attempt.reason = f"none of {len(evaluated)} evaluated candidates was verified"

@@ -2,7 +2,7 @@
 through the real loop, must grow the same tree (the loop's own choices are seeded).
 
 The replies come back through ``ScriptedClient``; the verdicts from ``RecordedEvaluator``,
-which answers each candidate source with the result the trajectory holds for it.
+which answers each candidate (its node, its source) with the result the trajectory holds for it.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ class RecordedEvaluator:
 
     def __init__(self, trajectory: Trajectory) -> None:
         self.results = {
-            node.source: node.result
+            node.candidate: node.result
             for node in trajectory.tree.nodes.values()
-            if node.source and node.result is not None
+            if node.candidate and node.result is not None
         }
         self.work_dir = lifetime.scratch("replay-")
         self.deadline: float | None = None
@@ -50,7 +50,7 @@ class RecordedEvaluator:
         pass
 
     def evaluate(self, problem: Problem, candidate: Candidate) -> EvalResult:
-        return self.results[candidate.source]
+        return self.results[candidate]
 
 
 def recorded_replies(trajectory: Trajectory) -> list[ScriptedReply]:
@@ -87,8 +87,9 @@ def replay(trajectory: Trajectory, llm: LLMConfig, config: SearchConfig, out: Pa
         }
     )
     offline = next((n for n in trajectory.tree.nodes.values() if n.kind == "offline"), None)
-    if offline is not None:
-        fresh.tree.add(fresh.tree.root, "offline", source=offline.source, plan=offline.plan)
+    if offline is not None and offline.candidate is not None:
+        fresh.tree.add(fresh.tree.root, "offline", source=offline.candidate.source,
+                       plan=offline.plan)  # fmt: skip
         fresh.budget.charge(attempt=True)
     evaluator = RecordedEvaluator(trajectory)
     return search(problem, evaluator, team, fresh, out, config, lambda message: None)

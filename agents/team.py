@@ -182,13 +182,13 @@ class Team:
                 status="reference",
                 speedup_vs_eager=1.0,
             )
-        result = node.result
+        result, source = node.result, node.candidate.source if node.candidate else ""
         if result is None:
-            return KernelSummary(node_id=node.id, code=node.source, status="no_candidate",
+            return KernelSummary(node_id=node.id, code=source, status="no_candidate",
                                  detail=node.failure)  # fmt: skip
         return KernelSummary(
             node_id=node.id,
-            code=node.source,
+            code=source,
             status=result.status.value,
             speedup_vs_eager=result.speedup_vs_eager,
             detail=result.reason or "; ".join(c.name for c in result.checks if c.passed),

@@ -66,6 +66,11 @@ class Candidate(BaseModel):
     source: str
     origin: str = Field(default="user", description="Who wrote it: 'offline', 'user', a role.")
     note: str = Field(default="", description="What the author says the candidate does.")
+    id: str = Field(
+        default="",
+        description="Its node in the search tree; empty off the tree (a user's or a shipped file).",
+    )
+    parent: str | None = Field(default=None, description="The tree node it grew from, if any.")
 
 
 class Check(BaseModel):

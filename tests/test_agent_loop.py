@@ -117,7 +117,7 @@ def test_the_team_finds_a_verified_kernel_through_failures(fake_openai, tmp_path
         ),
         tmp_path / "replayed.json",
     )
-    shape = lambda t: [(n.id, n.kind, n.source, n.plan, n.result and n.result.status)  # noqa: E731
+    shape = lambda t: [(n.id, n.kind, n.candidate, n.plan, n.result and n.result.status)  # noqa: E731
                        for n in t.tree.nodes.values()]  # fmt: skip
     assert shape(again) == shape(trajectory)
 

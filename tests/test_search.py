@@ -9,9 +9,9 @@ import pytest
 from agents.loop import SearchConfig, grow, new_trajectory
 from agents.search.budget import Budget
 from agents.search.strategy import EpsilonGreedy, Greedy
-from agents.search.tree import Tree
+from agents.search.tree import Node, Tree
 from agents.team import Proposal
-from harness.records import EvalResult, Problem, Status, Timings, TimingStats
+from harness.records import Candidate, EvalResult, Problem, Status, Timings, TimingStats
 
 PROBLEM = Problem(name="p", source_path="p.py", class_name="Model", device="cpu", dtype="float32")
 
@@ -29,9 +29,13 @@ def tree_with(*children: tuple[str, Status, float | None]) -> Tree:
     return tree
 
 
+def source(node: Node) -> str:
+    return node.candidate.source if node.candidate else ""
+
+
 def test_greedy_grows_the_fastest_verified_node():
     tree = tree_with(("a", Status.ok, 0.8), ("b", Status.ok, 0.5), ("c", Status.incorrect, None))
-    assert Greedy().select(tree).source == "b"
+    assert source(Greedy().select(tree)) == "b"
     slow = tree_with(("a", Status.ok, 2.0))
     assert Greedy().select(slow).kind == "root"  # the reference is faster: grow from it
 
@@ -48,15 +52,15 @@ def test_the_root_stops_growing_at_its_cap_and_failed_subtrees_are_given_up():
 def test_epsilon_greedy_picks_a_random_leaf_with_a_candidate_or_the_best():
     tree = tree_with(("a", Status.ok, 0.5), ("b", Status.build_error, None))
     always = EpsilonGreedy(random.Random(0), epsilon=1.0)
-    picks = {always.select(tree).source for _ in range(40)}
+    picks = {source(always.select(tree)) for _ in range(40)}
     assert picks == {"a", "b"}  # failed leaves too: the debugger repairs them
     never = EpsilonGreedy(random.Random(0), epsilon=0.0)
-    assert {never.select(tree).source for _ in range(10)} == {"a"}
+    assert {source(never.select(tree)) for _ in range(10)} == {"a"}
 
 
 def test_a_candidate_kernelpilot_failed_on_is_never_sent_to_the_debugger():
     tree = tree_with(("a", Status.harness_error, None), ("b", Status.incorrect, None))
-    picks = {EpsilonGreedy(random.Random(seed), epsilon=1.0, root_first=0).select(tree).source
+    picks = {source(EpsilonGreedy(random.Random(seed), epsilon=1.0, root_first=0).select(tree))
              for seed in range(20)}  # fmt: skip
     assert picks == {"b"}  # the candidate's own failure is repaired; kernelpilot's is not
 
@@ -110,12 +114,36 @@ def test_a_repeated_candidate_is_recorded_and_never_run_again():
     assert trajectory.budget.spent_unpriced_tokens == 30  # no cost given: unpriced
 
 
+def test_a_node_holds_its_candidate_made_once_and_the_evaluator_gets_it_whole():
+    from agents.loop import evaluate_children
+
+    trajectory = new_trajectory(PROBLEM, "m", SearchConfig(), 1)
+    tree = trajectory.tree
+    plan = "Fuse the bias and the activation into one pass. " * 20
+    child = grow(tree, tree.root, Proposal(kind="improve", source="A", plan=plan), trajectory)
+    fix = grow(tree, child, Proposal(kind="debug", source="B"), trajectory)
+    assert child.candidate == Candidate(
+        id="0.1", parent="0", origin="improve", source="A", note=plan[:500]
+    )
+    assert fix.candidate == Candidate(id="0.1.1", parent="0.1", origin="debug", source="B")
+    assert grow(tree, tree.root, Proposal(kind="improve"), trajectory).candidate is None
+    seen: list[Candidate] = []
+
+    class Evaluator:
+        def evaluate(self, problem, candidate) -> EvalResult:
+            seen.append(candidate)
+            return verdict(Status.ok, 0.5)
+
+    evaluate_children(PROBLEM, Evaluator(), tree, [child])
+    assert len(seen) == 1 and seen[0] is child.candidate
+
+
 def test_the_first_children_grow_from_the_reference_even_when_a_kernel_is_faster():
     tree = tree_with(("offline", Status.ok, 0.5))  # the offline kernel beats eager
     assert Greedy(root_first=2).select(tree).kind == "root"
     assert EpsilonGreedy(random.Random(0), epsilon=1.0, root_first=2).select(tree).kind == "root"
     tree.add(tree.root, "improve", source="llm", result=verdict(Status.ok, 0.7))
-    assert Greedy(root_first=2).select(tree).source == "offline"
+    assert source(Greedy(root_first=2).select(tree)) == "offline"
 
 
 def test_a_plan_without_markers_is_a_recorded_failure_and_the_coder_still_works(tmp_path):

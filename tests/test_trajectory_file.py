@@ -11,6 +11,7 @@ from agents.loop import SearchConfig, new_trajectory
 from agents.trajectory import Trajectory
 from harness.errors import UserError
 from harness.problem.load import problem_from_target
+from harness.records import Candidate
 from tests.conftest import FIXTURES
 
 
@@ -67,3 +68,31 @@ def test_a_trajectory_saved_with_flat_timings_still_loads_into_timings(tmp_path)
     again = tmp_path / "again.json"
     Trajectory.load(path).save(again)
     assert Trajectory.load(again).model_dump_json() == Trajectory.load(path).model_dump_json()
+
+
+def test_a_trajectory_saved_with_the_source_on_the_node_loads_its_candidate(tmp_path):
+    """Saved before a node held its candidate: the node's bare ``source`` becomes the node's
+    candidate (its id, parent, kind and plan), and it saves anew in the new layout."""
+    path = FIXTURES / "trajectory_flat_timings.json"
+    saved = json.loads(path.read_text())["tree"]["nodes"]
+    nodes = Trajectory.load(path).tree.nodes
+    assert nodes["0"].candidate is None  # the root's empty source: no candidate
+    assert nodes["0.1"].candidate == Candidate(
+        id="0.1", parent="0", origin="offline", source=saved["0.1"]["source"],
+        note=saved["0.1"]["plan"],
+    )  # fmt: skip
+    again = tmp_path / "again.json"
+    Trajectory.load(path).save(again)
+    node = json.loads(again.read_text())["tree"]["nodes"]["0.1"]
+    assert "source" not in node and node["candidate"]["source"] == saved["0.1"]["source"]
+
+
+def test_a_node_holding_another_nodes_candidate_does_not_load(saved):
+    data = json.loads(saved.read_text())
+    stray = {"id": "0.7", "parent": "0", "origin": "improve", "source": "x", "note": ""}
+    data["tree"]["nodes"]["0.1"] = {"id": "0.1", "parent": "0", "kind": "improve",
+                                    "candidate": stray}  # fmt: skip
+    saved.write_text(json.dumps(data))
+    with pytest.raises(UserError) as caught:
+        Trajectory.load(saved)
+    assert "node 0.1 holds the candidate of node 0.7" in caught.value.what

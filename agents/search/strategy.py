@@ -68,7 +68,7 @@ class EpsilonGreedy(Greedy):
         leaves = [
             leaf
             for leaf in tree.leaves()
-            if leaf.kind != "root" and leaf.source and not self._given_up(tree, leaf)
+            if leaf.kind != "root" and leaf.candidate and not self._given_up(tree, leaf)
             and not _failed_in_kernelpilot(leaf)
         ]  # fmt: skip
         if leaves and self.rng.random() < self.epsilon:

@@ -1,21 +1,24 @@
 """The search tree: the reference at the root, every attempt a node under the one it grew from.
 
 A node's score is its kernel's median time (lower is better); a node whose candidate failed
-(or whose role failed to produce one) scores +inf. The tree is plain data: it is saved in the
-trajectory after every step and rebuilt from it on resume.
+(or whose role failed to produce one) scores +inf. A node's candidate is made once, when the
+node is added, and carries the node's id, its parent and its kind: whoever evaluates or reports
+it takes ``node.candidate`` as it is. The tree is plain data: it is saved in the trajectory
+after every step and rebuilt from it on resume.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from agents.llm.client import Role
-from harness.records import EvalResult, Status
+from harness.records import Candidate, EvalResult, Status
 
 NodeKind = Literal["root", "offline", "improve", "debug"]
+NOTE_CHARS = 500  # of the plan, kept as the candidate's note (the report's plan)
 
 
 class LLMCall(BaseModel):
@@ -38,7 +41,9 @@ class Node(BaseModel):
     id: str
     parent: str | None = None
     kind: NodeKind
-    source: str = Field(default="", description="The candidate's source (the root: none).")
+    candidate: Candidate | None = Field(
+        default=None, description="What the roles wrote (none: the root, or the roles failed)."
+    )
     plan: str = Field(default="", description="The grounded plan the coder followed.")
     failure: str = Field(default="", description="Why no candidate came of it (a role's failure).")
     result: EvalResult | None = None
@@ -47,6 +52,30 @@ class Node(BaseModel):
     seconds: dict[str, float] = Field(
         default_factory=dict, description="Wall time of this step: llm, build, check, time."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _source_saved_on_the_node(cls, data: Any) -> Any:
+        # Trajectories saved before the node held its candidate kept the bare source on it.
+        if not isinstance(data, dict) or "source" not in data:
+            return data
+        data = dict(data)
+        source = data.pop("source")
+        if source and "candidate" not in data:
+            data["candidate"] = made_candidate(
+                data["id"], data.get("parent"), data["kind"], source, data.get("plan", "")
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _candidate_is_this_nodes(self) -> Node:
+        made = self.candidate
+        if made and (made.id, made.parent, made.origin) != (self.id, self.parent, self.kind):
+            raise ValueError(
+                f"node {self.id} holds the candidate of node {made.id} (parent {made.parent}, "
+                f"{made.origin}); a node's candidate carries its own id, parent and kind"
+            )
+        return self
 
     @property
     def ok(self) -> bool:
@@ -81,9 +110,12 @@ class Tree(BaseModel):
     def root(self) -> Node:
         return self.nodes["0"]
 
-    def add(self, parent: Node, kind: NodeKind, **fields) -> Node:
+    def add(self, parent: Node, kind: NodeKind, source: str = "", plan: str = "", **fields) -> Node:
+        """A new child of ``parent``; its candidate made of ``source`` (empty: no candidate)."""
+        node_id = f"{parent.id}.{len(parent.children) + 1}"
+        candidate = made_candidate(node_id, parent.id, kind, source, plan) if source else None
         node = Node(
-            id=f"{parent.id}.{len(parent.children) + 1}", parent=parent.id, kind=kind, **fields
+            id=node_id, parent=parent.id, kind=kind, candidate=candidate, plan=plan, **fields
         )
         self.nodes[node.id] = node
         parent.children.append(node.id)
@@ -121,5 +153,9 @@ class Tree(BaseModel):
         children = self.children(node)
         return len(children) >= after and all(not child.ok for child in children)
 
-    def sources(self) -> set[str]:
-        return {node.source for node in self.nodes.values() if node.source}
+
+def made_candidate(
+    node_id: str, parent: str | None, kind: NodeKind, source: str, plan: str
+) -> Candidate:
+    """The candidate of a node: its source, written by its kind, noted with its plan."""
+    return Candidate(id=node_id, parent=parent, origin=kind, source=source, note=plan[:NOTE_CHARS])
