@@ -726,8 +726,8 @@ DEFENSES: list[Defense] = [
     Defense(
         "scrub_verdicts_into_tree",  # worker logs into the trajectory and the report
         "agents/loop.py",
-        "child.result = scrub_record(evaluator.evaluate(problem, candidate(child)))",
-        "child.result = evaluator.evaluate(problem, candidate(child))",
+        "child.result = scrub_record(evaluator.evaluate(problem, candidate))",
+        "child.result = evaluator.evaluate(problem, candidate)",
         (
             "tests/test_untrusted.py::test_a_worker_log_with_keys_reaches_no_prompt_and_no_trajectory",
             "tests/test_agent_loop.py::test_a_worker_log_with_keys_reaches_no_prompt_trajectory_or_report",
