@@ -96,3 +96,13 @@ def test_a_node_holding_another_nodes_candidate_does_not_load(saved):
     with pytest.raises(UserError) as caught:
         Trajectory.load(saved)
     assert "node 0.1 holds the candidate of node 0.7" in caught.value.what
+
+
+def test_a_damaged_node_saved_with_its_source_names_the_field(tmp_path):
+    data = json.loads((FIXTURES / "trajectory_flat_timings.json").read_text())
+    del data["tree"]["nodes"]["0.1"]["kind"]
+    path = tmp_path / "trajectory.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(UserError) as caught:
+        Trajectory.load(path)
+    assert "tree.nodes.0.1.kind: Field required" in caught.value.what

@@ -60,11 +60,13 @@ class Node(BaseModel):
         if not isinstance(data, dict) or "source" not in data:
             return data
         data = dict(data)
-        source = data.pop("source")
+        source, plan = data.pop("source"), data.get("plan", "")
+        # A dict, validated as the node's field: a damaged file's errors name the field.
         if source and "candidate" not in data:
-            data["candidate"] = made_candidate(
-                data["id"], data.get("parent"), data["kind"], source, data.get("plan", "")
-            )
+            data["candidate"] = {
+                "id": data.get("id"), "parent": data.get("parent"), "origin": data.get("kind"),
+                "source": source, "note": plan[:NOTE_CHARS] if isinstance(plan, str) else "",
+            }  # fmt: skip
         return data
 
     @model_validator(mode="after")
