@@ -40,6 +40,7 @@ inputs = "models/act.py:make_inputs"
 """
 FOLLOWUP = f"kernelpilot/pr-{NUMBER}"
 KERNEL = "models/act_kernelpilot.py"
+VERIFIED = "models/act_verified_kernelpilot.py"
 FOLLOWUP_TEST = "tests/test_act_kernelpilot.py"
 
 
@@ -97,7 +98,7 @@ def test_the_pull_request_flow_on_cuda_ships_a_kernel_whose_test_passes_on_the_g
     assert f"/pull/{followup.number}" in comment.body
 
     # The follow-up's files in the checkout, and its test run there: the kernel on the GPU.
-    for path in (KERNEL, FOLLOWUP_TEST):
+    for path in (VERIFIED, KERNEL, FOLLOWUP_TEST):
         content = fake_github.file(REPO, path, FOLLOWUP)
         assert content is not None, f"{path} is not on {FOLLOWUP}"
         for folder in (project.root, tmp_path / "followup"):
@@ -108,7 +109,7 @@ def test_the_pull_request_flow_on_cuda_ships_a_kernel_whose_test_passes_on_the_g
         cwd=project.root, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     logged(tested, tmp_path / "followup-test.log")
-    assert tested.returncode == 0 and "1 passed" in tested.stdout, tested.stdout[-3000:]
+    assert tested.returncode == 0 and "2 passed" in tested.stdout, tested.stdout[-3000:]
 
 
 EXAMPLES = {  # where each example goes in the checkout: its [[tool.kernelpilot.targets]] entry
@@ -119,7 +120,7 @@ EXAMPLES = {  # where each example goes in the checkout: its [[tool.kernelpilot.
     'inputs = "examples/repo_style/blocks.py:make_inputs"\n',
 }
 DELETED = "examples/swiglu.py"  # gone before the third night: reported missing
-BENCHMARK = f"kernel:{KERNEL}"
+BENCHMARK = f"kernel:{VERIFIED}"  # the nightly finds the verified file, not the drop-in
 TARGET = "target:examples/repo_style/blocks.py:ResidualGate"
 NIGHTS = {  # each night's rows: the kernel, then the examples in EXAMPLES' order; its exit
     "night1": (["ok", "ok", "ok", "ok"], 0),

@@ -20,7 +20,7 @@ from bot.pr.results import PullResults
 from tests.gitrepo import commit, git
 from tests.prflow import CHANGED, Project
 
-KERNEL = "models/act_kernelpilot.py"
+KERNEL = "models/act_verified_kernelpilot.py"  # the kernel as verified, which the nightly finds
 BENCHMARK = f"kernel:{KERNEL}"
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -80,7 +80,8 @@ def test_a_night_records_and_judges_the_shipped_kernel(shipped, tmp_path):
     assert row["status"] == "fail" and "vs the last nights" in row["reason"]
     assert 'failures="1"' in (tmp_path / "n2" / "junit.xml").read_text()
 
-    assert (seeded / "plots" / "kernel_models_act_kernelpilot.py.png").read_bytes()[:8] == PNG
+    plot = seeded / "plots" / "kernel_models_act_verified_kernelpilot.py.png"
+    assert plot.read_bytes()[:8] == PNG
     printed = cli("history", BENCHMARK, "--history-dir", str(seeded), "--plot",
                   str(tmp_path / "series.png"), cwd=shipped.root)  # fmt: skip
     assert printed.returncode == 0 and "9 night(s)" in printed.stdout

@@ -21,6 +21,8 @@ from tests.fake_openai import reply
 from tests.gitrepo import commit, git
 from tests.prflow import BOT, CHANGED, CLASS_LINE, MODULE, NUMBER, PROJECT, REPO, Job, Project
 
+VERIFIED = "models/act_verified_kernelpilot.py"  # the kernel as verified; the drop-in imports it
+
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Project:
@@ -69,9 +71,11 @@ def test_a_same_repo_pull_request_gets_one_comment_a_review_and_a_followup(
     assert followup.pull.base_ref == "feature"  # into the pull request's own branch
     assert publish.outputs()["followup-pr-url"].endswith(f"/pull/{followup.number}")
     assert f"/pull/{followup.number}" in comment.body
+    verified = fake_github.file(REPO, VERIFIED, "kernelpilot/pr-7").decode()
+    assert verified.startswith("# kernelpilot-verified: models/act.py:Activation")
+    assert project.head in verified and "class ModelNew(" in verified
     kernel = fake_github.file(REPO, "models/act_kernelpilot.py", "kernelpilot/pr-7").decode()
-    assert kernel.startswith("# kernelpilot-verified: models/act.py:Activation")
-    assert project.head in kernel and "ActivationKernelpilot = ModelNew" in kernel
+    assert "class ActivationKernelpilot(ModelNew):" in kernel
     test_file = fake_github.file(REPO, "tests/test_act_kernelpilot.py", "kernelpilot/pr-7")
     [review] = fake_github.repo(REPO).review_comments.values()
     assert (review.path, review.line) == ("models/act.py", CLASS_LINE)
@@ -87,6 +91,7 @@ def test_a_same_repo_pull_request_gets_one_comment_a_review_and_a_followup(
     assert made == [f"/repos/{REPO}/git/trees"]  # the same tree: no new commit, nothing new
 
     # The follow-up's test passes in the repository, with the follow-up's files in it.
+    (project.root / VERIFIED).write_text(verified)
     (project.root / "models/act_kernelpilot.py").write_text(kernel)
     (project.root / "tests/test_act_kernelpilot.py").write_bytes(test_file)
     try:
@@ -96,10 +101,11 @@ def test_a_same_repo_pull_request_gets_one_comment_a_review_and_a_followup(
             cwd=project.root, capture_output=True, text=True, timeout=600,
         )  # fmt: skip
     finally:
+        (project.root / VERIFIED).unlink()
         (project.root / "models/act_kernelpilot.py").unlink()
         (project.root / "tests/test_act_kernelpilot.py").unlink()
     assert tested.returncode == 0, tested.stdout[-3000:]
-    assert "1 passed" in tested.stdout
+    assert "2 passed" in tested.stdout  # in inference, and over two training steps
 
 
 def test_a_push_updates_the_comment_and_moves_the_followup_onto_the_new_head(
@@ -130,7 +136,7 @@ def test_a_push_updates_the_comment_and_moves_the_followup_onto_the_new_head(
     assert followups(fake_github) == [followup]
     branch = fake_github.repo(REPO).refs["refs/heads/kernelpilot/pr-7"]
     assert fake_github.repo(REPO).commits[branch].parents == [head2]
-    assert head2 in fake_github.file(REPO, "models/act_kernelpilot.py", "kernelpilot/pr-7").decode()
+    assert head2 in fake_github.file(REPO, VERIFIED, "kernelpilot/pr-7").decode()
 
 
 def fork_event(
@@ -265,7 +271,7 @@ def test_the_llm_team_through_an_openai_compatible_server_runs_the_same_flow(
     [comment] = ours(fake_github)
     assert "proposer ` fake-model `" in comment.body and "Fuse the chain." in comment.body
     [followup] = followups(fake_github)
-    shipped = fake_github.file(REPO, "models/act_kernelpilot.py", "kernelpilot/pr-7").decode()
+    shipped = fake_github.file(REPO, VERIFIED, "kernelpilot/pr-7").decode()
     assert kernel.strip() in shipped
 
 

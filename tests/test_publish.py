@@ -163,7 +163,7 @@ def test_a_forks_pull_request_gets_a_patch_in_the_comment_and_no_branch(
     body = comment(fake_github)
     assert "generated from this fork's unreviewed code" in body
     assert "diff --git a/models/act_kernelpilot.py b/models/act_kernelpilot.py" in body
-    assert "+ActivationKernelpilot = ModelNew" in body
+    assert "+class ActivationKernelpilot(ModelNew):" in body
     assert any("comes from a fork" in line for line in logged)
 
 
@@ -256,10 +256,12 @@ def test_raw_markdown_in_every_string_field_is_shown_as_data(project, fake_githu
     for text in (followup.body, followup.title, review.body):
         for part in URL_PARTS:
             assert part not in outside_code(text), part
-    kernel = fake_github.file(REPO, "models/act_kernelpilot.py", "kernelpilot/pr-7").decode()
     verified = hostile(project)["report"]["targets"][0]["kernel_source"].rstrip("\n")
-    header, found, _ = kernel.partition(verified)
-    assert found and all(line.startswith("# ") for line in header.splitlines() if line), header
+    for path, code in (("models/act_verified_kernelpilot.py", verified),
+                       ("models/act_kernelpilot.py", "\nimport importlib\n")):  # fmt: skip
+        kernel = fake_github.file(REPO, path, "kernelpilot/pr-7").decode()
+        header, found, _ = kernel.partition(code)
+        assert found and all(line.startswith("# ") for line in header.splitlines() if line), header
 
 
 def cells(line: str) -> list[str]:

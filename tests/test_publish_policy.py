@@ -158,6 +158,7 @@ def test_a_same_repository_pull_request_gets_the_comment_the_review_and_the_foll
     [(into, parent, followup)] = github.followups
     assert (into, parent) == ("feature", HEAD)  # the pull request's own branch, its API head
     assert [file.path for file in followup.files] == [
+        "models/act_verified_kernelpilot.py",
         "models/act_kernelpilot.py",
         "tests/test_act_kernelpilot.py",
     ]
@@ -187,7 +188,7 @@ def test_a_forks_pull_request_gets_the_kernel_as_a_patch_and_no_branch(tmp_path)
     assert "comes from a fork" in outcome.no_followup
     body = github.pull_request.comment or ""
     assert "diff --git a/models/act_kernelpilot.py b/models/act_kernelpilot.py" in body
-    assert "+ActivationKernelpilot = ModelNew" in body
+    assert "+class ActivationKernelpilot(ModelNew):" in body
 
 
 def test_no_followup_when_the_api_says_the_head_moved_on(tmp_path):

@@ -595,10 +595,12 @@ def test_nightly_workflow_records_the_shipped_kernel_and_opens_an_issue_once_it_
     assert [r for r in fake_github.requests if r.at < measured] == []  # measure: none at all
     assert {r.login for r in fake_github.requests} == {"github-actions[bot]"}  # publish's token
     seen = len(fake_github.requests)
-    history = "history/kernel_models_act_kernelpilot.py.jsonl"
+    history = "history/kernel_models_act_verified_kernelpilot.py.jsonl"
     [night] = fake_github.file(REPO, history, "kernelpilot-data").decode().splitlines()
     assert json.loads(night)["status"] == "ok" and json.loads(night)["commit"] == merged
-    png = fake_github.file(REPO, "plots/kernel_models_act_kernelpilot.py.png", "kernelpilot-data")
+    png = fake_github.file(
+        REPO, "plots/kernel_models_act_verified_kernelpilot.py.png", "kernelpilot-data"
+    )
     assert png is not None and png.startswith(b"\x89PNG")
     assert [i for i in fake_github.repo(REPO).issues.values() if i.pull is None] == []
 
@@ -621,4 +623,4 @@ def test_nightly_workflow_records_the_shipped_kernel_and_opens_an_issue_once_it_
     )
     [issue] = [i for i in fake_github.repo(REPO).issues.values() if i.pull is None]
     assert issue.title == "kernelpilot nightly: 0 slower or failing, 1 stale or missing"
-    assert "kernelpilot-data/plots/kernel_models_act_kernelpilot.py.png" in issue.body
+    assert "kernelpilot-data/plots/kernel_models_act_verified_kernelpilot.py.png" in issue.body

@@ -1,14 +1,17 @@
-"""The follow-up pull request's files: for each improved module, a drop-in module beside the
-user's and a pytest file that checks it against the original (pure: text in, text out).
+"""The follow-up pull request's files: for each improved module, beside the user's, the
+verified kernel and a drop-in module, and a pytest file that checks the drop-in against the
+original (pure: text in, text out).
 
-The drop-in module is the verified candidate as it was verified (its kernel sources inline),
-with a header naming the target, the commit, the device and versions it was verified on and the
-one-line change that swaps it in, and the class under the name ``<Class>Kernelpilot``: same
-constructor as the original, loads the same ``state_dict`` with ``strict=True``. The test file
-goes where the repository keeps its tests (``tests/`` or ``test/`` at the root, else beside the
-module) and needs nothing but torch and pytest: it imports both files by path, builds the
-module and its inputs the way the target is configured, and compares outputs under the same
-dtype tolerance the harness used.
+The verified kernel (``<module>_verified_kernelpilot.py``) is the candidate as it was verified
+(its kernel sources inline), with a header naming the target, the commit, the device and
+versions it was verified on: the file the gates and the nightly check. It has no backward, so
+the class to swap in is the drop-in's ``<Class>Kernelpilot`` (``<module>_kernelpilot.py``,
+``bot.pr.dropin``): same constructor as the original, loads the same ``state_dict`` with
+``strict=True``, runs the kernel where no backward is needed and the original forward where one
+is. The test file goes where the repository keeps its tests (``tests/`` or ``test/`` at the
+root, else beside the module) and needs nothing but torch and pytest: it imports the files by
+path, builds the module and its inputs the way the target is configured, and compares outputs
+(and, over two training steps, gradients) under the same dtype tolerance the harness used.
 
 Every field of the results that goes into these files was checked by ``bot.pr.results`` (names are
 identifiers, paths relative ``.py`` paths, numbers finite) and is written as a Python literal
@@ -19,15 +22,14 @@ files as a patch in its comment (``as_patch``), never a branch.
 
 from __future__ import annotations
 
-import re
 from pathlib import PurePosixPath
 
 from pydantic import BaseModel, Field
 
 from bot import markdown as md
+from bot.pr.dropin import dropin_module, test_module
 from bot.pr.results import PullResults, TargetSource, safe_relative_path
 from bot.report import TargetReport
-from harness.judge.tolerance import tolerance_for
 
 BRANCH_PREFIX = "kernelpilot/"
 HEADER_TAG = (
@@ -67,18 +69,21 @@ def build_followup(results: PullResults, test_dir: str | None) -> Followup | Non
             continue
         module_path = safe_relative_path(source.module_path, f"results: {row.target}")
         kernel_path = module_path.with_name(f"{module_path.stem}_kernelpilot.py")
-        files.append(
+        verified_path = module_path.with_name(f"{module_path.stem}_verified_kernelpilot.py")
+        test_path = _test_path(module_path, test_dir)
+        files += [
             FollowupFile(
-                path=str(kernel_path),
+                path=str(verified_path),
                 content=kernel_module(row, source, results),
                 reference_class=source.class_name,
                 dtype=source.dtype,
-            )
-        )
-        test_path = _test_path(module_path, test_dir)
-        files.append(
-            FollowupFile(path=str(test_path), content=test_module(source, kernel_path, test_path))
-        )
+            ),
+            FollowupFile(
+                path=str(kernel_path),
+                content=dropin_module(source, verified_path, _dropin_header(row, source)),
+            ),
+            FollowupFile(path=str(test_path), content=test_module(source, kernel_path, test_path)),
+        ]
         improved.append((row, kernel_path))
     if not files:
         return None
@@ -96,108 +101,61 @@ def build_followup(results: PullResults, test_dir: str | None) -> Followup | Non
 
 
 def kernel_module(row: TargetReport, source: TargetSource, results: PullResults) -> str:
+    """The verified kernel as it was verified, under a header: the file the gates and the
+    nightly check (``bot.nightly.shipped`` finds it by the header's first line)."""
     env = results.environment
     cls = source.class_name
-    dotted = source.module_path.removesuffix(".py").replace("/", ".")
     versions = f"torch {_line(env.torch)}" + (f", CUDA {_line(env.cuda)}" if env.cuda else "")
+    module_path = PurePosixPath(source.module_path)
+    verified = module_path.with_name(f"{module_path.stem}_verified_kernelpilot.py")
+    header = [
+        f"# {HEADER_TAG}: {source.module_path}:{cls}",
+        f"# The verified kernel for {cls}, forward only (it has no backward): use "
+        f"{cls}Kernelpilot from {_dotted(source)}_kernelpilot, which runs it in inference.",
+        f"# Verified at commit {results.commit} on {_line(row.device_name or row.device)} "
+        f"({_line(row.device)}), {versions}, python {_line(env.python)}, "
+        f"kernelpilot {_line(env.kernelpilot)}.",
+        _measured(row, source),
+        f"# Re-verify after changing either class: kernelpilot evaluate {source.module_path} "
+        f"{verified} checks it on fresh inputs.",
+        "",
+    ]
+    return "\n".join(header) + row.kernel_source.rstrip("\n") + "\n"
+
+
+def _dropin_header(row: TargetReport, source: TargetSource) -> list[str]:
+    cls = source.class_name
+    module_path = PurePosixPath(source.module_path)
+    verified = module_path.with_name(f"{module_path.stem}_verified_kernelpilot.py")
+    return [
+        f"# kernelpilot drop-in for {source.module_path}:{cls}: the same constructor, and it "
+        "loads the same state_dict (strict).",
+        f"# In inference (torch.no_grad() or torch.inference_mode(), or no input and no "
+        f"parameter requiring grad) it runs the verified kernel of {verified}.",
+        f"# Where a backward is needed (grad mode on and an input or a parameter requires grad) "
+        f"it runs the original {cls}.forward on its parameters and buffers: autograd works as "
+        "before, at eager speed.",
+        _measured(row, source) + " Parameters require grad by default: run inference under "
+        "torch.no_grad() or torch.inference_mode() to get the kernel.",
+        f"# Swap it in: from {_dotted(source)}_kernelpilot import {cls}Kernelpilot as {cls}",
+        "",
+    ]
+
+
+def _measured(row: TargetReport, source: TargetSource) -> str:
     compile_note = (
         f", {row.speedup_vs_compile:.2f}x vs torch.compile"
         if row.speedup_vs_compile is not None
         else ""
     )
-    header = [
-        f"# {HEADER_TAG}: {source.module_path}:{cls}",
-        f"# A drop-in for {cls}: the same constructor, and it loads the same state_dict (strict).",
-        f"# Verified at commit {results.commit} on {_line(row.device_name or row.device)} "
-        f"({_line(row.device)}), {versions}, python {_line(env.python)}, "
-        f"kernelpilot {_line(env.kernelpilot)}.",
-        f"# Measured {row.speedup_vs_eager or 0:.2f}x vs eager{compile_note}, "
-        f"inputs {_line(row.inputs) or 'as configured'}, {source.dtype}.",
-        f"# Swap it in: from {dotted}_kernelpilot import {cls}Kernelpilot as {cls}",
-        "# Re-verify after changing either class: kernelpilot evaluate checks it on fresh inputs.",
-        "",
-    ]
     return (
-        "\n".join(header) + row.kernel_source.rstrip("\n") + f"\n\n\n{cls}Kernelpilot = ModelNew\n"
+        f"# Measured {row.speedup_vs_eager or 0:.2f}x vs eager{compile_note}, "
+        f"inputs {_line(row.inputs) or 'as configured'}, {source.dtype}."
     )
 
 
-def test_module(source: TargetSource, kernel_path: PurePosixPath, test_path: PurePosixPath) -> str:
-    cls = source.class_name
-    tolerance = tolerance_for(source.dtype, source.atol, source.rtol)
-    depth = len(test_path.parts) - 1
-    if source.init_fn:
-        init = f"    init_args, init_kwargs = list(original.{source.init_fn}()), {{}}"
-    else:
-        init = f"    init_args, init_kwargs = {source.init_args!r}, {source.init_kwargs!r}"
-    if source.inputs_fn:
-        factory_file = source.inputs_path or source.module_path
-        inputs = (
-            f"        inputs = list(_load({factory_file!r}).{source.inputs_fn}())"
-            if factory_file != source.module_path
-            else f"        inputs = list(original.{source.inputs_fn}())"
-        )
-    else:
-        inputs = f"        inputs = [torch.randn(shape) for shape in {source.input_shapes!r}]"
-    name = _identifier(f"{cls}_kernelpilot").lower()
-    return f'''"""kernelpilot: {cls}Kernelpilot against the original {cls}."""
-
-import importlib.util
-import pathlib
-import sys
-
-import pytest
-import torch
-
-ROOT = pathlib.Path(__file__).resolve().parents[{depth}]
-DEVICE = {source.device!r}
-DTYPE = torch.{source.dtype}
-RTOL, ATOL = {tolerance.rtol!r}, {tolerance.atol!r}  # atol is relative to the output's RMS
-
-
-def _load(relative):
-    path = ROOT / relative
-    for folder in (str(ROOT), str(path.parent)):
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
-    spec = importlib.util.spec_from_file_location("kp_" + path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _place(value):
-    if isinstance(value, torch.Tensor):
-        return value.to(DEVICE, DTYPE) if value.is_floating_point() else value.to(DEVICE)
-    return value
-
-
-def _outputs(value):
-    return list(value) if isinstance(value, (tuple, list)) else [value]
-
-
-@pytest.mark.skipif(
-    DEVICE == "cuda" and not torch.cuda.is_available(), reason="verified on a CUDA GPU"
-)
-def test_{name}_matches_the_original():
-    original = _load({source.module_path!r})
-    kernel = _load({str(kernel_path)!r})
-{init}
-    reference = original.{cls}(*init_args, **init_kwargs).to(DEVICE, DTYPE).eval()
-    candidate = kernel.{cls}Kernelpilot(*init_args, **init_kwargs).to(DEVICE, DTYPE).eval()
-    candidate.load_state_dict(reference.state_dict(), strict=True)
-    for seed in (0, 1, 2):
-        torch.manual_seed(seed)
-{inputs}
-        inputs = [_place(value) for value in inputs]
-        with torch.no_grad():
-            expected = _outputs(reference(*inputs))
-            actual = _outputs(candidate(*inputs))
-        assert len(actual) == len(expected)
-        for got, want in zip(actual, expected):
-            scale = want.double().pow(2).mean().sqrt().item() if want.numel() else 1.0
-            torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL * max(scale, 1e-30))
-'''
+def _dotted(source: TargetSource) -> str:
+    return source.module_path.removesuffix(".py").replace("/", ".")
 
 
 def _test_path(module_path: PurePosixPath, test_dir: str | None) -> PurePosixPath:
@@ -226,9 +184,12 @@ def _body(results: PullResults, improved: list[tuple[TargetReport, PurePosixPath
         )
     lines += [
         "",
-        "Each file's header names the commit, device and versions it was verified on and the "
-        "one-line change that swaps it in; the test file beside it checks it against the "
-        "original module. Nothing is swapped in by this pull request: review the kernels, then "
+        "Each kernel file is the drop-in to import; beside it, `*_verified_kernelpilot.py` is "
+        "the kernel as verified, its header naming the commit, device and versions. The drop-in "
+        "runs the kernel in inference and the original forward where a backward is needed; its "
+        "header has the one-line change that swaps it in, and the test file checks it against "
+        "the original module, in inference and over two training steps. "
+        "Nothing is swapped in by this pull request: review the kernels, then "
         "change the import where you want them.",
     ]
     if results.pull_number is None:
@@ -256,7 +217,3 @@ def _line(text: str) -> str:
     """Untrusted text in a comment line of generated Python: one line, no line break of any
     kind Python or an editor knows."""
     return md.one_line(text, 200).replace("`", "'")
-
-
-def _identifier(text: str) -> str:
-    return re.sub(r"\W", "_", text)
