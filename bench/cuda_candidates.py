@@ -33,7 +33,7 @@ def cuda_candidates(dtype: str = "float32") -> dict[str, list[tuple[str, Candida
         work[str(fixtures / "scale_problem.py")].append((f"tests/fixtures/{name}", candidate))
     # bench_offline writes its chains to a temporary folder too: a build's key is its source
     # and flags, not where the problem lives, so these builds serve the bench.
-    from bench_offline import chain_problems, example_targets
+    from bench.bench_offline import chain_problems, example_targets
 
     chains = Path(tempfile.mkdtemp(prefix="kp-chains-"))
     targets = example_targets()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -182,6 +183,22 @@ def _raised(fn) -> BaseException:
 def test_torch_raising_in_the_harness_own_call_is_kernelpilots():
     err = _raised(lambda: guards.guard_fill(torch.ones(2, dtype=torch.complex64)))
     assert raised_by_kernelpilot(err, [])
+
+
+def test_a_device_fault_reported_in_the_harness_frames_is_not_kernelpilots(monkeypatch):
+    """A candidate's illegal address surfaces at the next call that synchronizes, often in the
+    harness's own frame (found on an H200: the illegal-address test read harness_error). The
+    Mock's frames are the standard library's, so the harness's frame is the innermost one."""
+    fault = RuntimeError(
+        "CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be "
+        "asynchronously reported at some other API call"
+    )
+    monkeypatch.setattr(torch, "iinfo", mock.Mock(side_effect=fault))
+    err = _raised(lambda: guards.guard_fill(torch.ones(2, dtype=torch.int32)))
+    assert raised_by_kernelpilot(err, []) is False
+    monkeypatch.setattr(torch, "iinfo", mock.Mock(side_effect=RuntimeError("a harness bug")))
+    err = _raised(lambda: guards.guard_fill(torch.ones(2, dtype=torch.int32)))
+    assert raised_by_kernelpilot(err, [])  # any other error in the harness's frames stays ours
 
 
 @pytest.mark.parametrize("name", ["forward", "forward_raising"])
