@@ -96,7 +96,9 @@ class Job:
         self.env = {
             key: value
             for key, value in os.environ.items()
+            # KERNELPILOT_BWRAP says where this machine's bubblewrap is, as PATH does
             if not key.startswith(("GITHUB_", "OPENAI_", "KERNELPILOT_"))
+            or key == "KERNELPILOT_BWRAP"
         }
         self.env.update({
             "GITHUB_EVENT_NAME": name, "GITHUB_EVENT_PATH": str(tmp / "event.json"),
