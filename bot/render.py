@@ -1,8 +1,8 @@
 """Rendering the report record: terminal table, markdown, JUnit XML, and the files.
 
-The table's columns are defined once (``COLUMNS``): the terminal table and the markdown walk
-the same list, and report.json is the record itself, so a measured value shown in a new
-column is one line here. The markdown (report.md) puts every string of the report through
+The table's columns are defined once (``COLUMNS``): the terminal table, the markdown and
+JUnit (each case's output) walk the same list, and report.json is the record itself, so a
+measured value shown in a new column is one line here. The markdown (report.md) puts every string of the report through
 ``bot.markdown``, as the pull-request comment does: targets, reasons and checks may come from
 a pull request's code."""
 
@@ -137,11 +137,13 @@ def render_junit(report: Report) -> str:
     cases = []
     for row in report.targets:
         candidate = row.timings.candidate
+        # The table's columns as the case's output: CI shows a target's numbers beside it.
+        cells = [f"{column.header}: {column.cell(row)}" for column in COLUMNS[1:]]
         case = TestCase(
             row.target,
             classname=f"kernelpilot.{row.device}",
             elapsed_sec=(candidate.median_ms if candidate else 0) / 1e3,
-            stdout=row.reason,
+            stdout="\n".join([row.reason, *cells] if row.reason else cells),
         )
         if row.status is TargetStatus.no_candidate:
             case.add_skipped_info(row.reason)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from bot import render
 from bot.render import render_junit, render_markdown, render_terminal, table_rows, write_report
 from bot.report import Report, TargetReport, TargetStatus
 from harness.config import EvalConfig
@@ -185,6 +186,22 @@ def test_the_terminal_table_markdown_and_junit_render_fixed_records_as_pinned():
     assert render_terminal(report) + "\n" == (GOLDEN / "terminal.txt").read_text()
     assert render_markdown(report) == (GOLDEN / "report.md").read_text()
     assert render_junit(report) == (GOLDEN / "junit.xml").read_text()
+
+
+def test_a_new_column_reaches_the_table_markdown_and_junit_by_one_edit(monkeypatch):
+    """The report's columns are one list: a value added there shows in every rendering (and
+    report.json holds the record whole)."""
+    report = fixed_report()
+    report.targets[0].result.rel_error = 0.000123  # type: ignore[union-attr]
+    column = render.Column(
+        "rel err",
+        lambda row: f"{row.result.rel_error:.1e}" if row.result and row.result.rel_error else "-",
+    )
+    monkeypatch.setattr(render, "COLUMNS", [*render.COLUMNS, column])
+    assert "rel err" in render_terminal(report) and "1.2e-04" in render_terminal(report)
+    assert "rel err" in render_markdown(report) and "1.2e-04" in render_markdown(report)
+    assert "rel err: 1.2e-04" in render_junit(report)
+    assert report.model_dump()["targets"][0]["result"]["rel_error"] == 0.000123
 
 
 def test_improved_rows_are_the_verified_faster_ones_not_behind_torch_compile():
