@@ -133,6 +133,6 @@ def test_a_baseline_that_does_not_compile_is_shown_and_a_copy_takes_its_place(
     assert set(alone) == {"eager", "compiled"}  # the copy in the compiled slot, timed
     candidate = build_reference(job.problem, 0)
     report = worker_timing.time_interleaved(job, candidate, state, [], alone, compiled)
-    assert report.compile_baseline_error == compiled
-    assert report.compiled is None and report.compiled_alone is None
-    assert report.eager is not None and report.eager_after is not None
+    assert report.timings.compile_baseline_error == compiled
+    assert report.timings.compiled_beside is None and report.timings.compiled_alone is None
+    assert report.timings.eager_beside is not None and report.timings.eager_after is not None

@@ -13,7 +13,7 @@ from harness.judge.accept import accept, baseline_disturbance
 from harness.judge.comparator import ComparatorStopped
 from harness.judge.tolerance import CaseComparison
 from harness.problem.reference import ReferenceData
-from harness.records import Check, Disturbance, EvalResult, Problem, Status, Timings
+from harness.records import Check, Disturbance, EvalResult, Problem, Status
 from harness.sandbox.jobs import CandidateReport, HarnessErrorReport, UserErrorReport
 from harness.sandbox.run import WorkerOutcome
 
@@ -85,15 +85,7 @@ def timed_result(
     if status is None and report.cuda_kernels:
         status, reason = own_kernels(result.checks, report.cuda_kernels, reference_kernels)
     result.status, result.reason = status or Status.ok, reason
-    result.timings = Timings(
-        candidate=report.candidate,
-        eager_beside=report.eager,
-        eager_alone=report.eager_alone,
-        eager_after=report.eager_after,
-        compiled_beside=report.compiled,
-        compiled_alone=report.compiled_alone,
-        compile_baseline_error=report.compile_baseline_error,
-    )
+    result.timings = report.timings
     result.time_breakdown = report.time_breakdown
     if result.status is Status.ok:
         judge_timing(result, config)

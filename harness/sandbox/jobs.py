@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from harness.config import EvalConfig
-from harness.records import AuditReport, Check, Problem, Status, TimingStats
+from harness.records import AuditReport, Check, Problem, Status, Timings, TimingStats
 
 
 def reference_file(case: int) -> str:
@@ -116,22 +116,9 @@ class CandidateReport(BaseModel):
     reason: str = ""
     log: str = ""
     checks: list[Check] = Field(default_factory=list)
-    eager: TimingStats | None = None
-    compiled: TimingStats | None = None
-    candidate: TimingStats | None = None
-    eager_alone: TimingStats | None = Field(
-        default=None,
-        description="Eager timed in the same worker before any candidate code was loaded.",
+    timings: Timings = Field(
+        default_factory=Timings, description="What the timing worker measured (the result's own)."
     )
-    eager_after: TimingStats | None = Field(
-        default=None,
-        description="Eager timed in the same worker after the candidate's timed calls.",
-    )
-    compiled_alone: TimingStats | None = Field(
-        default=None,
-        description="torch.compile timed in the same worker before the candidate was loaded.",
-    )
-    compile_baseline_error: str | None = None
     reference_ops: list[str] = Field(
         default_factory=list,
         description="The reference's top-level aten ops, as the checks' worker profiled them.",

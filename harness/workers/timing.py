@@ -28,7 +28,7 @@ from collections.abc import Callable
 import torch
 
 from harness.problem.cases import build_reference, make_inputs
-from harness.records import Check, TimingStats
+from harness.records import Check, Timings, TimingStats
 from harness.sandbox.jobs import CandidateReport, WorkerJob
 from harness.workers import guards, streams
 from harness.workers.timed_checks import TimedChecks, Window, check_unpatched
@@ -87,10 +87,10 @@ def time_interleaved(
     same ``compiled``."""
     model.load_state_dict(state, strict=True)
     implementations: dict[str, Callable] = {"candidate": model, "eager": _reference(job, state)}
-    report = CandidateReport(eager_alone=alone["eager"], compiled_alone=alone.get("compiled"))
+    timings = Timings(eager_alone=alone["eager"], compiled_alone=alone.get("compiled"))
     if isinstance(compiled, str):  # the baseline's failure, not the candidate's: shown
-        report.compile_baseline_error = compiled
-        report.compiled_alone = None
+        timings.compile_baseline_error = compiled
+        timings.compiled_alone = None
     elif compiled is not None:
         implementations["compiled"] = compiled
     with torch.no_grad():
@@ -107,13 +107,12 @@ def time_interleaved(
             "re-checked",
         )
     )
-    report.checks = checks
-    report.candidate = summarize(samples["candidate"])
-    report.eager = summarize(samples["eager"])
-    report.eager_after = after["eager"]
+    timings.candidate = summarize(samples["candidate"])
+    timings.eager_beside = summarize(samples["eager"])
+    timings.eager_after = after["eager"]
     if "compiled" in samples:
-        report.compiled = summarize(samples["compiled"])
-    return report
+        timings.compiled_beside = summarize(samples["compiled"])
+    return CandidateReport(checks=checks, timings=timings)
 
 
 def _reference(job: WorkerJob, state: dict) -> torch.nn.Module:
