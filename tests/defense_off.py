@@ -837,8 +837,8 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "nightly_results_size_cap",
-        "bot/nightly/results.py",
-        "    if size > MAX_RESULTS_BYTES:",
+        "bot/artifact.py",
+        "    if size > max_bytes:",
         "    if False:",
         ("tests/test_nightly_jobs.py", "-k", "oversized"),
     ),

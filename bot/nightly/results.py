@@ -18,8 +18,9 @@ import datetime
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from bot.artifact import read_artifact
 from bot.nightly.measure import BREAKING, NightlyRow
 from harness.errors import UserError
 
@@ -73,29 +74,10 @@ def load_nightly_results(results_dir: Path, expected: Expected) -> NightlyResult
     """Read and check the measuring job's results against the publishing job's own run."""
     path = results_dir / RESULTS_FILE
     where = str(path)
-    if not path.is_file():
-        raise UserError(
-            "no nightly results to publish",
-            where=where,
-            fix="download the nightly measuring job's artifact into this folder first",
-        )
-    size = path.stat().st_size
-    if size > MAX_RESULTS_BYTES:
-        raise UserError(
-            f"nightly results file is {size} bytes, over {MAX_RESULTS_BYTES}",
-            where=where,
-            fix="the measuring job wrote an unexpected file: do not publish it",
-        )
-    try:
-        results = NightlyResults.model_validate_json(path.read_bytes())
-    except ValidationError as err:
-        first = err.errors()[0]
-        raise UserError(
-            f"nightly results file is not valid: {first['msg']} at "
-            f"{'.'.join(str(p) for p in first['loc'])}",
-            where=where,
-            fix="publish only what `kernelpilot github nightly-measure` of the same version wrote",
-        ) from None
+    results = read_artifact(
+        path, NightlyResults, MAX_RESULTS_BYTES, "nightly results", "nightly measuring job",
+        "kernelpilot github nightly-measure",
+    )  # fmt: skip
     problem = _problem(results, expected)
     if problem:
         raise UserError(

@@ -18,8 +18,9 @@ import platform
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from bot.artifact import read_artifact
 from bot.detect.changes import ChangeReport
 from bot.event import Event, Mode
 from bot.pr.base_config import JudgingConfig
@@ -158,27 +159,10 @@ def load_results(results_dir: Path, event: Event) -> PullResults:
     """Read and check the measuring job's results against the publishing job's own event."""
     path = results_dir / RESULTS_FILE
     where = str(path)
-    if not path.is_file():
-        raise UserError(
-            "no results to publish",
-            where=where,
-            fix="download the measuring job's artifact into this folder first",
-        )
-    if path.stat().st_size > MAX_RESULTS_BYTES:
-        raise UserError(
-            f"results file is {path.stat().st_size} bytes, over {MAX_RESULTS_BYTES}",
-            where=where,
-            fix="the measuring job wrote an unexpected file: do not publish it",
-        )
-    try:
-        results = PullResults.model_validate_json(path.read_bytes())
-    except ValidationError as err:
-        raise UserError(
-            f"results file is not valid: {err.errors()[0]['msg']} at "
-            f"{'.'.join(str(p) for p in err.errors()[0]['loc'])}",
-            where=where,
-            fix="publish only what `kernelpilot github measure` of the same version wrote",
-        ) from None
+    results = read_artifact(
+        path, PullResults, MAX_RESULTS_BYTES, "results", "measuring job",
+        "kernelpilot github measure",
+    )  # fmt: skip
     _check_matches(results, event, where)
     _check_numbers(results, where)
     return results
