@@ -34,7 +34,7 @@ from harness.evaluate import Evaluator
 from harness.files import read_user_text
 from harness.judge.baseline import time_baselines
 from harness.problem.load import problem_from_target
-from harness.records import Candidate, EvalResult
+from harness.records import Candidate, EvalResult, Problem
 
 Progress = Callable[[str], None]
 BREAKING = ("stale", "missing", "failed", "fail")
@@ -168,13 +168,16 @@ def _row(record: Record, status: str) -> NightlyRow:
     return NightlyRow(benchmark=record.benchmark, status=status, reason=record.note, record=record)
 
 
-def _verified(tonight: Tonight, kernel: ShippedKernel) -> EvalResult:
-    problem = problem_from_target(
-        f"{tonight.repo / kernel.module_path}:{kernel.class_name}",
-        tonight.device,
-        None,
-        tonight.read,
+def _problem(tonight: Tonight, module_path: str, class_name: str) -> Problem:
+    """The class at ``module_path`` in tonight's checkout, on tonight's device, read with
+    tonight's project settings."""
+    return problem_from_target(
+        f"{tonight.repo / module_path}:{class_name}", tonight.device, None, tonight.read
     )
+
+
+def _verified(tonight: Tonight, kernel: ShippedKernel) -> EvalResult:
+    problem = _problem(tonight, kernel.module_path, kernel.class_name)
     source = read_user_text(tonight.repo / kernel.path, "shipped kernel")
     return tonight.evaluator.evaluate(problem, Candidate(source=source, origin="shipped"))
 
@@ -196,12 +199,7 @@ def _kernel_record(tonight: Tonight, benchmark: str, result: EvalResult) -> Reco
 
 
 def _baseline_record(tonight: Tonight, target: ConfiguredTarget) -> Record:
-    problem = problem_from_target(
-        f"{tonight.repo / target.module_path}:{target.class_name}",
-        tonight.device,
-        None,
-        tonight.read,
-    )
+    problem = _problem(tonight, target.module_path, target.class_name)
     config = tonight.evaluator.config
     timed = "eager and torch.compile" if config.compile_baseline else "eager"
     tonight.progress(f"{target.benchmark}: no shipped kernel: timing {timed}")
