@@ -122,11 +122,11 @@ class TargetReport(BaseModel):
 
     @property
     def speedup_vs_eager(self) -> float | None:
-        return self.vs_eager.speedup if self.vs_eager else None
+        return self.result.speedup_vs_eager if self.result else None
 
     @property
     def speedup_vs_compile(self) -> float | None:
-        return self.vs_compile.speedup if self.vs_compile else None
+        return self.result.speedup_vs_compile if self.result else None
 
     @property
     def device_name(self) -> str:
