@@ -4,6 +4,8 @@ comparison. A candidate's process cannot forge or rewrite a verdict after its ch
 from __future__ import annotations
 
 import gc
+import json
+import os
 from pathlib import Path
 
 from harness.evaluate import Evaluator
@@ -13,7 +15,7 @@ from harness.problem.load import problem_from_target
 from harness.problem.reference import ReferenceData, reference_data
 from harness.records import AuditReport, Status
 from harness.sandbox.jobs import CandidateReport, ReferenceReport
-from harness.sandbox.run import WorkerOutcome
+from harness.sandbox.run import ChannelReader, WorkerOutcome
 from tests.conftest import FIXTURES, fast_config
 
 
@@ -139,3 +141,16 @@ def test_a_cuda_candidate_needs_a_kernel_the_reference_does_not_launch():
     assert any(
         c.name == "launches_own_kernel" and "fused_gelu_kernel" in c.detail for c in result.checks
     )
+
+
+def test_a_line_that_is_not_kind_and_body_is_a_channel_error():
+    """A worker's line is a typed message or nothing: one without a kind is never skipped
+    over as if the channel were clean (the candidate's process writes this pipe)."""
+    read_end, write_end = os.pipe()
+    os.write(write_end, b'{"body": {"status": "ok"}}\n' + json.dumps(report_message()).encode())
+    os.write(write_end, b"\n")
+    os.close(write_end)
+    with ChannelReader(os.fdopen(read_end, "rb", buffering=0)) as reader:
+        reader.drain()
+    assert reader.error == "the worker sent a message that is not {kind, body}"
+    assert [message.kind for message in reader.messages] == ["report"]
