@@ -26,6 +26,7 @@ from bot.pr.base_config import base_settings as read_base_settings
 from bot.pr.base_config import hold_to_base
 from bot.pr.comment import render_comment, render_notice
 from bot.pr.results import Environment, PullResults, TargetSource
+from bot.pr.runner_paths import scrubbed
 from bot.report import Report, TargetReport
 from bot.run import Progress, RunOptions, resolve_targets, run_targets
 from bot.writer import ReadOnly, RepoWriter, WriteFailed
@@ -114,8 +115,7 @@ def measure(
         options, hold = _judged_by_base(results, repo, pull.base_sha, head, options)
         if results.note:  # refused to run at all: say why, measure nothing
             results.report = Report()
-            _write(results, env, options.out_dir)
-            return results
+            return _write(results, env, repo, options.out_dir)
     else:
         dispatch = event.dispatch
         results.base_ref = event.ref
@@ -127,8 +127,7 @@ def measure(
             )  # fmt: skip
         hold = None
     _optimize(results, repo, targets, options, progress, hold)
-    _write(results, env, options.out_dir)
-    return results
+    return _write(results, env, repo, options.out_dir)
 
 
 def _judged_by_base(
@@ -167,8 +166,8 @@ def _optimize(
             row.target = Path(item.target).relative_to(repo).as_posix()
 
 
-def _write(results: PullResults, env: ActionsEnv, out_dir: Path) -> None:
-    results.save(out_dir)
+def _write(results: PullResults, env: ActionsEnv, repo: Path, out_dir: Path) -> PullResults:
+    results = _saved(results, repo, out_dir)
     add_summary(env.summary_file, render_comment(results))
     best = results.report.best_speedup()
     set_outputs(
@@ -176,6 +175,15 @@ def _write(results: PullResults, env: ActionsEnv, out_dir: Path) -> None:
         {"improved": len(results.report.improved()),
          "best-speedup": f"{best:.2f}" if best is not None else ""},
     )  # fmt: skip
+    return results
+
+
+def _saved(results: PullResults, repo: Path, out_dir: Path) -> PullResults:
+    """The results as they leave the run: the runner's paths out of every text (the one place
+    they are scrubbed, ``bot.pr.runner_paths``), then saved as results.json."""
+    results = scrubbed(results, repo)
+    results.save(out_dir)
+    return results
 
 
 def _refuse_unsandboxed_fork(fork: bool, options: RunOptions, progress: Progress) -> None:
@@ -234,5 +242,4 @@ def review_local(
     )
     targets = [module.target for module in changes.targets() if module.target]
     _optimize(results, repo, targets, options, progress)
-    results.save(options.out_dir)
-    return results
+    return _saved(results, repo, options.out_dir)
