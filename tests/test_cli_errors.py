@@ -345,3 +345,46 @@ def test_a_search_time_of_zero_is_refused(tmp_path, monkeypatch):
 def test_zero_or_negative_budgets_are_refused_by_click(args, option):
     code, output = run(*args, "--device", "cpu")
     assert code == 2 and f"Invalid value for '{option}'" in output, output
+
+
+# kernelpilot review's folders: nothing written into the repository unless asked.
+
+
+def reviewed_repository(root):
+    from tests.gitrepo import commit, init
+
+    root.mkdir()
+    init(root)
+    commit(root, {".gitignore": "ignored/\n", "README.md": "x\n"}, "base")
+    return root
+
+
+def test_review_refuses_an_out_folder_inside_the_work_tree_unless_git_ignores_it(tmp_path):
+    repo = reviewed_repository(tmp_path / "repo")
+    code, output = run("review", "--base", "HEAD", "--device", "cpu", "--out",
+                       str(repo / "reports"), "--repo", str(repo))  # fmt: skip
+    clean_error(code, output, "'--out'", "inside the repository's work tree", ".gitignore")
+    assert not (repo / "reports").exists()
+    # An ignored folder is taken (the run then stops at the unknown ref, after --out was made).
+    code, output = run("review", "--base", "nosuch", "--device", "cpu", "--repo", str(repo),
+                       "--out", str(repo / "ignored" / "reports"))  # fmt: skip
+    clean_error(code, output, "unknown base ref 'nosuch'")
+    assert (repo / "ignored" / "reports").is_dir()
+
+
+def test_review_writes_under_the_cache_by_default_and_leaves_the_repository_clean(
+    tmp_path, monkeypatch
+):
+    from bot.cli.out_dir import review_folder
+    from tests.gitrepo import git
+
+    repo = reviewed_repository(tmp_path / "repo")
+    monkeypatch.setenv("KERNELPILOT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(repo)
+    code, output = run("review", "--base", "HEAD", "--device", "cpu", "--write-followup", ".")
+    assert code == 0, output
+    folder = review_folder(repo)
+    assert folder.is_relative_to(tmp_path / "cache") and (folder / "results.json").is_file()
+    assert f"the reports are in {folder}" in output
+    assert "no module got a faster kernel, no file to write" in output
+    assert git(repo, "status", "--porcelain", "--ignored") == ""

@@ -275,18 +275,41 @@ def test_the_llm_team_through_an_openai_compatible_server_runs_the_same_flow(
     assert kernel.strip() in shipped
 
 
-def test_kernelpilot_review_prints_the_comment_for_the_local_branch(project, tmp_path):
+def test_kernelpilot_review_prints_the_comment_for_the_local_branch(project, tmp_path, monkeypatch):
+    """Without --out the reports go under kernelpilot's cache, never into the repository; with
+    --write-followup the follow-up's files go into a clone of it, where their test passes."""
+    from bot.cli.out_dir import review_folder
+
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "--quiet", "--branch", "feature", str(project.root), str(clone))
+    untracked = git(project.root, "status", "--porcelain", "--ignored")
+    monkeypatch.setenv("KERNELPILOT_CACHE", str(tmp_path / "cache"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "OPENAI_"))}
     done = subprocess.run(
         [sys.executable, "-c", "from bot.cli import main; main()", "review", "--base", "main",
-         "--device", "cpu", "--seed", "4", "--out", str(tmp_path / "out")],
-        cwd=project.root, capture_output=True, text=True, timeout=900,
-        env={k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "OPENAI_"))},
+         "--device", "cpu", "--seed", "4", "--write-followup", str(clone)],
+        cwd=project.root, capture_output=True, text=True, timeout=900, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith(MARKER)
     row = next(line for line in done.stdout.splitlines() if "models/act.py:Activation" in line)
     assert "✅ faster" in row and "float32[32, 64, 1024]" in row
-    assert (tmp_path / "out" / "results.json").is_file()
+    assert str(project.root) not in done.stdout  # no runner path reaches the comment
+    assert "<summary>Kernel: the verified source" in done.stdout  # offered, folded
+    assert git(project.root, "status", "--porcelain", "--ignored") == untracked
+    folder = review_folder(project.root)
+    assert folder.is_relative_to(tmp_path / "cache") and (folder / "results.json").is_file()
+    assert str(folder) in done.stderr
+
+    for path in (VERIFIED, "models/act_kernelpilot.py", "tests/test_act_kernelpilot.py"):
+        assert f"written: {clone / path}" in done.stderr
+    tested = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "tests/test_act_kernelpilot.py"],
+        cwd=clone, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert tested.returncode == 0, tested.stdout[-3000:]
+    assert "2 passed" in tested.stdout
 
 
 def test_a_pull_request_without_module_changes_gets_a_short_comment_or_none(fake_github, tmp_path):

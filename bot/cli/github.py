@@ -8,8 +8,9 @@ shell command; each option names its variable in ``--help``.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import click
 
@@ -19,7 +20,6 @@ from bot.cli.options import (
     DEVICE_ENV,
     DTYPE,
     NO_COMPILE,
-    OUT,
     SEED,
     VERBOSE,
     llm_options,
@@ -27,13 +27,16 @@ from bot.cli.options import (
     run_command,
     run_options,
 )
-from bot.cli.out_dir import claim_option
+from bot.cli.out_dir import claim_option, claim_review_option
 from bot.cli.params import not_blank
 from bot.event import ActionsEnv, Event, actions_env, load_event
 from bot.github import GitHubRepo, connect
 from bot.pr.comment import render_comment
 from bot.pr.flow import DEFAULT_MAX_TARGETS, NIGHTLY_ELSEWHERE, gate, measure, review_local
+from bot.pr.followup import build_followup
+from bot.pr.local_followup import write_followup
 from bot.pr.publish import publish
+from bot.pr.results import PullResults
 from bot.pr.runner_trust import refuse_fork_on_persistent_runner, runner_nature
 from harness.devices import check_toolchain
 from harness.errors import UserError
@@ -73,22 +76,44 @@ def _run_options(
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=Path("."),
     show_default=True,
+    is_eager=True,  # read before --out, which is checked against its work tree
     help="The git repository.",
 )
 @DEVICE
 @DTYPE
-@OUT
+@click.option(
+    "--out", "out_dir", type=click.Path(path_type=Path), default=None,
+    callback=claim_review_option,
+    help="Folder for results.json, report.json, report.md, junit.xml and kernels [default: "
+    "one per repository under $KERNELPILOT_CACHE or ~/.cache/kernelpilot, review/]. A folder "
+    "inside the repository's work tree is refused unless git ignores it; made, checked and "
+    "locked before any work.",
+)  # fmt: skip
+@click.option(
+    "--write-followup", "followup_dir", type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Also write the follow-up pull request's files (per faster module: the verified "
+    "kernel, the drop-in module and its test) under DIR at their repository paths; DIR may be "
+    "the repository itself, to try them in place. A file already there with other content "
+    "stops the write before anything is written, unless --force.",
+    metavar="DIR",
+)  # fmt: skip
+@click.option(
+    "--force", is_flag=True,
+    help="With --write-followup: replace files already there with other content.",
+)  # fmt: skip
 @SEED
 @NO_COMPILE
 @MAX_TARGETS
 @llm_options(env=True)
 @VERBOSE
 def review(
-    base, head, repo, device, dtype, out_dir, seed, no_compile_baseline, max_targets,
-    llm, model, script, budget, max_cost, verbose,
+    base, head, repo, device, dtype, out_dir, followup_dir, force, seed, no_compile_baseline,
+    max_targets, llm, model, script, budget, max_cost, verbose,
 ) -> None:  # fmt: skip
     """Run the pull-request flow locally: find the nn.Modules changed between BASE and HEAD,
-    optimize them, and print the comment kernelpilot would post. Touches no GitHub.
+    optimize them, and print the comment kernelpilot would post. Touches no GitHub, and writes
+    nothing into the repository unless asked (--write-followup).
 
     Exits 0 when every changed module ran (a module without a faster kernel is not an error),
     1 when one failed, 2 on bad input.
@@ -102,11 +127,28 @@ def review(
         check_toolchain(options.device)
         results = review_local(repo, base, head, options, progress, max_targets)
         click.echo(render_comment(results))
-        click.echo(f"wrote {out_dir}/results.json, report.md, junit.xml", err=True)
+        click.echo(f"results.json and the reports are in {out_dir}", err=True)
+        if followup_dir is not None:
+            _write_followup(results, followup_dir, force)
         if any(row.status.failed for row in results.report.targets):
             sys.exit(1)
 
     run_command(verbose, action)
+
+
+def _write_followup(results: PullResults, folder: Path, force: bool) -> None:
+    followup = build_followup(results, results.test_dir)
+    if followup is None:
+        click.echo("--write-followup: no module got a faster kernel, no file to write", err=True)
+        return
+    for file in write_followup(followup, folder, force):
+        click.echo(f"{file.state.value}: {folder / file.path}", err=True)
+    tests = [f.path for f in followup.files if PurePosixPath(f.path).match("test_*.py")]
+    click.echo(
+        f"try it in a checkout of the head: cd {shlex.quote(str(folder))} && python -m pytest "
+        + " ".join(shlex.quote(test) for test in tests),
+        err=True,
+    )
 
 
 @click.group(name="github")
