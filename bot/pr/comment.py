@@ -230,11 +230,17 @@ def _changes(changes: ChangeReport) -> list[str]:
                 "",
                 *md.fenced(module.missing_config or "", "toml", limit=4000, indent="  "),
             ]
-    if changes.skipped_files:
+    cosmetic = [md.code(f.path) for f in changes.skipped_files if f.kind == "cosmetic"]
+    cosmetic += [md.code(f"{m.path}:{m.class_name}") for m in changes.cosmetic]
+    if cosmetic:
+        lines += ["", "**Changed only in comments, docstrings or formatting**, so not optimized: "
+                  f"{', '.join(cosmetic[:100])}."]  # fmt: skip
+    skipped = [f for f in changes.skipped_files if f.kind != "cosmetic"]
+    if skipped:
         lines += ["", "**Files not looked at:**"]
-        lines += [
-            f"- {md.code(f.path)}: {md.plain(f.reason, 300)}" for f in changes.skipped_files[:100]
-        ]
+        lines += [f"- {md.code(f.path)}: {md.plain(f.reason, 300)}" for f in skipped[:100]]
+    for note in changes.notes[:10]:
+        lines += ["", f"_{md.plain(note, 500)}_"]
     if changes.over_cap:
         names = ", ".join(md.code(m.target or m.class_name) for m in changes.over_cap[:100])
         lines += [
