@@ -154,20 +154,43 @@ def test_transitive_subclass_across_three_files(repo: Path) -> None:
     assert modules["deep.py:Deeper"].reason == "base class GatedMLP changed (gated.py)"
 
 
-def test_user_in_another_file_and_its_user_in_turn(repo: Path) -> None:
+def test_users_in_other_files_one_level_deep(repo: Path) -> None:
+    """A module that builds the changed class, or a subclass of it, is changed; the network
+    that builds that module is not followed (from one layer to every model of a zoo)."""
     gpt = (
         "from torch import nn\nimport blocks\n\n\nclass GPT(nn.Module):\n"
         "    def __init__(self, config):\n        super().__init__()\n"
         "        self.blocks = nn.ModuleList([blocks.Block(config) for _ in range(2)])\n"
     )
+    wrapper = USER.replace("from model import MLP", "from gated import GatedMLP as MLP")
     plain = (
         "from model import MLP\n\n\nclass Factory:\n    def make(self):\n        return MLP(8)\n"
     )
-    files = {"model.py": MLP, "blocks.py": USER, "gpt.py": gpt, "factory.py": plain}
+    files = {
+        "model.py": MLP,
+        "gated.py": GATED.format(imports="import torch\nfrom model import MLP", base="MLP"),
+        "blocks.py": USER,
+        "gpt.py": gpt,
+        "factory.py": plain,
+        "wrapper.py": wrapper,
+    }
     modules = by_key(pr(repo, files, {"model.py": MLP_CHANGED}))
-    assert list(modules) == ["model.py:MLP", "blocks.py:Block", "gpt.py:GPT"]  # not Factory
+    assert list(modules) == [
+        "model.py:MLP",
+        "gated.py:GatedMLP",
+        "blocks.py:Block",
+        "wrapper.py:Block",
+    ]  # not GPT (a user of a user), not Factory (no module)
     assert modules["blocks.py:Block"].reason == "uses MLP (model.py), which changed"
-    assert modules["gpt.py:GPT"].reason == "uses Block (blocks.py), which changed"
+    assert modules["wrapper.py:Block"].reason == "uses GatedMLP (gated.py), which changed"
+
+
+def test_a_layer_given_as_a_default_is_a_use(repo: Path) -> None:
+    """timm's blocks take ``mlp_layer=Mlp`` and build ``mlp_layer(...)``: no call names Mlp."""
+    block = USER.replace("def __init__(self, config):", "def __init__(self, config, layer=MLP):")
+    block = block.replace("self.mlp = MLP(config)", "self.mlp = layer(config)")
+    modules = by_key(pr(repo, {"model.py": MLP, "blocks.py": block}, {"model.py": MLP_CHANGED}))
+    assert modules["blocks.py:Block"].reason == "uses MLP (model.py), which changed"
 
 
 def test_users_are_targets_after_the_changed_classes_and_their_subclasses(repo: Path) -> None:
@@ -334,10 +357,13 @@ def test_the_comment_shows_cosmetic_edits(repo: Path) -> None:
     head = two.replace("return torch.relu(self.fc(x))", "return torch.relu(self.fc(x))  # why", 2)
     mixed = two.replace("torch.relu(self.fc(x))", "torch.tanh(self.fc(x))", 1)  # MLP's edit
     mixed = mixed.replace("torch.relu(self.fc(x))", "torch.relu(self.fc(x))  # why")  # Other's
-    files = {"model.py": two, "doc.py": MLP, "two.py": two}
+    files = {"model.py": two, "doc.py": MLP, "two.py": two, "user.py": USER.replace("model", "two")}
     report = pr(repo, files, {"model.py": head, "doc.py": COMMENTED, "two.py": mixed})
     assert [s.path for s in report.skipped_files] == ["doc.py", "model.py"]
-    assert [m.class_name for m in report.modules] == ["MLP"]
+    assert [(m.path, m.relation) for m in report.modules] == [
+        ("two.py", "diff"),
+        ("user.py", "user"),
+    ]
     results = PullResults(mode="pull_request", repository="o/r", pull_number=3,
                           commit=report.head_sha, changes=report)  # fmt: skip
     body = render_comment(results)
@@ -346,3 +372,15 @@ def test_the_comment_shows_cosmetic_edits(repo: Path) -> None:
         "` doc.py `, ` model.py `, ` two.py:Other `." in body
     )
     assert "Files not looked at" not in body
+    # The diff's module gets its TOML lines; the module that uses it, one name on one line.
+    assert 'module = "two.py:MLP"' in body and 'module = "user.py:Block"' not in body
+    assert "**Modules that use a changed module**, without inputs" in body
+    assert "optimizes it too): ` user.py:Block `." in body
+
+
+def test_a_comment_in_a_file_without_modules_is_not_reported(repo: Path) -> None:
+    util = "def double(x):\n    return x * 2\n"
+    report = pr(
+        repo, {"util.py": util}, {"util.py": util.replace("    return", "    # why\n    return")}
+    )
+    assert report.modules == [] and report.cosmetic == [] and report.skipped_files == []

@@ -8,11 +8,11 @@ exactly the commit it names whatever is checked out. Refs and paths are untruste
 list arguments, refs are passed after ``--end-of-options``, and blobs are addressed by SHA.
 
 A class is changed when its own lines are, when a helper of its file that it uses is
-(``bot.detect.uses``), or, across the repository, when a class it derives from or builds changed
-(``bot.detect.related``, through the import graph of ``bot.detect.imports``). A file or class
-whose edit only touched comments, docstrings or formatting is not queued, and the report says so
-(``bot.detect.cosmetic``). The cap keeps that order: the classes the diff touched first, then
-their subclasses, then their users.
+(``bot.detect.uses``), or, across the repository, when a class it derives from or uses changed
+(``bot.detect.related``: names resolved through the imports, ``bot.detect.imports``). A file or
+class whose edit only touched comments, docstrings or formatting is not queued, and the report
+says so (``bot.detect.cosmetic``). The cap keeps that order: the classes the diff touched first,
+then their subclasses, then their users.
 
 Bad input in the PR is reported per file (a syntax error, a binary or huge file, a deleted
 file) and the other files go on; bad input from whoever calls this (an unknown ref, histories

@@ -31,10 +31,11 @@ _Shape = object  # nested tuples of node types, fields and the reprs of leaves
 def same_file(base: ast.Module, head: ast.Module) -> bool:
     """The whole file is equal in behaviour (a file nested past Python's recursion limit is
     taken as changed)."""
-    try:
-        return shape(base) == shape(head)
-    except RecursionError:
-        return False
+    base_body, head_body = _without_docstring(base), _without_docstring(head)
+    return len(base_body) == len(head_body) and all(  # the first difference ends it
+        _same([head_statement], [base_statement])
+        for head_statement, base_statement in zip(head_body, base_body, strict=True)
+    )
 
 
 def behaviour_lines(base: ast.Module, head: ast.Module, changed: set[int]) -> set[int]:
@@ -44,7 +45,8 @@ def behaviour_lines(base: ast.Module, head: ast.Module, changed: set[int]) -> se
     base_definitions = top_level_definitions(base)
     kept = set(changed)
     for name, statements in top_level_definitions(head).items():
-        if _same(statements, base_definitions.get(name, [])):
+        touched = any(changed.intersection(span(statement)) for statement in statements)
+        if touched and _same(statements, base_definitions.get(name, [])):
             for statement in statements:
                 kept.difference_update(span(statement))
     return kept
@@ -102,8 +104,11 @@ def _same(head: list[ast.stmt], base: list[ast.stmt]) -> bool:
 def _frame(tree: ast.Module) -> list[ast.stmt]:
     """The top-level statements that are not definitions or imports, in order, the module's
     docstring left out (whole: a changed definition inside an ``if`` changes the frame)."""
-    body = tree.body[1:] if _has_docstring(tree) else tree.body
-    return [statement for statement in body if not isinstance(statement, _DEFINITIONS)]
+    return [s for s in _without_docstring(tree) if not isinstance(s, _DEFINITIONS)]
+
+
+def _without_docstring(tree: ast.Module) -> list[ast.stmt]:
+    return tree.body[1:] if _has_docstring(tree) else tree.body
 
 
 def _has_docstring(node: ast.AST) -> bool:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from bot.detect.cosmetic import COSMETIC, behaviour_lines, same_behaviour, same_file
 from bot.detect.head import HeadFiles, SkippedFile, project_for
-from bot.detect.imports import ImportGraph
 from bot.detect.modules import ModuleIndex, init_signature, kernelbench_class
 from bot.detect.records import ChangedModule
 from bot.detect.related import related_changes
@@ -60,13 +59,13 @@ class Examiner:
             changed = set(range(1, len(text.splitlines()) + 1))
         else:
             changed = changed_lines(self._repo, entry.old_blob, entry.new_blob)
-        if base is not None and changed and same_file(base, tree):
-            reason = f"{COSMETIC}: its modules behave as before, nothing to optimize"
-            return SkippedFile(path=entry.path, kind="cosmetic", reason=reason)
         context = FileContext(self._files, self._index, entry.path, tree)
         raw = changed_classes(tree, context.classes, changed, context.extra_uses)
-        if base is None:
+        if base is None or not raw:  # nothing to compare, or no module to skip
             return [context.record(change) for change in raw], []
+        if same_file(base, tree):
+            reason = f"{COSMETIC}: its modules behave as before, nothing to optimize"
+            return SkippedFile(path=entry.path, kind="cosmetic", reason=reason)
         lines = behaviour_lines(base, tree, changed)
         semantic = {
             change.class_name: change
@@ -85,16 +84,15 @@ class Examiner:
 
     def related(self, changed: list[ChangedModule]) -> list[ChangedModule]:
         """The subclasses, then the users, of the changed modules in other files."""
-        graph = ImportGraph(self._files)
         seeds = [(module.path, module.class_name) for module in changed]
-        changes = related_changes(self._files, self._index, graph, seeds, self._accepts)
+        changes = related_changes(self._files, self._index, seeds, self._accepts)
         records = []
         for change in changes:
             tree = self._files.parsed(change.path)
             assert tree is not None  # related_changes found the class in it
             context = FileContext(self._files, self._index, change.path, tree)
             record = ClassChange(change.class_name, change.class_line, [], change.reason)
-            records.append(context.record(record))
+            records.append(context.record(record).model_copy(update={"relation": change.relation}))
         return records
 
     def _accepts(self, path: str, class_name: str) -> bool:

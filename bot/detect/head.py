@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import posixpath
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -29,6 +30,11 @@ else:  # pragma: no cover - Python 3.10
 MAX_SEARCHED_FILES = 20_000
 MAX_SEARCHED_BYTES = 200_000_000
 _BATCH = 200
+_IDENTIFIER = re.compile(r"\w")
+# Bytes that continue a Python identifier (any non-ASCII byte may be part of one).
+_IDENTIFIER_BYTES = frozenset(
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_"
+) | frozenset(range(128, 256))
 
 
 class SkippedFile(BaseModel):
@@ -98,20 +104,29 @@ class HeadFiles:
         self._loaded: dict[str, tuple[ast.Module, str] | SkippedFile] = {}
         self._projects: dict[str, HeadProject | None] = {}
         self._searchable: list[tuple[str, bytes]] | None = None
+        self._mentions: dict[str, list[str]] = {}
         self.unsearched = 0  # .py files left out of mentioning(), over the limits
 
     def python_files(self) -> list[str]:
         return sorted(path for path in self._blobs if path.endswith(".py"))
 
     def mentioning(self, word: str) -> list[str]:
-        """The ``.py`` files whose text contains ``word``: the cheap cut before parsing, so that
+        """The ``.py`` files whose text contains ``word`` as a whole word (``Mlp`` is not in
+        ``MlpMixer``; ``from .`` is in ``from .model``): the cheap cut before parsing, so that
         following imports across the repository parses only the files that could matter. The
         first call reads every ``.py`` file of the commit, in a few ``git cat-file`` calls, up to
         MAX_SEARCHED_FILES files and MAX_SEARCHED_BYTES bytes."""
         if self._searchable is None:
             self._searchable = self._read_searchable()
-        needle = word.encode()
-        return [path for path, content in self._searchable if needle in content]
+        if word not in self._mentions:
+            needle = word.encode()
+            left, right = _IDENTIFIER.match(word[:1]), _IDENTIFIER.match(word[-1:])
+            self._mentions[word] = [
+                path
+                for path, content in self._searchable
+                if _mentions(content, needle, bool(left), bool(right))
+            ]
+        return self._mentions[word]
 
     def search_note(self) -> str:
         """What the report says when mentioning() left files out."""
@@ -175,6 +190,20 @@ class HeadFiles:
     def _parse(self, path: str) -> tuple[ast.Module, str] | SkippedFile:
         text = self._text(path)
         return text if isinstance(text, SkippedFile) else parse(path, text)
+
+
+def _mentions(content: bytes, needle: bytes, left: bool, right: bool) -> bool:
+    """``needle`` occurs in ``content`` not inside a longer identifier, checked on the ``left``
+    and ``right`` sides where the needle ends in an identifier character."""
+    start = content.find(needle)
+    while start != -1:
+        end = start + len(needle)
+        before = start == 0 or content[start - 1] not in _IDENTIFIER_BYTES
+        after = end == len(content) or content[end] not in _IDENTIFIER_BYTES
+        if (before or not left) and (after or not right):
+            return True
+        start = content.find(needle, start + 1)
+    return False
 
 
 def base_trees(repo: Path, shas: list[str]) -> dict[str, ast.Module]:

@@ -110,7 +110,7 @@ def imported_files(path: str, tree: ast.Module, exists: Callable[[str], bool]) -
     ``pkg/name.py`` where there is one. The packages above a named module, which Python also
     runs, are not counted: every file of a package would otherwise import every other."""
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _statements(tree):
         names: list[list[str]] = []
         if isinstance(node, ast.Import):
             names = [alias.name.split(".") for alias in node.names]
@@ -125,6 +125,19 @@ def imported_files(path: str, tree: ast.Module, exists: Callable[[str], bool]) -
     return found
 
 
+def _statements(tree: ast.Module) -> Iterator[ast.stmt]:
+    """Every statement, however nested (in functions, classes, branches), without walking into
+    expressions: imports are statements, and expressions are most of a file's nodes."""
+    pending: list[ast.AST] = [tree]
+    while pending:
+        node = pending.pop()
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            for child in getattr(node, field, ()):
+                if isinstance(child, ast.stmt):
+                    yield child
+                pending.append(child)
+
+
 class ImportGraph:
     """Which head files import which, built lazily: only the files whose text mentions a module's
     name are parsed to find its importers, so a large repository costs a text search, not a
@@ -133,6 +146,7 @@ class ImportGraph:
     def __init__(self, sources: Sources) -> None:
         self._sources = sources
         self._imports: dict[str, set[str]] = {}
+        self._importers: dict[str, list[str]] = {}
 
     def imports_of(self, path: str) -> set[str]:
         """The repository files ``path`` imports directly (none where it does not parse)."""
@@ -150,6 +164,11 @@ class ImportGraph:
         the tests that import it, however indirectly, are the code that already builds and calls
         it. A cycle of imports ends where it started; a file that does not parse imports
         nothing."""
+        if path not in self._importers:
+            self._importers[path] = self._search(path)
+        return self._importers[path]
+
+    def _search(self, path: str) -> list[str]:
         found: set[str] = set()
         pending = [path]
         while pending:

@@ -37,6 +37,7 @@ class ModuleIndex:
         self._sources = sources
         self._bindings: dict[str, dict[str, str]] = {}
         self._stars: dict[str, list[str]] = {}
+        self._classes: dict[str, frozenset[str]] = {}
         self._is_module: dict[ClassKey, bool] = {}
 
     def module_classes(
@@ -67,7 +68,7 @@ class ModuleIndex:
         if tree is None:
             return None
         head, *rest = dotted.split(".")
-        if not rest and top_level_class(tree, head) is not None:
+        if not rest and head in self._classes_of(path, tree):
             return (path, head)
         origin = self._bindings_of(path, tree).get(head)
         if origin is not None:
@@ -116,6 +117,14 @@ class ModuleIndex:
         if path not in self._bindings:
             self._bindings[path] = import_bindings(path, tree)
         return self._bindings[path]
+
+    def _classes_of(self, path: str, tree: ast.Module) -> frozenset[str]:
+        if path not in self._classes:
+            statements = top_level_statements(tree)
+            self._classes[path] = frozenset(
+                s.name for s in statements if isinstance(s, ast.ClassDef)
+            )
+        return self._classes[path]
 
     def _stars_of(self, path: str, tree: ast.Module) -> list[str]:
         if path not in self._stars:

@@ -34,8 +34,14 @@ class ChangedModule(BaseModel):
         description="'class added', 'class body changed', 'helper X changed' (a top-level "
         "function, class or constant of the file it uses), 'base class X changed', "
         "'base class X changed (file.py)' or 'uses X (file.py), which changed' (another file's "
-        "class it derives from or builds), or, for a module not queued, 'only comments, "
+        "class it derives from or uses), or, for a module not queued, 'only comments, "
         "docstrings or formatting changed'."
+    )
+    relation: Literal["diff", "subclass", "user"] = Field(
+        default="diff",
+        description="What changed it: the diff's lines in its own file, a base class in another "
+        "file, or a class of another file that it uses (users come last under the cap, and the "
+        "comment names those without inputs on one line).",
     )
     target: str | None = Field(
         default=None, description="'path.py:Class' for the runner, relative to the repository root."

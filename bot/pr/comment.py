@@ -218,7 +218,10 @@ def _status(row: TargetReport, report: Report) -> str:
 
 def _changes(changes: ChangeReport) -> list[str]:
     lines: list[str] = []
-    unconfigured = changes.unconfigured()
+    unconfigured = [m for m in changes.unconfigured() if m.relation != "user"]
+    users = [
+        md.code(f"{m.path}:{m.class_name}") for m in changes.unconfigured() if m.relation == "user"
+    ]
     if unconfigured:
         lines += ["", "**Changed modules kernelpilot cannot build inputs for.** Add to the "
                   "`pyproject.toml` named:"]  # fmt: skip
@@ -230,6 +233,10 @@ def _changes(changes: ChangeReport) -> list[str]:
                 "",
                 *md.fenced(module.missing_config or "", "toml", limit=4000, indent="  "),
             ]
+    if users:
+        lines += ["", "**Modules that use a changed module**, without inputs (a "
+                  "`[[tool.kernelpilot.targets]]` entry for one optimizes it too): "
+                  f"{', '.join(users[:100])}{', …' if len(users) > 100 else ''}."]  # fmt: skip
     cosmetic = [md.code(f.path) for f in changes.skipped_files if f.kind == "cosmetic"]
     cosmetic += [md.code(f"{m.path}:{m.class_name}") for m in changes.cosmetic]
     if cosmetic:
