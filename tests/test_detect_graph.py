@@ -227,6 +227,16 @@ def test_a_cycle_of_imports_ends(repo: Path) -> None:
     assert list(by_key(report)) == ["model.py:MLP", "blocks.py:Block"]
 
 
+def test_a_crafted_chain_of_reexports_ends_without_a_recursion_error(repo: Path) -> None:
+    """600 files, each re-exporting the next one's MLP: followed up to a bound, not to a crash."""
+    files = {f"r{i}.py": f"from r{i + 1} import MLP\n" for i in range(600)}
+    files["r600.py"] = MLP
+    files["gated.py"] = GATED.format(imports="import torch\nfrom r0 import MLP", base="MLP")
+    files["near.py"] = GATED.format(imports="import torch\nfrom r598 import MLP", base="MLP")
+    report = pr(repo, files, {"r600.py": MLP_CHANGED})
+    assert list(by_key(report)) == ["r600.py:MLP", "near.py:GatedMLP"]
+
+
 def test_an_unparsable_importer_is_skipped_and_the_others_go_on(repo: Path) -> None:
     broken = GATED.format(imports="import torch\nfrom model import MLP", base="MLP")
     files = {

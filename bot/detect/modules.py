@@ -21,6 +21,9 @@ from bot.detect.imports import (
 
 # Classes of torch.nn that are not modules: a subclass of these is a tensor, not a layer.
 TORCH_NN_NON_MODULES = {"Parameter", "Buffer", "UninitializedParameter", "UninitializedBuffer"}
+# Bases and re-exports followed from one name, at most: real code needs a handful, and a crafted
+# chain of hundreds of files would otherwise end in a RecursionError.
+MAX_HOPS = 50
 ClassKey = tuple[str, str]  # (path, class name)
 
 
@@ -29,8 +32,8 @@ class ModuleIndex:
     across the repository, with memory.
 
     One index per head commit: results and import bindings are cached per file, and a cycle of
-    bases or of re-exports (``A(B)``, ``B(A)`` across files) ends as "not a module" rather than
-    recursing.
+    bases or of re-exports (``A(B)``, ``B(A)`` across files), or a chain longer than MAX_HOPS,
+    ends as "not a module" rather than recursing.
     """
 
     def __init__(self, sources: Sources) -> None:
@@ -52,7 +55,7 @@ class ModuleIndex:
         self, path: str, class_name: str, _seen: frozenset[ClassKey] = frozenset()
     ) -> bool:
         key = (path, class_name)
-        if key in _seen:
+        if key in _seen or len(_seen) > MAX_HOPS:
             return False
         if key not in self._is_module:
             self._is_module[key] = self._resolve_class(path, class_name, _seen | {key})
@@ -65,7 +68,7 @@ class ModuleIndex:
         repository class where it is defined (re-exports followed), the qualified name of a
         class outside the repository (``torch.nn.Module``), or None where it cannot be told."""
         tree = self._sources.parsed(path)
-        if tree is None:
+        if tree is None or len(_seen) > MAX_HOPS:
             return None
         head, *rest = dotted.split(".")
         if not rest and head in self._classes_of(path, tree):
