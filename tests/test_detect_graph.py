@@ -1,6 +1,7 @@
 """Change detection across the repository, on real git repositories: subclasses and users of a
-changed module in other files (found through the import graph of the head commit), and edits
-that change no behaviour (comments, docstrings, formatting) skipped and said so.
+changed module in other files (names resolved through the head commit's imports), the import
+graph's importers(), and edits that change no behaviour (comments, docstrings, formatting)
+skipped and said so.
 """
 
 from __future__ import annotations

@@ -66,38 +66,56 @@ class Examiner:
         if same_file(base, tree):
             reason = f"{COSMETIC}: its modules behave as before, nothing to optimize"
             return SkippedFile(path=entry.path, kind="cosmetic", reason=reason)
-        lines = behaviour_lines(base, tree, changed)
-        semantic = {
-            change.class_name: change
-            for change in changed_classes(tree, context.classes, lines, context.extra_uses)
-        }
-        kept, cosmetic = [], []
-        for change in raw:
-            uses = context.extra_uses.get(change.class_name, set())
-            if change.class_name in semantic:
-                kept.append(context.record(semantic[change.class_name]))
-            elif same_behaviour(entry.path, base, tree, change.class_name, uses):
-                cosmetic.append(context.record(replace(change, reason=COSMETIC), queued=False))
-            else:
-                kept.append(context.record(change))
-        return kept, cosmetic
+        return _judged(context, base, tree, changed, raw)
 
     def related(self, changed: list[ChangedModule]) -> list[ChangedModule]:
         """The subclasses, then the users, of the changed modules in other files."""
         seeds = [(module.path, module.class_name) for module in changed]
-        changes = related_changes(self._files, self._index, seeds, self._accepts)
+        contexts: dict[str, FileContext] = {}
         records = []
-        for change in changes:
-            tree = self._files.parsed(change.path)
-            assert tree is not None  # related_changes found the class in it
-            context = FileContext(self._files, self._index, change.path, tree)
+        for change in related_changes(self._files, self._index, seeds, self._accepts):
+            if change.path not in contexts:
+                tree = self._files.parsed(change.path)
+                assert tree is not None  # related_changes found the class in it
+                contexts[change.path] = FileContext(self._files, self._index, change.path, tree)
             record = ClassChange(change.class_name, change.class_line, [], change.reason)
-            records.append(context.record(record).model_copy(update={"relation": change.relation}))
+            records.append(
+                contexts[change.path]
+                .record(record)
+                .model_copy(update={"relation": change.relation})
+            )
         return records
 
     def _accepts(self, path: str, class_name: str) -> bool:
         configured = (path, class_name) in project_for(self._files, path).targets
         return configured or self._index.is_module(path, class_name)
+
+
+def _judged(
+    context: FileContext,
+    base: ast.Module,
+    tree: ast.Module,
+    changed: set[int],
+    raw: list[ClassChange],
+) -> tuple[list[ChangedModule], list[ChangedModule]]:
+    """The classes the changed lines touch (``raw``), split: changed in behaviour, each blamed on
+    what changed in behaviour (its body, or the helper that did), and changed only cosmetically
+    (queued by no one)."""
+    lines = behaviour_lines(base, tree, changed)
+    semantic = {
+        change.class_name: change
+        for change in changed_classes(tree, context.classes, lines, context.extra_uses)
+    }
+    kept, cosmetic = [], []
+    for change in raw:
+        uses = context.extra_uses.get(change.class_name, set())
+        if change.class_name in semantic:
+            kept.append(context.record(semantic[change.class_name]))
+        elif same_behaviour(context.path, base, tree, change.class_name, uses):
+            cosmetic.append(context.record(replace(change, reason=COSMETIC), queued=False))
+        else:
+            kept.append(context.record(change))
+    return kept, cosmetic
 
 
 class FileContext:
