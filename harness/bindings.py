@@ -1,6 +1,6 @@
 """Which names a Python statement binds, read off its AST: one answer for the static checks
 (state kept across calls, ``harness.static.python``) and the bot's change detection (the
-top-level definitions a class uses, ``bot.detect.modules``)."""
+top-level definitions a class uses, ``bot.detect.uses``)."""
 
 from __future__ import annotations
 

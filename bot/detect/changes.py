@@ -7,104 +7,31 @@ from the head commit's objects (``git cat-file``), never from the work tree, so 
 exactly the commit it names whatever is checked out. Refs and paths are untrusted: git runs with
 list arguments, refs are passed after ``--end-of-options``, and blobs are addressed by SHA.
 
+A class is changed when its own lines are, when a helper of its file that it uses is
+(``bot.detect.uses``), or, across the repository, when a class it derives from or uses changed
+(``bot.detect.related``: names resolved through the imports, ``bot.detect.imports``). A file or
+class whose edit only touched comments, docstrings or formatting is not queued, and the report
+says so (``bot.detect.cosmetic``). The cap keeps that order: the classes the diff touched first,
+then their subclasses, then their users.
+
 Bad input in the PR is reported per file (a syntax error, a binary or huge file, a deleted
 file) and the other files go on; bad input from whoever calls this (an unknown ref, histories
-with no common commit, a broken ``[tool.kernelpilot]``) is a ``UserError``. The AST side is
-``bot.detect.modules``; the head commit's files and configuration, ``bot.detect.head``.
+with no common commit, a broken ``[tool.kernelpilot]``) is a ``UserError``. Which classes are
+modules is ``bot.detect.modules``; the head commit's files and configuration, ``bot.detect.head``.
 """
 
 from __future__ import annotations
 
-import ast
-import posixpath
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, Field
-
-from bot.detect.head import HeadFiles, HeadProject, SkippedFile, project_for
-from bot.detect.modules import (
-    ClassChange,
-    ModuleIndex,
-    changed_classes,
-    init_signature,
-    kernelbench_class,
-)
-from bot.git import (
-    REGULAR_MODES,
-    DiffEntry,
-    changed_lines,
-    check_repository,
-    diff_entries,
-    find_merge_base,
-    resolve,
-)
+from bot.detect.examine import Examiner, has_base
+from bot.detect.head import HeadFiles, SkippedFile, base_trees
+from bot.detect.records import ChangedFile, ChangedModule, ChangeReport
+from bot.git import DiffEntry, check_repository, diff_entries, find_merge_base, resolve
 from harness.errors import UserError
-from harness.problem.load import defines_function, target_toml
 
-KERNELBENCH_INPUTS = {"get_inputs", "get_init_inputs"}
-
-
-class ChangedFile(BaseModel):
-    """A ``.py`` file the PR changed."""
-
-    path: str = Field(
-        description="Path in head, relative to the repository root (deleted: in base)."
-    )
-    old_path: str | None = Field(default=None, description="The path in base, for a renamed file.")
-    status: Literal["added", "modified", "renamed", "deleted"]
-
-
-class ChangedModule(BaseModel):
-    """An nn.Module class the PR changed, and how kernelpilot would build its inputs."""
-
-    path: str = Field(description="File in head, relative to the repository root.")
-    class_name: str
-    class_line: int = Field(description="Line of the ``class`` statement in head (for a review).")
-    lines: list[int] = Field(description="The changed head lines that make it changed.")
-    reason: str = Field(
-        description="'class added', 'class body changed', 'helper X changed' (a top-level "
-        "function, class or constant of the file it uses) or 'base class X changed'."
-    )
-    target: str | None = Field(
-        default=None, description="'path.py:Class' for the runner, relative to the repository root."
-    )
-    target_source: Literal["config", "get_inputs"] | None = Field(
-        default=None, description="A [[tool.kernelpilot.targets]] entry, or get_inputs() beside it."
-    )
-    missing_config: str | None = Field(
-        default=None, description="No target: the TOML lines to add to config_path."
-    )
-    config_path: str | None = Field(
-        default=None, description="The pyproject.toml that missing_config goes into."
-    )
-
-
-class ChangeReport(BaseModel):
-    """What a PR changed, for the runner (``targets()``) and the comment (everything)."""
-
-    base: str = Field(description="The base ref as given.")
-    head: str = Field(description="The head ref as given.")
-    base_sha: str
-    head_sha: str
-    merge_base: str = Field(description="The commit the diff starts from.")
-    max_targets: int = Field(description="The cap on targets per run.")
-    files: list[ChangedFile] = Field(default_factory=list)
-    modules: list[ChangedModule] = Field(
-        default_factory=list, description="Changed modules to optimize, and those lacking inputs."
-    )
-    skipped_files: list[SkippedFile] = Field(default_factory=list)
-    over_cap: list[ChangedModule] = Field(
-        default_factory=list, description="Not optimized: over the cap of max_targets."
-    )
-
-    def targets(self) -> list[ChangedModule]:
-        """The modules to optimize this run."""
-        return [module for module in self.modules if module.target is not None]
-
-    def unconfigured(self) -> list[ChangedModule]:
-        """Changed modules with no way to build inputs (the comment shows their TOML)."""
-        return [module for module in self.modules if module.target is None]
+# The records live in bot.detect.records; callers import them from here, with detect_changes.
+__all__ = ["ChangedFile", "ChangedModule", "ChangeReport", "SkippedFile", "detect_changes"]
 
 
 def detect_changes(repo: Path, base: str, head: str, max_targets: int = 20) -> ChangeReport:
@@ -119,16 +46,20 @@ def detect_changes(repo: Path, base: str, head: str, max_targets: int = 20) -> C
     merge_base = find_merge_base(repo, base_sha, head_sha, base, head)
     entries = [entry for entry in diff_entries(repo, merge_base, head_sha) if entry.is_python()]
     files = HeadFiles(repo, head_sha, [entry.new_blob for entry in entries if entry.readable()])
-    index = ModuleIndex(files)
+    examiner = Examiner(repo, files, base_trees(repo, [e.old_blob for e in entries if has_base(e)]))
     found: list[ChangedModule] = []
+    cosmetic: list[ChangedModule] = []
     skipped: list[SkippedFile] = []
     for entry in entries:
-        outcome = _examine(repo, entry, files, index)
+        outcome = examiner.examine(entry)
         if isinstance(outcome, SkippedFile):
             skipped.append(outcome)
         else:
-            found.extend(outcome)
-    modules, over_cap = _apply_cap(found, max_targets)
+            found += outcome[0]
+            cosmetic += outcome[1]
+    related = examiner.related(found)
+    changed_keys = {(module.path, module.class_name) for module in related}
+    modules, over_cap = _apply_cap(found + related, max_targets)
     return ChangeReport(
         base=base,
         head=head,
@@ -140,6 +71,8 @@ def detect_changes(repo: Path, base: str, head: str, max_targets: int = 20) -> C
         modules=modules,
         skipped_files=skipped,
         over_cap=over_cap,
+        cosmetic=[m for m in cosmetic if (m.path, m.class_name) not in changed_keys],
+        notes=[files.search_note()] if files.unsearched else [],
     )
 
 
@@ -161,65 +94,6 @@ def _apply_cap(
 
 
 # --- one file ----------------------------------------------------------------------------------
-
-
-def _examine(
-    repo: Path, entry: DiffEntry, files: HeadFiles, index: ModuleIndex
-) -> list[ChangedModule] | SkippedFile:
-    """The changed modules of one file, or why it was skipped."""
-    if entry.status == "D" or not entry.path.endswith(".py"):
-        renamed = f"renamed to {entry.path}, not a Python file; " if entry.status != "D" else ""
-        reason = f"{renamed}deleted: its modules are gone, nothing to optimize"
-        return SkippedFile(path=entry.old_path or entry.path, kind="deleted", reason=reason)
-    if entry.new_mode not in REGULAR_MODES:
-        return SkippedFile(path=entry.path, kind="not_a_file", reason="not a regular file (a link)")
-    loaded = files.load(entry.path)
-    if isinstance(loaded, SkippedFile):
-        return loaded
-    tree, text = loaded
-    if entry.status == "A":
-        changed = set(range(1, len(text.splitlines()) + 1))
-    else:
-        changed = changed_lines(repo, entry.old_blob, entry.new_blob)
-    project = project_for(files, entry.path)
-    configured = {cls for path, cls in project.targets if path == entry.path}
-    classes = index.module_classes(entry.path, tree, also=configured)
-    inputs_class = kernelbench_class(classes) if defines_function(tree, "get_inputs") else None
-    extra_uses = {inputs_class: KERNELBENCH_INPUTS} if inputs_class else {}
-    by_name = {node.name: node for node in classes}
-    return [
-        _module_record(entry.path, change, by_name[change.class_name], project, inputs_class)
-        for change in changed_classes(tree, classes, changed, extra_uses)
-    ]
-
-
-def _module_record(
-    path: str,
-    change: ClassChange,
-    node: ast.ClassDef,
-    project: HeadProject,
-    inputs_class: str | None,
-) -> ChangedModule:
-    record = ChangedModule(
-        path=path,
-        class_name=change.class_name,
-        class_line=change.class_line,
-        lines=change.lines,
-        reason=change.reason,
-    )
-    if (path, change.class_name) in project.targets:
-        return record.model_copy(
-            update={"target": f"{path}:{change.class_name}", "target_source": "config"}
-        )
-    if change.class_name == inputs_class:
-        return record.model_copy(
-            update={"target": f"{path}:{change.class_name}", "target_source": "get_inputs"}
-        )
-    relative = posixpath.relpath(path, project.folder or ".")
-    toml = target_toml(relative, change.class_name, init_signature(node) or "constructor arguments")
-    return record.model_copy(update={"missing_config": toml, "config_path": project.pyproject})
-
-
 def _file_record(entry: DiffEntry) -> ChangedFile:
     status = {"A": "added", "D": "deleted", "R": "renamed"}.get(entry.status, "modified")
     return ChangedFile(path=entry.path, old_path=entry.old_path, status=status)  # type: ignore[arg-type]

@@ -18,6 +18,8 @@ from bot.pr.fit import Noun, Piece, Stage, Version
 from bot.pr.followup import Followup, as_patch
 
 UNCONFIGURED: Noun = ("module without inputs", "modules without inputs")
+USERS: Noun = ("module that uses a changed one", "modules that use a changed one")
+COSMETIC: Noun = ("cosmetic change", "cosmetic changes")
 SKIPPED: Noun = ("file not looked at", "files not looked at")
 OVER_CAP: Noun = ("module over the cap", "modules over the cap")
 REFUSED: Noun = ("refused setting", "refused settings")
@@ -27,7 +29,10 @@ Entry = TypeVar("Entry")
 
 
 def changes(changes: ChangeReport, rest_at: str) -> list[Piece]:
-    unconfigured = changes.unconfigured()
+    unconfigured = [m for m in changes.unconfigured() if m.relation != "user"]
+    users = [m for m in changes.unconfigured() if m.relation == "user"]
+    cosmetic = [f.path for f in changes.skipped_files if f.kind == "cosmetic"]
+    cosmetic += [f"{m.path}:{m.class_name}" for m in changes.cosmetic]
     return [
         _listed(
             unconfigured,
@@ -40,15 +45,51 @@ def changes(changes: ChangeReport, rest_at: str) -> list[Piece]:
             UNCONFIGURED,
             rest_at,
         ),
+        _named(
+            [f"{m.path}:{m.class_name}" for m in users],
+            "**Modules that use a changed module**, without inputs (a "
+            "`[[tool.kernelpilot.targets]]` entry for one optimizes it too):",
+            USERS,
+            rest_at,
+        ),
+        _named(
+            cosmetic,
+            "**Changed only in comments, docstrings or formatting**, so not optimized:",
+            COSMETIC,
+            rest_at,
+        ),
         _listed(
-            changes.skipped_files,
+            [f for f in changes.skipped_files if f.kind != "cosmetic"],
             ["", "**Files not looked at:**"],
             lambda f: [f"- {md.code(f.path)}: {md.plain(f.reason, 300)}"],
             SKIPPED,
             rest_at,
         ),
         _over_cap(changes, rest_at),
+        Piece.fixed(
+            [line for note in changes.notes[:10] for line in ("", f"_{md.plain(note, 500)}_")]
+        ),
     ]
+
+
+def _named(names: list[str], heading: str, noun: Noun, rest_at: str) -> Piece:
+    """Names on one line: all of them, or the first ones and how many more."""
+    if not names:
+        return Piece.fixed([])
+
+    def line(shown: list[str]) -> list[str]:
+        more = len(names) - len(shown)
+        and_more = f" and {more} more (in {rest_at})" if more else ""
+        return ["", f"{heading} {', '.join(md.code(name) for name in shown)}{and_more}."]
+
+    short = names[:SHORT_LIST]
+    return Piece.shortened(
+        [
+            Version(line(names)),
+            Version(line(short), Stage.long_lists, (noun,) * (len(names) - len(short))),
+            Version([], Stage.lists, (noun,) * len(names)),
+        ]
+    )
 
 
 def _unconfigured(module: ChangedModule) -> list[str]:
