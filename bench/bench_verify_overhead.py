@@ -24,7 +24,8 @@ from harness.builds.cache import CachedLoader, default_cache_dir
 from harness.config import EvalConfig
 from harness.evaluate import Evaluator
 from harness.problem.cases import build_reference, make_inputs
-from harness.problem.load import init_arguments, problem_from_target
+from harness.problem.load import problem_from_target
+from harness.problem.user_code import init_arguments
 from harness.records import Candidate
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"

@@ -126,6 +126,16 @@ class TargetConfig(BaseModel):
         description="'path.py:function' returning the forward inputs, or a list of input shapes. "
         "Default: a get_inputs() beside the class.",
     )
+    keywords: list[str] = Field(
+        default_factory=list,
+        description="Names of the forward's keyword arguments: the last values the input "
+        "factory returns are passed by these names.",
+    )
+    init: str | None = Field(
+        default=None,
+        description="'path.py:function' returning the constructor's arguments (a list, or a "
+        "dict of keyword arguments): for config objects, which TOML cannot write.",
+    )
     init_args: list = Field(default_factory=list, description="Positional constructor arguments.")
     init_kwargs: dict = Field(default_factory=dict, description="Keyword constructor arguments.")
     dtype: str | None = Field(

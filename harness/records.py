@@ -44,8 +44,15 @@ class Problem(BaseModel):
     input_shapes: list[list[int]] | None = Field(
         default=None, description="Shapes of random signed float inputs, used when no inputs_fn."
     )
+    input_keywords: list[str] = Field(
+        default_factory=list,
+        description="The forward's keyword arguments: the inputs' last values go by these names.",
+    )
     init_fn: str | None = Field(
         default="get_init_inputs", description="Function returning constructor args, if any."
+    )
+    init_path: Path | None = Field(
+        default=None, description="File defining init_fn; None means source_path."
     )
     init_args: list = Field(default_factory=list, description="Constructor args from config.")
     init_kwargs: dict = Field(default_factory=dict, description="Constructor kwargs from config.")

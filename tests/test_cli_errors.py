@@ -29,7 +29,10 @@ def run(*args: str, env: dict | None = None):
         (["optimize", str(BAD / "no_module.py")], "class 'Model' not found"),
         (["optimize", f"{PROBLEM}:Missing"], "class 'Missing' not found"),
         (["evaluate", PROBLEM, "no/such/candidate.py", *FAST], "candidate file not found"),
-        (["audit", str(BAD / "non_tensor_inputs.py"), "--device", "cpu"], "not a tensor or number"),
+        (
+            ["audit", str(BAD / "non_tensor_inputs.py"), "--device", "cpu"],
+            "not a tensor or a plain value",
+        ),
         (["audit", str(BAD / "raising_inputs.py"), "--device", "cpu"], "dataset missing"),
         (["audit", str(BAD / "nonfinite_reference.py"), "--device", "cpu"], "holds NaN or Inf"),
         # It was the candidate's runtime_error: the harness's guard fill crashed on complex64.

@@ -25,7 +25,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from agents.offline import Proposal, propose
 from harness.builds.cache import CachedLoader, default_cache_dir
 from harness.problem.cases import build_reference, make_inputs, perturb_parameters
-from harness.problem.load import DTYPES, init_arguments, problem_from_target
+from harness.problem.load import DTYPES, problem_from_target
+from harness.problem.user_code import init_arguments
 from harness.problem.variants import resized_inputs
 from harness.records import Problem
 from tests.conftest import EXAMPLES, ROOT, write_module

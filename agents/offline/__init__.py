@@ -25,8 +25,9 @@ from agents.offline.trace import NotTraceable, trace
 from harness.config import EvalConfig
 from harness.errors import UserError
 from harness.problem.cases import build_reference, make_inputs
-from harness.problem.load import DTYPES, reference_class
+from harness.problem.load import DTYPES
 from harness.problem.reference import worker_result
+from harness.problem.user_code import reference_class
 from harness.records import Candidate, Problem
 from harness.sandbox import lifetime
 from harness.sandbox.bubblewrap import problem_view

@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 
 from harness.errors import UserError
-from harness.problem.load import DTYPES, call_user, import_source, init_arguments, reference_class
+from harness.problem.load import DTYPES
+from harness.problem.user_code import call_user, import_source, init_arguments, reference_class
 from harness.problem.variants import resized_inputs, scaled_inputs, strided_inputs
 from harness.records import Problem
 from harness.sandbox.jobs import CaseSpec
@@ -107,7 +108,7 @@ def make_inputs(problem: Problem, seed: int, strengthened: bool = False) -> list
             raw: list = [torch.randn(*shape) for shape in problem.input_shapes]
         else:
             raw = call_user(fn, path)
-            _check_inputs(raw, path, problem.inputs_fn or "get_inputs")
+            _check_inputs(raw, path, problem.inputs_fn or "get_inputs", problem.input_keywords)
         dtype = DTYPES[problem.dtype]
         inputs = []
         for value in raw:
@@ -123,25 +124,41 @@ def make_inputs(problem: Problem, seed: int, strengthened: bool = False) -> list
     return inputs
 
 
-def _check_inputs(raw, path: Path, fn_name: str) -> None:
+# What an input factory may return beside tensors: flags, sizes, a mask left out as None.
+PLAIN_INPUTS = (int, float, bool, str, type(None))
+
+
+def _check_inputs(raw, path: Path, fn_name: str, keywords: list[str]) -> None:
     if not isinstance(raw, list | tuple):
+        fix = f"return a list of the forward's inputs from {fn_name}()"
+        if isinstance(raw, dict):
+            fix += (
+                ", keyword ones last, and name those in the target's keywords = [...] in "
+                "[tool.kernelpilot]"
+            )
         raise UserError(
-            f"{fn_name}() returned {type(raw).__name__}, not a list",
-            where=str(path),
-            fix=f"return a list of tensors from {fn_name}()",
+            f"{fn_name}() returned {type(raw).__name__}, not a list", where=str(path), fix=fix
         )
     for index, value in enumerate(raw):
-        if not isinstance(value, torch.Tensor | int | float | bool):
+        if not isinstance(value, (torch.Tensor, *PLAIN_INPUTS)):
             raise UserError(
-                f"{fn_name}() item {index} is a {type(value).__name__}, not a tensor or number",
+                f"{fn_name}() item {index} is a {type(value).__name__}, not a tensor or a plain "
+                "value",
                 where=str(path),
-                fix=f"return only tensors (and plain numbers) from {fn_name}()",
+                fix=f"return tensors, numbers, strings, booleans or None from {fn_name}()",
             )
     if not any(isinstance(value, torch.Tensor) for value in raw):
         raise UserError(
             f"{fn_name}() returned no tensor",
             where=str(path),
             fix=f"return the forward's tensor inputs from {fn_name}()",
+        )
+    if len(raw) < len(keywords):
+        raise UserError(
+            f"{fn_name}() returned {len(raw)} values, fewer than the {len(keywords)} keyword "
+            f"arguments named ({', '.join(keywords)})",
+            where=str(path),
+            fix=f"return the keyword arguments' values last from {fn_name}(), one per name",
         )
 
 

@@ -9,11 +9,8 @@ code. Building the reference and drawing inputs for a seed is ``harness.problem.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
-import sys
 import textwrap
-import types
 from pathlib import Path
 
 import torch
@@ -28,7 +25,6 @@ from harness.config import (
 from harness.errors import UserError
 from harness.files import read_user_text
 from harness.records import Problem
-from harness.sandbox.memory import is_out_of_memory, ran_out
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -97,9 +93,7 @@ def problem_from_config(entry: TargetConfig, root: Path, device: str, dtype: str
             where=where,
             fix=_missing_inputs_fix(path, class_name),
         )
-    has_init_fn = (
-        not entry.init_args and not entry.init_kwargs and _defines(path, "get_init_inputs")
-    )
+    init_path, init_fn = _init_factory(entry, root, path, where)
     return Problem(
         name=class_name,
         source_path=path,
@@ -107,7 +101,9 @@ def problem_from_config(entry: TargetConfig, root: Path, device: str, dtype: str
         inputs_path=inputs_path,
         inputs_fn=inputs_fn,
         input_shapes=shapes,
-        init_fn="get_init_inputs" if has_init_fn else None,
+        input_keywords=entry.keywords,
+        init_fn=init_fn,
+        init_path=init_path,
         init_args=entry.init_args,
         init_kwargs=entry.init_kwargs,
         search_paths=[root, path.parent],
@@ -116,6 +112,33 @@ def problem_from_config(entry: TargetConfig, root: Path, device: str, dtype: str
         atol=entry.atol,
         rtol=entry.rtol,
     )
+
+
+def _init_factory(
+    entry: TargetConfig, root: Path, path: Path, where: str
+) -> tuple[Path | None, str | None]:
+    """Where the constructor's arguments come from: the ``init`` factory, else init_args and
+    init_kwargs, else a get_init_inputs() beside the class, else no arguments."""
+    if entry.init is None:
+        if not entry.init_args and not entry.init_kwargs and _defines(path, "get_init_inputs"):
+            return None, "get_init_inputs"
+        return None, None
+    if entry.init_args or entry.init_kwargs:
+        raise UserError(
+            "both init and init_args/init_kwargs are set",
+            where=where,
+            fix="keep one: init = 'path.py:function' returning the arguments, or the arguments",
+        )
+    fn_path, _, fn_name = entry.init.partition(":")
+    init_path = (root / fn_path).resolve()
+    if not fn_name or not init_path.is_file() or not _defines(init_path, fn_name):
+        raise UserError(
+            f"init factory {entry.init!r} not found",
+            where=where,
+            fix="set init = 'path.py:function' naming a function (relative to pyproject.toml) "
+            "that returns the constructor's arguments: a list, or a dict of keyword arguments",
+        )
+    return init_path, fn_name
 
 
 def problems_from_project(project: ProjectTargets, device: str, dtype: str | None) -> list[Problem]:
@@ -227,76 +250,3 @@ def _missing_inputs_fix(path: Path, class_name: str) -> str:
         f"add to pyproject.toml:\n{block}\n"
         "  or define get_inputs() (and get_init_inputs()) beside the class"
     )
-
-
-# --- runtime: import, construct, make inputs ---------------------------------------------------
-
-
-def import_source(path: Path, search_paths: list[Path]) -> types.ModuleType:
-    """Import a user file by path; errors become UserErrors naming the file."""
-    for folder in reversed(search_paths):
-        if str(folder) not in sys.path:
-            sys.path.insert(0, str(folder))
-    module_name = f"kp_user_{abs(hash(str(path)))}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise UserError(f"cannot import {path}", fix="name a .py file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as err:
-        del sys.modules[module_name]
-        raise UserError(
-            f"importing the file raised {type(err).__name__}: {err}",
-            where=str(path),
-            fix="make the file importable on its own (python -c 'import runpy; runpy.run_path(...)')",
-        ) from err
-    return module
-
-
-def reference_class(problem: Problem) -> type[torch.nn.Module]:
-    module = import_source(problem.source_path, problem.search_paths)
-    cls = getattr(module, problem.class_name, None)
-    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
-        raise UserError(
-            f"{problem.class_name} is not an nn.Module subclass",
-            where=str(problem.source_path),
-            fix="name a class that derives from torch.nn.Module",
-        )
-    return cls
-
-
-def init_arguments(problem: Problem) -> tuple[list, dict]:
-    if problem.init_fn is None:
-        return list(problem.init_args), dict(problem.init_kwargs)
-    fn = getattr(import_source(problem.source_path, problem.search_paths), problem.init_fn)
-    value = call_user(fn, problem.source_path)
-    if not isinstance(value, list | tuple):
-        raise UserError(
-            f"{problem.init_fn}() returned {type(value).__name__}, not a list",
-            where=str(problem.source_path),
-            fix=f"return the constructor arguments as a list from {problem.init_fn}()",
-        )
-    return list(value), {}
-
-
-def call_user(fn, path: Path):
-    """Call one of the user's no-argument functions; what it raises is a UserError (running
-    out of memory said as such: no argument would help there)."""
-    try:
-        return fn()
-    except Exception as err:
-        if is_out_of_memory(err):
-            raise UserError(
-                f"{fn.__name__}() {ran_out(err)}",
-                where=str(path),
-                fix=f"make {fn.__name__}() return smaller inputs, or raise the limit",
-            ) from err
-        raise UserError(
-            f"{fn.__name__}() raised {type(err).__name__}: {err}",
-            where=str(path),
-            fix=f"make {fn.__name__}() run without arguments",
-        ) from err

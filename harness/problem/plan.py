@@ -39,6 +39,7 @@ def repeat_spec(first: CaseSpec, on_cuda: bool) -> CaseSpec:
         async_stream=on_cuda,
         input_digest=first.input_digest,
         output_meta=first.output_meta,
+        output_form=first.output_form,
     )
 
 

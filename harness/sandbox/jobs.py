@@ -45,6 +45,11 @@ class CaseSpec(BaseModel):
     )
     input_digest: str = ""
     output_meta: list[tuple[list[int], str]] = Field(default_factory=list)
+    output_form: str = Field(
+        default="T",
+        description="The reference's result with its tensors as T (harness.workers.calls): "
+        "a candidate's must be the same.",
+    )
 
 
 class WorkerJob(BaseModel):

@@ -14,6 +14,7 @@ ALLOWED_IMPORTS = {
     "torch.utils.cpp_extension",
     "math",
     "typing",
+    "dataclasses",  # a forward that returns a dataclass: the candidate returns one alike
     "__future__",
 }
 # The modules an attribute chain from an allowed import may pass through (``torch.nn.init``,
@@ -33,11 +34,12 @@ ALLOWED_MODULES = {
     "torch.fft",
     "math",
     "typing",
+    "dataclasses",
 }
 # torch re-exports modules it imported (torch.sys, torch.os, torch.builtins, ...): an attribute
 # named like a standard-library module reaches around the import allow-list. Tensor methods
 # that share a name with one stay allowed.
-STDLIB_MODULES = set(sys.stdlib_module_names) - {"chunk", "select", "trace", "math"}
+STDLIB_MODULES = set(sys.stdlib_module_names) - {"chunk", "select", "trace", "math", "dataclasses"}
 FORBIDDEN_CALLS = {
     "getattr",
     "setattr",

@@ -30,11 +30,13 @@ from harness.problem.cases import (
     check_params,
     make_inputs,
 )
-from harness.problem.load import DTYPES, init_arguments
+from harness.problem.load import DTYPES
+from harness.problem.user_code import init_arguments
 from harness.records import Check, Status
 from harness.sandbox.jobs import CandidateReport, CheckFailed, WorkerJob
 from harness.static.python import GateRejection
 from harness.workers import guards, handover, profiling, streams
+from harness.workers.calls import bound
 from harness.workers.checked_case import harness_out_of_memory, pass_once, run_case
 from harness.workers.stream_hold import StreamGate
 from harness.workers.timed_checks import check_fresh, check_unpatched
@@ -192,15 +194,16 @@ def _profile_reference(
     """The top-level aten ops and the matmul/conv FLOPs of a reference forward, and (``timed``:
     only a stream gate needs it) the wall time of one more."""
     inputs = make_inputs(job.problem, job.cases[0].seed, job.strengthened)
+    forward = bound(base, job.problem.input_keywords)
     with torch.no_grad():
-        ops = profiling.profile_forward(base, inputs, job.problem.device, kernels=False)
+        ops = profiling.profile_forward(forward, inputs, job.problem.device, kernels=False)
         with FlopCounterMode(display=False) as counter:
-            base(*inputs)
+            forward(*inputs)
         if not timed:
             return ops.aten_ops, int(counter.get_total_flops()), 0.0
         guards.settle(job.problem.device)
         started = time.perf_counter()
-        base(*inputs)
+        forward(*inputs)
         if job.problem.device == "cuda":
             torch.cuda.synchronize()
         forward_s = time.perf_counter() - started
@@ -255,7 +258,9 @@ def _check_profile(job: WorkerJob, model, report: CandidateReport) -> None:
     checks = report.checks
     inputs = make_inputs(job.problem, job.cases[0].seed, job.strengthened)
     with torch.no_grad():
-        profile = profiling.profile_forward(model, inputs, job.problem.device)
+        profile = profiling.profile_forward(
+            bound(model, job.problem.input_keywords), inputs, job.problem.device
+        )
     report.time_breakdown = profile.breakdown
     report.cuda_kernels = sorted(set(profile.cuda_kernels))
     problem = profiling.pytorch_compute_problems(profile.aten_ops, job.reference_ops)

@@ -15,6 +15,7 @@ from harness.problem.cases import case_inputs, input_digest
 from harness.records import Check, Status
 from harness.sandbox.jobs import CaseSpec, CheckFailed, WorkerJob
 from harness.workers import guards, profiling, streams
+from harness.workers.calls import NotAnOutput, bound, describe_form, leaves
 from harness.workers.stream_hold import StreamGate
 
 
@@ -45,7 +46,14 @@ def run_case(
     pass_once(checks, "state_dict_strict", "loads the reference's parameters")
     staged = _stage(job, spec)
     loader.calls.clear()
-    call = _call(model, staged, spec, job.problem.device, gate, hold_limit_s)
+    call = _call(
+        bound(model, job.problem.input_keywords),
+        staged,
+        spec,
+        job.problem.device,
+        gate,
+        hold_limit_s,
+    )
     _check_after(job, loader, spec, staged, call, checks, gate is not None)
     return call.outputs
 
@@ -123,14 +131,28 @@ def _call(
                     f"{spec.name}: forward returned with another stream current than its "
                     f"caller's: {streams.STREAM_HINT}",
                 )
-            outputs = _plain_tensors(result)
+            outputs = _plain_tensors(result, spec)
             # Before anything else reads them, on the same stream; other streams' work waits.
             at_return = guards.at_return(outputs, hold.wait_then_release if hold else None)
     return _Called(inputs, outputs, at_return, profiling.forward_ops(prof))
 
 
-def _plain_tensors(result) -> list[torch.Tensor]:
-    outputs = list(result) if isinstance(result, list | tuple) else [result]
+def _plain_tensors(result, spec: CaseSpec) -> list[torch.Tensor]:
+    """The result's tensors: in the reference's form (the same nest, the same values beside the
+    tensors), and each a plain tensor."""
+    try:
+        outputs, form = leaves(result)
+    except NotAnOutput as err:
+        raise CheckFailed(
+            Status.rejected, "plain_tensor_outputs", f"{spec.name}: the result holds {err}"
+        ) from None
+    if form != spec.output_form:
+        raise CheckFailed(
+            Status.incorrect,
+            "output_form",
+            f"{spec.name}: returned {describe_form(form)} where the reference returns "
+            f"{describe_form(spec.output_form)} (T: a tensor)",
+        )
     if not all(type(out) is torch.Tensor for out in outputs):
         kinds = ", ".join(type(out).__name__ for out in outputs)
         raise CheckFailed(

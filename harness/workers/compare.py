@@ -40,6 +40,7 @@ from harness.problem.cases import (
 )
 from harness.sandbox.jobs import CaseSpec, WorkerJob
 from harness.workers import handover
+from harness.workers.calls import bound
 from harness.workers.profiling import profile_forward
 from harness.workers.reference_forward import as_outputs
 
@@ -61,7 +62,9 @@ class Comparator:
         """The CUDA kernels one reference forward launches (on the first seed's inputs)."""
         inputs = make_inputs(self.problem, self.job.seeds[0], self.strengthened)
         with torch.no_grad():
-            profile = profile_forward(self.base, inputs, self.problem.device)
+            profile = profile_forward(
+                bound(self.base, self.problem.input_keywords), inputs, self.problem.device
+            )
         return sorted(set(profile.cuda_kernels))
 
     def handle(self, request: dict) -> tuple[str, dict] | None:
@@ -135,7 +138,9 @@ class Comparator:
         module = case_module(self.base, spec)
         with torch.no_grad():
             try:
-                return as_outputs(module(*inputs), self.where)
+                return as_outputs(bound(module, self.problem.input_keywords)(*inputs), self.where)[
+                    0
+                ]
             except Exception as err:  # ran in the reference worker: memory, most likely
                 raise UserError(
                     f"the reference forward raised {type(err).__name__} in the comparator on "

@@ -34,6 +34,7 @@ from harness.problem.variants import wide_scale
 from harness.records import AuditFinding, AuditReport
 from harness.sandbox.jobs import CaseSpec, ReferenceReport, WorkerJob, reference_file
 from harness.sandbox.memory import is_out_of_memory
+from harness.workers.calls import bound
 from harness.workers.profiling import OpProfile, profile_forward
 from harness.workers.reference_forward import (
     as_outputs,
@@ -159,7 +160,9 @@ class ReferenceRun:
             check_dtypes(inputs, "the forward's input", self.inputs_where, "return these dtypes")
         before = copies(inputs) if seed else []
         with self.phase("forward"):
-            outputs = as_outputs(self.forward(module, inputs, spec.name), self.where)
+            outputs, spec.output_form = as_outputs(
+                self.forward(module, inputs, spec.name), self.where
+            )
         if seed:
             check_unchanged(inputs, before, self.forward_name, self.where)
             check_dtypes(outputs, "the forward's output", self.where, "return these dtypes")
@@ -169,7 +172,7 @@ class ReferenceRun:
     def forward(self, module: torch.nn.Module, inputs: list, case: str):
         with torch.no_grad():
             try:
-                return module(*inputs)
+                return bound(module, self.problem.input_keywords)(*inputs)
             except Exception as err:  # the user's forward: any failure is theirs to fix
                 if is_out_of_memory(err):
                     raise out_of_memory(self.problem, inputs, case, err) from err
@@ -205,7 +208,7 @@ class ReferenceRun:
             again: list = []
 
             def forward(*xs) -> None:
-                again.extend(as_outputs(self.forward(self.base, list(xs), spec.name), ""))
+                again.extend(as_outputs(self.forward(self.base, list(xs), spec.name), "")[0])
 
             ops = None
             if self.on_cuda and not self.job.recompute:

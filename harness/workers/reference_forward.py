@@ -15,6 +15,7 @@ from harness.errors import UserError
 from harness.problem.variants import copy_with_layout
 from harness.sandbox.jobs import WorkerJob
 from harness.sandbox.memory import asked_for, limit_hit
+from harness.workers.calls import NotAnOutput, describe_form, leaves
 from harness.workers.guards import equal_nan
 
 # The dtypes verified end to end: the guard regions, the poison, the digests, the input
@@ -34,21 +35,25 @@ VERIFIED_DTYPES = (
 )
 
 
-def as_outputs(value, where: str) -> list[torch.Tensor]:
-    """A forward's result as a list of tensors."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if (
-        isinstance(value, list | tuple)
-        and value
-        and all(isinstance(v, torch.Tensor) for v in value)
-    ):
-        return list(value)
-    raise UserError(
-        f"forward returned {type(value).__name__}, not a tensor or a tuple of tensors",
-        where=where,
-        fix="return tensors from forward",
-    )
+def as_outputs(value, where: str) -> tuple[list[torch.Tensor], str]:
+    """A forward's result as its tensors and its form (``harness.workers.calls``)."""
+    try:
+        outputs, form = leaves(value)
+    except NotAnOutput as err:
+        raise UserError(
+            f"forward returned {type(value).__name__} holding {err}, which kernelpilot cannot "
+            "compare",
+            where=where,
+            fix="return tensors, or tuples, lists, dicts, named tuples or dataclasses of "
+            "tensors, None and plain values (numbers, strings)",
+        ) from None
+    if not outputs:
+        raise UserError(
+            f"forward returned {describe_form(form)}: no tensor to compute or check",
+            where=where,
+            fix="return the module's tensor results from forward",
+        )
+    return outputs, form
 
 
 def describe_inputs(inputs: list) -> str:

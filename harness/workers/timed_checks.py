@@ -12,6 +12,7 @@ from harness.judge.tolerance import compare, tolerance_for
 from harness.records import Check, Status
 from harness.sandbox.jobs import CheckFailed, WorkerJob
 from harness.workers import guards
+from harness.workers.calls import NotAnOutput, describe_form, leaves
 
 Window = Literal["settle", "alone", "beside", "after"]
 
@@ -78,7 +79,7 @@ class TimedChecks:
 
     def after_candidate(self, rep: int, inputs: list, result) -> None:
         """Right after the candidate's call, before any baseline sees the inputs."""
-        outputs = _as_list(result)
+        outputs = _leaves(result, rep)[0]
         for out in outputs:
             if type(out) is not torch.Tensor:
                 self.fail(
@@ -111,7 +112,20 @@ class TimedChecks:
         self.previous = outputs
 
     def against_eager(self, rep: int, results: dict) -> None:
-        outputs, expected = _as_list(results["candidate"]), _as_list(results["eager"])
+        (outputs, form), (expected, eager_form) = (
+            _leaves(results["candidate"], rep),
+            _leaves(results["eager"], rep),
+        )
+        if form != eager_form:
+            self.fail(
+                CheckFailed(
+                    Status.incorrect,
+                    "output_form",
+                    f"timed call {rep}: returned {describe_form(form)} where eager returns "
+                    f"{describe_form(eager_form)} (T: a tensor)",
+                )
+            )
+            return
         for out, ref in zip(outputs, expected, strict=True):
             result = compare(out, ref, self.tolerance)
             if not result.passed:
@@ -124,5 +138,10 @@ class TimedChecks:
                 )
 
 
-def _as_list(value) -> list:
-    return list(value) if isinstance(value, list | tuple) else [value]
+def _leaves(value, rep: int) -> tuple[list, str]:
+    try:
+        return leaves(value)
+    except NotAnOutput as err:
+        raise CheckFailed(
+            Status.rejected, "plain_tensor_outputs", f"timed call {rep}: the result holds {err}"
+        ) from None

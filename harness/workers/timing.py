@@ -31,6 +31,7 @@ from harness.problem.cases import build_reference, make_inputs
 from harness.records import Check, Timings, TimingStats
 from harness.sandbox.jobs import CandidateReport, WorkerJob
 from harness.workers import guards, streams
+from harness.workers.calls import bound
 from harness.workers.timed_checks import TimedChecks, Window, check_unpatched
 from harness.workers.timers import Timer, summarize
 
@@ -129,6 +130,9 @@ def time_loop(
 ) -> None:
     problem, config = job.problem, job.config
     timer = Timer(problem.device)
+    implementations = {
+        name: bound(fn, problem.input_keywords) for name, fn in implementations.items()
+    }
     names = list(implementations)
     for _ in range(config.warmup):
         inputs = _timing_inputs(job)
@@ -192,7 +196,7 @@ def compiled_baseline(job: WorkerJob, module: Callable) -> Callable | str:
     """``torch.compile(module)``, compiled by a first call; or why it could not be."""
     compiled = torch.compile(module)
     try:
-        compiled(*_timing_inputs(job))
+        bound(compiled, job.problem.input_keywords)(*_timing_inputs(job))
     except Exception as err:  # the baseline's own failure, reported by the caller
         return f"{type(err).__name__}: {str(err)[:300]}"
     return compiled
