@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
+from harness.capture.records import ArgSpec
+
 
 class Status(str, Enum):
     """The verdict on one candidate. Everything but ``ok`` and ``harness_error`` is a failure
@@ -44,6 +46,11 @@ class Problem(BaseModel):
     input_shapes: list[list[int]] | None = Field(
         default=None, description="Shapes of random signed float inputs, used when no inputs_fn."
     )
+    captured_inputs: list[ArgSpec] | None = Field(
+        default=None,
+        description="A captured forward call's arguments (harness.capture): tensors drawn "
+        "fresh per seed like the ones seen, plain values as they were.",
+    )
     input_keywords: list[str] = Field(
         default_factory=list,
         description="The forward's keyword arguments: the inputs' last values go by these names.",
@@ -53,6 +60,11 @@ class Problem(BaseModel):
     )
     init_path: Path | None = Field(
         default=None, description="File defining init_fn; None means source_path."
+    )
+    init_capture: Path | None = Field(
+        default=None,
+        description="The constructor's arguments as a capture saved them (config objects): "
+        "loaded inside workers only.",
     )
     init_args: list = Field(default_factory=list, description="Constructor args from config.")
     init_kwargs: dict = Field(default_factory=dict, description="Constructor kwargs from config.")

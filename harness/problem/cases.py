@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from harness.capture.records import ArgSpec
 from harness.errors import UserError
 from harness.problem.load import DTYPES
 from harness.problem.user_code import call_user, import_source, init_arguments, reference_class
@@ -100,12 +101,14 @@ def make_inputs(problem: Problem, seed: int, strengthened: bool = False) -> list
     inputs that was most of a timed call's cost).
     """
     path = problem.inputs_path or problem.source_path
-    if problem.input_shapes is None:
+    if problem.input_shapes is None and problem.captured_inputs is None:
         fn = getattr(import_source(path, problem.search_paths), problem.inputs_fn or "get_inputs")
     torch.manual_seed(seed)
     with torch.device(problem.device):
-        if problem.input_shapes is not None:
-            raw: list = [torch.randn(*shape) for shape in problem.input_shapes]
+        if problem.captured_inputs is not None:
+            raw: list = [drawn_like(arg) for arg in problem.captured_inputs]
+        elif problem.input_shapes is not None:
+            raw = [torch.randn(*shape) for shape in problem.input_shapes]
         else:
             raw = call_user(fn, path)
             _check_inputs(raw, path, problem.inputs_fn or "get_inputs", problem.input_keywords)
@@ -122,6 +125,30 @@ def make_inputs(problem: Problem, seed: int, strengthened: bool = False) -> list
                 value = value.to(problem.device).contiguous()
             inputs.append(value)
     return inputs
+
+
+def drawn_like(arg: ArgSpec):
+    """A fresh value like a captured argument: a tensor of its shape and dtype whose values
+    spread as the seen ones did (signed where they were, within their range where they were
+    not: a module fed only positives may take a log); a plain value as it was."""
+    if arg.tensor is None:
+        return arg.value
+    spec = arg.tensor
+    dtype = getattr(torch, spec.dtype, None)
+    if not isinstance(dtype, torch.dtype):
+        raise UserError(f"captured input of unknown dtype {spec.dtype!r}", fix=CAPTURE_FIX)
+    if dtype == torch.bool:
+        return torch.rand(spec.shape) < 0.5
+    if not dtype.is_floating_point:
+        return torch.randint(int(spec.low), int(spec.high) + 1, spec.shape, dtype=dtype)
+    if spec.low < 0:
+        values = torch.randn(spec.shape) * max(spec.std, 1e-3) + spec.mean
+    else:
+        values = torch.rand(spec.shape) * (spec.high - spec.low) + spec.low
+    return values.to(dtype)
+
+
+CAPTURE_FIX = "configure this target's inputs in [tool.kernelpilot] instead"
 
 
 # What an input factory may return beside tensors: flags, sizes, a mask left out as None.

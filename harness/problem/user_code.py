@@ -62,6 +62,8 @@ def init_arguments(problem: Problem) -> tuple[list, dict]:
     """The constructor's positional and keyword arguments: from the configuration, or what the
     init factory returns (a list of positional arguments, or a dict of keyword arguments: config
     objects, which no TOML can write, come this way)."""
+    if problem.init_capture is not None:
+        return _captured_init(problem.init_capture)
     if problem.init_fn is None:
         return list(problem.init_args), dict(problem.init_kwargs)
     path = problem.init_path or problem.source_path
@@ -77,6 +79,21 @@ def init_arguments(problem: Problem) -> tuple[list, dict]:
             "positional ones (e.g. [GPTConfig(n_embd=768)]) or a dict of keyword ones",
         )
     return list(value), {}
+
+
+def _captured_init(path: Path) -> tuple[list, dict]:
+    """The constructor's arguments a capture saved. A pickle, written by the repository's code
+    in the capture worker: loaded only here, in a worker that runs that code anyway."""
+    try:
+        args, kwargs = torch.load(path, weights_only=False)
+    except Exception as err:
+        raise UserError(
+            f"loading the captured constructor arguments raised {type(err).__name__}: {err}",
+            where=str(path),
+            fix="make the classes of the constructor's arguments importable from the "
+            "repository root, or configure init in [tool.kernelpilot]",
+        ) from err
+    return list(args), dict(kwargs)
 
 
 def call_user(fn, path: Path):

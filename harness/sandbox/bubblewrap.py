@@ -60,8 +60,9 @@ def problem_view(problem: Problem, *extra_read_only: Path, writable: list[Path] 
     """What a worker for ``problem`` sees: its checkout read-only (the reference's file, the
     input factory's, the folders its imports come from), plus ``extra_read_only``."""
     read_only = [problem.source_path.parent, *problem.search_paths, *extra_read_only]
-    if problem.inputs_path is not None:
-        read_only.append(problem.inputs_path.parent)
+    for path in (problem.inputs_path, problem.init_path, problem.init_capture):
+        if path is not None:
+            read_only.append(path.parent)
     return WorkerView(
         read_only=read_only,
         writable=list(writable or []),

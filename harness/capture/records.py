@@ -1,0 +1,112 @@
+"""What a capture found, as records: they cross from the sandboxed worker (untrusted: the pull
+request's code ran there) to the parent, which reads them as data, bounded, never as code."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PlainValue = None | bool | int | float | str
+MAX_CALLS = 4  # the largest distinct call shapes kept per class
+MAX_DIMS = 8
+IMPORT_LINE = r"^from [A-Za-z_][A-Za-z0-9_.]* import [A-Za-z_][A-Za-z0-9_]*$"
+
+
+class TensorSpec(BaseModel):
+    """A tensor argument as seen: enough to draw fresh ones like it, never its values."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    shape: list[int] = Field(max_length=MAX_DIMS)
+    dtype: str = Field(max_length=32)
+    low: float = Field(description="Its smallest value (0 for an empty tensor).")
+    high: float = Field(description="Its largest value.")
+    mean: float = 0.0
+    std: float = 1.0
+
+    def numel(self) -> int:
+        count = 1
+        for size in self.shape:
+            count *= size
+        return count
+
+
+class ArgSpec(BaseModel):
+    """One forward argument: a tensor (drawn fresh per seed) or a plain value (passed as is)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tensor: TensorSpec | None = None
+    value: PlainValue = Field(default=None, description="The plain value, where not a tensor.")
+
+    def describe(self) -> str:
+        if self.tensor is None:
+            return repr(self.value)[:40]
+        return f"{self.tensor.dtype}[{', '.join(str(size) for size in self.tensor.shape)}]"
+
+
+class CallSpec(BaseModel):
+    """One forward call: positional arguments, then keyword ones by name."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    args: list[ArgSpec] = Field(max_length=64)
+    keywords: dict[str, ArgSpec] = Field(default_factory=dict, max_length=64)
+
+    def size(self) -> int:
+        values = [*self.args, *self.keywords.values()]
+        return sum(arg.tensor.numel() for arg in values if arg.tensor is not None)
+
+    def describe(self) -> str:
+        parts = [arg.describe() for arg in self.args]
+        parts += [f"{name}={arg.describe()}" for name, arg in self.keywords.items()]
+        return ", ".join(parts)
+
+
+class CapturedTarget(BaseModel):
+    """How one class was built and called while the repository's code ran."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(description="The class's file, relative to the repository root.")
+    class_name: str
+    source: str = Field(
+        description="What ran: 'tests/test_model.py' or the command.", max_length=500
+    )
+    built_at: str = Field(
+        default="",
+        description="Where it was constructed: 'tests/test_model.py:12'.",
+        max_length=500,
+    )
+    init_args: list[PlainValue] | None = Field(
+        default=None, description="Plain constructor arguments; None: see init_file."
+    )
+    init_kwargs: dict[str, PlainValue] | None = None
+    init_file: str | None = Field(
+        default=None,
+        description="The constructor's arguments saved by the worker (config objects), a file "
+        "name in the capture's folder: loaded only inside workers, never by the parent.",
+    )
+    init_expression: str | None = Field(
+        default=None,
+        description="The constructor's arguments as a Python expression (a list, or a dict of "
+        "keyword ones), where they could be written out: for kernelpilot targets --write.",
+        max_length=4000,
+    )
+    init_imports: list[Annotated[str, Field(pattern=IMPORT_LINE, max_length=300)]] = Field(
+        default_factory=list, max_length=32
+    )
+    calls: list[CallSpec] = Field(default_factory=list, max_length=MAX_CALLS)
+    problem: str = Field(default="", description="Why it cannot be a target, if it cannot.")
+
+
+class CaptureReport(BaseModel):
+    """What one capture run found: per requested class, its record (or why none)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ran: Literal["tests", "command"]
+    source: str = Field(max_length=500)
+    targets: list[CapturedTarget] = Field(default_factory=list, max_length=256)
+    outcome: str = Field(default="", description="How the tests or command ended.", max_length=2000)

@@ -1,0 +1,128 @@
+"""The parent's side of a capture: the worker started in the sandbox over the repository, its
+report read as untrusted data, and each captured class made into a Problem.
+
+The constructor's arguments of a config-object class stay in the file the worker saved; the
+parent copies it beside the run's other scratch files and never loads it (only workers do,
+``harness.problem.user_code``). A captured call's tensors are drawn fresh per seed from their
+specs (``harness.problem.cases``).
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from harness.capture.records import CapturedTarget, CaptureReport
+from harness.capture.worker import CaptureJob
+from harness.config import EvalConfig
+from harness.errors import UserError
+from harness.records import Problem
+from harness.sandbox import lifetime
+from harness.sandbox.bubblewrap import WorkerView
+from harness.sandbox.run import run_worker
+
+CAPTURE_ENTRY = "harness.capture.worker"
+SAVED_LIMIT_BYTES = 64 * 2**20  # a saved constructor call larger than this is not copied
+
+
+def check_command(command: str, where: str) -> None:
+    """A capture command is a Python one: the hooks live in the process that runs it."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as err:
+        raise UserError(f"capture command cannot be read: {err}", where=where, fix=FIX) from None
+    if argv and Path(argv[0]).name.startswith("python"):
+        argv = argv[1:]
+    if not argv or not (argv[0].endswith(".py") or (argv[0] == "-m" and len(argv) >= 2)):
+        raise UserError(
+            f"capture command {command!r} is not a Python command", where=where, fix=FIX
+        )
+
+
+FIX = (
+    "write it as 'python script.py ARGS' or 'python -m module ARGS' (run from the repository root)"
+)
+
+
+def capture(
+    root: Path,
+    classes: list[tuple[str, str]],
+    config: EvalConfig,
+    tests: list[str] | None = None,
+    command: str | None = None,
+    limit_s: float = 300.0,
+) -> tuple[CaptureReport, Path]:
+    """Run the tests (or the command) over ``root`` with hooks on ``classes`` ((path, class)
+    pairs, paths relative to ``root``); what was seen, and the folder its saved files are in."""
+    job_dir = lifetime.scratch("capture-")
+    saved = lifetime.scratch("captured-")
+    job = CaptureJob(
+        root=root, classes=classes, tests=tests or [], command=command, limit_s=limit_s
+    )
+    (job_dir / "job.json").write_text(job.model_dump_json())
+    view = WorkerView(read_only=[root], writable=[], gpu=False)
+    outcome = run_worker(
+        job_dir, limit_s + 30.0, config.memory_limit_gb, view, config.sandbox, entry=CAPTURE_ENTRY
+    )
+    results = [message for message in outcome.results() if message.kind == "report"]
+    source = command or ", ".join(tests or [])
+    if not results:
+        how = "ran past its time limit" if outcome.timed_out else "ended without a report"
+        raise UserError(
+            f"capturing how the changed modules are called: {source} {how}:\n"
+            f"{outcome.log_tail[-2000:]}",
+            where=str(root),
+            fix="make the tests (or the capture command) run in the repository on their own",
+        )
+    try:
+        report = CaptureReport.model_validate(results[0].body)
+    except ValidationError as err:
+        raise UserError(
+            f"the capture worker's report is malformed: {err.errors()[0]['msg']}",
+            where=str(root),
+            fix="this is a kernelpilot bug if the repository's code did not write it",
+        ) from None
+    for target in report.targets:
+        if target.init_file is not None:
+            _keep(job_dir, saved, target)
+    shutil.rmtree(job_dir, ignore_errors=True)
+    return report, saved
+
+
+def _keep(job_dir: Path, saved: Path, target: CapturedTarget) -> None:
+    """Copy the worker's saved constructor call (a plain file, bounded) into ``saved``."""
+    name = target.init_file or ""
+    found = job_dir / name
+    if "/" in name or not found.is_file() or found.is_symlink():
+        target.init_file, target.problem = None, "its saved constructor arguments are missing"
+        return
+    if found.stat().st_size > SAVED_LIMIT_BYTES:
+        target.init_file, target.problem = None, "its constructor's arguments are over 64 MiB"
+        return
+    shutil.copyfile(found, saved / name)
+
+
+def captured_problem(
+    target: CapturedTarget, root: Path, saved: Path, device: str, dtype: str
+) -> Problem:
+    """A Problem from a captured class: its largest call's inputs, its captured constructor."""
+    path = (root / target.path).resolve()
+    call = target.calls[0]
+    return Problem(
+        name=target.class_name,
+        source_path=path,
+        class_name=target.class_name,
+        inputs_fn=None,
+        captured_inputs=[*call.args, *call.keywords.values()],
+        input_keywords=list(call.keywords),
+        init_fn=None,
+        init_capture=saved / target.init_file if target.init_file else None,
+        init_args=target.init_args or [],
+        init_kwargs=target.init_kwargs or {},
+        search_paths=[root, path.parent],
+        device=device,
+        dtype=dtype,
+    )

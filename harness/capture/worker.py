@@ -1,0 +1,106 @@
+"""The capture worker: ``python -m harness.capture.worker JOB_DIR FD``, in the sandbox.
+
+It hooks the requested classes (``harness.capture.hooks``), then runs the repository's tests
+(pytest, in this process) or the command the user named (``python script.py ARGS`` or ``python
+-m module ARGS``, in this process), and sends what it saw as a ``CaptureReport``. A training
+command need not finish: at the job's time limit the worker reports what it has and ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import shlex
+import sys
+import threading
+from pathlib import Path
+from typing import TextIO
+
+from pydantic import BaseModel, Field
+
+from harness.capture.hooks import Recorder
+from harness.capture.records import CaptureReport
+
+REPORT_MARGIN_S = 5.0
+
+
+class CaptureJob(BaseModel):
+    root: Path
+    classes: list[tuple[str, str]] = Field(description="(path relative to root, class name).")
+    tests: list[str] = Field(default_factory=list, description="Test files, relative to root.")
+    command: str | None = None
+    limit_s: float = Field(description="When to report whatever was seen, and end.")
+
+
+def main(job_dir: Path, channel_fd: int) -> None:
+    channel = os.fdopen(channel_fd, "w")  # opened before any of the repository's code runs
+    job = CaptureJob.model_validate_json((job_dir / "job.json").read_text())
+    (job_dir / "job.json").unlink()
+    os.chdir(job.root)
+    sys.path.insert(0, str(job.root))
+    recorder = Recorder(job.root)
+    for path, class_name in job.classes:
+        recorder.hook(path, class_name)
+    ran = "command" if job.command else "tests"
+    source = job.command or ", ".join(job.tests)
+    lock = threading.Lock()
+
+    def report(outcome: str) -> None:
+        with lock:
+            found = CaptureReport(
+                ran=ran,  # type: ignore[arg-type]
+                source=source[:500],
+                targets=recorder.targets(source[:200], job_dir),
+                outcome=outcome[:2000],
+            )
+            _send(channel, found)
+            os._exit(0)
+
+    timer = threading.Timer(max(job.limit_s - REPORT_MARGIN_S, 1.0), report, [_stopped(job)])
+    timer.daemon = True
+    timer.start()
+    try:
+        outcome = _run_command(job.command) if job.command else _run_tests(job.tests)
+    except SystemExit as stop:
+        outcome = f"ended with exit status {stop.code}"
+    except BaseException as err:  # the repository's code: what it raised is its outcome
+        outcome = f"raised {type(err).__name__}: {err}"
+    report(outcome)
+
+
+def _stopped(job: CaptureJob) -> str:
+    return f"stopped after {job.limit_s:.0f} s (capture.timeout_s): recorded what had run"
+
+
+def _run_tests(tests: list[str]) -> str:
+    import pytest
+
+    code = pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests])
+    return f"pytest ended with exit status {int(code)}"
+
+
+def _run_command(command: str) -> str:
+    argv = shlex.split(command)
+    if len(argv) >= 2 and Path(argv[0]).name.startswith("python"):
+        argv = argv[1:]
+    if argv and argv[0] == "-m" and len(argv) >= 2:
+        sys.argv = argv[1:]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    elif argv and argv[0].endswith(".py"):
+        sys.argv = argv
+        runpy.run_path(argv[0], run_name="__main__")
+    else:
+        raise ValueError(f"not a Python command: {command!r}")
+    return "the command ended"
+
+
+def _send(channel: TextIO, report: CaptureReport) -> None:
+    channel.write(json.dumps({"kind": "report", "body": report.model_dump(mode="json")}) + "\n")
+    channel.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), int(sys.argv[2]))

@@ -1,0 +1,116 @@
+"""Zero-config targets: a repository's own tests or command run with hooks on the changed
+classes (in the sandbox), and what they saw made into problems the harness verifies."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.capture.run import capture, captured_problem, check_command
+from harness.errors import UserError
+from harness.evaluate import Evaluator
+from harness.problem.cases import make_inputs
+from harness.records import Candidate, Status
+from tests.conftest import FIXTURES, fast_config
+
+REPO = FIXTURES / "capture_repo"
+CLASSES = [("model.py", "MLP"), ("model.py", "Embed"), ("model.py", "Unused")]
+
+HONEST_MLP = r'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+_SOURCE = r"""
+#include <cmath>
+torch::Tensor affine(torch::Tensor x, double scale, torch::Tensor shift) {
+  auto xc = x.contiguous();
+  auto sc = shift.contiguous();
+  auto y = torch::empty_like(xc);
+  const float* in = xc.data_ptr<float>();
+  const float* add = sc.data_ptr<float>();
+  float* out = y.data_ptr<float>();
+  const int64_t d = sc.numel(), n = xc.numel();
+  #pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) out[i] = std::tanh(in[i]) * static_cast<float>(scale) + add[i % d];
+  return y;
+}
+"""
+_ext = load_inline(name="capture_affine", cpp_sources=_SOURCE, functions=["affine"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.scale = config.scale
+        self.shift = nn.Parameter(torch.zeros(config.n_embd))
+
+    def forward(self, x):
+        return _ext.affine(x, self.scale, self.shift)
+'''
+
+
+@pytest.fixture(scope="module")
+def from_tests():
+    report, saved = capture(
+        REPO, CLASSES, fast_config(), tests=["tests/test_model.py"], limit_s=120
+    )
+    return report, saved
+
+
+def by_class(report):
+    return {target.class_name: target for target in report.targets}
+
+
+def test_the_tests_show_how_each_class_is_built_and_called(from_tests):
+    report, saved = from_tests
+    found = by_class(report)
+    mlp = found["MLP"]
+    assert mlp.problem == ""
+    assert mlp.init_file is not None and (saved / mlp.init_file).is_file()  # a config object
+    assert mlp.init_expression == "[GPTConfig(n_embd=64, scale=2.0, vocab_size=100)]"
+    assert mlp.init_imports == ["from model import GPTConfig"]
+    assert mlp.built_at == "tests/test_model.py:7"
+    assert [call.args[0].tensor.shape for call in mlp.calls] == [[32, 64], [4, 64]]  # largest first
+    embed = found["Embed"]
+    assert embed.init_args == [100, 64] and embed.init_file is None  # plain: no file
+    ids, mask = embed.calls[0].args[0], embed.calls[0].keywords["mask"]
+    assert ids.tensor.dtype == "int64" and 0 <= ids.tensor.low and ids.tensor.high < 100
+    assert mask.tensor is None and mask.value is None
+    assert "never built" in found["Unused"].problem
+
+
+def test_a_captured_target_is_verified_with_its_captured_constructor(from_tests):
+    report, saved = from_tests
+    problem = captured_problem(by_class(report)["MLP"], REPO, saved, "cpu", "float32")
+    result = Evaluator(fast_config(shape_variants=1), seed=2).evaluate(
+        problem, Candidate(source=HONEST_MLP, origin="user")
+    )
+    assert result.status is Status.ok, (result.reason, result.log[-1500:])
+    assert result.input_summary.startswith("float32[32, 64]")
+
+
+def test_captured_inputs_are_drawn_fresh_in_the_range_seen(from_tests):
+    report, saved = from_tests
+    problem = captured_problem(by_class(report)["Embed"], REPO, saved, "cpu", "float32")
+    first, second = make_inputs(problem, 1), make_inputs(problem, 2)
+    assert problem.input_keywords == ["mask"]
+    assert first[0].dtype == torch.int64 and first[0].shape == (8, 16) and first[1] is None
+    assert int(first[0].min()) >= 0 and int(first[0].max()) < 100
+    assert not torch.equal(first[0], second[0])
+
+
+def test_a_command_is_captured_and_a_long_one_reported_at_its_limit():
+    report, _ = capture(
+        REPO, CLASSES[:1], fast_config(), command="python train.py --forever", limit_s=20
+    )
+    mlp = by_class(report)["MLP"]
+    assert mlp.problem == "" and mlp.calls[0].args[0].tensor.shape == [16, 64]
+    assert mlp.built_at == "train.py:12"
+    assert "stopped after 20 s" in report.outcome
+
+
+@pytest.mark.parametrize("command", ["bash run.sh", "make train", "python", "python -c 'print(1)'"])
+def test_a_command_that_is_not_python_is_refused_before_it_runs(command):
+    with pytest.raises(UserError, match="not a Python command"):
+        check_command(command, "pyproject.toml: tool.kernelpilot.capture")
