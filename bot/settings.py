@@ -21,13 +21,21 @@ import os
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from agents.llm.client import LLMConfig
 from agents.loop import SearchConfig
 from agents.team import TeamConfig
 from bot.nightly.regression import RegressionConfig
 from harness.config import (
+    CaptureConfig,
     EvalConfig,
     ProjectTargets,
     TableReader,
@@ -61,9 +69,19 @@ class ProjectTable(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    @field_validator("capture", mode="before")
+    @classmethod
+    def _command_alone(cls, value):
+        """``capture = "python train.py"``: the command, the rest as default."""
+        return {"command": value} if isinstance(value, str) else value
+
     device: str = Field(default="auto", description="'auto', 'cpu' or 'cuda'.")
     dtype: str = Field(default="float32", description="float32, float16 or bfloat16.")
     targets: list[TargetConfig] = Field(default_factory=list, description="Modules to optimize.")
+    capture: CaptureConfig = Field(
+        default_factory=CaptureConfig,
+        description="How changed modules with no configured target are captured.",
+    )
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Verification and timing.")
     llm: LLMTable = Field(default_factory=LLMTable, description="The LLM team's endpoint.")
     search: SearchTable = Field(default_factory=SearchTable, description="Search and team.")
@@ -84,6 +102,10 @@ class Settings(BaseModel):
     device: str = Field(default="auto", description="'auto', 'cpu' or 'cuda'.")
     dtype: str = Field(default="float32", description="float32, float16 or bfloat16.")
     targets: list[TargetConfig] = Field(default_factory=list, description="Modules to optimize.")
+    capture: CaptureConfig = Field(
+        default_factory=CaptureConfig,
+        description="How changed modules with no configured target are captured.",
+    )
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Verification and timing.")
     llm: LLMTable = Field(
         default_factory=LLMTable,
@@ -145,6 +167,7 @@ def settings_from_table(table: dict, where: str, pyproject: Path | None = None) 
         device=checked.device,
         dtype=checked.dtype,
         targets=checked.targets,
+        capture=checked.capture,
         eval=checked.eval,
         llm=checked.llm,
         search=SearchConfig(**_part(checked.search, SearchConfig)),

@@ -145,6 +145,26 @@ class TargetConfig(BaseModel):
     rtol: float | None = Field(default=None, description="Relative tolerance override.")
 
 
+class CaptureConfig(BaseModel):
+    """``[tool.kernelpilot.capture]``: how a changed module with no configured target is found
+    being built and called (``harness.capture``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str | None = Field(
+        default=None,
+        description="A Python command to run instead of the tests that import the module, "
+        "e.g. 'python train.py --max-iters 2' (from the repository root).",
+        max_length=1000,
+    )
+    tests: bool = Field(
+        default=True, description="Run the test files that import a changed module."
+    )
+    timeout_s: float = Field(
+        default=300.0, gt=0, description="How long the tests or the command may run."
+    )
+
+
 class ProjectTargets(BaseModel):
     """The targets one pyproject.toml configures, and its dtype: what the harness reads of a
     ``[tool.kernelpilot]`` table (the rest of it is other layers' settings, ``bot.settings``)."""

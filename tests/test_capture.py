@@ -114,3 +114,56 @@ def test_a_command_is_captured_and_a_long_one_reported_at_its_limit():
 def test_a_command_that_is_not_python_is_refused_before_it_runs(command):
     with pytest.raises(UserError, match="not a Python command"):
         check_command(command, "pyproject.toml: tool.kernelpilot.capture")
+
+
+def test_captured_targets_freeze_into_toml_and_factories_that_rebuild_them(from_tests, tmp_path):
+    """The frozen entry, read back as configuration, builds the same module and inputs like the
+    ones seen: `kernelpilot targets --write` then needs no capture."""
+    import shutil
+
+    from harness.capture.freeze import frozen
+    from harness.config import project_targets
+    from harness.problem.cases import build_reference
+    from harness.problem.load import problem_from_config
+
+    report, _ = from_tests
+    repo = tmp_path / "repo"
+    shutil.copytree(REPO, repo)
+    entries, factories = frozen(report.targets, "kernelpilot_targets.py")
+    assert "Unused" not in entries  # never built: nothing to freeze
+    (repo / "kernelpilot_targets.py").write_text(factories)
+    (repo / "pyproject.toml").write_text("[tool.kernelpilot]\n\n" + entries)
+    project = project_targets(repo)
+    assert project is not None
+    configured = {entry.module: entry for entry in project.targets}
+    mlp = problem_from_config(configured["model.py:MLP"], repo, "cpu", "float32")
+    assert build_reference(mlp, 0).scale == 2.0  # GPTConfig(scale=2.0), rebuilt from source
+    assert make_inputs(mlp, 0)[0].shape == (32, 64)
+    embed = problem_from_config(configured["model.py:Embed"], repo, "cpu", "float32")
+    assert embed.input_keywords == ["mask"]
+    ids, mask = make_inputs(embed, 0)
+    assert (
+        ids.dtype == torch.int64 and 0 <= int(ids.min()) and int(ids.max()) < 100 and mask is None
+    )
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "__import__('os').system('x')",
+        "[GPTConfig(n_embd=open('/etc/passwd').read())]",
+        "[os.system('x')]",
+        "[x for x in ()]",
+        "(lambda: 1)()",
+        "[GPTConfig.__init__.__globals__]",
+        "[Other(n_embd=8)]",
+    ],
+)
+def test_a_hostile_constructor_expression_is_not_written(expression):
+    """The expression comes from the worker that ran the repository's code: only literals and
+    calls of the names it imports are written into the factory file."""
+    from harness.capture.freeze import safe_expression
+
+    names = {"GPTConfig"}
+    assert safe_expression("[GPTConfig(n_embd=8, scale=-1.0)]", names) is not None
+    assert safe_expression(expression, names) is None

@@ -1,6 +1,7 @@
 """The ``kernelpilot`` command line: one group, its commands gathered here.
 
 - ``local``: optimize, evaluate, audit (a module or a problem file, outside any pull request);
+- ``targets``: the changed modules' targets (configured, or captured), frozen with --write;
 - ``github``: review (the pull-request flow on a local repository) and the workflow's jobs,
   github gate|measure|publish;
 - ``nightly`` and ``nightly_jobs``: the nightly benchmark, history, and the scheduled
@@ -20,6 +21,7 @@ from bot.cli.github import github_group, review
 from bot.cli.local import audit, evaluate, optimize
 from bot.cli.nightly import history, nightly
 from bot.cli.nightly_jobs import nightly_measure_command, nightly_publish_command
+from bot.cli.targets import targets
 
 
 @click.group()
@@ -30,5 +32,5 @@ def main() -> None:
 
 github_group.add_command(nightly_measure_command)  # the nightly's jobs, beside the PR's
 github_group.add_command(nightly_publish_command)
-for command in (optimize, evaluate, audit, review, github_group, nightly, history):
+for command in (optimize, evaluate, audit, review, targets, github_group, nightly, history):
     main.add_command(command)

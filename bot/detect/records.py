@@ -46,8 +46,16 @@ class ChangedModule(BaseModel):
     target: str | None = Field(
         default=None, description="'path.py:Class' for the runner, relative to the repository root."
     )
-    target_source: Literal["config", "get_inputs"] | None = Field(
-        default=None, description="A [[tool.kernelpilot.targets]] entry, or get_inputs() beside it."
+    target_source: Literal["config", "get_inputs", "capture"] | None = Field(
+        default=None,
+        description="A [[tool.kernelpilot.targets]] entry, get_inputs() beside it, or the "
+        "repository's tests or capture command (bot.detect.captured).",
+    )
+    capture_note: str | None = Field(
+        default=None,
+        description="What the capture saw: where the module was built and how called, or why "
+        "it could not be a target.",
+        max_length=500,
     )
     missing_config: str | None = Field(
         default=None, description="No target: the TOML lines to add to config_path."

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from bot.actions_io import add_summary, set_outputs
+from bot.detect.captured import capture_targets, test_files_for
 from bot.detect.changes import ChangeReport, detect_changes
 from bot.event import ActionsEnv, Event
 from bot.git import checked_out_commit
@@ -111,11 +112,12 @@ def measure(
                     "head_ref": pull.head_ref, "fork": pull.fork, "sandbox": options.sandbox}
         )  # fmt: skip
         results.changes = detect_changes(repo, pull.base_sha, pull.head_sha, max_targets)
-        targets = [module.target for module in results.changes.targets() if module.target]
         options, hold = _judged_by_base(results, repo, pull.base_sha, head, options)
         if results.note:  # refused to run at all: say why, measure nothing
             results.report = Report()
             return _write(results, env, repo, options.out_dir)
+        captured = _captured(repo, results.changes, options, progress)
+        targets = _configured(results.changes)
     else:
         dispatch = event.dispatch
         results.base_ref = event.ref
@@ -126,8 +128,31 @@ def measure(
                         "model": dispatch.model or options.model}
             )  # fmt: skip
         hold = None
-    _optimize(results, repo, targets, options, progress, hold)
+        captured = []
+    _optimize(results, repo, targets, options, progress, hold, captured)
     return _write(results, env, repo, options.out_dir)
+
+
+def _captured(
+    repo: Path, changes: ChangeReport, options: RunOptions, progress: Progress
+) -> list[Problem]:
+    """Targets for the changed modules nothing configures, from the repository's own tests
+    or capture command (``bot.detect.captured``); the settings are the run's (a pull
+    request's: its base commit's)."""
+    found = capture_targets(
+        repo, changes, options.settings.capture, options.eval_config or options.settings.eval,
+        partial(test_files_for, repo, changes.head_sha), options.device,
+        options.dtype or options.settings.dtype, progress,
+    )  # fmt: skip
+    return [problem for _, problem in found]
+
+
+def _configured(changes: ChangeReport) -> list[str]:
+    return [
+        module.target
+        for module in changes.targets()
+        if module.target and module.target_source != "capture"
+    ]
 
 
 def _judged_by_base(
@@ -149,11 +174,16 @@ def _optimize(
     options: RunOptions,
     progress: Progress,
     hold: Callable[[Problem], Problem] | None = None,
+    captured: list[Problem] | None = None,
 ) -> None:
-    if results.changes is not None and not targets:
+    captured = captured or []
+    if results.changes is not None and not targets and not captured:
         results.report = Report()
         return
-    resolved = resolve_targets([f"{repo / target}" for target in targets], options)
+    resolved: list[Problem | TargetReport] = []
+    if targets or results.changes is None:
+        resolved = resolve_targets([f"{repo / target}" for target in targets], options)
+    resolved += captured
     if hold is not None:
         resolved = [hold(item) if isinstance(item, Problem) else item for item in resolved]
     results.report = run_targets(resolved, options, progress)
@@ -240,6 +270,6 @@ def review_local(
     progress(
         f"{len(changes.files)} changed .py files, {len(changes.targets())} module(s) to optimize"
     )
-    targets = [module.target for module in changes.targets() if module.target]
-    _optimize(results, repo, targets, options, progress)
+    captured = _captured(repo, changes, options, progress)
+    _optimize(results, repo, _configured(changes), options, progress, captured=captured)
     return _saved(results, repo, options.out_dir)

@@ -1,0 +1,99 @@
+"""``kernelpilot targets``: the changed modules between two refs and the target each would get
+(configured, ``get_inputs()``, or captured from the repository's own tests or command), and
+with ``--write`` the captured ones frozen into pyproject.toml and a factory file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from bot.cli.options import DEVICE, DTYPE, VERBOSE, progress, run_command, run_options
+from bot.cli.params import not_blank
+from bot.detect.captured import capture_targets, test_files_for
+from bot.detect.changes import ChangedModule, detect_changes
+from harness.capture.freeze import FACTORY_FILE, frozen
+from harness.errors import UserError
+
+SOURCES = {
+    "config": "configured in pyproject.toml",
+    "get_inputs": "get_inputs() beside the class",
+    "capture": "captured",
+}
+
+
+@click.command()
+@click.option(
+    "--base", required=True, callback=not_blank,
+    help="The branch or commit the changes are compared to.",
+)  # fmt: skip
+@click.option(
+    "--head", default="HEAD", show_default=True, callback=not_blank,
+    help="The commit with the changes (checked out: the capture runs the work tree).",
+)  # fmt: skip
+@click.option(
+    "--repo", type=click.Path(exists=True, file_okay=False, path_type=Path), default=Path("."),
+    show_default=True, help="The git repository.",
+)  # fmt: skip
+@click.option(
+    "--write", is_flag=True,
+    help=f"Freeze the captured targets: append their [[tool.kernelpilot.targets]] entries to "
+    f"the repository's pyproject.toml and write their factories to {FACTORY_FILE} at its root "
+    "(refused where that file exists). Configured targets then win over capturing.",
+)  # fmt: skip
+@DEVICE
+@DTYPE
+@VERBOSE
+def targets(base, head, repo, write, device, dtype, verbose) -> None:
+    """List the nn.Modules changed between BASE and HEAD and the target each gets: from
+    [tool.kernelpilot], from a get_inputs() beside the class, or captured by running the test
+    files that import it (or the command [tool.kernelpilot.capture] names) in the sandbox and
+    recording how it is built and called. Nothing is optimized.
+
+    Exits 0, or 2 on bad input.
+    """
+
+    def action() -> None:
+        root = repo.resolve()
+        options = run_options(device, dtype, None, None, True, None, start=root)
+        changes = detect_changes(root, base, head)
+        found = capture_targets(
+            root, changes, options.settings.capture, options.settings.eval,
+            lambda paths: test_files_for(root, changes.head_sha, paths), options.device,
+            options.dtype or options.settings.dtype, progress,
+        )  # fmt: skip
+        for module in changes.modules:
+            click.echo(_line(module))
+        if not write:
+            return
+        entries, factories = frozen([target for target, _ in found], FACTORY_FILE)
+        if not entries:
+            click.echo("--write: no captured target to write", err=True)
+            return
+        _write(root, entries, factories)
+
+    run_command(verbose, action)
+
+
+def _line(module: ChangedModule) -> str:
+    how = SOURCES.get(module.target_source or "", "no target")
+    note = f": {module.capture_note}" if module.capture_note else ""
+    return f"{module.path}:{module.class_name}  {how}{note}"
+
+
+def _write(root: Path, entries: str, factories: str) -> None:
+    factory = root / FACTORY_FILE
+    if factory.exists():
+        raise UserError(
+            f"{FACTORY_FILE} already exists",
+            where=str(factory),
+            fix="move it away (or merge it by hand) and run kernelpilot targets --write again",
+        )
+    pyproject = root / "pyproject.toml"
+    before = pyproject.read_text(encoding="utf-8") if pyproject.is_file() else ""
+    factory.write_text(factories, encoding="utf-8")
+    separator = (
+        "" if not before or before.endswith("\n\n") else ("\n" if before.endswith("\n") else "\n\n")
+    )
+    pyproject.write_text(before + separator + entries, encoding="utf-8")
+    click.echo(f"wrote {factory} and appended the targets to {pyproject}", err=True)

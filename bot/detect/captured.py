@@ -1,0 +1,83 @@
+"""Zero-config targets: changed modules that no ``[tool.kernelpilot]`` entry and no
+``get_inputs()`` covers, given a target by running the repository's own code.
+
+The test files that import a changed module (the import graph of detection) run, or the
+command ``[tool.kernelpilot.capture]`` names, in the sandbox, with hooks on those classes
+(``harness.capture``). Each class seen built and called becomes a Problem from what was seen;
+the others keep their TOML lines in the comment, with what the capture saw said beside them.
+Configuration wins where given: configured modules are never captured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from bot.detect.changes import ChangedModule, ChangeReport
+from harness.capture.records import CapturedTarget
+from harness.capture.run import capture, captured_problem, check_command
+from harness.config import CaptureConfig, EvalConfig
+from harness.errors import UserError
+from harness.records import Problem
+
+Progress = Callable[[str], None]
+TestsFor = Callable[[list[str]], list[str]]
+
+
+def capture_targets(
+    repo: Path,
+    changes: ChangeReport,
+    settings: CaptureConfig,
+    eval_config: EvalConfig,
+    tests_for: TestsFor,
+    device: str,
+    dtype: str,
+    progress: Progress,
+) -> list[tuple[CapturedTarget, Problem]]:
+    """For the changed modules without a target that the capture saw built and called, what it
+    saw and the Problem made of it; each such module's record in ``changes`` gets its target
+    and where it was seen."""
+    wanted = [module for module in changes.unconfigured() if module.path.endswith(".py")]
+    if not wanted or not (settings.command or settings.tests):
+        return []
+    classes = [(module.path, module.class_name) for module in wanted]
+    tests = [] if settings.command else tests_for(sorted({path for path, _ in classes}))
+    if settings.command:
+        check_command(settings.command, "pyproject.toml: tool.kernelpilot.capture.command")
+    elif not tests:
+        for module in wanted:
+            module.capture_note = (
+                "no test file imports it: name a command in [tool.kernelpilot.capture]"
+            )
+        return []
+    source = settings.command or f"{len(tests)} test file(s)"
+    progress(f"capturing how {len(wanted)} changed module(s) are built and called: {source}")
+    try:
+        report, saved = capture(
+            repo, classes, eval_config, tests=tests, command=settings.command,
+            limit_s=settings.timeout_s,
+        )  # fmt: skip
+    except UserError as err:
+        for module in wanted:
+            module.capture_note = f"the capture failed: {err.what}"[:500]
+        return []
+    found = {(target.path, target.class_name): target for target in report.targets}
+    problems = []
+    for module in wanted:
+        target = found.get((module.path, module.class_name))
+        if target is None or target.problem or not target.calls:
+            why = target.problem if target is not None else "not seen"
+            module.capture_note = f"{why} ({report.source})"[:500]
+            continue
+        problems.append((target, captured_problem(target, repo, saved, device, dtype)))
+        _mark(module, target)
+    return problems
+
+
+def _mark(module: ChangedModule, target: CapturedTarget) -> None:
+    module.target = f"{module.path}:{module.class_name}"
+    module.target_source = "capture"
+    seen = f"built at {target.built_at}" if target.built_at else "built"
+    module.capture_note = f"{seen}, called with {target.calls[0].describe()} ({target.source})"[
+        :500
+    ]
