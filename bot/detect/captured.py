@@ -10,10 +10,13 @@ Configuration wins where given: configured modules are never captured.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable
 from pathlib import Path
 
 from bot.detect.changes import ChangedModule, ChangeReport
+from bot.detect.head import HeadFiles
+from bot.detect.imports import ImportGraph
 from harness.capture.records import CapturedTarget
 from harness.capture.run import capture, captured_problem, check_command
 from harness.config import CaptureConfig, EvalConfig
@@ -72,6 +75,23 @@ def capture_targets(
         problems.append((target, captured_problem(target, repo, saved, device, dtype)))
         _mark(module, target)
     return problems
+
+
+def test_files_for(repo: Path, head_sha: str, paths: list[str]) -> list[str]:
+    """The head commit's test files (pytest's ``test_*.py`` and ``*_test.py``) that import any
+    of ``paths``, directly or through other files: the code that already builds and calls them."""
+    graph = ImportGraph(HeadFiles(repo, head_sha, []))
+    found = {
+        importer
+        for path in paths
+        for importer in graph.importers(path)
+        if _is_test_file(posixpath.basename(importer))
+    }
+    return sorted(found)
+
+
+def _is_test_file(name: str) -> bool:
+    return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
 
 
 def _mark(module: ChangedModule, target: CapturedTarget) -> None:

@@ -20,6 +20,7 @@ from bot.pr.followup import Followup, as_patch
 UNCONFIGURED: Noun = ("module without inputs", "modules without inputs")
 USERS: Noun = ("module that uses a changed one", "modules that use a changed one")
 COSMETIC: Noun = ("cosmetic change", "cosmetic changes")
+CAPTURED: Noun = ("captured target", "captured targets")
 SKIPPED: Noun = ("file not looked at", "files not looked at")
 OVER_CAP: Noun = ("module over the cap", "modules over the cap")
 REFUSED: Noun = ("refused setting", "refused settings")
@@ -33,7 +34,21 @@ def changes(changes: ChangeReport, rest_at: str) -> list[Piece]:
     users = [m for m in changes.unconfigured() if m.relation == "user"]
     cosmetic = [f.path for f in changes.skipped_files if f.kind == "cosmetic"]
     cosmetic += [f"{m.path}:{m.class_name}" for m in changes.cosmetic]
+    captured = [module for module in changes.modules if module.target_source == "capture"]
     return [
+        _listed(
+            captured,
+            [
+                "",
+                "**Targets captured from the repository's own code** (no configuration needed; "
+                "`kernelpilot targets --write` freezes them into `pyproject.toml`):",
+            ],
+            lambda m: [
+                f"- {md.code(f'{m.path}:{m.class_name}')}: {md.plain(m.capture_note or '', 300)}"
+            ],
+            CAPTURED,
+            rest_at,
+        ),
         _listed(
             unconfigured,
             [
@@ -97,6 +112,7 @@ def _unconfigured(module: ChangedModule) -> list[str]:
         "",
         f"- {md.code(f'{module.path}:{module.class_name}')} ({md.plain(module.reason, 300)}), "
         f"in {md.code(module.config_path or 'pyproject.toml')}:",
+        *([f"  The capture: {md.plain(module.capture_note, 300)}."] if module.capture_note else []),
         "",
         *md.fenced(module.missing_config or "", "toml", limit=4000, indent="  "),
     ]

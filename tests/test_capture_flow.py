@@ -1,0 +1,80 @@
+"""Zero-config targets in the pull-request flow: a change to a module that nothing configures,
+in a real git repository whose tests build it from a config object, gets a target from those
+tests, is optimized, and can be frozen into pyproject.toml by `kernelpilot targets --write`."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from bot.cli import main
+from bot.pr.flow import review_local
+from bot.run import RunOptions
+from bot.settings import load_settings
+from tests.conftest import FIXTURES
+from tests.gitrepo import commit, git, init
+
+CHANGED_MLP = """
+    def forward(self, x):
+        return torch.tanh(x) * (self.scale * 0.5) + self.shift
+"""
+
+
+@pytest.fixture
+def pull(tmp_path) -> Path:
+    """A repository at the head of a pull request that changes MLP.forward."""
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "capture_repo", repo)
+    init(repo)
+    commit(repo, {}, "base")
+    git(repo, "checkout", "--quiet", "-b", "change")
+    model = (repo / "model.py").read_text()
+    old = "    def forward(self, x):\n        return torch.tanh(x) * self.scale + self.shift\n"
+    commit(repo, {"model.py": model.replace(old, CHANGED_MLP.lstrip("\n"))}, "scale the MLP")
+    return repo
+
+
+def test_targets_lists_the_captured_module_and_freezes_it(pull):
+    runner = CliRunner()
+    listed = runner.invoke(
+        main, ["targets", "--base", "main", "--repo", str(pull), "--device", "cpu"]
+    )
+    assert listed.exit_code == 0, listed.output
+    assert (
+        "model.py:MLP  captured: built at tests/test_model.py:7, called with float32[32, 64]"
+        in listed.output
+    )
+    written = runner.invoke(
+        main, ["targets", "--base", "main", "--repo", str(pull), "--device", "cpu", "--write"]
+    )
+    assert written.exit_code == 0, written.output
+    assert "model.py:MLP" in (pull / "pyproject.toml").read_text()
+    assert (
+        "GPTConfig(n_embd=64, scale=2.0, vocab_size=100)"
+        in (pull / "kernelpilot_targets.py").read_text()
+    )
+    again = runner.invoke(
+        main, ["targets", "--base", "main", "--repo", str(pull), "--device", "cpu"]
+    )
+    assert "model.py:MLP  configured in pyproject.toml" in again.output  # configuration wins
+    refused = runner.invoke(
+        main, ["targets", "--base", "main", "--repo", str(pull), "--device", "cpu", "--write"]
+    )
+    assert refused.exit_code == 0 and "no captured target to write" in refused.output
+
+
+def test_a_pull_request_changing_an_unconfigured_module_gets_it_measured(pull, tmp_path):
+    options = RunOptions(
+        device="cpu", settings=load_settings(pull), out_dir=tmp_path / "out", llm="offline",
+        compile_baseline=False, time_budget_s=0.3,
+    )  # fmt: skip
+    results = review_local(pull, "main", "change", options, lambda message: None)
+    [module] = [m for m in results.changes.modules if m.class_name == "MLP"]
+    assert module.target_source == "capture" and "tests/test_model.py:7" in module.capture_note
+    [row] = results.report.targets
+    assert row.target == "model.py:MLP"
+    assert row.result.status.value == "ok", row.result.reason
+    assert row.result.input_summary.startswith("float32[32, 64]")
