@@ -201,3 +201,13 @@ def run_git(
 
 def said(result: subprocess.CompletedProcess[bytes]) -> str:
     return result.stderr.decode(errors="replace").strip() or f"exit {result.returncode}"
+
+
+def uncommitted_configuration(repo: Path) -> list[str]:
+    """The work tree's pyproject.toml files that differ from HEAD's (changed or untracked):
+    change detection reads the commit's configuration, so these are not used yet."""
+    listed = git(
+        repo,
+        ["status", "--porcelain", "--untracked-files=all", "-z", "--", ":(glob)**/pyproject.toml"],
+    )
+    return sorted(entry[3:].decode(errors="replace") for entry in listed.split(b"\0") if entry)

@@ -56,6 +56,12 @@ def test_targets_lists_the_captured_module_and_freezes_it(pull):
         "GPTConfig(n_embd=64, scale=2.0, vocab_size=100)"
         in (pull / "kernelpilot_targets.py").read_text()
     )
+    assert "commit both" in written.output
+    unused = runner.invoke(
+        main, ["targets", "--base", "main", "--repo", str(pull), "--device", "cpu"]
+    )
+    assert "pyproject.toml has uncommitted changes, not used" in unused.output
+    commit(pull, {}, "freeze the captured targets")
     again = runner.invoke(
         main, ["targets", "--base", "main", "--repo", str(pull), "--device", "cpu"]
     )

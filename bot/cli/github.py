@@ -29,6 +29,7 @@ from bot.cli.options import (
 )
 from bot.cli.out_dir import claim_option, claim_review_option
 from bot.cli.params import not_blank
+from bot.cli.targets import warn_uncommitted
 from bot.event import ActionsEnv, Event, actions_env, load_event
 from bot.github import GitHubRepo, connect
 from bot.pr.comment import render_comment
@@ -125,6 +126,7 @@ def review(
             repo,
         )  # fmt: skip
         check_toolchain(options.device)
+        warn_uncommitted(repo.resolve())
         results = review_local(repo, base, head, options, progress, max_targets)
         click.echo(render_comment(results))
         click.echo(f"results.json and the reports are in {out_dir}", err=True)

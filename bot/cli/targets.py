@@ -8,11 +8,14 @@ from pathlib import Path
 
 import click
 
-from bot.cli.options import DEVICE, DTYPE, VERBOSE, progress, run_command, run_options
+from bot.cli.options import DEVICE, DTYPE, VERBOSE, progress, run_command
 from bot.cli.params import not_blank
 from bot.detect.captured import capture_targets, test_files_for
 from bot.detect.changes import ChangedModule, detect_changes
+from bot.git import uncommitted_configuration
+from bot.settings import load_settings
 from harness.capture.freeze import FACTORY_FILE, frozen
+from harness.devices import resolve_device
 from harness.errors import UserError
 
 SOURCES = {
@@ -55,12 +58,14 @@ def targets(base, head, repo, write, device, dtype, verbose) -> None:
 
     def action() -> None:
         root = repo.resolve()
-        options = run_options(device, dtype, None, None, True, None, start=root)
+        settings = load_settings(root)
         changes = detect_changes(root, base, head)
+        warn_uncommitted(root)
         found = capture_targets(
-            root, changes, options.settings.capture, options.settings.eval,
-            lambda paths: test_files_for(root, changes.head_sha, paths), options.device,
-            options.dtype or options.settings.dtype, progress,
+            root, changes, settings.capture, settings.eval,
+            lambda paths: test_files_for(root, changes.head_sha, paths),
+            resolve_device(settings.device if device == "auto" else device),
+            dtype or settings.dtype, progress,
         )  # fmt: skip
         for module in changes.modules:
             click.echo(_line(module))
@@ -96,4 +101,17 @@ def _write(root: Path, entries: str, factories: str) -> None:
         "" if not before or before.endswith("\n\n") else ("\n" if before.endswith("\n") else "\n\n")
     )
     pyproject.write_text(before + separator + entries, encoding="utf-8")
-    click.echo(f"wrote {factory} and appended the targets to {pyproject}", err=True)
+    click.echo(
+        f"wrote {factory} and appended the targets to {pyproject}; commit both: kernelpilot "
+        "reads the configuration of the commit it looks at",
+        err=True,
+    )
+
+
+def warn_uncommitted(root: Path) -> None:
+    """Say so where a pyproject.toml in the work tree is not the commit's: it is not used."""
+    for path in uncommitted_configuration(root):
+        progress(
+            f"warning: {path} has uncommitted changes, not used: kernelpilot reads the "
+            "configuration of the commit it looks at (commit it to use it)"
+        )
