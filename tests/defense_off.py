@@ -1025,6 +1025,36 @@ DEFENSES: list[Defense] = [
         "            deadline=None,",
         ("tests/test_worker_limits.py", "-k", "deadline or max_time"),
     ),
+    # --- module shapes and captured targets (harness/workers/calls.py, checked_case.py,
+    # timed_checks.py, harness/capture/) ----------------------------------------------------------
+    Defense(
+        "output_form_checked",
+        "harness/workers/checked_case.py",
+        "    if form != spec.output_form:",
+        "    if False:",
+        ("tests/test_module_shapes.py", "-k", "another_form"),
+    ),
+    Defense(
+        "output_form_timed",
+        "harness/workers/timed_checks.py",
+        "        if form != eager_form:",
+        "        if False:",
+        ("tests/test_module_shapes.py", "-k", "timed_call_in_another_form"),
+    ),
+    Defense(
+        "freeze_expression_names",
+        "harness/capture/freeze.py",
+        "        if isinstance(node, ast.Name) and node.id not in names:",
+        "        if False:",
+        ("tests/test_capture.py", "-k", "hostile"),
+    ),
+    Defense(
+        "freeze_expression_calls",
+        "harness/capture/freeze.py",
+        "        if isinstance(node, ast.Call) and not isinstance(node.func, ast.Name):",
+        "        if False:",
+        ("tests/test_capture.py", "-k", "hostile"),
+    ),
 ]
 
 

@@ -129,7 +129,9 @@ def test_captured_targets_freeze_into_toml_and_factories_that_rebuild_them(from_
     report, _ = from_tests
     repo = tmp_path / "repo"
     shutil.copytree(REPO, repo)
-    entries, factories = frozen(report.targets, "kernelpilot_targets.py")
+    entries, factories = frozen(
+        report.targets, "kernelpilot_targets.py", lambda name: name == "model"
+    )
     assert "Unused" not in entries  # never built: nothing to freeze
     (repo / "kernelpilot_targets.py").write_text(factories)
     (repo / "pyproject.toml").write_text("[tool.kernelpilot]\n\n" + entries)
@@ -157,6 +159,7 @@ def test_captured_targets_freeze_into_toml_and_factories_that_rebuild_them(from_
         "(lambda: 1)()",
         "[GPTConfig.__init__.__globals__]",
         "[Other(n_embd=8)]",
+        "[GPTConfig(n_embd=8)(1)]",
     ],
 )
 def test_a_hostile_constructor_expression_is_not_written(expression):
@@ -167,3 +170,17 @@ def test_a_hostile_constructor_expression_is_not_written(expression):
     names = {"GPTConfig"}
     assert safe_expression("[GPTConfig(n_embd=8, scale=-1.0)]", names) is not None
     assert safe_expression(expression, names) is None
+
+
+def test_only_the_repositorys_own_modules_are_imported_by_the_factories(from_tests):
+    """A capture worker reporting `from os import system` gets no import and no init written."""
+    from harness.capture.freeze import frozen
+
+    report, _ = from_tests
+    mlp = next(target for target in report.targets if target.class_name == "MLP")
+    hostile = mlp.model_copy(
+        update={"init_imports": ["from os import system"], "init_expression": "[system('x')]"}
+    )
+    entries, factories = frozen([hostile], "kernelpilot_targets.py", lambda name: name == "model")
+    assert "system" not in factories and "from os" not in factories
+    assert "# init = 'file.py:function'" in entries

@@ -268,3 +268,20 @@ def test_bound_passes_the_last_inputs_by_keyword():
 
     assert bound(forward, ["residual"])(1, None, True) == (1, None, True)
     assert bound(forward, [])(1, 2) == (1, 2, False)
+
+
+def test_a_timed_call_in_another_form_is_incorrect(tmp_path):
+    """Every timed call is checked against eager's, form included: a kernel that returns the
+    reference's form on the checked calls only is caught there."""
+    from harness.sandbox.jobs import CheckFailed, WorkerJob
+    from harness.workers.timed_checks import TimedChecks
+
+    job = WorkerJob(
+        mode="time", problem=problem("PairBlock"), config=fast_config(), cache_dir=tmp_path
+    )
+    checks = TimedChecks(job, "beside")
+    out = torch.ones(4)
+    checks.against_eager(0, {"candidate": (out, None), "eager": (out.clone(), None)})
+    with pytest.raises(CheckFailed) as failed:
+        checks.against_eager(1, {"candidate": out, "eager": (out.clone(), None)})
+    assert failed.value.check == "output_form"

@@ -4,6 +4,7 @@ with ``--write`` the captured ones frozen into pyproject.toml and a factory file
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import click
@@ -71,13 +72,21 @@ def targets(base, head, repo, write, device, dtype, verbose) -> None:
             click.echo(_line(module))
         if not write:
             return
-        entries, factories = frozen([target for target, _ in found], FACTORY_FILE)
+        entries, factories = frozen(
+            [target for target, _ in found], FACTORY_FILE, partial(_in_repository, root)
+        )
         if not entries:
             click.echo("--write: no captured target to write", err=True)
             return
         _write(root, entries, factories)
 
     run_command(verbose, action)
+
+
+def _in_repository(root: Path, module: str) -> bool:
+    """A dotted module name that is a file (or a package) of the repository."""
+    path = root.joinpath(*module.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def _line(module: ChangedModule) -> str:

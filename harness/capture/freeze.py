@@ -5,7 +5,7 @@ what the capture saw (the constructor's arguments, inputs drawn like the ones se
 Pure text: nothing here runs. The constructor's arguments come from the capture worker, which
 ran the repository's code: the expression is accepted only as literals, names and calls of
 names it imports (``GPTConfig(n_embd=768)``), and the imports only as ``from module import
-Name``.
+Name`` from the repository's own files (never ``from os import system``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Callable
 
 from harness.capture.records import CapturedTarget, TensorSpec
 
@@ -23,15 +24,18 @@ _SAFE_NODES = (
 )  # fmt: skip
 
 
-def frozen(targets: list[CapturedTarget], factory_path: str) -> tuple[str, str]:
+def frozen(
+    targets: list[CapturedTarget], factory_path: str, local: Callable[[str], bool]
+) -> tuple[str, str]:
     """The TOML entries (``factory_path`` relative to the pyproject.toml) and the factory
-    file's text, for the targets that were seen built and called."""
+    file's text, for the targets that were seen built and called. ``local(module)``: whether
+    a dotted module name is a file of the repository (only those are imported from)."""
     imports: set[str] = set()
     functions: list[str] = []
     entries: list[str] = []
     for target in targets:
         if target.calls and not target.problem:
-            entries.append(_entry(target, factory_path, functions, imports))
+            entries.append(_entry(target, factory_path, functions, imports, local))
     if not entries:
         return "", ""
     header = (
@@ -43,7 +47,11 @@ def frozen(targets: list[CapturedTarget], factory_path: str) -> tuple[str, str]:
 
 
 def _entry(
-    target: CapturedTarget, factory_path: str, functions: list[str], imports: set[str]
+    target: CapturedTarget,
+    factory_path: str,
+    functions: list[str],
+    imports: set[str],
+    local: Callable[[str], bool],
 ) -> str:
     stem = _function_stem(target)
     seen = f"# seen in {target.source}" + (
@@ -54,7 +62,7 @@ def _entry(
         "[[tool.kernelpilot.targets]]",
         f"module = {_toml(f'{target.path}:{target.class_name}')}",
     ]
-    init = _init_expression(target, imports)
+    init = _init_expression(target, imports, local)
     if init is None:
         lines.append("# init = 'file.py:function' returning the constructor's arguments: the ones "
                      "seen could not be written out")  # fmt: skip
@@ -73,7 +81,9 @@ def _entry(
     return "\n".join(lines)
 
 
-def _init_expression(target: CapturedTarget, imports: set[str]) -> str | None:
+def _init_expression(
+    target: CapturedTarget, imports: set[str], local: Callable[[str], bool]
+) -> str | None:
     """The constructor's arguments as a factory's return expression; "" for none at all;
     None where they could not be written out."""
     if target.init_file is None:
@@ -83,7 +93,7 @@ def _init_expression(target: CapturedTarget, imports: set[str]) -> str | None:
         if args and kwargs:
             return None
         return repr(kwargs) if kwargs else repr(args)
-    lines = [line for line in target.init_imports if _IMPORT.match(line)]
+    lines = [line for line in target.init_imports if _IMPORT.match(line) and local(line.split()[1])]
     expression = safe_expression(target.init_expression, {line.split()[-1] for line in lines})
     if expression is not None:
         imports.update(lines)
