@@ -4,7 +4,9 @@ No LLM and no API key: the reference is traced with torch.fx; library ops (matmu
 softmax, reductions...) stay PyTorch calls and every maximal group of connected pointwise ops
 becomes one C++ (OpenMP) or CUDA kernel. The result is a normal candidate, verified like any
 other, and it seeds the LLM search with a strong first child; one that the static checks
-(``harness.static.python``) would refuse is not proposed.
+(``harness.static.python``) would refuse is not proposed. What the trace fixed (values read,
+submodule types, unpacked counts, input ranks and dtypes) is guarded on every call, and the
+reference's own forward, copied into the candidate, runs where a guard does not hold.
 
     proposal = propose(problem)   # in a sandboxed worker: the module is the pull request's code
     if proposal.candidate is not None: ...
@@ -17,8 +19,10 @@ import shutil
 from pydantic import BaseModel, Field, ValidationError
 
 from agents.offline.emit import CannotEmit, forward_source
+from agents.offline.fusable import lasting_writes
 from agents.offline.grouping import fusion_groups, schedule
-from agents.offline.init_copy import CannotCopy, copy_constructor
+from agents.offline.guards import CannotGuard, add_broadcast_checks, guards_for
+from agents.offline.init_copy import CannotCopy, copy_class
 from agents.offline.kernel import FusedKernel, build_kernel
 from agents.offline.module import module_source
 from agents.offline.trace import NotTraceable, trace
@@ -82,8 +86,9 @@ def propose_here(problem: Problem) -> Proposal:
     local = problem.model_copy(update={"device": "cpu"})
     reference = build_reference(local, seed=0)
     dtype = DTYPES[problem.dtype]
+    inputs = make_inputs(local, seed=0)
     try:
-        traced = trace(reference, make_inputs(local, seed=0), dtype)
+        traced = trace(reference, inputs, dtype)
     except NotTraceable as err:
         return Proposal(reason=str(err))
     nodes = list(traced.graph_module.graph.nodes)
@@ -97,13 +102,17 @@ def propose_here(problem: Problem) -> Proposal:
     }
     summary = _summary(list(kernels.values())) + left
     try:
-        constructor = copy_constructor(
-            problem.source_path, problem.class_name, reference_class(problem)
+        guards = guards_for(traced, inputs, reference, problem.device)
+        add_broadcast_checks(guards, kernels)
+        copied = copy_class(
+            problem.source_path, problem.class_name, reference_class(problem), guards.names
         )
-        forward = forward_source(schedule(nodes, groups), kernels, reference)
-    except (CannotCopy, CannotEmit) as err:
+        lasting = set(lasting_writes(traced.graph_module, traced.ops))
+        steps = schedule(nodes, groups)
+        forward = forward_source(steps, kernels, reference, guards, copied.original_call, lasting)
+    except (CannotCopy, CannotEmit, CannotGuard) as err:
         return Proposal(reason=f"cannot write the candidate module: {err}")
-    source = module_source(summary, list(kernels.values()), problem.device, constructor, forward)
+    source = module_source(summary, list(kernels.values()), problem.device, copied, forward)
     if refused := check_python(source, problem.class_name, problem.dtype):
         # The names it writes come from the module (attributes, arguments): one the static
         # checks refuse would only make a candidate rejected before it runs.

@@ -7,7 +7,13 @@ CUDA), ``KP_HD`` and the ``kp::`` math functions before this code.
 
 from __future__ import annotations
 
+import torch
+
 from agents.offline.kernel import FusedKernel, KernelInput, KernelOutput
+
+# The dtypes a kernel computes as eager PyTorch does: the wrapper's dispatch below takes double
+# too, but every value is computed in float, so a float64 call would silently lose precision.
+COMPUTED_IN_FLOAT = (torch.float32, torch.float16, torch.bfloat16)
 
 ELEMENT_HELPERS = r"""
 namespace kp {

@@ -3,6 +3,8 @@
 Library ops come back as the same PyTorch calls (``self.linear(x)``, ``torch.matmul``...), each
 fused group as one ``_ext.<kernel>(...)`` call. Only ``torch``, ``nn``, ``F`` and ``math`` are
 in scope in the candidate, so a call that cannot be named through them stops the proposal.
+The guards (``agents.offline.guards``) go first, and where a value is made or before a kernel;
+each returns the original forward's result where it does not hold.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import builtins
 import keyword
 import math
 import operator
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
@@ -19,6 +22,9 @@ from torch.fx import Node
 
 from agents.offline.kernel import FusedKernel
 from harness.static.python_rules import FORBIDDEN_CALLS
+
+if TYPE_CHECKING:  # guards.py writes its checks with this module's helpers
+    from agents.offline.guards import Check, Guards
 
 # Names the candidate needs, and the builtins the static checks refuse even as variables
 # (their own table): a value of the graph named like one is renamed.
@@ -64,21 +70,54 @@ def forward_source(
     steps: list[Node | tuple[Node, ...]],
     kernels: dict[tuple[Node, ...], FusedKernel],
     reference: nn.Module,
+    guards: Guards,
+    fallback: str,
+    lasting: set[Node],
 ) -> str:
-    """``def forward(...)`` of ModelNew, indented for the class body."""
+    """``def forward(...)`` of ModelNew, indented for the class body. ``fallback`` calls the
+    original forward; ``lasting`` are the calls that write into memory outliving the call (a
+    guard after one would have the original forward write it again)."""
     nodes = [node for step in steps for node in (step if isinstance(step, tuple) else (step,))]
     names = _names(nodes)
-    params, body = [], []
+    params: list[str] = []
+    body = _guard(guards.entry, names, fallback, None)
+    wrote: Node | None = None
     for step in steps:
         if isinstance(step, tuple):
+            body += _guard(guards.before.get(step, []), names, fallback, wrote)
             body.append(_kernel_call(kernels[step], names))
+            made = [item.node for item in kernels[step].outputs]
         elif step.op == "placeholder":
             params.append(_parameter(step, names))
+            continue
         else:
             body.append(_statement(step, names, reference))
+            wrote = step if step in lasting else wrote
+            made = [step]
+        for node in made:
+            body += _guard(guards.after.get(node, []), names, fallback, wrote)
     lines = [f"def forward(self, {', '.join(params)}):" if params else "def forward(self):"]
     lines += [f"    {line}" for line in body]
     return "\n".join(f"    {line}" for line in lines)
+
+
+def _guard(
+    checks: list[Check], names: dict[Node, str], fallback: str, wrote: Node | None
+) -> list[str]:
+    if not checks:
+        return []
+    if wrote is not None:
+        raise CannotEmit(
+            f"a guard would come after {wrote.name}, which writes in place into memory that "
+            "outlives the call: falling back to the original forward there would write it twice"
+        )
+    texts = [check.text(names) for check in checks]
+    if len(texts) == 1 and len(texts[0]) < 80:
+        return [f"if not ({texts[0]}):", f"    return {fallback}"]
+    conditions = [
+        f"    {text}" if index == 0 else f"    and {text}" for index, text in enumerate(texts)
+    ]
+    return ["if not (", *conditions, "):", f"    return {fallback}"]
 
 
 def _names(nodes: list[Node]) -> dict[Node, str]:

@@ -1,10 +1,12 @@
-"""Copy the reference class's constructor into ``ModelNew``, so it has the same parameters.
+"""Copy the reference class into ``ModelNew``: its constructor, so it has the same parameters,
+and its forward, as ``_original_forward``, the path taken where the guards do not hold.
 
 The candidate must construct with the reference's arguments and load its ``state_dict``
 strictly, while the static gate rejects any mention of the reference class (so no subclassing,
 no calls into it). The class is therefore rebuilt from the reference's source with the AST:
-``__init__`` and the methods it calls, annotations dropped, ``super(Model, self)`` made
-``super()``, plus the module-level definitions those need. Imports of ``torch``/``math`` names
+``__init__``, ``forward`` and the methods they call, annotations dropped, ``super(Model, self)``
+made ``super()``, plus the module-level definitions those need (the submodules' classes with
+their own forwards among them). Imports of ``torch``/``math`` names
 become plain assignments (``Linear = nn.Linear``); anything else the constructor needs from
 another package stops the proposal, since a candidate may import only torch and math.
 """
@@ -22,6 +24,7 @@ import torch.nn as nn
 from harness.files import read_user_text
 
 PROVIDED = {"torch", "nn", "F", "math", "load_inline"}
+ORIGINAL_FORWARD = "_original_forward"
 _MODULES = {"torch": "torch", "torch.nn": "nn", "torch.nn.functional": "F", "math": "math"}
 
 
@@ -30,12 +33,16 @@ class CannotCopy(Exception):
 
 
 @dataclass(frozen=True)
-class CopiedConstructor:
-    prelude: str  # module-level definitions the constructor needs, in source order
-    body: str  # the class body without forward, indented for ``class ModelNew(nn.Module):``
+class CopiedClass:
+    prelude: str  # module-level definitions the class needs, in source order
+    body: str  # the class body but forward, indented for ``class ModelNew(nn.Module):``
+    original_call: str  # ``self._original_forward(x, mask)``: forward's arguments passed on
 
 
-def copy_constructor(source_path: Path, class_name: str, reference: type) -> CopiedConstructor:
+def copy_class(
+    source_path: Path, class_name: str, reference: type, names: set[str] | None = None
+) -> CopiedClass:
+    """The class rebuilt, with the module-level definitions it needs and ``names`` besides."""
     if reference.__bases__ != (nn.Module,):
         bases = ", ".join(base.__name__ for base in reference.__bases__)
         raise CannotCopy(
@@ -51,21 +58,43 @@ def copy_constructor(source_path: Path, class_name: str, reference: type) -> Cop
     kept = [_clean(node, class_name) for node in _class_members(found[0])]
     for node in kept:
         if any(isinstance(sub, ast.Name) and sub.id == class_name for sub in ast.walk(node)):
-            raise CannotCopy(f"{class_name}'s constructor refers to the class by name")
-    prelude = _module_dependencies(tree, kept, class_name)
-    body = "\n\n".join(ast.unparse(node) for node in kept) if kept else "pass"
-    return CopiedConstructor(prelude, _indent(body))
+            raise CannotCopy(f"{class_name}'s constructor or forward refers to the class by name")
+    forward = _rename_forward(kept, class_name)
+    prelude = _module_dependencies(tree, kept, class_name, names or set())
+    body = "\n\n".join(ast.unparse(node) for node in kept)
+    return CopiedClass(prelude, _indent(body), _call(forward))
+
+
+def _rename_forward(kept: list[ast.stmt], class_name: str) -> ast.FunctionDef:
+    methods = {node.name: node for node in kept if isinstance(node, ast.FunctionDef)}
+    if "forward" not in methods:
+        raise CannotCopy(f"{class_name} defines no forward of its own")
+    if ORIGINAL_FORWARD in methods:
+        raise CannotCopy(f"{class_name} already has a method named {ORIGINAL_FORWARD}")
+    methods["forward"].name = ORIGINAL_FORWARD
+    return methods["forward"]
+
+
+def _call(forward: ast.FunctionDef) -> str:
+    """The original forward called with the arguments the written forward takes."""
+    arguments = forward.args
+    if arguments.vararg or arguments.kwarg:
+        raise CannotCopy("forward takes *args or **kwargs")
+    positional = [item.arg for item in [*arguments.posonlyargs, *arguments.args][1:]]
+    keywords = [f"{item.arg}={item.arg}" for item in arguments.kwonlyargs]
+    return f"self.{ORIGINAL_FORWARD}({', '.join([*positional, *keywords])})"
 
 
 def _class_members(cls: ast.ClassDef) -> list[ast.stmt]:
-    """Class-level assignments, ``__init__`` and the methods it calls through ``self``."""
+    """Class-level assignments, ``__init__``, ``forward`` and the methods they call through
+    ``self``."""
     methods = {
         node.name: node
         for node in cls.body
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
     }
     wanted: set[str] = set()
-    pending = ["__init__"] if "__init__" in methods else []
+    pending: list[str] = [name for name in ("__init__", "forward") if name in methods]
     while pending:
         name = pending.pop()
         if name in wanted:
@@ -121,9 +150,11 @@ class _Cleaner(ast.NodeTransformer):
         return ast.copy_location(ast.Assign(targets=[node.target], value=node.value), node)
 
 
-def _module_dependencies(tree: ast.Module, kept: list[ast.stmt], class_name: str) -> str:
+def _module_dependencies(
+    tree: ast.Module, kept: list[ast.stmt], class_name: str, names: set[str]
+) -> str:
     definitions = _module_definitions(tree)
-    needed = set().union(*(_free_names(node) for node in kept)) if kept else set()
+    needed = set(names).union(*(_free_names(node) for node in kept))
     chosen: list[tuple[int, str]] = []
     seen: set[str] = set()
     while needed - seen:
@@ -135,7 +166,7 @@ def _module_dependencies(tree: ast.Module, kept: list[ast.stmt], class_name: str
             continue
         if name not in definitions:
             raise CannotCopy(
-                f"the constructor needs {name!r}, which is not defined at the top "
+                f"the class needs {name!r}, which is not defined at the top "
                 "level of the reference file"
             )
         index, statement = definitions[name]
@@ -181,7 +212,7 @@ def _import_assignment(name: str, statement: ast.Import | ast.ImportFrom) -> str
         if source is None:
             module = getattr(statement, "module", None) or alias.name
             raise CannotCopy(
-                f"the constructor needs {name!r} from {module!r}; a candidate may "
+                f"the class needs {name!r} from {module!r}; a candidate may "
                 "import only torch and math"
             )
         return f"{name} = {source}"

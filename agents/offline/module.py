@@ -10,7 +10,7 @@ import hashlib
 
 from agents.offline.codegen_cpp import CPU_FLAGS, cpu_source
 from agents.offline.codegen_cuda import CUDA_FLAGS, cuda_sources
-from agents.offline.init_copy import CopiedConstructor
+from agents.offline.init_copy import CopiedClass
 from agents.offline.kernel import FusedKernel
 
 _IMPORTS = """import math
@@ -26,7 +26,7 @@ def module_source(
     summary: str,
     kernels: list[FusedKernel],
     device: str,
-    constructor: CopiedConstructor,
+    constructor: CopiedClass,
     forward: str,
 ) -> str:
     functions = [kernel.name for kernel in kernels]

@@ -1,0 +1,307 @@
+"""The offline candidate's guards, as written: what a trace fixed (a split size read from an
+attribute, a dropout left out in eval, a config's fields, the inputs' ranks and dtypes) is
+checked on every call, and the reference's own forward runs where a check does not hold. The
+candidates built and run, and verified by the harness, are tests/test_offline_guards_run.py.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import torch
+from torch.fx import Proxy
+
+from agents.offline import propose_here
+from agents.offline.cxx_common import COMPUTED_IN_FLOAT
+from agents.offline.guards import FLOAT_SIZES
+from harness.problem.cases import build_reference
+from harness.problem.load import problem_from_target, reference_class
+from harness.records import Problem
+from harness.static.python import check_python
+from tests.conftest import write_module
+
+HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+# q, k, v = x.split(self.n_embd, dim=2) of a GPT, reduced to a gate: the split size is an
+# attribute, and the unpacking fixes the count.
+SPLIT = """
+class Model(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.width = width
+        self.scale = nn.Parameter(torch.tensor(1.5))
+
+    def forward(self, x):
+        gate, up = x.split(self.width, dim=-1)
+        return torch.sigmoid(gate) * up * self.scale
+
+
+def get_inputs():
+    return [torch.randn(8, 16, 64)]
+
+
+def get_init_inputs():
+    return [32]
+"""
+# Traced in eval: both dropouts are identities there, and the graph has none.
+DROPOUT = """
+class Model(nn.Module):
+    def __init__(self, dim, p=0.1):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        self.drop = nn.Dropout(p)
+        self.p = p
+
+    def forward(self, x):
+        h = self.drop(F.gelu(self.proj(x)))
+        return F.dropout(h * 2.0, self.p, self.training) + x
+
+
+def get_inputs():
+    return [torch.randn(64, 32)]
+
+
+def get_init_inputs():
+    return [32]
+"""
+
+
+def problem(directory: Path, name: str, body: str) -> Problem:
+    path = write_module(directory, name, HEADER + textwrap.dedent(body))
+    return problem_from_target(str(path), "cpu", None)
+
+
+def source_of(target: Problem) -> str:
+    proposal = propose_here(target)
+    assert proposal.candidate is not None, proposal.reason
+    return proposal.candidate.source
+
+
+def guard_lines(source: str) -> list[str]:
+    forward = source[source.index("    def forward(") :]
+    return [line.strip().removeprefix("and ") for line in forward.splitlines()]
+
+
+# --- what is guarded (no builds) ---------------------------------------------------------------
+
+
+def test_a_gpt_attention_guards_its_split_size_heads_and_mode(tmp_path: Path) -> None:
+    """The values nanoGPT's attention reads (n_embd as the split size, n_head in the views,
+    training for dropout_p, fields of its config), and the unpacked counts."""
+    source = source_of(
+        problem(
+            tmp_path,
+            "attention",
+            """
+            from dataclasses import dataclass
+
+            @dataclass
+            class Config:
+                n_embd: int = 32
+                n_head: int = 4
+                dropout: float = 0.1
+                scale: float = 0.5
+
+            class Model(nn.Module):
+                def __init__(self, config):
+                    super().__init__()
+                    self.config = config
+                    self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
+                    self.resid_dropout = nn.Dropout(config.dropout)
+                    self.n_head, self.n_embd = config.n_head, config.n_embd
+
+                def forward(self, x):
+                    B, T, C = x.size()
+                    q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+                    q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+                    k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+                    v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+                    p = self.config.dropout if self.training else 0
+                    y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+                    y = y.transpose(1, 2).contiguous().view(B, T, C)
+                    return self.resid_dropout(F.gelu(y) * self.config.scale)
+
+            def get_inputs():
+                return [torch.randn(2, 8, 32)]
+
+            def get_init_inputs():
+                return [Config()]
+            """,
+        )
+    )
+    lines = guard_lines(source)
+    for expected in [
+        "x.dim() == 3",
+        "self.n_embd == 32",
+        "self.n_head == 4",
+        "self.training == False",
+        "self.config.scale == 0.5",
+        "type(self.resid_dropout) is nn.Dropout",
+        "self.resid_dropout.training == False",
+        "if not (len(split) == 3):",
+    ]:
+        assert expected in lines, (expected, lines)
+    assert "self.config.dropout == 0.1" not in lines  # not read in eval: not fixed
+    assert "if not (len(size) == 3):" not in lines  # x's rank is checked on entry already
+    assert check_python(source, "Model", "float32") == []
+
+
+def test_every_field_of_a_namespace_config_counts_as_read(tmp_path: Path) -> None:
+    """A SimpleNamespace's class cannot be swapped to watch its reads: all its fields are
+    guarded instead."""
+    source = source_of(
+        problem(
+            tmp_path,
+            "namespace",
+            """
+            import types
+
+            class Model(nn.Module):
+                def __init__(self, cfg):
+                    super().__init__()
+                    self.cfg = cfg
+
+                def forward(self, x):
+                    return torch.tanh(x) * self.cfg.alpha
+
+            def get_inputs():
+                return [torch.randn(4, 8)]
+
+            def get_init_inputs():
+                return [types.SimpleNamespace(alpha=0.5, unused=3, table={"a": (1, 2)})]
+            """,
+        )
+    )
+    lines = guard_lines(source)
+    assert "self.cfg.alpha == 0.5" in lines and "self.cfg.unused == 3" in lines
+    assert "self.cfg.table == {'a': (1, 2)}" in lines
+
+
+def test_the_float_sizes_name_exactly_the_dtypes_the_kernels_compute() -> None:
+    floating = {
+        value
+        for value in vars(torch).values()
+        if isinstance(value, torch.dtype) and value.is_floating_point
+    }
+    assert {dtype for dtype in floating if dtype.itemsize in FLOAT_SIZES} == set(COMPUTED_IN_FLOAT)
+
+
+def test_tracing_leaves_the_module_and_torch_fx_as_they_were(tmp_path: Path) -> None:
+    target = problem(tmp_path, "split", SPLIT)
+    iterate = Proxy.__iter__
+    source_of(target)
+    assert Proxy.__iter__ is iterate
+    reference = build_reference(target, seed=0)
+    assert type(reference) is reference_class(target)
+
+
+def test_a_value_no_guard_can_compare_means_no_candidate(tmp_path: Path) -> None:
+    target = problem(
+        tmp_path,
+        "opaque",
+        """
+        import enum
+
+        class Mode(enum.Enum):
+            FAST = 1
+
+        class Model(nn.Module):
+            def __init__(self, mode):
+                super().__init__()
+                self.mode = mode
+
+            def forward(self, x):
+                return torch.relu(x) * (2.0 if self.mode is Mode.FAST else 3.0)
+
+        def get_inputs():
+            return [torch.randn(4, 8)]
+
+        def get_init_inputs():
+            return [Mode.FAST]
+        """,
+    )
+    proposal = propose_here(target)
+    assert proposal.candidate is None
+    assert "self.mode, a Mode, which a guard cannot compare" in proposal.reason
+
+
+def test_no_guard_after_a_write_that_outlives_the_call(tmp_path: Path) -> None:
+    """Falling back after a parameter was written in place would write it twice."""
+    target = problem(
+        tmp_path,
+        "counter",
+        """
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.decay = nn.Parameter(torch.ones(()))
+
+            def forward(self, x):
+                self.decay.mul_(0.5)
+                a, b = (x * 2.0).chunk(2, dim=-1)
+                return torch.sigmoid(a) * b
+
+        def get_inputs():
+            return [torch.randn(4, 8)]
+
+        def get_init_inputs():
+            return []
+        """,
+    )
+    proposal = propose_here(target)
+    assert proposal.candidate is None
+    assert "writes in place into memory that outlives the call" in proposal.reason
+
+
+def test_types_lengths_functions_and_leaf_attributes_are_guarded(tmp_path: Path) -> None:
+    """A loop over a ModuleList is unrolled (its length is fixed), its items' forward inlined
+    (their type is fixed), a function held in an attribute inlined (which one is fixed), and a
+    torch.nn module's attribute read by forward (``out_features``) kept as a constant."""
+    source = source_of(
+        problem(
+            tmp_path,
+            "stack",
+            """
+            def scaled_gelu(x):
+                return F.gelu(x) * 1.5
+
+            class Layer(nn.Module):
+                def __init__(self, dim, act):
+                    super().__init__()
+                    self.proj = nn.Linear(dim, dim)
+                    self.act = act
+
+                def forward(self, x):
+                    return self.act(self.proj(x)).view(-1, self.proj.out_features)
+
+            class Model(nn.Module):
+                def __init__(self, dim, depth):
+                    super().__init__()
+                    acts = [scaled_gelu, F.silu]
+                    self.layers = nn.ModuleList([Layer(dim, acts[i % 2]) for i in range(depth)])
+
+                def forward(self, x):
+                    for layer in self.layers:
+                        x = x + layer(x)
+                    return x
+
+            def get_inputs():
+                return [torch.randn(16, 8)]
+
+            def get_init_inputs():
+                return [8, 2]
+            """,
+        )
+    )
+    lines = guard_lines(source)
+    for expected in [
+        "len(self.layers) == 2",
+        "type(self.layers[0]) is Layer",
+        "type(self.layers[1]) is Layer",
+        "self.layers[0].act is scaled_gelu",
+        "self.layers[1].act is F.silu",
+        "self.layers[0].proj.out_features == 8",
+    ]:
+        assert expected in lines, (expected, lines)
+    assert lines.index("len(self.layers) == 2") < lines.index("type(self.layers[0]) is Layer")
+    assert "\ndef scaled_gelu(x):" in source  # the copy the guard compares with
