@@ -75,7 +75,7 @@ def test_a_same_repo_pull_request_gets_one_comment_a_review_and_a_followup(
     assert verified.startswith("# kernelpilot-verified: models/act.py:Activation")
     assert project.head in verified and "class ModelNew(" in verified
     kernel = fake_github.file(REPO, "models/act_kernelpilot.py", "kernelpilot/pr-7").decode()
-    assert "class ActivationKernelpilot(ModelNew):" in kernel
+    assert "class ActivationKernelpilot(KernelpilotDropin, _sibling('act').Activation):" in kernel
     test_file = fake_github.file(REPO, "tests/test_act_kernelpilot.py", "kernelpilot/pr-7")
     [review] = fake_github.repo(REPO).review_comments.values()
     assert (review.path, review.line) == ("models/act.py", CLASS_LINE)

@@ -188,7 +188,7 @@ def test_a_forks_pull_request_gets_the_kernel_as_a_patch_and_no_branch(tmp_path)
     assert "comes from a fork" in outcome.no_followup
     body = github.pull_request.comment or ""
     assert "diff --git a/models/act_kernelpilot.py b/models/act_kernelpilot.py" in body
-    assert "+class ActivationKernelpilot(ModelNew):" in body
+    assert "+class ActivationKernelpilot(KernelpilotDropin, _sibling('act').Activation):" in body
 
 
 def test_no_followup_when_the_api_says_the_head_moved_on(tmp_path):
