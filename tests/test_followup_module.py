@@ -2,25 +2,35 @@
 a Linear, a bias and a fused tanh-GELU chain) and imported from a checkout: the kernel runs
 where no backward is needed, the original forward (on the drop-in's own parameters) where one
 is, the state_dict is the original's, and the generated test file fails on a drop-in without
-the fallback."""
+the fallback. And its build: importing the drop-in builds nothing; the kernel is built once per
+machine (``--build``) into a cache keyed by content hash, from which a process with no compiler
+and no ninja loads it; where it cannot be built or loaded (or its cached library was changed),
+one warning and the original forward."""
 
 from __future__ import annotations
 
-import importlib.util
+import copy
+import hashlib
+import importlib
+import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
+from bot.pr.dropin import RUNTIME_PREFIX, runtime_module
 from bot.pr.followup import build_followup
 from bot.pr.results import TargetSource
 from tests.test_publish_policy import results
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = "models/gelu_block.py"
-FALLBACK = "        if not self._kernelpilot_needs_backward(args, kwargs):\n"
+DROPIN = "models.gelu_block_kernelpilot"
+NAMES = ("models", "models.gelu_block", DROPIN, "models.gelu_block_verified_kernelpilot")
+FALLBACK = "        if self._kernelpilot_verified_for(args, kwargs):\n"
 
 
 @pytest.fixture(scope="module")
@@ -47,16 +57,68 @@ def checkout(tmp_path_factory) -> Path:
     return root
 
 
+def test_one_runtime_per_folder_named_by_its_content():
+    """Drop-ins in one folder share one runtime file; its name is its code's hash, so a drop-in
+    keeps importing the code it was shipped with when a later follow-up ships another."""
+    data = results()
+    row = data.report.targets[0]
+    for target in ("models/mlp.py:MLP", "nets/conv.py:Conv"):
+        data.report.targets.append(row.model_copy(update={"target": target}))
+        path, cls = target.split(":")
+        data.sources[target] = TargetSource(module_path=path, class_name=cls, inputs_fn="make")
+    followup = build_followup(data, "tests")
+    assert followup is not None
+    name, text = runtime_module()
+    runtimes = {file.path: file.content for file in followup.files if RUNTIME_PREFIX in file.path}
+    assert runtimes == {f"models/{name}.py": text, f"nets/{name}.py": text}
+    code = text.split("\n", 2)[2]  # after its two header lines
+    assert name == RUNTIME_PREFIX + hashlib.sha256(code.encode()).hexdigest()[:12]
+    dropins = [file.content for file in followup.files if file.path.endswith("s_kernelpilot.py")]
+    assert all(f"_runtime = _sibling({name!r})" in content for content in dropins)
+
+
+def _run(checkout: Path, args: list[str], cache: Path, compiler: bool = True):
+    """A fresh python in the checkout, its build cache ``cache``; without ``compiler``, no
+    compiler, ninja or anything else on PATH, and CXX a compiler that always fails."""
+    env = {
+        "PYTHONPATH": str(checkout),
+        "HOME": str(cache.parent),
+        "TORCH_EXTENSIONS_DIR": str(cache),
+    }
+    if compiler:
+        env["PATH"] = os.environ["PATH"]
+    else:
+        (cache.parent / "empty-bin").mkdir(exist_ok=True)
+        env |= {"PATH": str(cache.parent / "empty-bin"), "CXX": "/bin/false"}
+    return subprocess.run([sys.executable, *args], cwd=checkout, env=env, capture_output=True,
+                          text=True, timeout=900)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cache(checkout, tmp_path_factory) -> Path:
+    """The kernel built once, ahead of time, as the drop-in's header says: this module's only
+    compile; every other test loads it from here."""
+    folder = tmp_path_factory.mktemp("machine") / "torch_extensions"
+    built = _run(checkout, ["-m", DROPIN, "--build"], folder)
+    assert built.returncode == 0, built.stderr[-3000:]
+    [line] = built.stdout.splitlines()
+    assert line.startswith(f"built: {folder / 'kernelpilot'}/"), line
+    again = _run(checkout, ["-m", DROPIN, "--build"], folder)
+    assert again.returncode == 0 and again.stdout == f"already {line}\n"
+    return folder
+
+
 @pytest.fixture
-def modules(checkout, monkeypatch):
+def modules(checkout, cache, monkeypatch):
     """The user's module and the drop-in, imported as the swap-in line imports them."""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(cache))
     monkeypatch.syspath_prepend(str(checkout))
-    for name in ("models", "models.gelu_block", "models.gelu_block_kernelpilot"):
+    for name in NAMES:
         monkeypatch.delitem(sys.modules, name, raising=False)
     user = importlib.import_module("models.gelu_block")
-    dropin = importlib.import_module("models.gelu_block_kernelpilot")
+    dropin = importlib.import_module(DROPIN)
     yield user, dropin
-    for name in ("models", "models.gelu_block", "models.gelu_block_kernelpilot"):
+    for name in NAMES:
         sys.modules.pop(name, None)
 
 
@@ -76,17 +138,21 @@ def inputs():
 def test_the_state_dict_and_parameters_are_the_originals(modules):
     user, dropin = modules
     original, kernel = built(*modules)
+    assert isinstance(kernel, user.Model)
     assert kernel.state_dict().keys() == original.state_dict().keys()
     assert [name for name, _ in kernel.named_parameters()] == [
         name for name, _ in original.named_parameters()
     ]
-    kernel(*(x.requires_grad_() for x in inputs())).sum().backward()  # the original is built
+    with torch.no_grad():
+        kernel(*inputs())  # the kernel is loaded
+    kernel(*(x.requires_grad_() for x in inputs())).sum().backward()
     assert [name for name, _ in kernel.named_modules()] == ["", "linear"]
 
 
 def test_inference_runs_the_kernel_not_the_original(modules, monkeypatch):
     user, dropin = modules
     original, kernel = built(*modules)
+    forward = user.Model.forward
     with torch.no_grad():
         expected = original(*inputs())
 
@@ -100,6 +166,36 @@ def test_inference_runs_the_kernel_not_the_original(modules, monkeypatch):
         torch.testing.assert_close(kernel(*inputs()), expected, rtol=1e-4, atol=1e-4)
     kernel.requires_grad_(False)  # grad mode on, but nothing requires grad
     torch.testing.assert_close(kernel(*inputs()), expected, rtol=1e-4, atol=1e-4)
+    # A copy (an EMA model, say) leaves the loaded kernel behind and loads it again.
+    twin = copy.deepcopy(kernel)
+    torch.testing.assert_close(twin(*inputs()), expected, rtol=1e-4, atol=1e-4)
+    # The kernel computes with the drop-in's parameters as they are now, not as first handed.
+    with torch.no_grad():
+        kernel.bias.add_(1.0)
+        original.bias.add_(1.0)
+        kernel.linear.weight = torch.nn.Parameter(kernel.linear.weight * 2)
+        original.linear.weight.mul_(2)
+        expected = forward(original, *inputs())
+        torch.testing.assert_close(kernel(*inputs()), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_where_the_kernel_was_not_verified_the_original_runs_silently(modules, monkeypatch):
+    user, dropin = modules
+    original, kernel = built(*modules)
+    ran = []
+    forward = user.Model.forward
+    monkeypatch.setattr(user.Model, "forward", lambda self, *a: ran.append(1) or forward(self, *a))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.no_grad():
+            kernel.double()(*(x.double() for x in inputs()))  # verified in float32
+            kernel.float()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                kernel(*inputs())
+        assert len(ran) == 2
+        with torch.no_grad():
+            kernel(*inputs())
+    assert len(ran) == 2
 
 
 def test_training_gets_the_originals_gradients_on_its_own_parameters(modules):
@@ -110,37 +206,97 @@ def test_training_gets_the_originals_gradients_on_its_own_parameters(modules):
         torch.manual_seed(2)
         rng = torch.get_rng_state()
         module(x, residual).pow(2).sum().backward()
-        assert torch.equal(torch.get_rng_state(), rng)  # building the original drew nothing
+        assert torch.equal(torch.get_rng_state(), rng)
         grads.append([x.grad, residual.grad, *(p.grad for p in module.parameters())])
     for got, want in zip(grads[1], grads[0], strict=True):
         assert got is not None and want is not None
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert "_kernelpilot_links" not in kernel.__dict__  # training never built the kernel
     # Only the parameters require grad: the fallback still runs, and trains the drop-in's own.
     kernel.zero_grad()
     kernel(*inputs()).sum().backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in kernel.parameters())
 
 
-def _pytest(checkout: Path) -> subprocess.CompletedProcess:
+# What a fresh process on a machine without a compiler does: prints KERNEL or ORIGINAL per call.
+PROBE = """
+import sys, warnings
+import torch
+import models.gelu_block as user
+import models.gelu_block_kernelpilot as dropin
+assert "models.gelu_block_verified_kernelpilot" not in sys.modules  # the import built nothing
+torch.manual_seed(0)
+original = user.Model(64, 128)
+kernel = dropin.ModelKernelpilot(64, 128)
+kernel.load_state_dict(original.state_dict())
+forward, ran = user.Model.forward, []
+user.Model.forward = lambda self, *a: ran.append(1) or forward(self, *a)
+x, residual = torch.randn(16, 64), torch.randn(16, 128)
+with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+    warnings.simplefilter("always")
+    for _ in range(2):
+        ran.clear()
+        expected = forward(original, x, residual)
+        torch.testing.assert_close(kernel(x, residual), expected, rtol=1e-4, atol=1e-4)
+        print("ORIGINAL" if ran else "KERNEL")
+for warning in caught:
+    print(warning.category.__name__, warning.message)
+"""
+
+
+def test_a_build_serves_a_machine_without_a_compiler(checkout, cache):
+    ran = _run(checkout, ["-c", PROBE], cache, compiler=False)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.stdout.splitlines() == ["KERNEL", "KERNEL"]
+
+
+def test_without_a_build_or_a_compiler_one_warning_and_the_original(checkout, tmp_path):
+    empty = tmp_path / "torch_extensions"
+    ran = _run(checkout, ["-c", PROBE], empty, compiler=False)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    first, second, warning, *more = ran.stdout.splitlines()
+    assert (first, second, more) == ("ORIGINAL", "ORIGINAL", [])
+    assert warning.startswith(
+        "KernelUnavailableWarning kernelpilot: the kernel of ModelKernelpilot"
+    )
+    assert f"python -m {DROPIN} --build" in warning and "Ninja is required" in warning
+    build = _run(checkout, ["-m", DROPIN, "--build"], empty, compiler=False)
+    assert build.returncode == 1 and build.stdout == ""
+    assert "the kernel of ModelKernelpilot was not built: RuntimeError: Ninja" in build.stderr
+
+
+def test_a_cached_library_that_changed_is_not_loaded(checkout, cache, tmp_path):
+    copied = tmp_path / "torch_extensions"
+    subprocess.run(["cp", "-r", str(cache), str(copied)], check=True)
+    [library] = (copied / "kernelpilot").glob("*/*.so")
+    library.write_bytes(library.read_bytes() + b"\0")
+    ran = _run(checkout, ["-c", PROBE], copied, compiler=False)  # it would be built again
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    first, second, warning = ran.stdout.splitlines()
+    assert (first, second) == ("ORIGINAL", "ORIGINAL") and "Ninja is required" in warning
+
+
+def _pytest(checkout: Path, cache: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
          "tests/test_gelu_block_kernelpilot.py"],
         cwd=checkout, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "TORCH_EXTENSIONS_DIR": str(cache)},
     )  # fmt: skip
 
 
-def test_the_generated_test_passes_and_fails_without_the_fallback(checkout):
-    passed = _pytest(checkout)
+def test_the_generated_test_passes_and_fails_without_the_fallback(checkout, cache):
+    passed = _pytest(checkout, cache)
     assert passed.returncode == 0, passed.stdout[-3000:]
     assert "2 passed" in passed.stdout
-    dropin = checkout / "models/gelu_block_kernelpilot.py"
-    text = dropin.read_text()
+    [runtime] = checkout.glob("models/kernelpilot_runtime_*.py")
+    text = runtime.read_text()
     assert text.count(FALLBACK) == 1
-    dropin.write_text(text.replace(FALLBACK, "        if True:  # no fallback\n"))
+    runtime.write_text(text.replace(FALLBACK, "        if True:  # no fallback\n"))
     try:
-        broken = _pytest(checkout)
+        broken = _pytest(checkout, cache)
     finally:
-        dropin.write_text(text)
+        runtime.write_text(text)
     assert broken.returncode == 1, broken.stdout[-3000:]
     assert "1 failed, 1 passed" in broken.stdout
     assert "test_model_kernelpilot_trains_like_the_original" in broken.stdout

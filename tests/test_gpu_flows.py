@@ -23,7 +23,7 @@ from tests.fake_github import FakeGitHub
 from tests.gitrepo import commit, git
 from tests.prflow import CHANGED, CLASS_LINE, MODULE, NUMBER, REPO, ROOT, Job, Project
 from tests.test_nightly import PNG, cli
-from tests.test_pr_flow import followups, ours
+from tests.test_pr_flow import RUNTIME, followups, ours
 
 pytestmark = pytest.mark.gpu
 
@@ -98,7 +98,7 @@ def test_the_pull_request_flow_on_cuda_ships_a_kernel_whose_test_passes_on_the_g
     assert f"/pull/{followup.number}" in comment.body
 
     # The follow-up's files in the checkout, and its test run there: the kernel on the GPU.
-    for path in (VERIFIED, KERNEL, FOLLOWUP_TEST):
+    for path in (VERIFIED, KERNEL, RUNTIME, FOLLOWUP_TEST):
         content = fake_github.file(REPO, path, FOLLOWUP)
         assert content is not None, f"{path} is not on {FOLLOWUP}"
         for folder in (project.root, tmp_path / "followup"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from bot.pr.dropin import runtime_module
 from bot.pr.followup import Followup, build_followup
 from bot.pr.local_followup import WriteState, write_followup
 from harness.errors import UserError
@@ -14,7 +15,7 @@ from tests.prflow import Project
 from tests.test_publish import EXFILTRATING, honest
 
 FILES = ["models/act_verified_kernelpilot.py", "models/act_kernelpilot.py",
-         "tests/test_act_kernelpilot.py"]  # fmt: skip
+         "tests/test_act_kernelpilot.py", f"models/{runtime_module()[0]}.py"]  # fmt: skip
 
 
 @pytest.fixture
@@ -57,7 +58,7 @@ def test_a_file_with_other_content_stops_the_write_before_anything_is_written(pr
 
     states = write_followup(followup, project.root, force=True)
     assert [file.state for file in states] == [
-        WriteState.unchanged, WriteState.replaced, WriteState.written
+        WriteState.unchanged, WriteState.replaced, WriteState.written, WriteState.unchanged
     ]  # fmt: skip
     assert edited.read_text() == followup.files[1].content
 

@@ -16,12 +16,14 @@ from pathlib import Path
 import pytest
 
 from bot.pr.comment import MARKER
+from bot.pr.dropin import runtime_module
 from tests.fake_github import FakeGitHub
 from tests.fake_openai import reply
 from tests.gitrepo import commit, git
 from tests.prflow import BOT, CHANGED, CLASS_LINE, MODULE, NUMBER, PROJECT, REPO, Job, Project
 
 VERIFIED = "models/act_verified_kernelpilot.py"  # the kernel as verified; the drop-in imports it
+RUNTIME = f"models/{runtime_module()[0]}.py"  # what the drop-ins share; the drop-in imports it
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +77,12 @@ def test_a_same_repo_pull_request_gets_one_comment_a_review_and_a_followup(
     assert verified.startswith("# kernelpilot-verified: models/act.py:Activation")
     assert project.head in verified and "class ModelNew(" in verified
     kernel = fake_github.file(REPO, "models/act_kernelpilot.py", "kernelpilot/pr-7").decode()
-    assert "class ActivationKernelpilot(ModelNew):" in kernel
+    assert (
+        "class ActivationKernelpilot(_runtime.KernelpilotDropin, _sibling('act').Activation):"
+        in kernel
+    )
     test_file = fake_github.file(REPO, "tests/test_act_kernelpilot.py", "kernelpilot/pr-7")
+    runtime = fake_github.file(REPO, RUNTIME, "kernelpilot/pr-7")
     [review] = fake_github.repo(REPO).review_comments.values()
     assert (review.path, review.line) == ("models/act.py", CLASS_LINE)
     assert "faster than eager" in review.body and f"/pull/{followup.number}" in review.body
@@ -94,6 +100,7 @@ def test_a_same_repo_pull_request_gets_one_comment_a_review_and_a_followup(
     (project.root / VERIFIED).write_text(verified)
     (project.root / "models/act_kernelpilot.py").write_text(kernel)
     (project.root / "tests/test_act_kernelpilot.py").write_bytes(test_file)
+    (project.root / RUNTIME).write_bytes(runtime)
     try:
         tested = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
@@ -104,6 +111,7 @@ def test_a_same_repo_pull_request_gets_one_comment_a_review_and_a_followup(
         (project.root / VERIFIED).unlink()
         (project.root / "models/act_kernelpilot.py").unlink()
         (project.root / "tests/test_act_kernelpilot.py").unlink()
+        (project.root / RUNTIME).unlink()
     assert tested.returncode == 0, tested.stdout[-3000:]
     assert "2 passed" in tested.stdout  # in inference, and over two training steps
 
@@ -301,7 +309,7 @@ def test_kernelpilot_review_prints_the_comment_for_the_local_branch(project, tmp
     assert folder.is_relative_to(tmp_path / "cache") and (folder / "results.json").is_file()
     assert str(folder) in done.stderr
 
-    for path in (VERIFIED, "models/act_kernelpilot.py", "tests/test_act_kernelpilot.py"):
+    for path in (VERIFIED, "models/act_kernelpilot.py", "tests/test_act_kernelpilot.py", RUNTIME):
         assert f"written: {clone / path}" in done.stderr
     tested = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",

@@ -163,7 +163,10 @@ def test_a_forks_pull_request_gets_a_patch_in_the_comment_and_no_branch(
     body = comment(fake_github)
     assert "generated from this fork's unreviewed code" in body
     assert "diff --git a/models/act_kernelpilot.py b/models/act_kernelpilot.py" in body
-    assert "+class ActivationKernelpilot(ModelNew):" in body
+    assert (
+        "+class ActivationKernelpilot(_runtime.KernelpilotDropin, _sibling('act').Activation):"
+        in body
+    )
     assert any("comes from a fork" in line for line in logged)
 
 

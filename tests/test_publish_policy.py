@@ -16,6 +16,7 @@ import pytest
 from bot.detect.changes import ChangedModule, ChangeReport
 from bot.event import ActionsEnv, Dispatch, Event, PullRequest
 from bot.pr.base_config import ROOT_PYPROJECT, JudgingConfig
+from bot.pr.dropin import runtime_module
 from bot.pr.flow import gate
 from bot.pr.followup import Followup
 from bot.pr.publish import PublishOutcome, publish
@@ -161,6 +162,7 @@ def test_a_same_repository_pull_request_gets_the_comment_the_review_and_the_foll
         "models/act_verified_kernelpilot.py",
         "models/act_kernelpilot.py",
         "tests/test_act_kernelpilot.py",
+        f"models/{runtime_module()[0]}.py",  # the code the drop-ins share
     ]
     pull = github.pull_request
     assert outcome.comment_url == COMMENT_URL and outcome.followup_url in (pull.comment or "")
@@ -188,7 +190,10 @@ def test_a_forks_pull_request_gets_the_kernel_as_a_patch_and_no_branch(tmp_path)
     assert "comes from a fork" in outcome.no_followup
     body = github.pull_request.comment or ""
     assert "diff --git a/models/act_kernelpilot.py b/models/act_kernelpilot.py" in body
-    assert "+class ActivationKernelpilot(ModelNew):" in body
+    assert (
+        "+class ActivationKernelpilot(_runtime.KernelpilotDropin, _sibling('act').Activation):"
+        in body
+    )
 
 
 def test_no_followup_when_the_api_says_the_head_moved_on(tmp_path):

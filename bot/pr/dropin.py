@@ -1,103 +1,156 @@
-"""The text of the follow-up's drop-in module and of its test file (pure: text in, text out).
+"""The text of the follow-up's drop-in module, of the runtime the drop-ins share, and of the
+drop-in's test file (pure: text in, text out).
 
-The verified kernel has no backward: inside a network being trained, the gradients of its
-inputs and parameters would silently stay None. So the drop-in class ``<Class>Kernelpilot``
-subclasses the verified ``ModelNew`` (its parameters, buffers and ``state_dict`` are the
-kernel's) and runs the kernel only where no backward is needed; where one is (grad mode on and
-an input or a parameter requires grad) it runs the original class's forward, imported from the
-user's module, on its own parameters and buffers (``torch.func.functional_call``), so autograd
-works as before. The original is built on first need with the same constructor arguments and
-kept out of the submodules. The verified kernel stays in a file of its own, byte for byte what
-was verified: the gates and the nightly check that file, and the drop-in is our text alone.
+The verified kernel has no backward, and its file compiles the kernel when imported. So the
+drop-in class ``<Class>Kernelpilot`` subclasses the user's class (the same constructor,
+parameters, buffers and ``state_dict``; importing it builds nothing) and runs the verified
+``ModelNew`` only where it was verified: no backward needed, its device and dtype, autocast off.
+Where a backward is needed (grad mode on and an input or a parameter requires grad) the user's
+own forward runs, so autograd works as before. The kernel is built on the first forward that
+runs it, or ahead of time (``python -m <package>.<module>_kernelpilot --build``), and cached by
+content hash per machine: later processes load it with no compiler or ninja. Where it cannot be
+built or loaded, one warning, and the user's forward.
 
-The test file compares the drop-in with the original under ``torch.no_grad()`` and over two
-SGD steps in training (outputs, input gradients, parameter gradients).
+That code is the same for every drop-in: ``bot.pr.shipped`` holds it as real modules
+(``kernel_cache``: the cache; ``kernel_dropin``: the class and the build), joined here into one
+runtime file beside the drop-ins, ``kernelpilot_runtime_<hash>.py``. Its name is its content's
+hash: a drop-in imports the code it was shipped with, whatever a later kernelpilot ships beside
+it, and drop-ins in one folder share one copy. The drop-in itself is short: what is particular
+to its target. The verified kernel stays in a file of its own, byte for byte what was verified:
+the gates and the nightly check that file, and the drop-in and the runtime are our text alone.
+
+The test file builds the kernel (a test that ran the original forward would prove nothing),
+compares the drop-in with the original under ``torch.no_grad()`` and checks that the kernel
+ran, then over two SGD steps in training (outputs, input gradients, parameter gradients) checks
+that it did not.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
-from pathlib import PurePosixPath
+from functools import cache
+from pathlib import Path, PurePosixPath
 
 from bot.pr.results import TargetSource
 from harness.judge.tolerance import tolerance_for
+
+SHIPPED = Path(__file__).parent / "shipped"
+SHIPPED_MODULES = ("kernel_cache.py", "kernel_dropin.py")
+IMPORTS_MARK = "# kernelpilot: shipped imports\n"
+CODE_MARK = "# kernelpilot: shipped code\n"
+RUNTIME_PREFIX = "kernelpilot_runtime_"
 
 
 def dropin_module(source: TargetSource, verified_path: PurePosixPath, header: list[str]) -> str:
     """The drop-in module beside the user's: ``header`` (comment lines), then the class."""
     cls = source.class_name
     original = PurePosixPath(source.module_path).stem
+    dotted = source.module_path.removesuffix(".py").replace("/", ".") + "_kernelpilot"
+    init = _init_arguments(source, f"_sibling({original!r})")
+    runtime, _ = runtime_module()
     return (
         "\n".join(header)
         + f'''
 import importlib
+import sys
 
 import torch
 
 
+def _name(stem):
+    """The importable name of a module beside this file: in its package, if it is in one."""
+    return f"{{__package__}}.{{stem}}" if __package__ else stem
+
+
 def _sibling(stem):
-    """A module beside this file: in its package when this file was imported as part of one."""
-    if __package__:
-        return importlib.import_module("." + stem, __package__)
-    return importlib.import_module(stem)
+    return importlib.import_module(_name(stem))
 
 
-def _leaves(value):
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _leaves(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _leaves(item)
-    else:
-        yield value
+_runtime = _sibling({runtime!r})  # what every kernelpilot drop-in shares
+KernelUnavailableWarning = _runtime.KernelUnavailableWarning
 
 
-ModelNew = _sibling({verified_path.stem!r}).ModelNew
+class {cls}Kernelpilot(_runtime.KernelpilotDropin, _sibling({original!r}).{cls}):
+    """{cls}, with the verified kernel of {verified_path.name} where it was verified."""
+
+    _kernelpilot_verified = _name({verified_path.stem!r})
+    _kernelpilot_dotted = __spec__.name if __spec__ else __name__
+    _kernelpilot_device = {source.device!r}
+    _kernelpilot_dtype = torch.{source.dtype}
+
+    @staticmethod
+    def _kernelpilot_init():
+        """The constructor arguments it was verified with: what build() builds it with."""
+        return {init}
 
 
-class {cls}Kernelpilot(ModelNew):
-    """The verified kernel where no backward is needed; the original {cls}.forward, on this
-    module's parameters and buffers, where one is."""
+def build():
+    """Build the kernel into this machine's cache, or find it there, as `python -m
+    {dotted} --build` does: the cache folders. Raises what stopped it."""
+    return _runtime.build({cls}Kernelpilot)
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._kernelpilot_arguments = (args, kwargs)
-        self._kernelpilot_original = None
 
-    def forward(self, *args, **kwargs):
-        if not self._kernelpilot_needs_backward(args, kwargs):
-            return super().forward(*args, **kwargs)
-        original = self._kernelpilot_reference()
-        state = {{**dict(self.named_parameters()), **dict(self.named_buffers())}}
-        return torch.func.functional_call(original, state, args, kwargs)
-
-    def _kernelpilot_needs_backward(self, args, kwargs):
-        if not torch.is_grad_enabled():
-            return False
-        if any(parameter.requires_grad for parameter in self.parameters()):
-            return True
-        return any(
-            isinstance(value, torch.Tensor) and value.requires_grad
-            for value in _leaves([args, kwargs])
-        )
-
-    def _kernelpilot_reference(self):
-        """The original {cls}, built once with this module's constructor arguments (on the cpu,
-        without touching the random stream) and not registered as a submodule: its own
-        parameters are never used, functional_call swaps in this module's. Its train/eval
-        modes follow this module's, submodule by submodule."""
-        if self._kernelpilot_original is None:
-            args, kwargs = self._kernelpilot_arguments
-            with torch.random.fork_rng(devices=[]):
-                built = getattr(_sibling({original!r}), {cls!r})(*args, **kwargs)
-            object.__setattr__(self, "_kernelpilot_original", built)
-        modes = dict(self.named_modules())
-        for name, module in self._kernelpilot_original.named_modules():
-            module.training = modes.get(name, self).training
-        return self._kernelpilot_original
+if __name__ == "__main__":
+    sys.exit(_runtime.main({cls}Kernelpilot, sys.argv[1:]))
 '''
     )
+
+
+@cache
+def runtime_module() -> tuple[str, str]:
+    """The runtime the drop-ins import: its module name (from its content's hash) and text."""
+    imports: list[str] = []
+    bodies = []
+    for name in SHIPPED_MODULES:
+        text = (SHIPPED / name).read_text()
+        head, body = text.split(IMPORTS_MARK, 1)[1].split(CODE_MARK, 1)
+        imports += _shipped_imports(head)
+        bodies.append(body.strip("\n"))
+    code = _import_block(imports) + "\n\n" + "\n\n\n".join(bodies) + "\n"
+    name = RUNTIME_PREFIX + hashlib.sha256(code.encode()).hexdigest()[:12]
+    header = [
+        f"# {name}: what kernelpilot's drop-ins beside it share (bot/pr/shipped in kernelpilot): "
+        "the build cache of their kernels, and the class that runs a kernel where it was verified "
+        "and the original forward elsewhere.",
+        "# Its name is its content's hash: each drop-in imports the code it was shipped with. "
+        "It needs torch and the standard library alone.",
+        "",
+    ]
+    return name, "\n".join(header) + code
+
+
+def _shipped_imports(head: str) -> list[str]:
+    """A shipped module's import lines, less its imports of the other shipped modules (the
+    runtime holds them)."""
+    lines, skipping = [], False
+    for line in head.splitlines():
+        if line.startswith("from bot."):
+            skipping = line.rstrip().endswith("(")
+        elif skipping:
+            skipping = not line.startswith(")")
+        elif line.strip():
+            lines.append(line)
+    return lines
+
+
+def _import_block(lines: list[str]) -> str:
+    """One block, ordered as isort orders it: the future, the standard library, then torch."""
+    unique = list(dict.fromkeys(lines))
+    future = [line for line in unique if line.startswith("from __future__")]
+    torch = [line for line in unique if line.split()[1].split(".")[0] == "torch"]
+    standard = sorted(
+        (line for line in unique if line not in future and line not in torch),
+        key=lambda line: (line.startswith("from"), line.split()[1]),
+    )
+    return "\n\n".join("\n".join(group) for group in (future, standard, sorted(torch)) if group)
+
+
+def _init_arguments(source: TargetSource, module: str) -> str:
+    """The constructor's arguments as configured, an expression over ``module`` (the user's)."""
+    if source.init_fn:
+        return f"list({module}.{source.init_fn}()), {{}}"
+    return f"{source.init_args!r}, {source.init_kwargs!r}"
 
 
 def test_module(source: TargetSource, kernel_path: PurePosixPath, test_path: PurePosixPath) -> str:
@@ -105,10 +158,7 @@ def test_module(source: TargetSource, kernel_path: PurePosixPath, test_path: Pur
     cls = source.class_name
     tolerance = tolerance_for(source.dtype, source.atol, source.rtol)
     depth = len(test_path.parts) - 1
-    if source.init_fn:
-        init = f"    init_args, init_kwargs = list(original.{source.init_fn}()), {{}}"
-    else:
-        init = f"    init_args, init_kwargs = {source.init_args!r}, {source.init_kwargs!r}"
+    init = f"    init_args, init_kwargs = {_init_arguments(source, 'original')}"
     if source.inputs_fn:
         factory_file = source.inputs_path or source.module_path
         inputs = (
@@ -164,9 +214,12 @@ def _close(got, want):
 
 
 def _modules():
-    """The original module, built as configured, and the drop-in loaded with its state."""
+    """The original module, built as configured, and the drop-in loaded with its state. The
+    kernel is built first (or found in this machine's cache): a test that ran the original
+    forward in its place would prove nothing."""
     original = _load({source.module_path!r})
     kernel = _load({str(kernel_path)!r})
+    kernel.build()
 {init}
     reference = original.{cls}(*init_args, **init_kwargs).to(DEVICE, DTYPE)
     candidate = kernel.{cls}Kernelpilot(*init_args, **init_kwargs).to(DEVICE, DTYPE)
@@ -188,6 +241,7 @@ def test_{name}_matches_the_original():
         assert len(actual) == len(expected)
         for got, want in zip(actual, expected):
             _close(got, want)
+    assert "_kernelpilot_links" in candidate.__dict__, "the kernel did not run"
 
 
 def _step(module, optimizer, inputs, seed):
@@ -238,4 +292,5 @@ def test_{name}_trains_like_the_original():
             assert (got[2][key] is None) == (want_grad is None), key
             if want_grad is not None:
                 _close(got[2][key], want_grad)
+    assert "_kernelpilot_links" not in candidate.__dict__, "the kernel ran in training"
 '''

@@ -8,10 +8,14 @@ versions it was verified on: the file the gates and the nightly check. It has no
 the class to swap in is the drop-in's ``<Class>Kernelpilot`` (``<module>_kernelpilot.py``,
 ``bot.pr.dropin``): same constructor as the original, loads the same ``state_dict`` with
 ``strict=True``, runs the kernel where no backward is needed and the original forward where one
-is. The test file goes where the repository keeps its tests (``tests/`` or ``test/`` at the
-root, else beside the module) and needs nothing but torch and pytest: it imports the files by
-path, builds the module and its inputs the way the target is configured, and compares outputs
-(and, over two training steps, gradients) under the same dtype tolerance the harness used.
+is. Importing it builds nothing: the kernel is built on the first forward that runs it, or ahead
+of time by ``python -m <package>.<module>_kernelpilot --build``, into a cache per machine that
+later processes load with no compiler; the code for that, the same for every drop-in, is one
+runtime file per folder (``kernelpilot_runtime_<hash>.py``). The test file goes where the
+repository keeps its tests (``tests/`` or ``test/`` at the root, else beside the module) and
+needs nothing but torch and pytest: it imports the files by path, builds the module and its
+inputs the way the target is configured, and compares outputs (and, over two training steps,
+gradients) under the same dtype tolerance the harness used.
 
 Every field of the results that goes into these files was checked by ``bot.pr.results`` (names are
 identifiers, paths relative ``.py`` paths, numbers finite) and is written as a Python literal
@@ -27,7 +31,7 @@ from pathlib import PurePosixPath
 from pydantic import BaseModel, Field
 
 from bot import markdown as md
-from bot.pr.dropin import dropin_module, test_module
+from bot.pr.dropin import dropin_module, runtime_module, test_module
 from bot.pr.results import PullResults, TargetSource, safe_relative_path
 from bot.report import TargetReport
 
@@ -87,6 +91,13 @@ def build_followup(results: PullResults, test_dir: str | None) -> Followup | Non
         improved.append((row, kernel_path))
     if not files:
         return None
+    runtime, runtime_text = runtime_module()
+    folders = dict.fromkeys(
+        PurePosixPath(file.path).parent for file in files if file.reference_class
+    )
+    files += [
+        FollowupFile(path=str(folder / f"{runtime}.py"), content=runtime_text) for folder in folders
+    ]
     title = (
         f"kernelpilot: faster kernels for #{results.pull_number}"
         if results.pull_number is not None
@@ -127,17 +138,33 @@ def _dropin_header(row: TargetReport, source: TargetSource) -> list[str]:
     cls = source.class_name
     module_path = PurePosixPath(source.module_path)
     verified = module_path.with_name(f"{module_path.stem}_verified_kernelpilot.py")
+    dotted = f"{_dotted(source)}_kernelpilot"
+    arch_note = (
+        " (no GPU visible there: set TORCH_CUDA_ARCH_LIST to the GPUs' compute capability)"
+        if source.device == "cuda"
+        else ""
+    )
     return [
-        f"# kernelpilot drop-in for {source.module_path}:{cls}: the same constructor, and it "
-        "loads the same state_dict (strict).",
+        f"# kernelpilot drop-in for {source.module_path}:{cls}: a subclass of {cls}, with the "
+        "same constructor and state_dict.",
         f"# In inference (torch.no_grad() or torch.inference_mode(), or no input and no "
-        f"parameter requiring grad) it runs the verified kernel of {verified}.",
-        f"# Where a backward is needed (grad mode on and an input or a parameter requires grad) "
-        f"it runs the original {cls}.forward on its parameters and buffers: autograd works as "
-        "before, at eager speed.",
+        f"parameter requiring grad), on {source.device} in {source.dtype} with autocast off, it "
+        f"runs the verified kernel of {verified}.",
+        f"# Elsewhere, and where a backward is needed (grad mode on and an input or a parameter "
+        f"requires grad), it runs the original {cls}.forward: autograd works as before, at "
+        "eager speed.",
         _measured(row, source) + " Parameters require grad by default: run inference under "
         "torch.no_grad() or torch.inference_mode() to get the kernel.",
-        f"# Swap it in: from {_dotted(source)}_kernelpilot import {cls}Kernelpilot as {cls}",
+        "# Importing this file builds nothing. The kernel is built on the first forward that "
+        "runs it and cached by content hash in $TORCH_EXTENSIONS_DIR/kernelpilot (default "
+        "~/.cache/torch_extensions/kernelpilot): later processes on this machine load it with "
+        "no compiler and no ninja.",
+        f"# Build it ahead, once per machine or in your image (a C++ compiler and ninja needed "
+        f"then{', and nvcc' if source.device == 'cuda' else ''}): python -m {dotted} --build"
+        f"{arch_note}",
+        "# Where it cannot be built or loaded, one KernelUnavailableWarning says why and the "
+        f"original {cls}.forward runs instead: the import and the model never fail for it.",
+        f"# Swap it in: from {dotted} import {cls}Kernelpilot as {cls}",
         "",
     ]
 
@@ -188,7 +215,10 @@ def _body(results: PullResults, improved: list[tuple[TargetReport, PurePosixPath
         "the kernel as verified, its header naming the commit, device and versions. The drop-in "
         "runs the kernel in inference and the original forward where a backward is needed; its "
         "header has the one-line change that swaps it in, and the test file checks it against "
-        "the original module, in inference and over two training steps. "
+        "the original module, in inference and over two training steps. The kernel is built "
+        "once per machine and cached (on the first forward that runs it, or ahead of time with "
+        "the drop-in's `--build`: its header says how); where it cannot be built, the drop-in "
+        "warns and runs the original forward. "
         "Nothing is swapped in by this pull request: review the kernels, then "
         "change the import where you want them.",
     ]
