@@ -24,6 +24,7 @@ BENCHMARKS = {
     "sandbox": "bench.bench_sandbox",
     "reference": "bench.bench_reference",
     "kb-sweep": "bench.kb_sweep",
+    "real-repos": "bench.real_repos",
 }
 
 

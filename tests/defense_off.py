@@ -1055,6 +1055,20 @@ DEFENSES: list[Defense] = [
         "        if False:",
         ("tests/test_capture.py", "-k", "hostile"),
     ),
+    Defense(
+        "offline_guards_emitted",
+        "agents/offline/emit.py",
+        "    if not checks:\n        return []\n    if wrote is not None:",
+        "    if True:\n        return []\n    if wrote is not None:",
+        ("tests/test_offline_guards_run.py",),
+    ),
+    Defense(
+        "dropin_cache_hash_checked",
+        "bot/pr/shipped/kernel_cache.py",
+        'matches = record["key"] == folder.name and _sha256(library) == record["sha256"]',
+        'matches = record["key"] == folder.name',
+        ("tests/test_followup_module.py", "-k", "cached_library_that_changed"),
+    ),
 ]
 
 

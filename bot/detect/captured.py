@@ -58,7 +58,7 @@ def capture_targets(
     try:
         report, saved = capture(
             repo, classes, eval_config, tests=tests, command=settings.command,
-            limit_s=settings.timeout_s,
+            limit_s=settings.timeout_s, gpu=device == "cuda",
         )  # fmt: skip
     except UserError as err:
         for module in wanted:

@@ -54,16 +54,18 @@ def capture(
     tests: list[str] | None = None,
     command: str | None = None,
     limit_s: float = 300.0,
+    gpu: bool = False,
 ) -> tuple[CaptureReport, Path]:
     """Run the tests (or the command) over ``root`` with hooks on ``classes`` ((path, class)
-    pairs, paths relative to ``root``); what was seen, and the folder its saved files are in."""
+    pairs, paths relative to ``root``); what was seen, and the folder its saved files are in.
+    ``gpu``: the worker sees the GPU (a run on cuda: the repository's code may need one)."""
     job_dir = lifetime.scratch("capture-")
     saved = lifetime.scratch("captured-")
     job = CaptureJob(
         root=root, classes=classes, tests=tests or [], command=command, limit_s=limit_s
     )
     (job_dir / "job.json").write_text(job.model_dump_json())
-    view = WorkerView(read_only=[root], writable=[], gpu=False)
+    view = WorkerView(read_only=[root], writable=[], gpu=gpu)
     outcome = run_worker(
         job_dir, limit_s + 30.0, config.memory_limit_gb, view, config.sandbox, entry=CAPTURE_ENTRY
     )

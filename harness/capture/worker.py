@@ -76,7 +76,17 @@ def _stopped(job: CaptureJob) -> str:
 def _run_tests(tests: list[str]) -> str:
     import pytest
 
-    code = pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests])
+    code = pytest.main(
+        [
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "--continue-on-collection-errors",
+            *tests,
+        ]
+    )
     return f"pytest ended with exit status {int(code)}"
 
 
