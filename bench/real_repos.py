@@ -182,7 +182,7 @@ def review(pull: PullRequest, repo: Path, device: str, out: Path) -> dict:
     changes = results.changes
     assert changes is not None
     rows = results.report.targets
-    verified = [row for row in rows if row.result.status.value == "ok"]
+    verified = [row for row in rows if row.result is not None and row.result.status.value == "ok"]
     return {
         "repository": pull.name,
         "kind": pull.kind,
@@ -194,22 +194,24 @@ def review(pull: PullRequest, repo: Path, device: str, out: Path) -> dict:
         "without_target": len(changes.unconfigured()),
         "verified": len(verified),
         "offered": sum(row.improved for row in rows),
-        "targets": [
-            {
-                "target": row.target,
-                "status": row.status.value,
-                "inputs": row.result.input_summary,
-                "vs_eager": _round(row.result.speedup_vs_eager),
-                "vs_compile": _round(row.result.speedup_vs_compile),
-                "reason": row.result.reason[:300] if row.result.status.value != "ok" else "",
-            }
-            for row in rows
-        ],
+        "targets": [_target(row) for row in rows],
         "notes": [
             f"{m.path}:{m.class_name}: {m.capture_note}" for m in changes.modules if m.capture_note
         ][:20],
         "seconds": round(seconds, 1),
         "followup_test": followup_test(results, repo),
+    }
+
+
+def _target(row) -> dict:
+    result = row.result
+    return {
+        "target": row.target,
+        "status": row.status.value,
+        "inputs": result.input_summary if result else "",
+        "vs_eager": _round(result.speedup_vs_eager) if result else None,
+        "vs_compile": _round(result.speedup_vs_compile) if result else None,
+        "reason": (row.reason or (result.reason if result else ""))[:300],
     }
 
 

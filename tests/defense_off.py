@@ -596,9 +596,16 @@ DEFENSES: list[Defense] = [
     Defense(
         "publish_native_gate_over_strings",
         "bot/pr/trust.py",
-        '    return reasons + check_native("\\n".join(_strings(tree)), dtype)',
+        '    return reasons + check_native("\\n".join(_strings(tree) if native is None else native), dtype)',
         "    return reasons",
         ("tests/test_publish.py", "-k", "ungated_kernel and native"),
+    ),
+    Defense(
+        "publish_native_gate_unfollowed_sources",
+        "bot/pr/trust.py",
+        "    if any(_renames_load_inline(node) for node in nodes):\n        return None",
+        "    if False:\n        return None",
+        ("tests/test_publish.py", "-k", "cannot_be_followed"),
     ),
     Defense(
         "publish_review_threshold_from_the_base",

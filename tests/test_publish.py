@@ -390,3 +390,58 @@ def test_a_big_claim_asks_for_review_by_the_base_commits_threshold(tmp_path, fak
     result["vs_eager"].update(speedup=48.0, needs_review=False)
     run_publish(fake_github, tmp_path, data)
     assert "⚠️ faster, over 10x: review" in comment(fake_github)
+
+
+MESSAGE = """        self.scale = scale
+        if scale < 0:
+            print("WARNING: a negative scale needs PyTorch >= 2.0")
+"""
+HOSTILE_CPP = repr('void f() { PyRun_SimpleString("import os"); }')
+
+
+def test_a_message_in_the_constructor_is_not_read_as_cpp():
+    """A string the module's copied constructor prints ("needs PyTorch >= 2.0", nanoGPT's
+    attention) is not kernel source: only what load_inline compiles is gated as C++."""
+    from bot.pr.trust import kernel_reasons
+
+    source = KERNEL.replace("        self.scale = scale\n", MESSAGE, 1)
+    assert "PyTorch" in source
+    assert kernel_reasons(source, "Activation", "float32") == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # load_inline under another name: its sources cannot be told, every string is checked
+        ("from torch.utils.cpp_extension import load_inline",
+         "from torch.utils.cpp_extension import load_inline as build"),
+        # the source name bound twice: which text is compiled cannot be told
+        ("_ext = load_inline(", "CPP_SOURCE = CPP_SOURCE + ''\n_ext = load_inline("),
+        # the sources made by a call
+        ("    cpp_sources=CPP_SOURCE,", "    cpp_sources=str(CPP_SOURCE),"),
+    ],
+)  # fmt: skip
+def test_a_kernel_source_that_cannot_be_followed_has_every_string_gated(old, new):
+    """Where the texts load_inline compiles cannot be followed to literals, every string of the
+    file is read as C++ (a hostile string anywhere is refused), as before."""
+    from bot.pr.trust import kernel_reasons
+
+    source = KERNEL.replace(old, new, 1)
+    assert source != KERNEL
+    if "as build" in new:
+        source = source.replace("_ext = load_inline(", "_ext = build(")
+    hostile = source.replace(
+        "        self.scale = scale\n", f"        self.note = {HOSTILE_CPP}\n", 1
+    )
+    reasons = kernel_reasons(hostile, "Activation", "float32")
+    assert any("reaches into the Python interpreter" in reason for reason in reasons), reasons
+
+
+def test_a_hostile_kernel_source_followed_to_its_literal_is_refused():
+    from bot.pr.trust import kernel_reasons
+
+    source = KERNEL.replace(
+        'CPP_SOURCE = r"""', 'CPP_SOURCE = r"""\nvoid g() { PyRun_SimpleString("x"); }', 1
+    )
+    reasons = kernel_reasons(source, "Activation", "float32")
+    assert any("reaches into the Python interpreter" in reason for reason in reasons), reasons

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import sys
+from collections import Counter
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -117,14 +118,94 @@ def vet_kernels(results: PullResults) -> list[str]:
 
 
 def kernel_reasons(source: str, class_name: str, dtype: str) -> list[str]:
-    """The static gate's reasons, and the native gate's over every string in the source that
-    is not a docstring (kernel sources are string literals handed to load_inline)."""
+    """The static gate's reasons, and the native gate's over the kernel sources: the strings
+    the file hands to ``load_inline``, where each one can be followed to its text; else every
+    string in the source that is not a docstring (kernel sources are string literals)."""
     reasons = check_python(source, class_name, dtype)
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return reasons or ["the kernel does not parse"]
-    return reasons + check_native("\n".join(_strings(tree)), dtype)
+    native = _load_inline_sources(tree)
+    return reasons + check_native("\n".join(_strings(tree) if native is None else native), dtype)
+
+
+LOAD_INLINE_SOURCES = ("cpp_sources", "cuda_sources")
+
+
+def _load_inline_sources(tree: ast.Module) -> list[str] | None:
+    """The texts every ``load_inline`` call of the file compiles, or None where one cannot be
+    followed to string literals (a name bound more than once, or a parameter's; an f-string, a
+    call; ``load_inline`` imported under another name or passed around): then all strings are
+    checked. A constructor's message copied from the user's module ("requires PyTorch >= 2.0")
+    is then not read as C++."""
+    nodes = list(ast.walk(tree))
+    if any(_renames_load_inline(node) for node in nodes):
+        return None
+    stores = Counter(
+        n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    )
+    shadowed = {n.arg for n in nodes if isinstance(n, ast.arg)} | {
+        name for n in nodes if isinstance(n, ast.Global | ast.Nonlocal) for name in n.names
+    }
+    constants: dict[str, list[str] | None] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if (
+                isinstance(target, ast.Name)
+                and stores[target.id] == 1
+                and target.id not in shadowed
+            ):
+                constants[target.id] = _texts(node.value, constants)
+    called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
+    if any(_names_load_inline(n) and id(n) not in called for n in nodes):
+        return None  # load_inline passed around, not called where it can be read
+    texts: list[str] = []
+    for call in nodes:
+        if isinstance(call, ast.Call) and _names_load_inline(call.func):
+            if any(keyword.arg is None for keyword in call.keywords) or any(
+                isinstance(arg, ast.Starred) for arg in call.args
+            ):
+                return None
+            given = [*call.args[1:3]]
+            given += [k.value for k in call.keywords if k.arg in LOAD_INLINE_SOURCES]
+            for value in given:
+                found = _texts(value, constants)
+                if found is None:
+                    return None
+                texts += found
+    return texts
+
+
+def _renames_load_inline(node: ast.AST) -> bool:
+    """``from ... import load_inline as other`` (or an import of it under any other name)."""
+    return isinstance(node, ast.ImportFrom) and any(
+        alias.name == "load_inline" and alias.asname not in (None, "load_inline")
+        for alias in node.names
+    )
+
+
+def _texts(node: ast.expr, constants: dict[str, list[str] | None]) -> list[str] | None:
+    """The string literals an expression is made of (a literal, a name bound once to them, a
+    list or tuple of them, ``+`` of them); None for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.Name):
+        return constants.get(node.id)
+    if isinstance(node, ast.List | ast.Tuple):
+        parts = [_texts(item, constants) for item in node.elts]
+        return None if any(part is None for part in parts) else [t for p in parts for t in p or []]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _texts(node.left, constants), _texts(node.right, constants)
+        return None if left is None or right is None else left + right
+    return None
+
+
+def _names_load_inline(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Name) and node.id == "load_inline") or (
+        isinstance(node, ast.Attribute) and node.attr == "load_inline"
+    )
 
 
 def _strings(tree: ast.Module) -> list[str]:
