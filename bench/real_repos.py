@@ -25,7 +25,7 @@ from pathlib import Path
 
 import click
 
-from bench.results_format import BenchmarkRecord, finish, new_record, out_option
+from bench.results_format import BenchmarkRecord, finish, new_record, out_option, write_record
 
 
 @dataclass(frozen=True)
@@ -275,4 +275,6 @@ def cli(mirrors: Path, device: str, only: tuple[str, ...], out: Path | None) -> 
             repo = prepare(pull, mirrors, Path(folder))
             record.rows.append(review(pull, repo, device, Path(folder) / f"out-{len(record.rows)}"))
             print(table(record), file=sys.stderr)
+            if out is not None:  # a run stopped later keeps the repositories it finished
+                write_record(record, out)
     finish(record, out, table)
