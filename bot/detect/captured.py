@@ -70,7 +70,7 @@ def capture_targets(
         target = found.get((module.path, module.class_name))
         if target is None or target.problem or not target.calls:
             why = target.problem if target is not None else "not seen"
-            module.capture_note = f"{why} ({report.source})"[:500]
+            module.capture_note = f"{why}; {report.outcome}"[:500]
             continue
         problems.append((target, captured_problem(target, repo, saved, device, dtype)))
         _mark(module, target)

@@ -43,6 +43,7 @@ def main(job_dir: Path, channel_fd: int) -> None:
     for path, class_name in job.classes:
         recorder.hook(path, class_name)
     ran = "command" if job.command else "tests"
+    ran_what = "the command" if job.command else "the tests"
     source = job.command or ", ".join(job.tests)
     lock = threading.Lock()
 
@@ -63,9 +64,9 @@ def main(job_dir: Path, channel_fd: int) -> None:
     try:
         outcome = _run_command(job.command) if job.command else _run_tests(job.tests)
     except SystemExit as stop:
-        outcome = f"ended with exit status {stop.code}"
+        outcome = f"{ran_what} ended with exit status {stop.code}"
     except BaseException as err:  # the repository's code: what it raised is its outcome
-        outcome = f"raised {type(err).__name__}: {err}"
+        outcome = f"{ran_what} raised {type(err).__name__}: {err}"
     report(outcome)
 
 
