@@ -66,9 +66,10 @@ def capture(
     )
     (job_dir / "job.json").write_text(job.model_dump_json())
     view = WorkerView(read_only=[root], writable=[], gpu=gpu)
-    outcome = run_worker(
-        job_dir, limit_s + 30.0, config.memory_limit_gb, view, config.sandbox, entry=CAPTURE_ENTRY
-    )
+    # A worker with the GPU gets no address-space limit: a CUDA context alone reserves more
+    # virtual memory than any such limit allows (as the evaluator's cuda workers).
+    memory = None if gpu else config.memory_limit_gb
+    outcome = run_worker(job_dir, limit_s + 30.0, memory, view, config.sandbox, entry=CAPTURE_ENTRY)
     results = [message for message in outcome.results() if message.kind == "report"]
     source = command or ", ".join(tests or [])
     if not results:
