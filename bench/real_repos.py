@@ -229,8 +229,11 @@ def followup_test(results, repo: Path) -> str:
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
         cwd=repo, capture_output=True, text=True,
     )  # fmt: skip
-    last = (done.stdout.strip().splitlines() or ["(no output)"])[-1]
-    return f"exit {done.returncode}: {last}"
+    lines = done.stdout.strip().splitlines() or ["(no output)"]
+    if done.returncode != 0:  # what failed, for the record
+        (repo.parent / f"followup-{repo.name}.log").write_text(done.stdout + done.stderr)
+        print(done.stdout[-6000:], file=sys.stderr)
+    return f"exit {done.returncode}: {lines[-1]}"
 
 
 def _round(value: float | None) -> float | None:

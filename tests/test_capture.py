@@ -184,3 +184,19 @@ def test_only_the_repositorys_own_modules_are_imported_by_the_factories(from_tes
     entries, factories = frozen([hostile], "kernelpilot_targets.py", lambda name: name == "model")
     assert "system" not in factories and "from os" not in factories
     assert "# init = 'file.py:function'" in entries
+
+
+def test_a_module_in_a_package_is_built_with_its_relative_imports():
+    """whisper/model.py does `from .decoding import ...`: a file of a package is imported by
+    its dotted name in every worker, not by path (where a relative import fails)."""
+    from harness.problem.cases import build_reference
+
+    report, saved = capture(
+        REPO, [("nets/act.py", "Act")], fast_config(), tests=["tests/test_nets.py"], limit_s=60
+    )
+    [act] = report.targets
+    assert act.problem == "" and act.init_args == []
+    problem = captured_problem(act, REPO, saved, "cpu", "float32")
+    module = build_reference(problem, 0)
+    x = make_inputs(problem, 0)[0]
+    assert torch.allclose(module(x), torch.tanh(x) * 3.0)

@@ -19,19 +19,14 @@ from pathlib import Path
 import torch
 
 from harness.capture.records import MAX_CALLS, ArgSpec, CallSpec, CapturedTarget, TensorSpec
+from harness.problem.user_code import package_name
 
 PLAIN = (type(None), bool, int, float, str)
 
 
 def module_name(root: Path, path: Path) -> tuple[str, Path]:
-    """The name the repository imports ``path`` by, and the folder that name is relative to:
-    the packages above it (folders with ``__init__.py``), under the first folder that is not one."""
-    parts = [path.stem]
-    folder = path.parent
-    while folder != root and (folder / "__init__.py").is_file():
-        parts.insert(0, folder.name)
-        folder = folder.parent
-    return ".".join(parts), folder
+    """The name the repository imports ``path`` by, and the folder that name is relative to."""
+    return package_name(path, {root})
 
 
 class Instance:

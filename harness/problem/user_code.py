@@ -21,11 +21,26 @@ from harness.records import Problem
 from harness.sandbox.memory import is_out_of_memory, ran_out
 
 
+def package_name(path: Path, stop: set[Path]) -> tuple[str, Path]:
+    """The name a file is imported by in its repository, and the folder that name starts in:
+    the packages above it (folders with ``__init__.py``, up to a folder in ``stop``), so that
+    its relative imports (``from .decoding import decode``) resolve as they do there."""
+    parts = [path.stem]
+    folder = path.parent
+    while folder not in stop and folder != folder.parent and (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts), folder
+
+
 def import_source(path: Path, search_paths: list[Path]) -> types.ModuleType:
-    """Import a user file by path; errors become UserErrors naming the file."""
+    """Import a user file: as a module of its package where it is in one (by its dotted name,
+    so relative imports work), else by path; errors become UserErrors naming the file."""
     for folder in reversed(search_paths):
         if str(folder) not in sys.path:
             sys.path.insert(0, str(folder))
+    if (path.parent / "__init__.py").is_file():
+        return _import_in_package(path, search_paths)
     module_name = f"kp_user_{abs(hash(str(path)))}"
     if module_name in sys.modules:
         return sys.modules[module_name]
@@ -43,6 +58,27 @@ def import_source(path: Path, search_paths: list[Path]) -> types.ModuleType:
             where=str(path),
             fix="make the file importable on its own (python -c 'import runpy; runpy.run_path(...)')",
         ) from err
+    return module
+
+
+def _import_in_package(path: Path, search_paths: list[Path]) -> types.ModuleType:
+    name, folder = package_name(path, set())
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    try:
+        module = importlib.import_module(name)
+    except Exception as err:
+        raise UserError(
+            f"importing {name} raised {type(err).__name__}: {err}{raised_at(err)}",
+            where=str(path),
+            fix=f"make {name} importable from {folder} (python -c 'import {name}')",
+        ) from err
+    if Path(module.__file__ or "").resolve() != path.resolve():
+        raise UserError(
+            f"importing {name} gave {module.__file__}, not this file",
+            where=str(path),
+            fix="rename the module or the package that shadows it",
+        )
     return module
 
 
