@@ -84,3 +84,22 @@ def test_a_pull_request_changing_an_unconfigured_module_gets_it_measured(pull, t
     assert row.target == "model.py:MLP"
     assert row.result.status.value == "ok", row.result.reason
     assert row.result.input_summary.startswith("float32[32, 64]")
+    # The follow-up a maintainer merges: built with the captured config object, its test passes
+    # (inference on the kernel, two training steps on the original) in the repository.
+    import subprocess
+    import sys
+
+    from bot.pr.followup import build_followup
+    from bot.pr.local_followup import write_followup
+
+    source = results.sources["model.py:MLP"]
+    assert source.init_call == "[GPTConfig(n_embd=64, scale=2.0, vocab_size=100)]"
+    followup = build_followup(results, results.test_dir)
+    assert followup is not None
+    write_followup(followup, pull, force=False)
+    tests = [f.path for f in followup.files if Path(f.path).name.startswith("test_")]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+        cwd=pull, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]

@@ -11,7 +11,7 @@ import click
 
 from bot.cli.options import DEVICE, DTYPE, VERBOSE, progress, run_command
 from bot.cli.params import not_blank
-from bot.detect.captured import capture_targets, test_files_for
+from bot.detect.captured import capture_targets, in_repository, test_files_for
 from bot.detect.changes import ChangedModule, detect_changes
 from bot.git import uncommitted_configuration
 from bot.settings import load_settings
@@ -73,7 +73,7 @@ def targets(base, head, repo, write, device, dtype, verbose) -> None:
         if not write:
             return
         entries, factories = frozen(
-            [target for target, _ in found], FACTORY_FILE, partial(_in_repository, root)
+            [target for target, _ in found], FACTORY_FILE, partial(in_repository, root)
         )
         if not entries:
             click.echo("--write: no captured target to write", err=True)
@@ -81,12 +81,6 @@ def targets(base, head, repo, write, device, dtype, verbose) -> None:
         _write(root, entries, factories)
 
     run_command(verbose, action)
-
-
-def _in_repository(root: Path, module: str) -> bool:
-    """A dotted module name that is a file (or a package) of the repository."""
-    path = root.joinpath(*module.split("."))
-    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def _line(module: ChangedModule) -> str:

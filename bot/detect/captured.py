@@ -24,6 +24,7 @@ from harness.errors import UserError
 from harness.records import Problem
 
 Progress = Callable[[str], None]
+Captured = tuple[CapturedTarget, Problem]  # what the capture saw, and the problem made of it
 TestsFor = Callable[[list[str]], list[str]]
 
 
@@ -36,7 +37,7 @@ def capture_targets(
     device: str,
     dtype: str,
     progress: Progress,
-) -> list[tuple[CapturedTarget, Problem]]:
+) -> list[Captured]:
     """For the changed modules without a target that the capture saw built and called, what it
     saw and the Problem made of it; each such module's record in ``changes`` gets its target
     and where it was seen."""
@@ -75,6 +76,12 @@ def capture_targets(
         problems.append((target, captured_problem(target, repo, saved, device, dtype)))
         _mark(module, target)
     return problems
+
+
+def in_repository(root: Path, module: str) -> bool:
+    """A dotted module name that is a file (or a package) of the repository."""
+    path = root.joinpath(*module.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def test_files_for(repo: Path, head_sha: str, paths: list[str]) -> list[str]:

@@ -27,12 +27,14 @@ that it did not.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import re
 from functools import cache
 from pathlib import Path, PurePosixPath
 
 from bot.pr.results import TargetSource
+from harness.capture.freeze import tensor_source
 from harness.judge.tolerance import tolerance_for
 
 SHIPPED = Path(__file__).parent / "shipped"
@@ -46,8 +48,12 @@ def dropin_module(source: TargetSource, verified_path: PurePosixPath, header: li
     """The drop-in module beside the user's: ``header`` (comment lines), then the class."""
     cls = source.class_name
     original = PurePosixPath(source.module_path).stem
-    dotted = source.module_path.removesuffix(".py").replace("/", ".") + "_kernelpilot"
+    kernel = verified_path.with_name(
+        verified_path.name.replace("_verified_kernelpilot", "_kernelpilot")
+    )
+    dotted = str(kernel.with_suffix("")).replace("/", ".")
     init = _init_arguments(source, f"_sibling({original!r})")
+    init_imports = "".join(f"        {line}\n" for line in source.init_imports)
     runtime, _ = runtime_module()
     return (
         "\n".join(header)
@@ -82,7 +88,7 @@ class {cls}Kernelpilot(_runtime.KernelpilotDropin, _sibling({original!r}).{cls})
     @staticmethod
     def _kernelpilot_init():
         """The constructor arguments it was verified with: what build() builds it with."""
-        return {init}
+{init_imports}        return {init}
 
 
 def build():
@@ -147,10 +153,32 @@ def _import_block(lines: list[str]) -> str:
 
 
 def _init_arguments(source: TargetSource, module: str) -> str:
-    """The constructor's arguments as configured, an expression over ``module`` (the user's)."""
+    """The constructor's arguments as configured or captured, an expression over ``module``
+    (the user's)."""
+    if source.init_call is not None:
+        expression = ast.parse(source.init_call, mode="eval").body
+        if isinstance(expression, ast.Dict):
+            return f"[], {source.init_call}"
+        return f"list({source.init_call}), {{}}"
     if source.init_fn:
         return f"list({module}.{source.init_fn}()), {{}}"
     return f"{source.init_args!r}, {source.init_kwargs!r}"
+
+
+def _inputs(source: TargetSource) -> str:
+    """An expression for one call's inputs (drawn after the test seeds torch)."""
+    if source.captured_inputs is not None:
+        values = [
+            tensor_source(arg.tensor) if arg.tensor is not None else repr(arg.value)
+            for arg in source.captured_inputs
+        ]
+        return f"[{', '.join(values)}]"
+    if source.inputs_fn:
+        factory_file = source.inputs_path or source.module_path
+        if factory_file != source.module_path:
+            return f"list(_load({factory_file!r}).{source.inputs_fn}())"
+        return f"list(original.{source.inputs_fn}())"
+    return f"[torch.randn(shape) for shape in {source.input_shapes!r}]"
 
 
 def test_module(source: TargetSource, kernel_path: PurePosixPath, test_path: PurePosixPath) -> str:
@@ -158,19 +186,14 @@ def test_module(source: TargetSource, kernel_path: PurePosixPath, test_path: Pur
     cls = source.class_name
     tolerance = tolerance_for(source.dtype, source.atol, source.rtol)
     depth = len(test_path.parts) - 1
-    init = f"    init_args, init_kwargs = {_init_arguments(source, 'original')}"
-    if source.inputs_fn:
-        factory_file = source.inputs_path or source.module_path
-        inputs = (
-            f"list(_load({factory_file!r}).{source.inputs_fn}())"
-            if factory_file != source.module_path
-            else f"list(original.{source.inputs_fn}())"
-        )
-    else:
-        inputs = f"[torch.randn(shape) for shape in {source.input_shapes!r}]"
+    imports = "".join(f"    {line}\n" for line in source.init_imports)
+    init = f"{imports}    init_args, init_kwargs = {_init_arguments(source, 'original')}"
+    inputs = _inputs(source)
     name = re.sub(r"\W", "_", f"{cls}_kernelpilot").lower()
     return f'''"""kernelpilot: {cls}Kernelpilot against the original {cls}."""
 
+import dataclasses
+import importlib
 import importlib.util
 import pathlib
 import sys
@@ -179,6 +202,7 @@ import pytest
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[{depth}]
+KEYWORDS = {tuple(source.input_keywords)!r}
 DEVICE = {source.device!r}
 DTYPE = torch.{source.dtype}
 RTOL, ATOL = {tolerance.rtol!r}, {tolerance.atol!r}  # atol is relative to the output's RMS
@@ -188,14 +212,30 @@ ON_DEVICE = pytest.mark.skipif(
 
 
 def _load(relative):
+    """A file of the repository, imported as the repository imports it: by its dotted name
+    where it is in a package (its relative imports work), else by its path."""
     path = ROOT / relative
-    for folder in (str(ROOT), str(path.parent)):
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
+    folder, parts = path.parent, [path.stem]
+    while folder != ROOT and (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    for entry in (str(ROOT), str(folder)):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    if len(parts) > 1:
+        return importlib.import_module(".".join(parts))
     spec = importlib.util.spec_from_file_location("kp_" + path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _call(module, inputs):
+    """The forward called as it was verified: the last len(KEYWORDS) inputs by name."""
+    count = len(KEYWORDS)
+    if not count:
+        return module(*inputs)
+    return module(*inputs[:-count], **dict(zip(KEYWORDS, inputs[-count:])))
 
 
 def _place(value):
@@ -205,7 +245,28 @@ def _place(value):
 
 
 def _outputs(value):
-    return list(value) if isinstance(value, (tuple, list)) else [value]
+    """The result's tensors in order; the rest of it (None, numbers, the nest) in ``_form``."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = [getattr(value, field.name) for field in dataclasses.fields(value)]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return [leaf for item in value for leaf in _outputs(item)]
+    return []
+
+
+def _form(value):
+    if isinstance(value, torch.Tensor):
+        return "T"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [type(value).__name__] + [_form(getattr(value, f.name)) for f in dataclasses.fields(value)]
+    if isinstance(value, dict):
+        return [type(value).__name__] + [(key, _form(item)) for key, item in value.items()]
+    if isinstance(value, (tuple, list)):
+        return [type(value).__name__] + [_form(item) for item in value]
+    return repr(value)
 
 
 def _close(got, want):
@@ -236,8 +297,9 @@ def test_{name}_matches_the_original():
         torch.manual_seed(seed)
         inputs = [_place(value) for value in {inputs}]
         with torch.no_grad():
-            expected = _outputs(reference(*inputs))
-            actual = _outputs(candidate(*inputs))
+            expected_value, actual_value = _call(reference, inputs), _call(candidate, inputs)
+        assert _form(actual_value) == _form(expected_value)
+        expected, actual = _outputs(expected_value), _outputs(actual_value)
         assert len(actual) == len(expected)
         for got, want in zip(actual, expected):
             _close(got, want)
@@ -254,7 +316,7 @@ def _step(module, optimizer, inputs, seed):
     ]
     optimizer.zero_grad()
     torch.manual_seed(seed)  # the same dropout masks, if any
-    outputs = _outputs(module(*leaves))
+    outputs = _outputs(_call(module, leaves))
     weights = torch.Generator().manual_seed(seed)
     loss = sum(
         (out.double() * torch.randn(out.shape, generator=weights, dtype=torch.float64).to(DEVICE))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from bot.actions_io import add_summary, set_outputs
-from bot.detect.captured import capture_targets, test_files_for
+from bot.detect.captured import Captured, capture_targets, in_repository, test_files_for
 from bot.detect.changes import ChangeReport, detect_changes
 from bot.event import ActionsEnv, Event
 from bot.git import checked_out_commit
@@ -31,6 +31,7 @@ from bot.pr.runner_paths import scrubbed
 from bot.report import Report, TargetReport
 from bot.run import Progress, RunOptions, resolve_targets, run_targets
 from bot.writer import ReadOnly, RepoWriter, WriteFailed
+from harness.capture.freeze import written_init
 from harness.errors import UserError
 from harness.records import Problem
 
@@ -135,16 +136,15 @@ def measure(
 
 def _captured(
     repo: Path, changes: ChangeReport, options: RunOptions, progress: Progress
-) -> list[Problem]:
+) -> list[Captured]:
     """Targets for the changed modules nothing configures, from the repository's own tests
     or capture command (``bot.detect.captured``); the settings are the run's (a pull
     request's: its base commit's)."""
-    found = capture_targets(
+    return capture_targets(
         repo, changes, options.settings.capture, options.eval_config or options.settings.eval,
         partial(test_files_for, repo, changes.head_sha), options.device,
         options.dtype or options.settings.dtype, progress,
     )  # fmt: skip
-    return [problem for _, problem in found]
 
 
 def _configured(changes: ChangeReport) -> list[str]:
@@ -174,22 +174,29 @@ def _optimize(
     options: RunOptions,
     progress: Progress,
     hold: Callable[[Problem], Problem] | None = None,
-    captured: list[Problem] | None = None,
+    captured: list[Captured] | None = None,
 ) -> None:
     captured = captured or []
+    seen = {id(problem): target for target, problem in captured}
     if results.changes is not None and not targets and not captured:
         results.report = Report()
         return
     resolved: list[Problem | TargetReport] = []
     if targets or results.changes is None:
         resolved = resolve_targets([f"{repo / target}" for target in targets], options)
-    resolved += captured
+    resolved += [problem for _, problem in captured]
     if hold is not None:
         resolved = [hold(item) if isinstance(item, Problem) else item for item in resolved]
     results.report = run_targets(resolved, options, progress)
     for item, row in zip(resolved, results.report.targets, strict=True):
         if isinstance(item, Problem):
             source = TargetSource.of(item, repo)
+            if id(item) in seen:  # its constructor as the follow-up's test can write it
+                written = written_init(seen[id(item)], partial(in_repository, repo))
+                if written is not None:
+                    source = source.model_copy(
+                        update={"init_imports": written[0], "init_call": written[1]}
+                    )
             row.target = f"{source.module_path}:{source.class_name}"
             results.sources[row.target] = source
         elif isinstance(item, TargetReport) and item.target.startswith(str(repo)):

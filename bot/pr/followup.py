@@ -26,6 +26,7 @@ files as a patch in its comment (``as_patch``), never a branch.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import PurePosixPath
 
 from pydantic import BaseModel, Field
@@ -67,24 +68,33 @@ def build_followup(results: PullResults, test_dir: str | None) -> Followup | Non
     """The follow-up's branch, files and description; None when no module improved."""
     files: list[FollowupFile] = []
     improved = []
-    for row in results.report.improved():
-        source = results.sources.get(row.target)
-        if source is None:
-            continue
+    rows = [
+        (row, source)
+        for row in results.report.improved()
+        if (source := results.sources.get(row.target)) is not None and source.constructible
+    ]
+    per_file = Counter(source.module_path for _, source in rows)
+    for row, source in rows:
         module_path = safe_relative_path(source.module_path, f"results: {row.target}")
-        kernel_path = module_path.with_name(f"{module_path.stem}_kernelpilot.py")
-        verified_path = module_path.with_name(f"{module_path.stem}_verified_kernelpilot.py")
-        test_path = _test_path(module_path, test_dir)
+        # Two classes of one file get a file each: the class's name joins the file's.
+        stem = module_path.stem
+        if per_file[source.module_path] > 1:
+            stem = f"{stem}_{source.class_name.lower()}"
+        kernel_path = module_path.with_name(f"{stem}_kernelpilot.py")
+        verified_path = module_path.with_name(f"{stem}_verified_kernelpilot.py")
+        test_path = _test_path(module_path.with_name(f"{stem}.py"), test_dir)
         files += [
             FollowupFile(
                 path=str(verified_path),
-                content=kernel_module(row, source, results),
+                content=kernel_module(row, source, results, verified_path),
                 reference_class=source.class_name,
                 dtype=source.dtype,
             ),
             FollowupFile(
                 path=str(kernel_path),
-                content=dropin_module(source, verified_path, _dropin_header(row, source)),
+                content=dropin_module(
+                    source, verified_path, _dropin_header(row, source, verified_path, kernel_path)
+                ),
             ),
             FollowupFile(path=str(test_path), content=test_module(source, kernel_path, test_path)),
         ]
@@ -111,18 +121,23 @@ def build_followup(results: PullResults, test_dir: str | None) -> Followup | Non
     )
 
 
-def kernel_module(row: TargetReport, source: TargetSource, results: PullResults) -> str:
+def kernel_module(
+    row: TargetReport, source: TargetSource, results: PullResults, verified: PurePosixPath
+) -> str:
     """The verified kernel as it was verified, under a header: the file the gates and the
     nightly check (``bot.nightly.shipped`` finds it by the header's first line)."""
     env = results.environment
     cls = source.class_name
     versions = f"torch {_line(env.torch)}" + (f", CUDA {_line(env.cuda)}" if env.cuda else "")
-    module_path = PurePosixPath(source.module_path)
-    verified = module_path.with_name(f"{module_path.stem}_verified_kernelpilot.py")
+    dropin = (
+        str(verified.with_suffix(""))
+        .replace("/", ".")
+        .replace("_verified_kernelpilot", "_kernelpilot")
+    )
     header = [
         f"# {HEADER_TAG}: {source.module_path}:{cls}",
         f"# The verified kernel for {cls}, forward only (it has no backward): use "
-        f"{cls}Kernelpilot from {_dotted(source)}_kernelpilot, which runs it in inference.",
+        f"{cls}Kernelpilot from {dropin}, which runs it in inference.",
         f"# Verified at commit {results.commit} on {_line(row.device_name or row.device)} "
         f"({_line(row.device)}), {versions}, python {_line(env.python)}, "
         f"kernelpilot {_line(env.kernelpilot)}.",
@@ -134,11 +149,11 @@ def kernel_module(row: TargetReport, source: TargetSource, results: PullResults)
     return "\n".join(header) + row.kernel_source.rstrip("\n") + "\n"
 
 
-def _dropin_header(row: TargetReport, source: TargetSource) -> list[str]:
+def _dropin_header(
+    row: TargetReport, source: TargetSource, verified: PurePosixPath, kernel: PurePosixPath
+) -> list[str]:
     cls = source.class_name
-    module_path = PurePosixPath(source.module_path)
-    verified = module_path.with_name(f"{module_path.stem}_verified_kernelpilot.py")
-    dotted = f"{_dotted(source)}_kernelpilot"
+    dotted = str(kernel.with_suffix("")).replace("/", ".")
     arch_note = (
         " (no GPU visible there: set TORCH_CUDA_ARCH_LIST to the GPUs' compute capability)"
         if source.device == "cuda"
@@ -179,10 +194,6 @@ def _measured(row: TargetReport, source: TargetSource) -> str:
         f"# Measured {row.speedup_vs_eager or 0:.2f}x vs eager{compile_note}, "
         f"inputs {_line(row.inputs) or 'as configured'}, {source.dtype}."
     )
-
-
-def _dotted(source: TargetSource) -> str:
-    return source.module_path.removesuffix(".py").replace("/", ".")
 
 
 def _test_path(module_path: PurePosixPath, test_dir: str | None) -> PurePosixPath:

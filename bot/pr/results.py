@@ -18,13 +18,15 @@ import platform
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from bot.artifact import read_artifact
 from bot.detect.changes import ChangeReport
 from bot.event import Event, Mode
 from bot.pr.base_config import JudgingConfig
 from bot.report import Report, TargetReport
+from harness.capture.freeze import IMPORT_LINE, safe_expression
+from harness.capture.records import ArgSpec
 from harness.errors import UserError
 from harness.records import Problem, Timings, TimingStats
 
@@ -42,9 +44,23 @@ class TargetSource(BaseModel):
     inputs_path: str | None = None
     inputs_fn: str | None = None
     input_shapes: list[list[int]] | None = None
+    captured_inputs: list[ArgSpec] | None = Field(
+        default=None, description="A captured call's arguments: tensors drawn like them."
+    )
+    input_keywords: list[str] = Field(default_factory=list, max_length=64)
     init_fn: str | None = None
     init_args: list = Field(default_factory=list)
     init_kwargs: dict = Field(default_factory=dict)
+    init_captured: bool = Field(
+        default=False, description="The constructor's arguments were captured (config objects)."
+    )
+    init_call: str | None = Field(
+        default=None,
+        description="Those arguments as an expression (a list, or a dict of keyword ones) over "
+        "init_imports' names, where they could be written out; else no follow-up.",
+        max_length=4000,
+    )
+    init_imports: list[str] = Field(default_factory=list, max_length=32)
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     device: Literal["cpu", "cuda"] = "cpu"
     atol: float | None = Field(default=None, ge=0, allow_inf_nan=False)
@@ -57,6 +73,32 @@ class TargetSource(BaseModel):
         if name is not None and (not name.isidentifier() or keyword.iskeyword(name)):
             raise ValueError(f"{name!r} is not a Python identifier")
         return name
+
+    @field_validator("input_keywords")
+    @classmethod
+    def _keywords(cls, names: list[str]) -> list[str]:
+        for name in names:
+            cls._identifier(name)
+        return names
+
+    @model_validator(mode="after")
+    def _init_call_safe(self) -> TargetSource:
+        """Written into the follow-up's test as code: literals and calls of names imported
+        from the repository's own modules, nothing else (``harness.capture.freeze``)."""
+        for line in self.init_imports:
+            module = line.split()[1] if IMPORT_LINE.match(line) else ""
+            if not module or any(not part.isidentifier() for part in module.split(".")):
+                raise ValueError(f"{line!r} is not an import of a repository module")
+        if self.init_call is not None:
+            names = {line.split()[-1] for line in self.init_imports}
+            if safe_expression(self.init_call, names) is None:
+                raise ValueError("init_call is not literals and calls of its imported names")
+        return self
+
+    @property
+    def constructible(self) -> bool:
+        """Whether the follow-up's test can build the module as it was verified."""
+        return not self.init_captured or self.init_call is not None
 
     @field_validator("module_path", "inputs_path")
     @classmethod
@@ -87,6 +129,7 @@ class TargetSource(BaseModel):
 
         shared = problem.model_dump(include=set(cls.model_fields) - {"module_path"})
         shared["inputs_path"] = relative(problem.inputs_path) if problem.inputs_path else None
+        shared["init_captured"] = problem.init_capture is not None
         return cls(module_path=relative(problem.source_path), **shared)
 
 

@@ -93,11 +93,25 @@ def _init_expression(
         if args and kwargs:
             return None
         return repr(kwargs) if kwargs else repr(args)
-    lines = [line for line in target.init_imports if _IMPORT.match(line) and local(line.split()[1])]
+    lines = [
+        line for line in target.init_imports if IMPORT_LINE.match(line) and local(line.split()[1])
+    ]
     expression = safe_expression(target.init_expression, {line.split()[-1] for line in lines})
     if expression is not None:
         imports.update(lines)
     return expression
+
+
+def written_init(
+    target: CapturedTarget, local: Callable[[str], bool]
+) -> tuple[list[str], str] | None:
+    """A captured constructor call as imports and an expression (config objects written out),
+    for a follow-up's test; None where it cannot be written."""
+    imports: set[str] = set()
+    expression = _init_expression(target, imports, local)
+    if not expression:
+        return None
+    return sorted(imports), expression
 
 
 def safe_expression(text: str | None, names: set[str]) -> str | None:
@@ -133,7 +147,7 @@ def tensor_source(spec: TensorSpec) -> str:
     return drawn if spec.dtype == "float32" else f"({drawn}).to(torch.{spec.dtype})"
 
 
-_IMPORT = re.compile(r"^from [A-Za-z_][A-Za-z0-9_.]* import [A-Za-z_][A-Za-z0-9_]*$")
+IMPORT_LINE = re.compile(r"^from [A-Za-z_][A-Za-z0-9_.]* import [A-Za-z_][A-Za-z0-9_]*$")
 
 
 def _function_stem(target: CapturedTarget) -> str:
