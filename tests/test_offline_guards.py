@@ -16,7 +16,8 @@ from agents.offline import propose_here
 from agents.offline.cxx_common import COMPUTED_IN_FLOAT
 from agents.offline.guards import FLOAT_SIZES
 from harness.problem.cases import build_reference
-from harness.problem.load import problem_from_target, reference_class
+from harness.problem.load import problem_from_target
+from harness.problem.user_code import reference_class
 from harness.records import Problem
 from harness.static.python import check_python
 from tests.conftest import write_module

@@ -19,7 +19,7 @@ from torch.utils import cpp_extension
 import agents.offline.emit as emit
 from harness.builds.cache import CachedLoader, default_cache_dir
 from harness.evaluate import Evaluator
-from harness.problem.load import reference_class
+from harness.problem.user_code import reference_class
 from harness.records import Candidate, Status
 from tests.conftest import fast_config, write_module
 from tests.test_offline_guards import DROPOUT, SPLIT, problem, source_of

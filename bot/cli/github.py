@@ -16,9 +16,11 @@ import click
 
 from bot.actions_io import add_summary, commands_stopped
 from bot.cli.options import (
+    BASE_REF,
     DEVICE,
     DEVICE_ENV,
     DTYPE,
+    HEAD_REF,
     NO_COMPILE,
     SEED,
     VERBOSE,
@@ -64,14 +66,8 @@ def _run_options(
 
 
 @click.command()
-@click.option(
-    "--base", required=True, callback=not_blank,
-    help="The branch or commit the changes are compared to.",
-)  # fmt: skip
-@click.option(
-    "--head", default="HEAD", show_default=True, callback=not_blank,
-    help="The commit with the changes.",
-)  # fmt: skip
+@BASE_REF
+@HEAD_REF
 @click.option(
     "--repo",
     type=click.Path(exists=True, file_okay=False, path_type=Path),

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from bot.cli.out_dir import claim_option
+from bot.cli.params import not_blank
 from bot.run import RunOptions
 from bot.settings import load_settings
 from harness.devices import resolve_device
@@ -33,6 +34,14 @@ DEVICE_ENV = click.option(
     envvar="KERNELPILOT_DEVICE",
     help="Where kernels run: auto takes the project's device setting, then cuda if a GPU is "
     "visible [env: KERNELPILOT_DEVICE].",
+)  # fmt: skip
+BASE_REF = click.option(
+    "--base", required=True, callback=not_blank,
+    help="The branch or commit the changes are compared to.",
+)  # fmt: skip
+HEAD_REF = click.option(
+    "--head", default="HEAD", show_default=True, callback=not_blank,
+    help="The commit with the changes (checked out: its modules run as they are there).",
 )  # fmt: skip
 DTYPE = click.option(
     "--dtype",

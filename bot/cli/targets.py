@@ -9,8 +9,7 @@ from pathlib import Path
 
 import click
 
-from bot.cli.options import DEVICE, DTYPE, VERBOSE, progress, run_command
-from bot.cli.params import not_blank
+from bot.cli.options import BASE_REF, DEVICE, DTYPE, HEAD_REF, VERBOSE, progress, run_command
 from bot.detect.captured import capture_targets, in_repository, test_files_for
 from bot.detect.changes import ChangedModule, detect_changes
 from bot.git import uncommitted_configuration
@@ -27,14 +26,8 @@ SOURCES = {
 
 
 @click.command()
-@click.option(
-    "--base", required=True, callback=not_blank,
-    help="The branch or commit the changes are compared to.",
-)  # fmt: skip
-@click.option(
-    "--head", default="HEAD", show_default=True, callback=not_blank,
-    help="The commit with the changes (checked out: the capture runs the work tree).",
-)  # fmt: skip
+@BASE_REF
+@HEAD_REF
 @click.option(
     "--repo", type=click.Path(exists=True, file_okay=False, path_type=Path), default=Path("."),
     show_default=True, help="The git repository.",
