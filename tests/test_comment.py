@@ -208,3 +208,17 @@ def test_the_comment_renders_fixed_records_as_pinned():
                for target in ("m.py:Fast", "m.py:Huge")}  # fmt: skip
     pinned = results(report=fixed_report(), head_ref="f", sources=sources)
     assert render_comment(pinned) == (GOLDEN / "comment.md").read_text()
+
+
+def test_when_every_module_failed_the_headline_does_not_say_no_faster_kernel():
+    """Pasted configuration that failed four times read "no faster kernel found" although
+    nothing ran: a run where every module failed says so."""
+    from bot.report import TargetStatus
+
+    failed = [
+        TargetReport.failed(f"m.py:M{n}", "cpu", TargetStatus.error, "error: make_inputs() raised")
+        for n in range(4)
+    ]
+    body = render_comment(results(*failed))
+    assert "**none could be measured** (4 failed, see below)" in body
+    assert "no faster kernel found" not in body

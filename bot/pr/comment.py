@@ -109,12 +109,16 @@ def _headline(results: PullResults, followup_url: str | None) -> list[str]:
             return ["No `nn.Module` changed in this pull request: nothing to optimize."]
         return ["No module could be optimized in this run (see below)."]
     noun = "module" if changed == 1 else "modules"
-    found = (
-        f"**{len(improved)} faster kernel{'s' if len(improved) != 1 else ''} found** "
-        f"(best {md.number(report.best_speedup(), '.2f', 'x')} vs eager)"
-        if improved
-        else "**no faster kernel found**"
-    )
+    failed = sum(row.status.failed for row in report.targets)
+    if improved:
+        found = (
+            f"**{len(improved)} faster kernel{'s' if len(improved) != 1 else ''} found** "
+            f"(best {md.number(report.best_speedup(), '.2f', 'x')} vs eager)"
+        )
+    elif failed == len(report.targets):  # nothing was measured: not "no faster kernel"
+        found = f"**none could be measured** ({failed} failed, see below)"
+    else:
+        found = "**no faster kernel found**" + (f" ({failed} failed, see below)" if failed else "")
     first = report.targets[0]
     device = first.device_name or first.device
     torch = f", torch {md.plain(first.torch_version, 40)}" if first.torch_version else ""
