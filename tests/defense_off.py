@@ -1076,6 +1076,13 @@ DEFENSES: list[Defense] = [
         'matches = record["key"] == folder.name',
         ("tests/test_followup_module.py", "-k", "cached_library_that_changed"),
     ),
+    Defense(
+        "capture_settings_from_the_base",
+        "bot/pr/flow.py",
+        '    base = options.settings.model_copy(update={"capture": settings.capture})',
+        "    base = options.settings",
+        ("tests/test_base_config.py", "-k", "captures_with_the_base"),
+    ),
 ]
 
 

@@ -119,3 +119,37 @@ def test_a_head_that_changes_where_the_llm_key_goes_is_not_run(repo, tmp_path):
     head = commit(root, {"pyproject.toml": WEAKENED + llm}, "llm")
     settings = base_settings(root, base, head)
     assert "changes [tool.kernelpilot.llm]" in settings.refusal
+
+
+def test_the_capture_command_and_its_time_limit_are_the_base_commits(tmp_path):
+    """A pull request's head cannot choose what runs to find its targets, nor for how long."""
+    root = init(tmp_path)
+    base_toml = '[tool.kernelpilot]\ncapture = "python train.py --steps 2"\n'
+    base = commit(root, {"pyproject.toml": base_toml, "models/act.py": MODULE}, "base")
+    git(root, "checkout", "--quiet", "-b", "feature")
+    head_toml = '[tool.kernelpilot.capture]\ncommand = "python mine.py"\ntimeout_s = 86400\n'
+    head = commit(root, {"pyproject.toml": head_toml}, "mine")
+    settings = base_settings(root, base, head)
+    assert settings.capture.command == "python train.py --steps 2"
+    assert settings.capture.timeout_s == 300.0
+    refused = "\n".join(settings.judged.refused)
+    assert (
+        'capture.command = "python mine.py" (the base commit has "python train.py --steps 2")'
+        in refused
+    )
+    assert "capture.timeout_s = 86400.0 (the base commit has 300.0)" in refused
+
+
+def test_the_measure_job_captures_with_the_base_commits_command(tmp_path):
+    from bot.pr.flow import _judged_by_base
+    from bot.pr.results import PullResults
+
+    root = init(tmp_path)
+    base = commit(root, {"pyproject.toml": '[tool.kernelpilot]\ncapture = "python a.py"\n'}, "b")
+    git(root, "checkout", "--quiet", "-b", "feature")
+    head = commit(root, {"pyproject.toml": '[tool.kernelpilot]\ncapture = "python b.py"\n'}, "h")
+    options = RunOptions(device="cpu", settings=load_settings(root), out_dir=tmp_path / "out")
+    assert options.settings.capture.command == "python b.py"  # the checkout's, the head's
+    results = PullResults(mode="pull_request", repository="o/r", commit=head)
+    judged, _ = _judged_by_base(results, root, base, head, options)
+    assert judged.settings.capture.command == "python a.py"

@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 
 from bot.git import file_at
 from bot.settings import ProjectFiles, Settings, settings_from_table
-from harness.config import EvalConfig, nearest_project
+from harness.config import CaptureConfig, EvalConfig, nearest_project
 from harness.errors import UserError
 from harness.files import decode_user_text
 from harness.judge.tolerance import tolerance_for
@@ -66,6 +66,7 @@ class BaseSettings:
     base_sha: str
     eval: EvalConfig
     judged: JudgingConfig
+    capture: CaptureConfig = field(default_factory=CaptureConfig)  # what runs to find targets
     refusal: str = ""  # why the pull request is not run at all, or ""
     _projects: dict[str, Settings | None] = field(default_factory=dict)
     _head_files: ProjectFiles = field(default_factory=ProjectFiles)  # the checkout's, read once
@@ -91,13 +92,19 @@ def base_settings(repo: Path, base_sha: str, head_sha: str) -> BaseSettings:
     judged = JudgingConfig(
         commit=base_sha, pyproject=ROOT_PYPROJECT if base_table is not None else None
     )
-    settings = BaseSettings(repo, base_sha, base.eval, judged)
+    settings = BaseSettings(repo, base_sha, base.eval, judged, base.capture)
     settings._projects[ROOT_PYPROJECT] = base if base_table is not None else None
     base_eval, head_eval = base.eval.model_dump(), head.eval.model_dump()
     for key, value in head_eval.items():
         if value != base_eval[key]:
             judged.refused.append(
                 f"eval.{key} = {_toml(value)} (the base commit has {_toml(base_eval[key])})"
+            )
+    base_capture, head_capture = base.capture.model_dump(), head.capture.model_dump()
+    for key, value in head_capture.items():  # the command, its time limit: the base's
+        if value != base_capture[key]:
+            judged.refused.append(
+                f"capture.{key} = {_toml(value)} (the base commit has {_toml(base_capture[key])})"
             )
     if (base_table or {}).get("llm", {}) != (head_table or {}).get("llm", {}):
         settings.refusal = (

@@ -164,7 +164,8 @@ def _judged_by_base(
     results.judged_by = settings.judged
     results.note = settings.refusal
     hold = partial(hold_to_base, settings=settings, dtype_flag=options.dtype)
-    return options.model_copy(update={"eval_config": settings.eval}), hold
+    base = options.settings.model_copy(update={"capture": settings.capture})
+    return options.model_copy(update={"eval_config": settings.eval, "settings": base}), hold
 
 
 def _optimize(
