@@ -1083,6 +1083,20 @@ DEFENSES: list[Defense] = [
         "    base = options.settings",
         ("tests/test_base_config.py", "-k", "captures_with_the_base"),
     ),
+    Defense(
+        "followup_init_imports_own_package",
+        "bot/pr/results.py",
+        '            if module != ".".join(own) and not within:',
+        "            if False:",
+        ("tests/test_publish.py", "-k", "forged_constructor"),
+    ),
+    Defense(
+        "followup_init_call_literals",
+        "bot/pr/results.py",
+        "            if safe_expression(self.init_call, names) is None:",
+        "            if False:",
+        ("tests/test_publish.py", "-k", "forged_constructor"),
+    ),
 ]
 
 

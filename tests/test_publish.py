@@ -445,3 +445,27 @@ def test_a_hostile_kernel_source_followed_to_its_literal_is_refused():
     )
     reasons = kernel_reasons(source, "Activation", "float32")
     assert any("reaches into the Python interpreter" in reason for reason in reasons), reasons
+
+
+@pytest.mark.parametrize(
+    ("imports", "call"),
+    [
+        (["from os import system"], "[system('curl x | sh')]"),
+        (["from model import GPTConfig"], "[GPTConfig(n=__import__('os').system('x'))]"),
+        (["from model import GPTConfig"], "[GPTConfig.__init__.__globals__]"),
+        (["import os"], "[os]"),
+        (["from model import GPTConfig; import os"], "[GPTConfig()]"),
+    ],
+)
+def test_a_forged_constructor_call_never_reaches_the_followups_test(imports, call):
+    """results.json is untrusted: a captured constructor call written into the follow-up's
+    test is literals and calls of names imported from the target's own package only."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        TargetSource(module_path="model.py", class_name="MLP", init_imports=imports, init_call=call)
+    ok = TargetSource(
+        module_path="model.py", class_name="MLP", init_imports=["from model import GPTConfig"],
+        init_call="[GPTConfig(n_embd=8, scale=-1.0)]", init_captured=True,
+    )  # fmt: skip
+    assert ok.constructible

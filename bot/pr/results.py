@@ -85,10 +85,13 @@ class TargetSource(BaseModel):
     def _init_call_safe(self) -> TargetSource:
         """Written into the follow-up's test as code: literals and calls of names imported
         from the repository's own modules, nothing else (``harness.capture.freeze``)."""
+        own = PurePosixPath(self.module_path).with_suffix("").parts
         for line in self.init_imports:
             module = line.split()[1] if IMPORT_LINE.match(line) else ""
-            if not module or any(not part.isidentifier() for part in module.split(".")):
-                raise ValueError(f"{line!r} is not an import of a repository module")
+            # the target's own module, or one of its top-level package: never `from os import`
+            within = len(own) > 1 and module.split(".")[0] == own[0]
+            if module != ".".join(own) and not within:
+                raise ValueError(f"{line!r} is not an import from the target's own package")
         if self.init_call is not None:
             names = {line.split()[-1] for line in self.init_imports}
             if safe_expression(self.init_call, names) is None:
