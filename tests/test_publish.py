@@ -469,3 +469,29 @@ def test_a_forged_constructor_call_never_reaches_the_followups_test(imports, cal
         init_call="[GPTConfig(n_embd=8, scale=-1.0)]", init_captured=True,
     )  # fmt: skip
     assert ok.constructible
+
+
+@pytest.mark.parametrize(
+    "arg",
+    [
+        {
+            "tensor": {
+                "shape": [2],
+                "dtype": "float32), __import__('os').system('x'",
+                "low": 0,
+                "high": 1,
+            }
+        },
+        {"tensor": {"shape": [2], "dtype": "randn", "low": 0, "high": 1}},
+        {"tensor": {"shape": [2], "dtype": "float32", "low": float("nan"), "high": 1}},
+        {"tensor": {"shape": [-1], "dtype": "float32", "low": 0, "high": 1}},
+        {"value": float("inf")},
+    ],
+)
+def test_forged_captured_inputs_never_reach_the_followups_test(arg):
+    """A captured call's specs are written into the follow-up's test as code (torch.<dtype>,
+    numbers by repr): only torch's dtypes and finite numbers pass results.json's check."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        TargetSource(module_path="model.py", class_name="MLP", captured_inputs=[arg])

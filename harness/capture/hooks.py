@@ -124,7 +124,7 @@ def _call_spec(args: tuple, kwargs: dict) -> CallSpec | None:
             args=[_arg_spec(value) for value in args],
             keywords={name: _arg_spec(value) for name, value in kwargs.items()},
         )
-    except TypeError:
+    except (TypeError, ValueError):  # pydantic's ValidationError is a ValueError
         return None
 
 
@@ -132,7 +132,10 @@ def _arg_spec(value) -> ArgSpec:
     if isinstance(value, torch.Tensor):
         with torch.no_grad():
             data = value.detach()
-            numbers = data.double() if data.numel() else torch.zeros(1, dtype=torch.float64)
+            numbers = data.double().flatten()
+            numbers = numbers[torch.isfinite(numbers)]  # NaN and Inf are no range to draw from
+            if not numbers.numel():
+                numbers = torch.zeros(1, dtype=torch.float64)
             return ArgSpec(
                 tensor=TensorSpec(
                     shape=list(data.shape),
@@ -144,7 +147,7 @@ def _arg_spec(value) -> ArgSpec:
                 )
             )
     if isinstance(value, PLAIN):
-        return ArgSpec(value=value)
+        return ArgSpec(value=value)  # a ValidationError (nan, a long string): not recorded
     raise TypeError(type(value).__name__)
 
 

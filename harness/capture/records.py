@@ -3,9 +3,10 @@ request's code ran there) to the parent, which reads them as data, bounded, neve
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 PlainValue = None | bool | int | float | str
 MAX_CALLS = 4  # the largest distinct call shapes kept per class
@@ -18,12 +19,22 @@ class TensorSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    shape: list[int] = Field(max_length=MAX_DIMS)
-    dtype: str = Field(max_length=32)
-    low: float = Field(description="Its smallest value (0 for an empty tensor).")
-    high: float = Field(description="Its largest value.")
-    mean: float = 0.0
-    std: float = 1.0
+    shape: list[Annotated[int, Field(ge=0)]] = Field(max_length=MAX_DIMS)
+    dtype: str = Field(max_length=32, pattern=r"^[a-z][a-z0-9]*$")
+    low: float = Field(allow_inf_nan=False, description="Its smallest finite value (0: none).")
+    high: float = Field(allow_inf_nan=False, description="Its largest finite value.")
+    mean: float = Field(default=0.0, allow_inf_nan=False)
+    std: float = Field(default=1.0, allow_inf_nan=False)
+
+    @field_validator("dtype")
+    @classmethod
+    def _a_torch_dtype(cls, name: str) -> str:
+        """Written into generated code as ``torch.<dtype>``: a dtype torch has, nothing else."""
+        import torch
+
+        if not isinstance(getattr(torch, name, None), torch.dtype):
+            raise ValueError(f"{name!r} is not a torch dtype")
+        return name
 
     def numel(self) -> int:
         count = 1
@@ -39,6 +50,16 @@ class ArgSpec(BaseModel):
 
     tensor: TensorSpec | None = None
     value: PlainValue = Field(default=None, description="The plain value, where not a tensor.")
+
+    @field_validator("value")
+    @classmethod
+    def _finite(cls, value: PlainValue) -> PlainValue:
+        """Written into generated code by its repr: a float must read back (no nan, inf)."""
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{value!r} is not a finite number")
+        if isinstance(value, str) and len(value) > 200:
+            raise ValueError("a string argument over 200 characters")
+        return value
 
     def describe(self) -> str:
         if self.tensor is None:
