@@ -32,7 +32,8 @@ from pathlib import PurePosixPath
 from pydantic import BaseModel, Field
 
 from bot import markdown as md
-from bot.pr.dropin import dropin_module, runtime_module, test_module
+from bot.pr.dropin import dropin_module, runtime_module
+from bot.pr.dropin_test import test_module
 from bot.pr.results import PullResults, TargetSource, safe_relative_path
 from bot.report import TargetReport
 
