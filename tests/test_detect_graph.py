@@ -395,3 +395,12 @@ def test_a_comment_in_a_file_without_modules_is_not_reported(repo: Path) -> None
         repo, {"util.py": util}, {"util.py": util.replace("    return", "    # why\n    return")}
     )
     assert report.modules == [] and report.cosmetic == [] and report.skipped_files == []
+
+
+def test_a_pull_request_with_only_cosmetic_edits_says_so_in_the_headline(repo: Path) -> None:
+    report = pr(repo, {"model.py": MLP}, {"model.py": COMMENTED})
+    results = PullResults(mode="pull_request", repository="o/r", pull_number=3,
+                          commit=report.head_sha, changes=report)  # fmt: skip
+    body = render_comment(results)
+    assert "Only comments, docstrings or formatting of `nn.Module`s changed" in body
+    assert "No `nn.Module` changed" not in body

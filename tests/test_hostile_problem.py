@@ -106,8 +106,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("hostile")
     (root / "repo").mkdir()
     repo = init(root / "repo")
+    # The pull request changes the forward (a change of its docstring alone is cosmetic: it
+    # would not be run at all).
     base = commit(repo, {"pyproject.toml": PROJECT, "models/hostile.py": HOSTILE.replace(
-        "Nothing to fuse", "Nothing to fuse yet")}, "base")  # fmt: skip
+        "return x @ self.weight", "return x @ self.weight.t()")}, "base")  # fmt: skip
     git(repo, "checkout", "--quiet", "-b", "feature")
     head = commit(repo, {"models/hostile.py": HOSTILE}, "the hostile change")
     (root / "marker").mkdir()

@@ -105,7 +105,13 @@ def _headline(results: PullResults, followup_url: str | None) -> list[str]:
     improved = report.improved()
     changed = len(results.changes.modules) if results.changes else len(report.targets)
     if not report.targets:
-        if results.changes is not None and not results.changes.modules:
+        changes = results.changes
+        if changes is not None and not changes.modules:
+            if changes.cosmetic or any(f.kind == "cosmetic" for f in changes.skipped_files):
+                return [
+                    "Only comments, docstrings or formatting of `nn.Module`s changed in this "
+                    "pull request: nothing to optimize."
+                ]
             return ["No `nn.Module` changed in this pull request: nothing to optimize."]
         return ["No module could be optimized in this run (see below)."]
     noun = "module" if changed == 1 else "modules"
