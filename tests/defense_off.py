@@ -623,7 +623,7 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "results_identifiers_in_generated_code",
-        "bot/pr/results.py",
+        "bot/pr/sources.py",
         "        if name is not None and (not name.isidentifier() or keyword.iskeyword(name)):",
         "        if False:",
         ("tests/test_publish.py", "-k", "go_into_the_followups_code"),
@@ -652,8 +652,8 @@ DEFENSES: list[Defense] = [
     Defense(
         "base_eval_settings",
         "bot/pr/base_config.py",
-        "    settings = BaseSettings(repo, base_sha, base.eval, judged)",
-        "    settings = BaseSettings(repo, base_sha, head.eval, judged)",
+        "    settings = BaseSettings(repo, base_sha, base.eval, judged, base.capture)",
+        "    settings = BaseSettings(repo, base_sha, head.eval, judged, base.capture)",
         ("tests/test_base_config.py", "-k", "eval_settings_are_the_base"),
     ),
     Defense(
@@ -673,8 +673,8 @@ DEFENSES: list[Defense] = [
     Defense(
         "measure_runs_with_the_base_eval",
         "bot/pr/flow.py",
-        '    return options.model_copy(update={"eval_config": settings.eval}), hold',
-        "    return options, hold",
+        '    return options.model_copy(update={"eval_config": settings.eval, "settings": base}), hold',
+        '    return options.model_copy(update={"settings": base}), hold',
         ("tests/test_base_config.py", "-k", "measure_runs_with_the_base"),
     ),
     # --- prompts and spend caps (agents/untrusted.py, harness/sandbox/redact.py, agents/loop.py,
@@ -1085,14 +1085,14 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "followup_init_imports_own_package",
-        "bot/pr/results.py",
+        "bot/pr/sources.py",
         '            if module != ".".join(own) and not within:',
         "            if False:",
         ("tests/test_publish.py", "-k", "forged_constructor"),
     ),
     Defense(
         "followup_init_call_literals",
-        "bot/pr/results.py",
+        "bot/pr/sources.py",
         "            if safe_expression(self.init_call, names) is None:",
         "            if False:",
         ("tests/test_publish.py", "-k", "forged_constructor"),
