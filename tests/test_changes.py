@@ -397,8 +397,10 @@ def test_module_with_no_inputs_gets_the_toml_lines_to_add(repo: Path) -> None:
     assert module.missing_config.splitlines() == [
         "[[tool.kernelpilot.targets]]",
         'module = "pkg/model.py:Block"',
-        "init_args = []   # Block.__init__(dim, hidden=...)",
-        'inputs = "pkg/model.py:make_inputs"   # or a list of shapes, e.g. [[8, 1024]]',
+        'init_args = []   # Block.__init__(dim, hidden=...); or init = "file.py:function" '
+        "returning them",
+        'inputs = "pkg/model.py:make_inputs"   # write make_inputs() returning forward\'s '
+        "inputs, or give shapes: [[8, 1024]]",
     ]
     # The lines are valid TOML and configure exactly this module.
     table = tomllib.loads(module.missing_config)["tool"]["kernelpilot"]["targets"][0]

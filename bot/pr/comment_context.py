@@ -53,8 +53,9 @@ def changes(changes: ChangeReport, rest_at: str) -> list[Piece]:
             unconfigured,
             [
                 "",
-                "**Changed modules kernelpilot cannot build inputs for.** Add to the "
-                "`pyproject.toml` named:",
+                "**Changed modules kernelpilot cannot build inputs for.** Name a command that "
+                'builds and runs them (`[tool.kernelpilot] capture = "python script.py"`), or '
+                "add to the `pyproject.toml` named (and write the functions it names):",
             ],
             _unconfigured,
             UNCONFIGURED,

@@ -233,8 +233,9 @@ def target_toml(file: str, class_name: str, init_comment: str = "constructor arg
         [
             "[[tool.kernelpilot.targets]]",
             f"module = {_toml_string(f'{file}:{class_name}')}",
-            f"init_args = []   # {init_comment}",
-            f"inputs = {_toml_string(f'{file}:make_inputs')}   # or a list of shapes, e.g. [[8, 1024]]",
+            f'init_args = []   # {init_comment}; or init = "file.py:function" returning them',
+            f"inputs = {_toml_string(f'{file}:make_inputs')}   # write make_inputs() returning "
+            "forward's inputs, or give shapes: [[8, 1024]]",
         ]
     )
 
