@@ -19,14 +19,10 @@ from pathlib import Path
 import torch
 
 from harness.capture.records import MAX_CALLS, ArgSpec, CallSpec, CapturedTarget, TensorSpec
+from harness.problem.cases import PLAIN_INPUTS
 from harness.problem.user_code import package_name
 
-PLAIN = (type(None), bool, int, float, str)
-
-
-def module_name(root: Path, path: Path) -> tuple[str, Path]:
-    """The name the repository imports ``path`` by, and the folder that name is relative to."""
-    return package_name(path, {root})
+PLAIN = PLAIN_INPUTS  # what a factory may return beside tensors, a captured call alike
 
 
 class Instance:
@@ -47,7 +43,7 @@ class Recorder:
     def hook(self, path: str, class_name: str) -> None:
         key = f"{path}:{class_name}"
         self.instances[key] = []
-        name, folder = module_name(self.root, self.root / path)
+        name, folder = package_name(self.root / path, {self.root})
         if str(folder) not in sys.path:
             sys.path.insert(0, str(folder))
         try:

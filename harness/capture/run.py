@@ -9,14 +9,13 @@ specs (``harness.problem.cases``).
 
 from __future__ import annotations
 
-import shlex
 import shutil
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from harness.capture.records import CapturedTarget, CaptureReport
-from harness.capture.worker import CaptureJob
+from harness.capture.worker import CaptureJob, python_argv
 from harness.config import EvalConfig
 from harness.errors import UserError
 from harness.records import Problem
@@ -31,12 +30,10 @@ SAVED_LIMIT_BYTES = 64 * 2**20  # a saved constructor call larger than this is n
 def check_command(command: str, where: str) -> None:
     """A capture command is a Python one: the hooks live in the process that runs it."""
     try:
-        argv = shlex.split(command)
+        argv = python_argv(command)
     except ValueError as err:
         raise UserError(f"capture command cannot be read: {err}", where=where, fix=FIX) from None
-    if argv and Path(argv[0]).name.startswith("python"):
-        argv = argv[1:]
-    if not argv or not (argv[0].endswith(".py") or (argv[0] == "-m" and len(argv) >= 2)):
+    if argv is None:
         raise UserError(
             f"capture command {command!r} is not a Python command", where=where, fix=FIX
         )

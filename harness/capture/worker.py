@@ -91,18 +91,28 @@ def _run_tests(tests: list[str]) -> str:
     return f"pytest ended with exit status {int(code)}"
 
 
-def _run_command(command: str) -> str:
+def python_argv(command: str) -> list[str] | None:
+    """``python script.py ARGS`` or ``python -m module ARGS`` (``python`` may be left out) as
+    the argv after the interpreter; None for any other command. Raises ValueError where the
+    quoting cannot be read. The parent checks a command with it before the worker runs it."""
     argv = shlex.split(command)
-    if len(argv) >= 2 and Path(argv[0]).name.startswith("python"):
+    if argv and Path(argv[0]).name.startswith("python"):
         argv = argv[1:]
-    if argv and argv[0] == "-m" and len(argv) >= 2:
+    if argv and (argv[0].endswith(".py") or (argv[0] == "-m" and len(argv) >= 2)):
+        return argv
+    return None
+
+
+def _run_command(command: str) -> str:
+    argv = python_argv(command)
+    if argv is None:
+        raise ValueError(f"not a Python command: {command!r}")
+    if argv[0] == "-m":
         sys.argv = argv[1:]
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-    elif argv and argv[0].endswith(".py"):
+    else:
         sys.argv = argv
         runpy.run_path(argv[0], run_name="__main__")
-    else:
-        raise ValueError(f"not a Python command: {command!r}")
     return "the command ended"
 
 
