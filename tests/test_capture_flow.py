@@ -103,3 +103,38 @@ def test_a_pull_request_changing_an_unconfigured_module_gets_it_measured(pull, t
         cwd=pull, capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:]
+
+
+def test_a_captured_constructor_reaches_the_followup_when_the_base_holds_the_target(
+    tmp_path, monkeypatch
+):
+    """measure holds each target to the base's settings, which may give it a new Problem: the
+    captured constructor call still goes with it into results.json (paired by place)."""
+    import bot.pr.flow as flow
+    from bot.detect.changes import ChangeReport
+    from bot.pr.results import PullResults
+    from bot.report import Report, TargetReport, TargetStatus
+    from harness.capture.records import ArgSpec, CallSpec, CapturedTarget, TensorSpec
+    from harness.capture.run import captured_problem
+
+    (tmp_path / "model.py").write_text("class MLP: pass\n")
+    spec = TensorSpec(shape=[4, 8], dtype="float32", low=-1.0, high=1.0)
+    target = CapturedTarget(
+        path="model.py", class_name="MLP", source="tests/test_model.py", init_file="init-0.pt",
+        init_expression="[GPTConfig(n_embd=8)]", init_imports=["from model import GPTConfig"],
+        calls=[CallSpec(args=[ArgSpec(tensor=spec)])],
+    )  # fmt: skip
+    problem = captured_problem(target, tmp_path, tmp_path, "cpu", "float32")
+    monkeypatch.setattr(
+        flow, "run_targets",
+        lambda items, *_: Report(targets=[
+            TargetReport.failed(item.name, "cpu", TargetStatus.no_candidate, "") for item in items
+        ]),
+    )  # fmt: skip
+    changes = ChangeReport(base="main", head="h", base_sha="b" * 40, head_sha="a" * 40,
+                           merge_base="b" * 40, max_targets=20)  # fmt: skip
+    results = PullResults(mode="pull_request", repository="o/r", commit="a" * 40, changes=changes)
+    options = RunOptions(device="cpu", settings=load_settings(tmp_path), out_dir=tmp_path / "o")
+    held = lambda item: item.model_copy(update={"rtol": None})  # noqa: E731 - a new Problem
+    flow._optimize(results, tmp_path, [], options, lambda _: None, held, [(target, problem)])
+    assert results.sources["model.py:MLP"].init_call == "[GPTConfig(n_embd=8)]"

@@ -32,6 +32,7 @@ from bot.report import Report, TargetReport
 from bot.run import Progress, RunOptions, resolve_targets, run_targets
 from bot.writer import ReadOnly, RepoWriter, WriteFailed
 from harness.capture.freeze import written_init
+from harness.capture.records import CapturedTarget
 from harness.errors import UserError
 from harness.records import Problem
 
@@ -178,22 +179,25 @@ def _optimize(
     captured: list[Captured] | None = None,
 ) -> None:
     captured = captured or []
-    seen = {id(problem): target for target, problem in captured}
     if results.changes is not None and not targets and not captured:
         results.report = Report()
         return
     resolved: list[Problem | TargetReport] = []
     if targets or results.changes is None:
         resolved = resolve_targets([f"{repo / target}" for target in targets], options)
+    # What the capture saw, beside each target it made (None for the configured ones): the
+    # hold may give a target a new Problem, so they are paired by place, not by identity.
+    seen: list[CapturedTarget | None] = [None] * len(resolved)
     resolved += [problem for _, problem in captured]
+    seen += [target for target, _ in captured]
     if hold is not None:
         resolved = [hold(item) if isinstance(item, Problem) else item for item in resolved]
     results.report = run_targets(resolved, options, progress)
-    for item, row in zip(resolved, results.report.targets, strict=True):
+    for item, capture, row in zip(resolved, seen, results.report.targets, strict=True):
         if isinstance(item, Problem):
             source = TargetSource.of(item, repo)
-            if id(item) in seen:  # its constructor as the follow-up's test can write it
-                written = written_init(seen[id(item)], partial(in_repository, repo))
+            if capture is not None:  # its constructor as the follow-up's test can write it
+                written = written_init(capture, partial(in_repository, repo))
                 if written is not None:
                     source = source.model_copy(
                         update={"init_imports": written[0], "init_call": written[1]}
