@@ -200,3 +200,26 @@ def test_a_module_in_a_package_is_built_with_its_relative_imports():
     module = build_reference(problem, 0)
     x = make_inputs(problem, 0)[0]
     assert torch.allclose(module(x), torch.tanh(x) * 3.0)
+
+
+def test_captured_targets_keep_to_the_runs_cap():
+    """Captured modules become targets after detection applied max_targets: those past it are
+    listed over the cap, not run (a change used by 50 blocks must not run 50 targets)."""
+    from bot.detect.captured import capture_targets
+    from bot.detect.changes import ChangedModule, ChangeReport
+    from harness.config import CaptureConfig
+
+    modules = [
+        ChangedModule(path="model.py", class_name=name, class_line=1, lines=[1], reason="r")
+        for name in ("MLP", "Embed")
+    ]
+    changes = ChangeReport(base="m", head="h", base_sha="a" * 40, head_sha="b" * 40,
+                           merge_base="a" * 40, max_targets=1, modules=modules)  # fmt: skip
+    found = capture_targets(
+        REPO, changes, CaptureConfig(timeout_s=60), fast_config(),
+        lambda paths: ["tests/test_model.py"], "cpu", "float32", lambda _: None,
+    )  # fmt: skip
+    assert [target.class_name for target, _ in found] == ["MLP"]
+    assert [m.class_name for m in changes.over_cap] == ["Embed"]
+    assert changes.over_cap[0].target == "model.py:Embed"
+    assert [m.class_name for m in changes.modules] == ["MLP"]

@@ -66,15 +66,20 @@ def capture_targets(
             module.capture_note = f"the capture failed: {err.what}"[:500]
         return []
     found = {(target.path, target.class_name): target for target in report.targets}
-    problems = []
+    room = max(changes.max_targets - len(changes.targets()), 0)  # the run's cap, still free
+    problems: list[Captured] = []
     for module in wanted:
         target = found.get((module.path, module.class_name))
         if target is None or target.problem or not target.calls:
             why = target.problem if target is not None else "not seen"
             module.capture_note = f"{why}; {report.outcome}"[:500]
             continue
-        problems.append((target, captured_problem(target, repo, saved, device, dtype)))
         _mark(module, target)
+        if len(problems) >= room:  # a target now, over the cap as detection's would be
+            changes.modules.remove(module)
+            changes.over_cap.append(module)
+            continue
+        problems.append((target, captured_problem(target, repo, saved, device, dtype)))
     return problems
 
 
