@@ -160,8 +160,13 @@ class CaptureConfig(BaseModel):
     tests: bool = Field(
         default=True, description="Run the test files that import a changed module."
     )
+    examples: bool = Field(
+        default=True,
+        description="Run the Python blocks of the repository's Markdown files (README, docs) "
+        "that name a changed class, with the blocks before them in the same file.",
+    )
     timeout_s: float = Field(
-        default=300.0, gt=0, description="How long the tests or the command may run."
+        default=300.0, gt=0, description="How long the tests, examples or command may run."
     )
 
 

@@ -215,9 +215,17 @@ def test_captured_targets_keep_to_the_runs_cap():
     ]
     changes = ChangeReport(base="m", head="h", base_sha="a" * 40, head_sha="b" * 40,
                            merge_base="a" * 40, max_targets=1, modules=modules)  # fmt: skip
+
+    class Tests:
+        def tests(self, paths):
+            return ["tests/test_model.py"]
+
+        def examples(self, class_names):
+            return []
+
     found = capture_targets(
-        REPO, changes, CaptureConfig(timeout_s=60), fast_config(),
-        lambda paths: ["tests/test_model.py"], "cpu", "float32", lambda _: None,
+        REPO, changes, CaptureConfig(timeout_s=60), fast_config(), Tests(), "cpu", "float32",
+        lambda _: None,
     )  # fmt: skip
     assert [target.class_name for target, _ in found] == ["MLP"]
     assert [m.class_name for m in changes.over_cap] == ["Embed"]

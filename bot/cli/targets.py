@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from bot.cli.options import BASE_REF, DEVICE, DTYPE, HEAD_REF, VERBOSE, progress, run_command
-from bot.detect.captured import capture_targets, in_repository, test_files_for
+from bot.detect.captured import HeadCode, capture_targets, in_repository
 from bot.detect.changes import ChangedModule, detect_changes
 from bot.git import uncommitted_configuration
 from bot.settings import load_settings
@@ -44,8 +44,9 @@ SOURCES = {
 def targets(base, head, repo, write, device, dtype, verbose) -> None:
     """List the nn.Modules changed between BASE and HEAD and the target each gets: from
     [tool.kernelpilot], from a get_inputs() beside the class, or captured by running the test
-    files that import it (or the command [tool.kernelpilot.capture] names) in the sandbox and
-    recording how it is built and called. Nothing is optimized.
+    files that import it and the Python examples of the Markdown files that name it (or the
+    command [tool.kernelpilot.capture] names) in the sandbox and recording how it is built and
+    called. Nothing is optimized.
 
     Exits 0, or 2 on bad input.
     """
@@ -57,7 +58,7 @@ def targets(base, head, repo, write, device, dtype, verbose) -> None:
         warn_uncommitted(root)
         found = capture_targets(
             root, changes, settings.capture, settings.eval,
-            lambda paths: test_files_for(root, changes.head_sha, paths),
+            HeadCode(root, changes.head_sha),
             resolve_device(settings.device if device == "auto" else device),
             dtype or settings.dtype, progress,
         )  # fmt: skip

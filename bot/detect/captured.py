@@ -1,8 +1,9 @@
 """Zero-config targets: changed modules that no ``[tool.kernelpilot]`` entry and no
 ``get_inputs()`` covers, given a target by running the repository's own code.
 
-The test files that import a changed module (the import graph of detection) run, or the
-command ``[tool.kernelpilot.capture]`` names, in the sandbox, with hooks on those classes
+The test files that import a changed module (the import graph of detection) and the Python
+examples of the repository's Markdown files that name it run, or the command
+``[tool.kernelpilot.capture]`` names, in the sandbox, with hooks on those classes
 (``harness.capture``). Each class seen built and called becomes a Problem from what was seen;
 the others keep their TOML lines in the comment, with what the capture saw said beside them.
 Configuration wins where given: configured modules are never captured.
@@ -13,10 +14,12 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from bot.detect.changes import ChangedModule, ChangeReport
 from bot.detect.head import HeadFiles
 from bot.detect.imports import ImportGraph
+from harness.capture.examples import Example, examples_naming
 from harness.capture.records import CapturedTarget
 from harness.capture.run import capture, captured_problem, check_command
 from harness.config import CaptureConfig, EvalConfig
@@ -25,7 +28,20 @@ from harness.records import Problem
 
 Progress = Callable[[str], None]
 Captured = tuple[CapturedTarget, Problem]  # what the capture saw, and the problem made of it
-TestsFor = Callable[[list[str]], list[str]]
+MAX_MARKDOWN_FILES = 200  # read for examples, the root README first
+NAME_A_COMMAND = "name a command in [tool.kernelpilot.capture]"
+
+
+class RepoCode(Protocol):
+    """The repository's code that builds and calls its modules."""
+
+    def tests(self, paths: list[str]) -> list[str]:
+        """The test files that import any of ``paths``."""
+        ...
+
+    def examples(self, class_names: set[str]) -> list[Example]:
+        """The Markdown examples that name any of ``class_names``."""
+        ...
 
 
 def capture_targets(
@@ -33,7 +49,7 @@ def capture_targets(
     changes: ChangeReport,
     settings: CaptureConfig,
     eval_config: EvalConfig,
-    tests_for: TestsFor,
+    code: RepoCode,
     device: str,
     dtype: str,
     progress: Progress,
@@ -42,24 +58,25 @@ def capture_targets(
     saw and the Problem made of it; each such module's record in ``changes`` gets its target
     and where it was seen."""
     wanted = [module for module in changes.unconfigured() if module.path.endswith(".py")]
-    if not wanted or not (settings.command or settings.tests):
+    if not wanted or not (settings.command or settings.tests or settings.examples):
         return []
     classes = [(module.path, module.class_name) for module in wanted]
-    tests = [] if settings.command else tests_for(sorted({path for path, _ in classes}))
+    tests: list[str] = []
+    examples: list[Example] = []
     if settings.command:
         check_command(settings.command, "pyproject.toml: tool.kernelpilot.capture.command")
-    elif not tests:
-        for module in wanted:
-            module.capture_note = (
-                "no test file imports it: name a command in [tool.kernelpilot.capture]"
-            )
-        return []
-    source = settings.command or f"{len(tests)} test file(s)"
+    else:
+        tests, examples = _code_to_run(classes, settings, code)
+        if not (tests or examples):
+            for module in wanted:
+                module.capture_note = f"{_nothing_runs(settings)}: {NAME_A_COMMAND}"
+            return []
+    source = settings.command or _describe(tests, examples)
     progress(f"capturing how {len(wanted)} changed module(s) are built and called: {source}")
     try:
         report, saved = capture(
             repo, classes, eval_config, tests=tests, command=settings.command,
-            limit_s=settings.timeout_s, gpu=device == "cuda",
+            examples=examples, limit_s=settings.timeout_s, gpu=device == "cuda",
         )  # fmt: skip
     except UserError as err:
         for module in wanted:
@@ -89,17 +106,60 @@ def in_repository(root: Path, module: str) -> bool:
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
-def test_files_for(repo: Path, head_sha: str, paths: list[str]) -> list[str]:
-    """The head commit's test files (pytest's ``test_*.py`` and ``*_test.py``) that import any
-    of ``paths``, directly or through other files: the code that already builds and calls them."""
-    graph = ImportGraph(HeadFiles(repo, head_sha, []))
-    found = {
-        importer
-        for path in paths
-        for importer in graph.importers(path)
-        if _is_test_file(posixpath.basename(importer))
-    }
-    return sorted(found)
+class HeadCode:
+    """The head commit's tests and Markdown examples (``RepoCode``)."""
+
+    def __init__(self, repo: Path, head_sha: str) -> None:
+        self.files = HeadFiles(repo, head_sha, [])
+
+    def tests(self, paths: list[str]) -> list[str]:
+        """The test files (pytest's ``test_*.py`` and ``*_test.py``) that import any of
+        ``paths``, directly or through other files: the code that already builds and calls
+        them."""
+        graph = ImportGraph(self.files)
+        found = {
+            importer
+            for path in paths
+            for importer in graph.importers(path)
+            if _is_test_file(posixpath.basename(importer))
+        }
+        return sorted(found)
+
+    def examples(self, class_names: set[str]) -> list[Example]:
+        """The Python blocks of the Markdown files that name one of ``class_names``, with the
+        blocks before them in each file (``harness.capture.examples``)."""
+        found = self.files.paths_ending(".md", ".markdown")
+        ordered = sorted(found, key=lambda path: ("/" in path, "readme" not in path.lower(), path))
+        return examples_naming(self.files.texts(ordered[:MAX_MARKDOWN_FILES]), class_names)
+
+
+def _code_to_run(
+    classes: list[tuple[str, str]], settings: CaptureConfig, code: RepoCode
+) -> tuple[list[str], list[Example]]:
+    """The test files and Markdown examples the settings allow, for these classes."""
+    tests = code.tests(sorted({path for path, _ in classes})) if settings.tests else []
+    names = {name for _, name in classes}
+    return tests, code.examples(names) if settings.examples else []
+
+
+def _nothing_runs(settings: CaptureConfig) -> str:
+    looked = [
+        what
+        for what, on in (
+            ("no test file imports it", settings.tests),
+            ("no Markdown example names it", settings.examples),
+        )
+        if on
+    ]
+    return " and ".join(looked)
+
+
+def _describe(tests: list[str], examples: list[Example]) -> str:
+    files = len(dict.fromkeys(example.path for example in examples))
+    parts = [f"{len(tests)} test file(s)"] if tests else []
+    if examples:
+        parts.append(f"{len(examples)} example block(s) of {files} Markdown file(s)")
+    return " and ".join(parts)
 
 
 def _is_test_file(name: str) -> bool:

@@ -160,6 +160,17 @@ class HeadFiles:
     def exists(self, path: str) -> bool:
         return path in self._blobs
 
+    def paths_ending(self, *suffixes: str) -> list[str]:
+        return sorted(path for path in self._blobs if path.lower().endswith(suffixes))
+
+    def texts(self, paths: list[str]) -> list[tuple[str, str]]:
+        """Those files' texts, read in one ``git cat-file`` call; a file too large or not
+        text is left out."""
+        fresh = [self._blobs[path] for path in paths if self._blobs[path] not in self._contents]
+        self._contents.update(read_blobs(self._repo, fresh))
+        found = [(path, self._text(path)) for path in paths]
+        return [(path, text) for path, text in found if isinstance(text, str)]
+
     def parsed(self, path: str) -> ast.Module | None:
         loaded = self.load(path) if path in self._blobs else None
         return loaded[0] if isinstance(loaded, tuple) else None

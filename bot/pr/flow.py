@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from bot.actions_io import add_summary, set_outputs
-from bot.detect.captured import Captured, capture_targets, in_repository, test_files_for
+from bot.detect.captured import Captured, HeadCode, capture_targets, in_repository
 from bot.detect.changes import ChangeReport, detect_changes
 from bot.event import ActionsEnv, Event
 from bot.git import checked_out_commit
@@ -143,7 +143,7 @@ def _captured(
     request's: its base commit's)."""
     return capture_targets(
         repo, changes, options.settings.capture, options.eval_config or options.settings.eval,
-        partial(test_files_for, repo, changes.head_sha), options.device,
+        HeadCode(repo, changes.head_sha), options.device,
         options.dtype or options.settings.dtype, progress,
     )  # fmt: skip
 

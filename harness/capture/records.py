@@ -93,7 +93,7 @@ class CapturedTarget(BaseModel):
     path: str = Field(description="The class's file, relative to the repository root.")
     class_name: str
     source: str = Field(
-        description="What ran: 'tests/test_model.py' or the command.", max_length=500
+        description="What ran: 'tests/test_model.py, README.md' or the command.", max_length=500
     )
     built_at: str = Field(
         default="",
@@ -127,7 +127,7 @@ class CaptureReport(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ran: Literal["tests", "command"]
+    ran: Literal["tests", "examples", "tests and examples", "command"]
     source: str = Field(max_length=500)
     targets: list[CapturedTarget] = Field(default_factory=list, max_length=256)
     outcome: str = Field(default="", description="How the tests or command ended.", max_length=2000)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from harness.capture.examples import Example
 from harness.capture.records import CapturedTarget, CaptureReport
 from harness.capture.worker import CaptureJob, python_argv
 from harness.config import EvalConfig
@@ -50,17 +51,20 @@ def capture(
     config: EvalConfig,
     tests: list[str] | None = None,
     command: str | None = None,
+    examples: list[Example] | None = None,
     limit_s: float = 300.0,
     gpu: bool = False,
 ) -> tuple[CaptureReport, Path]:
-    """Run the tests (or the command) over ``root`` with hooks on ``classes`` ((path, class)
-    pairs, paths relative to ``root``); what was seen, and the folder its saved files are in.
+    """Run the tests and the Markdown examples (or the command) over ``root`` with hooks on
+    ``classes`` ((path, class) pairs, paths relative to ``root``); what was seen, and the
+    folder its saved files are in.
     ``gpu``: the worker sees the GPU (a run on cuda: the repository's code may need one)."""
     job_dir = lifetime.scratch("capture-")
     saved = lifetime.scratch("captured-")
     job = CaptureJob(
-        root=root, classes=classes, tests=tests or [], command=command, limit_s=limit_s
-    )
+        root=root, classes=classes, tests=tests or [], examples=examples or [],
+        command=command, limit_s=limit_s,
+    )  # fmt: skip
     (job_dir / "job.json").write_text(job.model_dump_json())
     view = WorkerView(read_only=[root], writable=[], gpu=gpu)
     # A worker with the GPU gets no address-space limit: a CUDA context alone reserves more
@@ -68,14 +72,14 @@ def capture(
     memory = None if gpu else config.memory_limit_gb
     outcome = run_worker(job_dir, limit_s + 30.0, memory, view, config.sandbox, entry=CAPTURE_ENTRY)
     results = [message for message in outcome.results() if message.kind == "report"]
-    source = command or ", ".join(tests or [])
+    source = job.source()
     if not results:
         how = "ran past its time limit" if outcome.timed_out else "ended without a report"
         raise UserError(
             f"capturing how the changed modules are called: {source} {how}:\n"
             f"{outcome.log_tail[-2000:]}",
             where=str(root),
-            fix="make the tests (or the capture command) run in the repository on their own",
+            fix="make the tests, examples or capture command run in the repository on their own",
         )
     try:
         report = CaptureReport.model_validate(results[0].body)

@@ -1,8 +1,9 @@
 """The capture worker: ``python -m harness.capture.worker JOB_DIR FD``, in the sandbox.
 
 It hooks the requested classes (``harness.capture.hooks``), then runs the repository's tests
-(pytest, in this process) or the command the user named (``python script.py ARGS`` or ``python
--m module ARGS``, in this process), and sends what it saw as a ``CaptureReport``. A training
+(pytest, in this process) and its Markdown examples (``harness.capture.examples``), or the
+command the user named (``python script.py ARGS`` or ``python -m module ARGS``, in this
+process), and sends what it saw as a ``CaptureReport``. A training
 command need not finish: at the job's time limit the worker reports what it has and ends.
 """
 
@@ -14,11 +15,13 @@ import runpy
 import shlex
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
 from pydantic import BaseModel, Field
 
+from harness.capture.examples import Example
 from harness.capture.hooks import Recorder
 from harness.capture.records import CaptureReport
 
@@ -29,8 +32,15 @@ class CaptureJob(BaseModel):
     root: Path
     classes: list[tuple[str, str]] = Field(description="(path relative to root, class name).")
     tests: list[str] = Field(default_factory=list, description="Test files, relative to root.")
+    examples: list[Example] = Field(default_factory=list, description="Markdown examples.")
     command: str | None = None
     limit_s: float = Field(description="When to report whatever was seen, and end.")
+
+    def source(self) -> str:
+        """What runs, for the report: the command, or the test files and the Markdown files
+        of the examples."""
+        examples = dict.fromkeys(example.path for example in self.examples)
+        return self.command or ", ".join([*self.tests, *examples])
 
 
 def main(job_dir: Path, channel_fd: int) -> None:
@@ -42,9 +52,8 @@ def main(job_dir: Path, channel_fd: int) -> None:
     recorder = Recorder(job.root)
     for path, class_name in job.classes:
         recorder.hook(path, class_name)
-    ran = "command" if job.command else "tests"
-    ran_what = "the command" if job.command else "the tests"
-    source = job.command or ", ".join(job.tests)
+    ran = _ran(job)
+    source = job.source()
     lock = threading.Lock()
 
     def report(outcome: str) -> None:
@@ -61,13 +70,48 @@ def main(job_dir: Path, channel_fd: int) -> None:
     timer = threading.Timer(max(job.limit_s - REPORT_MARGIN_S, 1.0), report, [_stopped(job)])
     timer.daemon = True
     timer.start()
-    try:
-        outcome = _run_command(job.command) if job.command else _run_tests(job.tests)
-    except SystemExit as stop:
-        outcome = f"{ran_what} ended with exit status {stop.code}"
-    except BaseException as err:  # the repository's code: what it raised is its outcome
-        outcome = f"{ran_what} raised {type(err).__name__}: {err}"
+    if job.command:
+        outcome = _guarded("the command", lambda: _run_command(job.command or ""))
+    else:
+        ended = [_guarded("the tests", lambda: _run_tests(job.tests))] if job.tests else []
+        if job.examples:
+            ended.append(_run_examples(job.root, job.examples))
+        outcome = "; ".join(ended)
     report(outcome)
+
+
+def _ran(job: CaptureJob) -> str:
+    if job.command:
+        return "command"
+    return " and ".join(
+        kind for kind, given in (("tests", job.tests), ("examples", job.examples)) if given
+    )
+
+
+def _guarded(what: str, run: Callable[[], str]) -> str:
+    """How the repository's code ended: its own words, or what it raised."""
+    try:
+        return run()
+    except SystemExit as stop:
+        return f"{what} ended with exit status {stop.code}"
+    except BaseException as err:  # the repository's code: what it raised is its outcome
+        return f"{what} raised {type(err).__name__}: {err}"
+
+
+def _run_examples(root: Path, examples: list[Example]) -> str:
+    """Each Markdown file's blocks in order in one namespace; a block that fails is said and
+    the next one runs (it may not need what failed)."""
+    namespaces: dict[str, dict] = {}
+    failed: list[str] = []
+    for example in examples:
+        namespace = namespaces.setdefault(example.path, {"__name__": "__main__"})
+        where = f"{example.path}:{example.line}"
+        try:
+            exec(compile(example.runnable(), str(root / example.path), "exec"), namespace)
+        except (Exception, SystemExit) as err:  # the example's own failure, said, not ours
+            failed.append(f"{where} raised {type(err).__name__}: {str(err)[:200]}")
+    ran = f"{len(examples) - len(failed)} of {len(examples)} example blocks ran"
+    return ran + (f" ({'; '.join(failed[:3])})" if failed else "")
 
 
 def _stopped(job: CaptureJob) -> str:
