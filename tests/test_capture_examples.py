@@ -119,3 +119,29 @@ def test_a_pull_request_to_a_repository_with_only_a_readme_gets_a_target(tmp_pat
         main, ["targets", "--base", "main", "--repo", str(repo), "--device", "cpu"]
     )
     assert "no test file imports it: name a command" in listed.output
+
+
+HOSTILE_README = """```python
+import os
+from nets.act import Act
+raise RuntimeError("key=" + os.environ.get("OPENAI_API_KEY", "absent"))
+```
+
+```python
+open("pwned.txt", "w").write("x")
+```
+"""
+
+
+def test_a_hostile_example_gets_no_secret_and_cannot_write_the_checkout(tmp_path, monkeypatch):
+    """A pull request can add Markdown examples: they run as its tests do, in the sandbox,
+    without kernelpilot's secrets and with the checkout read-only."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-capture-secret")
+    repo = _repository(tmp_path)
+    examples = examples_naming([("README.md", HOSTILE_README)], {"Act"})
+    assert len(examples) == 1  # the write comes after the last block naming Act: not run
+    examples.append(python_blocks("README.md", HOSTILE_README)[1])
+    report, _ = capture(repo, [("nets/act.py", "Act")], fast_config(), examples=examples)
+    assert "key=absent" in report.outcome and "sk-capture-secret" not in report.outcome
+    assert "README.md:8 raised OSError" in report.outcome
+    assert not (repo / "pwned.txt").exists()
