@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness.capture.records import TensorSpec
 from harness.capture.run import capture, captured_problem, check_command
 from harness.errors import UserError
 from harness.evaluate import Evaluator
@@ -231,3 +232,30 @@ def test_captured_targets_keep_to_the_runs_cap():
     assert [m.class_name for m in changes.over_cap] == ["Embed"]
     assert changes.over_cap[0].target == "model.py:Embed"
     assert [m.class_name for m in changes.modules] == ["MLP"]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        TensorSpec(shape=[4, 3], dtype="int64", low=2, high=9),
+        TensorSpec(shape=[5], dtype="bool", low=0, high=1),
+        TensorSpec(shape=[2, 8], dtype="float32", low=-3, high=3, mean=0.5, std=2),
+        TensorSpec(shape=[2, 8], dtype="bfloat16", low=0.1, high=4.0),
+    ],
+    ids=["ids", "mask", "signed", "positive"],
+)
+def test_frozen_factories_draw_as_the_cases_do(spec):
+    """`targets --write` writes the drawing the checks use: the same dtype, shape and range."""
+    from harness.capture.freeze import tensor_source
+    from harness.capture.records import ArgSpec
+    from harness.problem.cases import drawn_like
+
+    frozen = eval(tensor_source(spec), {"torch": torch})  # our own generated source
+    drawn = drawn_like(ArgSpec(tensor=spec))
+    assert frozen.dtype == drawn.dtype and frozen.shape == drawn.shape
+    for values in (frozen, drawn):
+        if spec.low >= 0:
+            assert spec.low - 1e-3 <= float(values.float().min())
+            assert float(values.float().max()) <= spec.high + 1e-2
+        else:
+            assert float(values.float().min()) < 0  # signed where the seen values were

@@ -134,16 +134,16 @@ def safe_expression(text: str | None, names: set[str]) -> str | None:
 
 
 def tensor_source(spec: TensorSpec) -> str:
-    """Python that draws a tensor like the one seen (as ``harness.problem.cases.drawn_like``)."""
+    """Python that draws a tensor like the one seen, by its spec's rule (``TensorSpec.drawing``,
+    as ``harness.problem.cases.drawn_like``)."""
     shape = f"({', '.join(str(size) for size in spec.shape)}{',' if len(spec.shape) == 1 else ''})"
-    if spec.dtype == "bool":
+    rule = spec.drawing()
+    if rule.kind == "bool":
         return f"torch.rand{shape} < 0.5"
-    if spec.dtype.startswith(("int", "uint")):
-        return f"torch.randint({int(spec.low)}, {int(spec.high) + 1}, {shape}, dtype=torch.{spec.dtype})"
-    if spec.low < 0:
-        drawn = f"torch.randn{shape} * {max(spec.std, 1e-3):.4g} + {spec.mean:.4g}"
-    else:
-        drawn = f"torch.rand{shape} * {spec.high - spec.low:.4g} + {spec.low:.4g}"
+    if rule.kind == "int":
+        return f"torch.randint({int(rule.a)}, {int(rule.b)}, {shape}, dtype=torch.{spec.dtype})"
+    base = "randn" if rule.kind == "normal" else "rand"
+    drawn = f"torch.{base}{shape} * {rule.a:.4g} + {rule.b:.4g}"
     return drawn if spec.dtype == "float32" else f"({drawn}).to(torch.{spec.dtype})"
 
 

@@ -4,7 +4,7 @@ request's code ran there) to the parent, which reads them as data, bounded, neve
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -12,6 +12,17 @@ PlainValue = None | bool | int | float | str
 MAX_CALLS = 4  # the largest distinct call shapes kept per class
 MAX_DIMS = 8
 IMPORT_LINE = r"^from [A-Za-z_][A-Za-z0-9_.]* import [A-Za-z_][A-Za-z0-9_]*$"
+
+
+class Drawing(NamedTuple):
+    """How fresh values like a captured tensor's are drawn, the one rule that both the cases
+    (``harness.problem.cases.drawn_like``) and the frozen factories (``freeze.tensor_source``)
+    follow: ``bool`` coin flips; ``int`` uniform integers in [a, b); ``normal`` standard normal
+    times a plus b; ``uniform`` uniform [0, 1) times a plus b."""
+
+    kind: Literal["bool", "int", "normal", "uniform"]
+    a: float
+    b: float
 
 
 class TensorSpec(BaseModel):
@@ -35,6 +46,19 @@ class TensorSpec(BaseModel):
         if not isinstance(getattr(torch, name, None), torch.dtype):
             raise ValueError(f"{name!r} is not a torch dtype")
         return name
+
+    def drawing(self) -> Drawing:
+        """Signed values where the seen ones were signed (their mean and spread), within their
+        range where they were not: a module fed only positives may take a log."""
+        import torch
+
+        if self.dtype == "bool":
+            return Drawing("bool", 0, 0)
+        if not getattr(torch, self.dtype).is_floating_point:
+            return Drawing("int", int(self.low), int(self.high) + 1)
+        if self.low < 0:
+            return Drawing("normal", max(self.std, 1e-3), self.mean)
+        return Drawing("uniform", self.high - self.low, self.low)
 
     def numel(self) -> int:
         count = 1

@@ -128,27 +128,18 @@ def make_inputs(problem: Problem, seed: int, strengthened: bool = False) -> list
 
 
 def drawn_like(arg: ArgSpec):
-    """A fresh value like a captured argument: a tensor of its shape and dtype whose values
-    spread as the seen ones did (signed where they were, within their range where they were
-    not: a module fed only positives may take a log); a plain value as it was."""
+    """A fresh value like a captured argument: a tensor of its shape and dtype drawn by its
+    spec's rule (``TensorSpec.drawing``); a plain value as it was."""
     if arg.tensor is None:
         return arg.value
     spec = arg.tensor
-    dtype = getattr(torch, spec.dtype, None)
-    if not isinstance(dtype, torch.dtype):
-        raise UserError(f"captured input of unknown dtype {spec.dtype!r}", fix=CAPTURE_FIX)
-    if dtype == torch.bool:
+    dtype, rule = getattr(torch, spec.dtype), spec.drawing()
+    if rule.kind == "bool":
         return torch.rand(spec.shape) < 0.5
-    if not dtype.is_floating_point:
-        return torch.randint(int(spec.low), int(spec.high) + 1, spec.shape, dtype=dtype)
-    if spec.low < 0:
-        values = torch.randn(spec.shape) * max(spec.std, 1e-3) + spec.mean
-    else:
-        values = torch.rand(spec.shape) * (spec.high - spec.low) + spec.low
-    return values.to(dtype)
-
-
-CAPTURE_FIX = "configure this target's inputs in [tool.kernelpilot] instead"
+    if rule.kind == "int":
+        return torch.randint(int(rule.a), int(rule.b), spec.shape, dtype=dtype)
+    drawn = torch.randn(spec.shape) if rule.kind == "normal" else torch.rand(spec.shape)
+    return (drawn * rule.a + rule.b).to(dtype)
 
 
 # What an input factory may return beside tensors: flags, sizes, a mask left out as None.
