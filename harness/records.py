@@ -61,6 +61,12 @@ class Problem(BaseModel):
         default_factory=list,
         description="The forward's keyword arguments: the inputs' last values go by these names.",
     )
+    captured_calls: list[list[ArgSpec]] = Field(
+        default_factory=list,
+        description="The other captured calls' arguments (other shapes and values the "
+        "repository runs the module with, as captured_inputs): each is a checked case.",
+        max_length=8,
+    )
     init_fn: str | None = Field(
         default="get_init_inputs", description="Function returning constructor args, if any."
     )

@@ -1042,6 +1042,13 @@ DEFENSES: list[Defense] = [
         ("tests/test_module_shapes.py", "-k", "another_form"),
     ),
     Defense(
+        "captured_calls_checked",
+        "harness/problem/plan.py",
+        "        for c in range(captured_calls)",
+        "        for c in range(0)",
+        ("tests/test_capture.py", "-k", "other_captured_calls"),
+    ),
+    Defense(
         "output_form_timed",
         "harness/workers/timed_checks.py",
         "        if form != eager_form:",

@@ -259,3 +259,21 @@ def test_frozen_factories_draw_as_the_cases_do(spec):
             assert float(values.float().max()) <= spec.high + 1e-2
         else:
             assert float(values.float().min()) < 0  # signed where the seen values were
+
+
+def test_the_other_captured_calls_are_checked_cases(from_tests):
+    """The tests also call MLP with 4 rows: a kernel right only at the largest captured call
+    (32 rows) is caught there, with no generated shape variant to catch it."""
+    report, saved = from_tests
+    problem = captured_problem(by_class(report)["MLP"], REPO, saved, "cpu", "float32")
+    assert [[arg.tensor.shape for arg in call] for call in problem.captured_calls] == [[[4, 64]]]
+    only_at_32_rows = HONEST_MLP.replace(
+        "static_cast<float>(scale)", "static_cast<float>(n == 32 * d ? scale : 1.0)"
+    )
+    assert only_at_32_rows != HONEST_MLP
+    config = fast_config(shape_variants=0, strided_inputs=False, wide_range=False)
+    result = Evaluator(config, seed=2).evaluate(
+        problem, Candidate(source=only_at_32_rows, origin="user")
+    )
+    assert result.status is Status.incorrect, result.reason
+    assert "captured call 2 [(4, 64)]" in result.reason

@@ -112,9 +112,15 @@ def _keep(job_dir: Path, saved: Path, target: CapturedTarget) -> None:
 def captured_problem(
     target: CapturedTarget, root: Path, saved: Path, device: str, dtype: str
 ) -> Problem:
-    """A Problem from a captured class: its largest call's inputs, its captured constructor."""
+    """A Problem from a captured class: its largest call's inputs (timed and checked), its
+    other calls of the same form (checked too), its captured constructor."""
     path = (root / target.path).resolve()
     call = target.calls[0]
+    others = [
+        [*other.args, *other.keywords.values()]
+        for other in target.calls[1:]
+        if len(other.args) == len(call.args) and list(other.keywords) == list(call.keywords)
+    ]
     return Problem(
         name=target.class_name,
         source_path=path,
@@ -122,6 +128,7 @@ def captured_problem(
         inputs_fn=None,
         captured_inputs=[*call.args, *call.keywords.values()],
         input_keywords=list(call.keywords),
+        captured_calls=others,
         init_fn=None,
         init_capture=saved / target.init_file if target.init_file else None,
         init_args=target.init_args or [],

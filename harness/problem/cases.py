@@ -182,6 +182,9 @@ def _check_inputs(raw, path: Path, fn_name: str, keywords: list[str]) -> None:
 
 def case_inputs(problem: Problem, spec: CaseSpec, strengthened: bool) -> list | None:
     """A case's inputs, drawn again from its seed (None where its kind does not apply)."""
+    if spec.kind == "captured":
+        call = problem.model_copy(update={"captured_inputs": problem.captured_calls[spec.variant]})
+        return make_inputs(call, spec.seed, strengthened)
     inputs = make_inputs(problem, spec.seed, strengthened)
     if spec.kind in ("seed", "repeat"):
         return inputs

@@ -43,12 +43,19 @@ def repeat_spec(first: CaseSpec, on_cuda: bool) -> CaseSpec:
     )
 
 
-def extra_specs(seeds: list[int], config: EvalConfig, on_cuda: bool) -> list[CaseSpec]:
-    """Other shapes, a wide range, other layouts (numbered after the seeds' files)."""
+def extra_specs(
+    seeds: list[int], config: EvalConfig, on_cuda: bool, captured_calls: int = 0
+) -> list[CaseSpec]:
+    """Other shapes, the other calls a capture saw, a wide range, other layouts (numbered after
+    the seeds' files)."""
     seed = seeds[0]
     extra = [
         CaseSpec(name="other shapes", kind="variant", seed=seed, variant=v, reference_case=0)
         for v in range(1, config.shape_variants + 1)
+    ]
+    extra += [
+        CaseSpec(name="captured call", kind="captured", seed=seed, variant=c, reference_case=0)
+        for c in range(captured_calls)
     ]
     if config.wide_range:
         extra.append(CaseSpec(name="inputs scaled", kind="wide", seed=seed, reference_case=0))

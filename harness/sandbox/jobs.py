@@ -31,12 +31,16 @@ class CaseSpec(BaseModel):
     """
 
     name: str
-    kind: Literal["seed", "repeat", "variant", "wide", "strided"]
+    kind: Literal["seed", "repeat", "variant", "captured", "wide", "strided"]
     seed: int = Field(description="Seed of the inputs (of the first case's, for derived kinds).")
     params_seed: int | None = Field(
         default=None, description="Seed the parameters are perturbed with; None: initial ones."
     )
-    variant: int = Field(default=0, description="Which shape variant (kind 'variant').")
+    variant: int = Field(
+        default=0,
+        description="Which shape variant (kind 'variant'), or which other captured call "
+        "(kind 'captured': an index into Problem.captured_calls).",
+    )
     reference_case: int = Field(description="Index of the case whose reference outputs apply.")
     async_stream: bool = Field(
         default=False,

@@ -124,10 +124,11 @@ class ReferenceRun:
                 raise out_of_memory(self.problem, [], spec.name, err) from err
         if inputs is None:
             return None
+        shapes = [tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor)]
         if spec.kind == "variant":
-            spec.name = (
-                f"other shapes {[tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor)]}"
-            )
+            spec.name = f"other shapes {shapes}"
+        elif spec.kind == "captured":
+            spec.name = f"captured call {spec.variant + 2} {shapes}"
         elif spec.kind == "wide":
             spec.name = f"inputs scaled x{wide_scale(spec.seed):.1f}"
         spec.input_digest = input_digest(inputs)  # as drawn: what every worker draws again
@@ -252,7 +253,7 @@ def run_reference(job: WorkerJob, job_dir: Path) -> ReferenceReport:
     if report.weak and not report.strengthened_ok:  # refused: no case of it is ever run
         return _report(run, report, strengthened, [], bitwise, ops)
     repeat = repeat_spec(specs[0], run.on_cuda)
-    extra = extra_specs(job.seeds, job.config, run.on_cuda)
+    extra = extra_specs(job.seeds, job.config, run.on_cuda, len(job.problem.captured_calls))
     kept = [spec for spec in extra if run.run_extra(spec, strengthened)]
     # The repeat comes second: same inputs and parameters as the first case, so a failure
     # there (and not in the first) is the stream order or memory never written.
