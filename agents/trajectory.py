@@ -71,7 +71,9 @@ class AttemptSpend(BaseModel):
 
     node_id: str
     kind: NodeKind
-    outcome: str = Field(description="Its verdict's status, 'repeat', or 'no_candidate'.")
+    outcome: str = Field(
+        description="Its verdict's status, or 'repeat', 'no_candidate', 'not_evaluated' (yet)."
+    )
     spend: CallSpend
 
 
@@ -168,4 +170,6 @@ def _sum(a: Number | None, b: Number | None) -> Number | None:
 def _outcome(node: Node) -> str:
     if node.result is not None:
         return node.result.status.value
-    return "repeat" if node.candidate else "no_candidate"
+    if node.candidate is None:
+        return "no_candidate"
+    return "repeat" if node.failure else "not_evaluated"  # a repeat is never run again
