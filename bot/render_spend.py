@@ -13,8 +13,8 @@ HEADERS = ["attempt", "kind", "outcome", "calls", "prompt tokens", "cached", "co
            "cost"]  # fmt: skip
 UNKNOWN = "unknown"
 CACHED_NOTE = (
-    "cached: the prompt tokens the provider served from its prompt cache (billed at the cached "
-    "rate where the price has one); unknown: the server did not say"
+    "cached: prompt tokens the provider's prompt cache served, priced at the cached rate where "
+    "there is one; unknown: not reported or not priced"
 )
 
 
