@@ -64,6 +64,7 @@ def recorded_replies(trajectory: Trajectory) -> list[ScriptedReply]:
                 replies.append(ScriptedReply(role=call.role, text=call.text,
                                              prompt_tokens=call.prompt_tokens,
                                              completion_tokens=call.completion_tokens,
+                                             cached_tokens=call.cached_tokens,
                                              cost_usd=call.cost_usd))  # fmt: skip
     return replies
 

@@ -203,6 +203,7 @@ def recorded(role: Role, temperature: float | None, reply: Reply, error: str = "
         text=reply.text[:REPLY_CHARS_KEPT],
         prompt_tokens=reply.prompt_tokens,
         completion_tokens=reply.completion_tokens,
+        cached_tokens=reply.cached_tokens,
         cost_usd=reply.cost_usd,
         seconds=reply.seconds,
         attempts=reply.attempts,

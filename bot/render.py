@@ -15,6 +15,7 @@ from typing import NamedTuple
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 from bot import markdown as md
+from bot.render_spend import spend_markdown, spend_terminal
 from bot.report import ERROR_STATUSES, Report, TargetReport, TargetStatus
 from harness.records import TimingStats, Verdict
 
@@ -84,6 +85,8 @@ def render_terminal(report: Report) -> str:
                 f"{row.target}: torch.compile baseline not measured: "
                 f"{row.timings.compile_baseline_error}"
             )
+    for row in report.targets:
+        lines += spend_terminal(row)
     return "\n".join(lines)
 
 
@@ -130,6 +133,7 @@ def render_markdown(report: Report) -> str:
                 f"- {'✅' if c.passed else '❌'} {md.code(c.name, 80)}: {md.plain(c.detail, 300)}"
                 for c in row.checks
             ]
+        lines += spend_markdown(row)
     return "\n".join(lines) + "\n"
 
 

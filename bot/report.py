@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.trajectory import Trajectory
+from agents.trajectory import SearchSpend, Trajectory
 from harness.judge import accept
 from harness.records import Check, EvalResult, Status, Timings, Verdict
 
@@ -76,6 +76,11 @@ class TargetReport(BaseModel):
     attempts: int = Field(default=0, description="Candidates proposed for this target.")
     tokens: int = Field(default=0, description="LLM tokens spent on this target.")
     cost_usd: float | None = Field(default=None, description="LLM cost, when priced.")
+    spend: SearchSpend | None = Field(
+        default=None,
+        description="Prompt, cached and completion tokens and cost per attempt, and their "
+        "totals (None: no search ran).",
+    )
     trajectory_file: str | None = Field(default=None, description="The search's trajectory.")
 
     def add_search(self, trajectory: Trajectory, path: Path | None) -> None:
@@ -90,6 +95,7 @@ class TargetReport(BaseModel):
             for call in node.calls
         )
         self.cost_usd = budget.spent_cost_usd if priced else None
+        self.spend = trajectory.spend()
         self.trajectory_file = str(path) if path else None
 
     @property

@@ -6,6 +6,11 @@ reply("hi"))``); each POST to ``/v1/chat/completions`` (or ``/chat/completions``
 one. Every request is recorded (path, headers, JSON body) so tests can check what was sent. With
 nothing queued it answers 500 with ``x-should-retry: false`` (the client does not retry), saying
 so. It binds 127.0.0.1 on a free port and shuts itself down after ``lifetime_s``.
+
+Prompt caching: ``reply(..., cached_tokens=N)`` sends ``usage.prompt_tokens_details`` as OpenAI
+does; ``prefix_cached_reply()`` counts the usage from the request itself, as a provider with
+automatic prompt caching would (OpenAI's rule: the longest prefix shared with an earlier request,
+from 1,024 tokens on, in steps of 128; a token taken as 4 bytes here).
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ import json
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.prompt_cache import counted_usage
 
 CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 API_KEY = "{api_key}"  # placeholder in a body, replaced by the key the request carried
@@ -32,6 +39,7 @@ class Behaviour:
     headers: tuple[tuple[str, str], ...] = ()
     delay_s: float = 0.0
     content_type: str = "application/json"
+    prefix_cache: bool = False  # usage counted from the request (``prefix_cached_reply``)
 
 
 @dataclass(frozen=True)
@@ -52,8 +60,10 @@ def completion(
     completion_tokens: int = 5,
     finish_reason: str = "stop",
     usage: bool = True,
+    cached_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """A chat-completion body as OpenAI sends it."""
+    """A chat-completion body as OpenAI sends it (``cached_tokens``: with
+    ``usage.prompt_tokens_details``, as OpenAI sends it; None: without, as vLLM and Ollama)."""
     body: dict[str, Any] = {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
@@ -73,12 +83,22 @@ def completion(
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
         }
+        if cached_tokens is not None:
+            details = {"cached_tokens": cached_tokens, "audio_tokens": 0}
+            body["usage"]["prompt_tokens_details"] = details
     return body
 
 
 def reply(text: str | None = "ok", **fields: Any) -> Behaviour:
     """A normal 200 reply (fields: model, prompt_tokens, completion_tokens, finish_reason, usage)."""
     return Behaviour(body=json.dumps(completion(text, **fields)).encode())
+
+
+def prefix_cached_reply(text: str | None = "ok", completion_tokens: int = 5) -> Behaviour:
+    """A 200 reply whose usage the server counts from the request: prompt tokens at 4 bytes
+    each, and cached tokens as a provider's automatic prompt cache would serve them."""
+    body = completion(text, completion_tokens=completion_tokens)
+    return Behaviour(body=json.dumps(body).encode(), prefix_cache=True)
 
 
 def megabyte_reply(size: int = 1 << 20) -> Behaviour:
@@ -255,6 +275,13 @@ class FakeOpenAI:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def _counted(self, behaviour: Behaviour, body: Any) -> Behaviour:
+        """``behaviour`` with its usage counted from the request ``body`` after the earlier
+        requests, as a provider's prompt cache would serve them."""
+        with self._lock:
+            earlier = [request.body for request in self.requests if request.body is not body]
+        return replace(behaviour, body=counted_usage(behaviour.body, body, earlier))
+
     def _take(self, request: RecordedRequest) -> Behaviour:
         with self._lock:
             self.requests.append(request)
@@ -284,6 +311,8 @@ class _Handler(BaseHTTPRequestHandler):
         if behaviour.delay_s and fake._stopping.wait(behaviour.delay_s):
             return
         key = headers.get("authorization", "").removeprefix("Bearer ")
+        if behaviour.prefix_cache:
+            behaviour = fake._counted(behaviour, body)
         self._send(behaviour, key)
 
     def _send(self, behaviour: Behaviour, key: str) -> None:

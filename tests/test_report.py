@@ -234,3 +234,72 @@ def test_a_new_column_shows_in_the_terminal_table_and_markdown(monkeypatch):
     report = fixed_report()
     assert render_terminal(report).splitlines()[0].rstrip().endswith("inputs")
     assert "| ` float32[8, 1024] ` |" in render_markdown(report)
+
+
+def _searched_row() -> TargetReport:
+    """A row whose search made an offline attempt (no calls), one priced attempt whose server
+    reported its cache, and one on a server that did not, of a model without a price."""
+    from agents.trajectory import AttemptSpend, CallSpend, SearchSpend
+
+    attempts = [
+        AttemptSpend(node_id="0.1", kind="offline", outcome="ok", spend=CallSpend()),
+        AttemptSpend(node_id="0.2", kind="improve", outcome="build_error",
+                     spend=CallSpend(calls=2, prompt_tokens=20_000, cached_tokens=12_288,
+                                     completion_tokens=1_500, cost_usd=0.0281)),
+        AttemptSpend(node_id="0.2.1", kind="debug", outcome="ok",
+                     spend=CallSpend(calls=1, prompt_tokens=9_000, cached_tokens=None,
+                                     completion_tokens=700, cost_usd=None)),
+    ]  # fmt: skip
+    total = sum((attempt.spend for attempt in attempts), CallSpend())
+    spend = SearchSpend(attempts=attempts, total=total)
+    return TargetReport(target="t", device="cpu", status=TargetStatus.ok, spend=spend)
+
+
+def test_the_report_lists_each_attempts_tokens_cached_tokens_and_cost_and_the_totals():
+    report = Report(targets=[_searched_row()])
+    markdown = render_markdown(report)
+    assert (
+        "| attempt | kind | outcome | calls | prompt tokens | cached | completion tokens | cost |"
+        in markdown
+    )
+    assert "| ` 0.1 ` | offline | ok | 0 | - | - | - | - |" in markdown
+    assert (
+        "| ` 0.2 ` | improve | build\\_error | 2 | 20,000 | 12,288 (61%) | 1,500 | $0.0281 |"
+        in markdown
+    )
+    assert "| ` 0.2.1 ` | debug | ok | 1 | 9,000 | unknown | 700 | unknown |" in markdown
+    # A sum over a count that is unknown is unknown: never the smaller known part.
+    assert "| **total** |  |  | 3 | 29,000 | unknown | 2,200 | unknown |" in markdown
+    terminal = render_terminal(report).splitlines()
+    at = terminal.index(next(line for line in terminal if "model calls per attempt" in line))
+    assert terminal[at + 1].split() == ["attempt", "kind", "outcome", "calls", "prompt", "tokens",
+                                        "cached", "completion", "tokens", "cost"]  # fmt: skip
+    assert terminal[at + 3].split() == ["0.2", "improve", "build_error", "2", "20,000", "12,288",
+                                        "(61%)", "1,500", "$0.0281"]  # fmt: skip
+    assert terminal[-1].split() == ["total", "3", "29,000", "unknown", "2,200", "unknown"]
+
+
+def test_without_calls_of_a_model_there_is_no_spend_table():
+    from agents.trajectory import AttemptSpend, CallSpend, SearchSpend
+
+    offline = SearchSpend(
+        attempts=[AttemptSpend(node_id="0.1", kind="offline", outcome="ok", spend=CallSpend())]
+    )
+    for spend in (None, offline):
+        report = Report(targets=[TargetReport(target="t", device="cpu", status=TargetStatus.ok,
+                                              spend=spend)])  # fmt: skip
+        assert "model calls" not in render_markdown(report).lower()
+        assert "model calls" not in render_terminal(report).lower()
+
+
+def test_the_spend_survives_report_json_and_refuses_what_is_not_a_count():
+    row = _searched_row()
+    again = TargetReport.model_validate_json(row.model_dump_json())
+    assert again.spend == row.spend
+    data = json.loads(row.model_dump_json())
+    data["spend"]["total"]["cost_usd"] = float("nan")
+    with pytest.raises(ValueError):
+        TargetReport.model_validate_json(json.dumps(data))
+    data["spend"]["total"]["cost_usd"], data["spend"]["total"]["cached_tokens"] = 0.1, -5
+    with pytest.raises(ValueError):
+        TargetReport.model_validate_json(json.dumps(data))

@@ -106,3 +106,23 @@ def test_a_damaged_node_saved_with_its_source_names_the_field(tmp_path):
     with pytest.raises(UserError) as caught:
         Trajectory.load(path)
     assert "tree.nodes.0.1.kind: Field required" in caught.value.what
+
+
+def test_calls_saved_before_cached_tokens_were_recorded_load_as_unknown(saved):
+    """A trajectory written before calls kept their cached tokens: it loads, its calls' cached
+    counts are unknown (not 0), and so is every sum over them; its other spend stays."""
+    from agents.search.tree import LLMCall
+
+    trajectory = Trajectory.load(saved)
+    call = LLMCall(role="planner", temperature=0.8, text="plan", prompt_tokens=900,
+                   completion_tokens=100, cost_usd=0.002)  # fmt: skip
+    trajectory.tree.add(trajectory.tree.root, "improve", source="x = 1\n", calls=[call])
+    data = json.loads(trajectory.model_dump_json())
+    del data["tree"]["nodes"]["0.1"]["calls"][0]["cached_tokens"]
+    saved.write_text(json.dumps(data))
+    spend = Trajectory.load(saved).spend()
+    [attempt] = spend.attempts
+    assert (attempt.node_id, attempt.kind, attempt.outcome) == ("0.1", "improve", "not_evaluated")
+    assert attempt.spend.cached_tokens is None and spend.total.cached_tokens is None
+    assert (spend.total.prompt_tokens, spend.total.completion_tokens) == (900, 100)
+    assert spend.total.cost_usd == 0.002 and spend.total.calls == 1

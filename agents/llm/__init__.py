@@ -8,7 +8,6 @@ when asked for, so scripted runs and tests do not pay for importing ``openai``.
 from __future__ import annotations
 
 from agents.llm.client import (
-    DEFAULT_PRICES,
     Deadline,
     LLMCallFailed,
     LLMClient,
@@ -16,12 +15,12 @@ from agents.llm.client import (
     LLMDeadlineReached,
     LLMFatalError,
     Message,
-    ModelPrice,
     Progress,
     Reply,
     Role,
     RoleTemperatures,
 )
+from agents.llm.prices import DEFAULT_PRICES, ModelPrice
 from agents.llm.scripted import ScriptedClient, ScriptedReply
 
 __all__ = [

@@ -10,7 +10,6 @@ caller's deadline (the search's ``--max-time``) left no time for the call, and t
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agents.llm.prices import DEFAULT_PRICES, ModelPrice, price_for
 from harness.errors import UserError
 
 Role = Literal["planner", "coder", "debugger"]
@@ -47,6 +47,13 @@ class Reply(BaseModel):
         ge=0, description="Input tokens (an upper bound when the server sent no usage)."
     )
     completion_tokens: int = Field(ge=0, description="Output tokens, reasoning tokens included.")
+    cached_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        description="Of the prompt tokens, those the provider served from its prompt cache "
+        "(usage.prompt_tokens_details.cached_tokens); None: the server did not say (unknown, "
+        "not 0).",
+    )
     cost_usd: float | None = Field(
         description="From the price table; None when the model has no price (unknown, not 0)."
     )
@@ -58,6 +65,14 @@ class Reply(BaseModel):
         description="What the report should show about this call (no usage sent, a dropped "
         "parameter).",
     )
+
+    @model_validator(mode="after")
+    def _cached_within_prompt(self) -> Reply:
+        if self.cached_tokens is not None and self.cached_tokens > self.prompt_tokens:
+            raise ValueError(
+                f"cached_tokens {self.cached_tokens} exceeds prompt_tokens {self.prompt_tokens}"
+            )
+        return self
 
 
 MESSAGE_OVERHEAD_TOKENS = 8  # the chat format's tokens around each message (role, separators)
@@ -147,34 +162,6 @@ class LLMDeadlineReached(LLMCallFailed):
     call failed and the caller (the search) is out of time."""
 
 
-class ModelPrice(BaseModel):
-    """List price of one model in USD per million tokens."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    input_per_million: float = Field(ge=0, description="USD per 1M prompt tokens.")
-    output_per_million: float = Field(ge=0, description="USD per 1M completion tokens.")
-
-
-# OpenAI list prices as third-party summaries reported them in 2026 (no network to check
-# OpenAI's page from here): a starting point, to be overridden in [tool.kernelpilot.llm.prices].
-# Cached-input discounts are ignored, so a cost is an upper bound.
-DEFAULT_PRICES: dict[str, ModelPrice] = {
-    name: ModelPrice(input_per_million=inp, output_per_million=out)
-    for name, inp, out in (
-        ("gpt-4o", 2.50, 10.00),
-        ("gpt-4o-mini", 0.15, 0.60),
-        ("gpt-4.1", 2.00, 8.00),
-        ("gpt-4.1-mini", 0.40, 1.60),
-        ("gpt-5", 1.25, 10.00),
-        ("gpt-5-mini", 0.25, 2.00),
-        ("o3", 2.00, 8.00),
-        ("o4-mini", 1.10, 4.40),
-    )
-}
-_SNAPSHOT = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8})$")  # gpt-4o-2024-08-06 is priced as gpt-4o
-
-
 class RoleTemperatures(BaseModel):
     """Sampling temperature per role (None: send none, the server's default applies)."""
 
@@ -236,9 +223,9 @@ class LLMConfig(BaseModel):
     )
     prices: dict[str, ModelPrice] = Field(
         default_factory=lambda: dict(DEFAULT_PRICES),
-        description="Model -> USD per 1M input/output tokens; a table given in the config "
-        "replaces the defaults. A model not listed has unknown cost (shown as unknown, never 0); "
-        "list a local model at 0 to show it free.",
+        description="Model -> USD per 1M input, cached input (optional) and output tokens; a "
+        "table given in the config replaces the defaults. A model not listed has unknown cost "
+        "(shown as unknown, never 0); list a local model at 0 to show it free.",
     )
     script: Path | None = Field(
         default=None,
@@ -258,15 +245,18 @@ class LLMConfig(BaseModel):
 
     def price_for(self, model: str) -> ModelPrice | None:
         """The price of ``model``, or of the model it is a dated snapshot of; None if unknown."""
-        if model in self.prices:
-            return self.prices[model]
-        return self.prices.get(_SNAPSHOT.sub("", model))
+        return price_for(self.prices, model)
 
-    def cost_usd(self, model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
-        """USD for one call, or None when the model has no price."""
+    def cost_usd(
+        self,
+        model: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_tokens: int | None = None,
+    ) -> float | None:
+        """USD for one call, or None when the model has no price; ``cached_tokens`` (None:
+        the server did not say) at the price's cached-input rate where it has one."""
         price = self.price_for(model)
         if price is None:
             return None
-        return (
-            prompt_tokens * price.input_per_million + completion_tokens * price.output_per_million
-        ) / 1e6
+        return price.cost_usd(prompt_tokens, completion_tokens, cached_tokens)

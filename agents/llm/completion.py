@@ -20,9 +20,17 @@ class BadReply(Exception):
     """A 200 whose body is not a usable chat completion."""
 
 
+class PromptTokensDetails(BaseModel):
+    """``usage.prompt_tokens_details`` (openai's ``PromptTokensDetails``): OpenAI sends it;
+    vLLM only with ``--enable-prompt-tokens-details``; Ollama and llama.cpp's server not."""
+
+    cached_tokens: int | None = None
+
+
 class Usage(BaseModel):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    prompt_tokens_details: PromptTokensDetails | None = None
 
 
 class ChoiceMessage(BaseModel):
@@ -79,9 +87,11 @@ class ReplyReader:
         text = choice.message.content or ""
         model = completion.model or self.config.model
         prompt_tokens, completion_tokens = self._usage(completion, params, text, notes)
-        cost = self.config.cost_usd(model, prompt_tokens, completion_tokens)
+        cached_tokens = _cached(completion.usage, prompt_tokens, notes)
+        tokens = (prompt_tokens, completion_tokens, cached_tokens)
+        cost = self.config.cost_usd(model, *tokens)
         if cost is None and model != self.config.model:
-            cost = self.config.cost_usd(self.config.model, prompt_tokens, completion_tokens)
+            cost = self.config.cost_usd(self.config.model, *tokens)
         if choice.message.refusal:
             notes.append(f"the model refused: {choice.message.refusal[:300]}")
         elif not choice.message.content:
@@ -94,6 +104,7 @@ class ReplyReader:
             model=model,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
+            cached_tokens=cached_tokens,
             cost_usd=cost,
             finish_reason=choice.finish_reason,
             seconds=seconds,
@@ -120,3 +131,19 @@ class ReplyReader:
             log.warning("%s sends no token usage: %s", self.where, notes[-1])
             self._warned_usage = True
         return prompt_tokens, completion_tokens
+
+
+def _cached(usage: Usage | None, prompt_tokens: int, notes: list[str]) -> int | None:
+    """The prompt tokens the server says it served from its cache; None where it does not say
+    (no usage, no ``prompt_tokens_details``) or says what cannot be (more than the prompt)."""
+    details = usage.prompt_tokens_details if usage else None
+    cached = details.cached_tokens if details else None
+    if cached is None or usage is None or usage.prompt_tokens is None:
+        return None
+    if not 0 <= cached <= prompt_tokens:
+        notes.append(
+            f"the server's cached_tokens ({cached}) is not within its {prompt_tokens} prompt "
+            "tokens: shown as unknown"
+        )
+        return None
+    return cached

@@ -13,7 +13,8 @@ skipped). Replies are handed out in order, one per ``complete`` call, whoever ca
 Keys: ``text`` (the reply) or ``file`` (a path relative to the script whose content is the reply,
 so real candidate files are replayed as they are); ``role`` ("planner" | "coder" | "debugger" |
 null) says whom the reply is written for: it is recorded with the call, so a test can check that
-the right role got it; ``prompt_tokens``, ``completion_tokens`` (default 0), ``cost_usd``
+the right role got it; ``prompt_tokens``, ``completion_tokens`` (default 0), ``cached_tokens``
+(of the prompt tokens, those a provider's prompt cache served; default unknown), ``cost_usd``
 (default unknown), ``finish_reason`` (default "stop"); ``error``: "call_failed" or "fatal" makes
 that call raise ``LLMCallFailed`` / ``LLMFatalError`` with ``text`` as the message instead.
 When the script runs out, calls raise ``LLMCallFailed("script exhausted")``; once the call's
@@ -53,6 +54,9 @@ class ScriptedReply(BaseModel):
     file: Path | None = Field(default=None, description="File holding the reply (script-relative).")
     prompt_tokens: int = Field(default=0, ge=0, description="Reported input tokens.")
     completion_tokens: int = Field(default=0, ge=0, description="Reported output tokens.")
+    cached_tokens: int | None = Field(
+        default=None, ge=0, description="Reported cached prompt tokens; None unknown."
+    )
     cost_usd: float | None = Field(default=None, ge=0, description="Reported cost; None unknown.")
     finish_reason: str | None = Field(default="stop", description="Reported finish reason.")
     error: Literal["call_failed", "fatal"] | None = Field(
@@ -63,6 +67,8 @@ class ScriptedReply(BaseModel):
     def _one_source(self) -> ScriptedReply:
         if (self.text is None) == (self.file is None):
             raise ValueError("give exactly one of `text` and `file`")
+        if self.cached_tokens is not None and self.cached_tokens > self.prompt_tokens:
+            raise ValueError("`cached_tokens` is more than `prompt_tokens`: they are of them")
         return self
 
 
@@ -145,6 +151,7 @@ class ScriptedClient:
             model=self.model,
             prompt_tokens=entry.prompt_tokens,
             completion_tokens=entry.completion_tokens,
+            cached_tokens=entry.cached_tokens,
             cost_usd=entry.cost_usd,
             finish_reason=entry.finish_reason,
             seconds=0.0,

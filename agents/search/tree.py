@@ -29,6 +29,11 @@ class LLMCall(BaseModel):
     text: str = Field(description="The reply, as received (capped).")
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int | None = Field(
+        default=None,
+        description="Of the prompt tokens, those served from the provider's "
+        "prompt cache; None: the server did not say (and calls saved before it was recorded).",
+    )
     cost_usd: float | None = None
     seconds: float = 0.0
     attempts: int = 1
