@@ -2,7 +2,7 @@
 
 Times against eager and torch.compile, the share of the device's ceilings the kernel reaches
 (its bytes against a copy of as many bytes, its matmul/conv work against a large matmul, both
-timed as the kernel is), and the verdicts. A share over 100% is not a kernel beating the
+timed by the kernel's timer), and the verdicts. A share over 100% is not a kernel beating the
 device but a ceiling measured too low (or bytes counted too high): it is named as that and not
 shown, since every plan built on a false figure is misled by it.
 """
@@ -73,7 +73,7 @@ def ceiling_lines(result: EvalResult, kernel_ms: float) -> list[str]:
                 achieved,
                 ceiling,
                 "copy bandwidth",
-                f"{ceiling:.0f} GB/s for a copy of as many bytes, timed as the kernel is",
+                f"{ceiling:.0f} GB/s: the fastest copy of as many bytes, on the kernel's timer",
             )
         )
     if result.flops and result.matmul_tflops:
@@ -86,7 +86,7 @@ def ceiling_lines(result: EvalResult, kernel_ms: float) -> list[str]:
                 rate,
                 ceiling,
                 "matmul rate",
-                f"{ceiling:.1f} TFLOP/s for large square products, timed as the kernel is",
+                f"{ceiling:.1f} TFLOP/s: the fastest large square product, on the kernel's timer",
             )
         )
     return lines
