@@ -96,9 +96,9 @@ def trajectories(paths: tuple[Path, ...]) -> list[Trajectory]:
 def rows_for(found: list[Trajectory]) -> list[dict[str, Any]]:
     """A row per trajectory, then one per problem of the fixed set that none is of."""
     rows = [summarize(trajectory) for trajectory in found]
-    ran = {Path(t.problem.source_path).resolve() for t in found}
-    root = Path(__file__).resolve().parent.parent
-    missing = [path for path in PROBLEMS if (root / path).resolve() not in ran]
+    # By the path's tail: a trajectory from another checkout (the GPU machine's) counts too.
+    ran = [Path(t.problem.source_path).as_posix() for t in found]
+    missing = [path for path in PROBLEMS if not any(r.endswith(f"/{path}") for r in ran)]
     return rows + [{"problem": Path(path).stem, "not_run": path} for path in missing]
 
 

@@ -159,8 +159,10 @@ def test_the_summary_counts_the_models_attempts_from_a_saved_trajectory(tmp_path
         kernel = TimingStats(median_ms=1 / speedup, iqr_ms=0.0, min_ms=1 / speedup, samples=9)
         return EvalResult(status=status, vs_eager=verdict, timings=Timings(candidate=kernel))
 
-    problem = Problem(name="row_softmax", source_path=Path("tests/redteam/problems/row_softmax.py"),
-                      class_name="Model", device="cpu", dtype="float32")  # fmt: skip
+    # Saved on another machine's checkout: matched to the fixed set by the path's tail.
+    elsewhere = Path("/elsewhere/kernelpilot/tests/redteam/problems/row_softmax.py")
+    problem = Problem(name="row_softmax", source_path=elsewhere, class_name="Model",
+                      device="cpu", dtype="float32")  # fmt: skip
     offline = Candidate(id="0.1", parent="0", origin="offline", source="x")
     trajectory = new_trajectory(problem, "a-model", SearchConfig(), 1, offline=offline)
     tree = trajectory.tree
