@@ -70,7 +70,7 @@ def _nvcc() -> str | None:
 
 # How long a ceiling is timed: at least MIN_REPS calls, then until BUDGET_S of timed calls (or
 # MAX_REPS) have passed, after WARMUP calls thrown away.
-CEILING_WARMUP, CEILING_MIN_REPS, CEILING_MAX_REPS, CEILING_BUDGET_S = 3, 5, 200, 0.5
+CEILING_WARMUP, CEILING_MIN_REPS, CEILING_MAX_REPS, CEILING_BUDGET_S = 2, 5, 200, 0.5
 
 
 def copy_bandwidth_gbs(device: str, io_bytes: int) -> float:

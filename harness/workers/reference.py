@@ -270,8 +270,12 @@ def _report(
     ops: OpProfile | None,
 ) -> ReferenceReport:
     device = run.problem.device
+    peak = torch.cuda.max_memory_allocated() if device == "cuda" else None  # the cases' own
     with run.phase("ceilings"):  # what a memory- or compute-bound kernel is measured against
-        bandwidth = copy_bandwidth_gbs(device, run.io_bytes) if run.io_bytes else None
+        try:
+            bandwidth = copy_bandwidth_gbs(device, run.io_bytes) if run.io_bytes else None
+        except torch.OutOfMemoryError:  # no room beside the module for a copy of its bytes
+            bandwidth = None  # no share of it in the feedback
         tflops = matmul_tflops(device, run.problem.dtype)
     return ReferenceReport(
         audit=audit,
@@ -281,7 +285,7 @@ def _report(
         params_digest=params_digest(run.base),
         cuda_kernels=ops.cuda_kernels if ops else [],
         phase_seconds=run.phase.seconds,
-        peak_device_bytes=torch.cuda.max_memory_allocated() if device == "cuda" else None,
+        peak_device_bytes=peak,
         io_bytes=run.io_bytes,
         input_summary=run.input_summary,
         copy_bandwidth_gbs=bandwidth,
