@@ -25,6 +25,8 @@ BENCHMARKS = {
     "reference": "bench.bench_reference",
     "kb-sweep": "bench.kb_sweep",
     "real-repos": "bench.real_repos",
+    "file-endpoint": "bench.file_endpoint",
+    "real-model": "bench.real_model",
 }
 
 

@@ -271,6 +271,13 @@ def _report(
     ops: OpProfile | None,
 ) -> ReferenceReport:
     device = run.problem.device
+    peak = torch.cuda.max_memory_allocated() if device == "cuda" else None  # the cases' own
+    with run.phase("ceilings"):  # what a memory- or compute-bound kernel is measured against
+        try:
+            bandwidth = copy_bandwidth_gbs(device, run.io_bytes) if run.io_bytes else None
+        except torch.OutOfMemoryError:  # no room beside the module for a copy of its bytes
+            bandwidth = None  # no share of it in the feedback
+        tflops = matmul_tflops(device, run.problem.dtype)
     return ReferenceReport(
         audit=audit,
         strengthened=strengthened,
@@ -279,10 +286,9 @@ def _report(
         params_digest=params_digest(run.base),
         cuda_kernels=ops.cuda_kernels if ops else [],
         phase_seconds=run.phase.seconds,
-        peak_device_bytes=torch.cuda.max_memory_allocated() if device == "cuda" else None,
+        peak_device_bytes=peak,
         io_bytes=run.io_bytes,
         input_summary=run.input_summary,
-        # The ceiling a memory-bound kernel is measured against in the planner's feedback.
-        copy_bandwidth_gbs=copy_bandwidth_gbs(device, (1 << 26) if device == "cuda" else (1 << 24)),
-        matmul_tflops=matmul_tflops(device, run.problem.dtype),
+        copy_bandwidth_gbs=bandwidth,
+        matmul_tflops=tflops,
     )
