@@ -17,15 +17,22 @@ def forward(body: str) -> str:
 
 
 def method(header: str, body: str = "return x") -> str:
-    """ModelNew with one more method: ``header`` is its decorators and def line, unindented."""
+    """ModelNew with one more method: ``header`` is its decorators and def line, unindented
+    (and a plain forward where that method is not one)."""
     lines = "\n".join("    " + line for line in header.splitlines())
-    return HEAD + CLASS + lines + "\n        " + body + "\n"
+    plain = "" if "def forward" in header else "    def forward(self, x):\n        return x\n"
+    return HEAD + CLASS + plain + lines + "\n        " + body + "\n"
 
 
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
         (HEAD + "x = 1\n", "no top-level class ModelNew"),
+        (HEAD + CLASS, "ModelNew defines no forward"),
+        (
+            HEAD + "class Base(nn.Module):\n    pass\n" + CLASS.replace("nn.Module", "Base"),
+            "ModelNew defines no forward",
+        ),
         (forward("try:\n    return _ext.f(x)\nexcept Exception:\n    return x"), "try/except"),
         (HEAD + "class ModelNew(Model):\n    pass\n", "reference class Model"),
         (forward("return Model()(x)"), "reference class Model"),
@@ -233,3 +240,11 @@ def test_native_accepts_dispatch_and_comments():
       return helper(x);
     }"""
     assert check_native(source, "float32") == []
+
+
+def test_a_forward_inherited_from_a_class_of_the_file_is_a_forward():
+    base = "class Base(nn.Module):\n    def forward(self, x):\n        return x\n"
+    source = HEAD + base + CLASS.replace("nn.Module", "Base")
+    assert not [
+        reason for reason in check_python(source, "Model", "float32") if "forward" in reason
+    ]

@@ -46,10 +46,37 @@ def check_python(source: str, reference_class: str, dtype: str) -> list[str]:
         return [f"line {err.lineno}: syntax error: {err.msg}"]
     visitor = _Gate(reference_class, low_precision_allowed=dtype != "float32")
     visitor.visit(tree)
-    classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew"]
-    if not classes:
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    if "ModelNew" not in classes:
         visitor.reasons.insert(0, "defines no top-level class ModelNew")
+    elif not _defines_forward(classes["ModelNew"], classes):
+        model = classes["ModelNew"]
+        visitor.reasons.insert(
+            0,
+            f"line {model.lineno}: ModelNew defines no forward (nor does a class of this file "
+            "it derives from): nn.Module's own forward raises at the first call",
+        )
     return visitor.reasons
+
+
+def _defines_forward(cls: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> bool:
+    """``cls`` or a class of the file it derives from (by name) has a ``def forward``."""
+    seen: set[str] = set()
+    pending = [cls]
+    while pending:
+        current = pending.pop()
+        seen.add(current.name)
+        if any(
+            isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name == "forward"
+            for item in current.body
+        ):
+            return True
+        pending += [
+            classes[base.id]
+            for base in current.bases
+            if isinstance(base, ast.Name) and base.id in classes and base.id not in seen
+        ]
+    return False
 
 
 class _Gate(ast.NodeVisitor):
