@@ -74,6 +74,11 @@ class EvalConfig(BaseModel):
     build_jobs: int = Field(
         default=0, ge=0, description="Parallel builds; 0 means one per CPU core."
     )
+    precompiled_headers: bool = Field(
+        default=True,
+        description="Precompile torch's headers once (after the first build) for the builds "
+        "after it: a candidate's C++ then builds in about a third of the time.",
+    )
     cache_dir: Path | None = Field(
         default=None, description="Build cache; default $KERNELPILOT_CACHE or ~/.cache/kernelpilot."
     )

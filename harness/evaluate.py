@@ -78,6 +78,7 @@ class Evaluator:
             self.config.build_timeout_s,
             int(self.config.cache_max_gb * 2**30),
             self.progress,
+            self.config.precompiled_headers,
         )
         # It must exist before the first worker starts: a sandbox shows only what exists then,
         # and builds land in it while candidates' workers run.

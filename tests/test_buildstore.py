@@ -35,7 +35,9 @@ class Compiles:
     def __init__(self, payload: bytes = b"\x7fELF built", seconds: float = 0.0) -> None:
         self.payload, self.seconds, self.calls = payload, seconds, 0
 
-    def __call__(self, spec: BuildSpec, module_name: str, build_dir: Path) -> str | None:
+    def __call__(
+        self, spec: BuildSpec, module_name: str, build_dir: Path, headers: Path | None = None
+    ) -> str | None:
         self.calls += 1
         time.sleep(self.seconds)
         (build_dir / f"{module_name}.so").write_bytes(self.payload + spec.cpp.encode())
@@ -83,7 +85,7 @@ def test_an_entry_changed_after_its_build_is_built_again(tmp_path, tamper):
 
 
 def test_a_failed_or_interrupted_build_leaves_nothing_that_blocks_the_next(tmp_path):
-    def interrupted(spec, module_name, build_dir):
+    def interrupted(spec, module_name, build_dir, headers=None):
         (build_dir / "lock").write_text("")  # what torch's build leaves when killed
         raise KeyboardInterrupt
 

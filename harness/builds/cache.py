@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from torch.utils import cpp_extension
 
+from harness.builds.pch import include_flags, precompile
 from harness.builds.store import BuildSpec, BuildStore, Built, file_sha256, spec_key
 from harness.sandbox.run import tools_first
 from harness.static.native import check_native
@@ -138,7 +139,7 @@ def local_builder(cache_dir: Path, max_bytes: int = DEFAULT_CACHE_BYTES) -> Buil
     benchmarks of kernels of our own); workers that run candidates ask their parent instead."""
     from harness.builds.compile_worker import compile_here
 
-    return BuildStore(cache_dir, compile_here, max_bytes).library
+    return BuildStore(cache_dir, compile_here, max_bytes, precompile).library
 
 
 def flag_problems(flags: list[str]) -> list[str]:
@@ -149,18 +150,22 @@ def flag_problems(flags: list[str]) -> list[str]:
     return refused + define_flag_problems(flags)
 
 
-def build_library(spec: BuildSpec, module_name: str, build_dir: Path) -> Path:
+def build_library(
+    spec: BuildSpec, module_name: str, build_dir: Path, headers: Path | None = None
+) -> Path:
     """Compile ``spec`` into ``build_dir`` without loading it; the library's path. Raises
-    what ``load_inline`` raises when the compiler says no."""
+    what ``load_inline`` raises when the compiler says no. ``headers``: a folder of torch's
+    headers precompiled for these flags (``harness.builds.pch``)."""
     # No use_pch: torch keeps one precompiled header in site-packages and deletes it
     # whenever any load_inline call runs without use_pch, so builds would race on it.
+    cflags = [*spec.cflags, *(include_flags(headers) if headers is not None else [])]
     with _build_only():
         library = _load_inline(
             name=module_name,
             cpp_sources=[spec.cpp],
             cuda_sources=[spec.cuda] if spec.cuda else None,
             functions=spec.functions,
-            extra_cflags=list(spec.cflags),  # load_inline appends to the lists it is given
+            extra_cflags=cflags,  # a list of its own: load_inline appends to the lists it gets
             extra_cuda_cflags=list(spec.cuda_flags) or None,
             extra_ldflags=list(spec.ldflags),
             build_directory=str(build_dir),

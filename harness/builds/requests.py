@@ -35,10 +35,14 @@ class ParentBuilder:
         timeout_s: float,
         max_bytes: int,
         progress: Callable[[str], None] | None = None,
+        precompiled_headers: bool = False,
     ) -> None:
+        """``precompiled_headers``: precompile torch's headers after the first build of a kind,
+        for the builds after it (``harness.builds.pch``)."""
         self.isolation, self.timeout_s = isolation, timeout_s
         self.progress = progress or (lambda message: None)
-        self.store = BuildStore(cache_dir, self._compile, max_bytes)
+        precompile = self._precompile if precompiled_headers else None
+        self.store = BuildStore(cache_dir, self._compile, max_bytes, precompile)
 
     def answer(self, body: object, device: str, dtype: str) -> dict:
         """A worker's build request, answered with a ``Built`` record (as JSON)."""
@@ -67,13 +71,27 @@ class ParentBuilder:
         reasons += flag_problems([*spec.cflags, *spec.cuda_flags, *spec.ldflags])
         return reasons
 
-    def _compile(self, spec: BuildSpec, module_name: str, build_dir: Path) -> str | None:
+    def _compile(
+        self, spec: BuildSpec, module_name: str, build_dir: Path, headers: Path | None
+    ) -> str | None:
         self.progress(f"compiling kernel module {module_name} (at most {self.timeout_s:.0f} s)")
+        job = CompileJob(spec=spec, module_name=module_name, build_dir=build_dir, headers=headers)
+        return self._run(
+            job, WorkerView(writable=[build_dir], read_only=[headers] if headers else [])
+        )
+
+    def _precompile(self, compiler: str, flags: list[str], folder: Path) -> str | None:
+        self.progress(
+            f"precompiling torch's headers for the next builds (at most {self.timeout_s:.0f} s)"
+        )
+        job = CompileJob(spec=None, build_dir=folder, precompile=(compiler, flags))
+        return self._run(job, WorkerView(writable=[folder]))
+
+    def _run(self, job: CompileJob, view: WorkerView) -> str | None:
+        """The compiler's worker for ``job``, in a sandbox that sees ``view``."""
         job_dir = lifetime.scratch("compile-")
         try:
-            job = CompileJob(spec=spec, module_name=module_name, build_dir=build_dir)
             (job_dir / "job.json").write_text(job.model_dump_json())
-            view = WorkerView(writable=[build_dir])
             outcome = run_worker(
                 job_dir,
                 self.timeout_s,

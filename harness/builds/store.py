@@ -32,6 +32,8 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, Field
 
+from harness.builds.pch import ninja_command, pch_key
+
 MANIFEST = "manifest.json"
 STAGING = ".staging"
 
@@ -58,15 +60,27 @@ class Built(BaseModel):
     error: str | None = None
 
 
-Compile = Callable[[BuildSpec, str, Path], str | None]
-"""``compile(spec, module_name, build_dir)``: builds into ``build_dir``; the compiler's output
-when it failed, else None."""
+Compile = Callable[[BuildSpec, str, Path, Path | None], str | None]
+"""``compile(spec, module_name, build_dir, pch)``: builds into ``build_dir`` (with the headers
+precompiled in ``pch``, where given); the compiler's output when it failed, else None."""
+Precompile = Callable[[str, list[str], Path], str | None]
+"""``precompile(compiler, flags, folder)``: torch's headers precompiled into ``folder``
+(``harness.builds.pch``); the compiler's output when it failed, else None."""
+PCH_ROOT = ".pch"
 
 
 class BuildStore:
-    def __init__(self, root: Path, compile: Compile, max_bytes: int) -> None:
+    def __init__(
+        self, root: Path, compile: Compile, max_bytes: int, precompile: Precompile | None = None
+    ) -> None:
+        """``precompile``: how torch's headers are precompiled for later builds (None: never;
+        ``harness.builds.pch``)."""
         self.root, self.compile, self.max_bytes = root, compile, max_bytes
+        self.precompile = precompile
         self._evicting = threading.Lock()
+        self._precompiling = threading.Lock()
+        self._headers: dict[str, tuple[int, int, int]] = {}  # verified: (inode, size, mtime)
+        self._headers_failed: dict[str, str] = {}
 
     def library(self, spec: BuildSpec, key: str) -> Built:
         """The verified library for ``spec`` (``key``: its ``build_key``), built if need be."""
@@ -78,13 +92,16 @@ class BuildStore:
             shutil.rmtree(entry, ignore_errors=True)  # not what was built here: built again
         (self.root / STAGING).mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=self.root / STAGING))
+        headers = self.headers(spec)
         try:
-            error = self.compile(spec, f"kp_{key}", staging)
+            error = self.compile(spec, f"kp_{key}", staging, headers)
             if error is not None:
                 return Built(key=key, error=error)
             library = staging / f"kp_{key}.so"
             if not library.is_file():
                 return Built(key=key, error=f"the build made no kp_{key}.so")
+            if headers is None:
+                self._precompile_like(spec, staging)
             _write_manifest(staging)
             try:
                 os.rename(staging, entry)
@@ -112,12 +129,65 @@ class BuildStore:
         os.utime(entry / MANIFEST)  # last use, for eviction
         return Built(key=key, library=library, sha256=recorded[library.name])
 
+    def headers(self, spec: BuildSpec) -> Path | None:
+        """The folder of torch's headers precompiled for ``spec``'s flags, verified against
+        its manifest (hashed once per process, then checked by inode, size and time); None
+        where there is none (yet) or it does not verify."""
+        key = pch_key(spec) if self.precompile is not None else None
+        if key is None:
+            return None
+        folder = self.root / PCH_ROOT / key
+        try:
+            stat = (folder / MANIFEST).stat()
+        except OSError:
+            return None
+        seen = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if self._headers.get(key) != seen:
+            try:
+                recorded = json.loads((folder / MANIFEST).read_text())
+            except (OSError, ValueError):
+                return None
+            if _hashes(folder) != recorded:
+                return None
+            self._headers[key] = seen
+        return folder
+
+    def _precompile_like(self, spec: BuildSpec, built: Path) -> None:
+        """After a build without precompiled headers: precompile them with the flags that build
+        used, for the builds after it. One at a time; a failure is kept, not retried, and
+        never fails the build it followed."""
+        precompile, key = self.precompile, pch_key(spec)
+        if precompile is None or key is None or key in self._headers_failed:
+            return
+        if not self._precompiling.acquire(blocking=False):  # another thread is making them
+            return
+        try:
+            command = ninja_command(built)
+            if command is None or (self.root / PCH_ROOT / key).exists():
+                return
+            (self.root / PCH_ROOT / STAGING).mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=self.root / PCH_ROOT / STAGING))
+            try:
+                error = precompile(*command, staging)
+                if error is not None:
+                    self._headers_failed[key] = error
+                    return
+                _write_manifest(staging)
+                try:
+                    os.rename(staging, self.root / PCH_ROOT / key)
+                except OSError:  # another process's landed first
+                    pass
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+        finally:
+            self._precompiling.release()
+
     def evict(self, keep: Path) -> None:
         """Least recently used entries out until the cache is within ``max_bytes``."""
         with self._evicting:
             entries = []
             for entry in self.root.iterdir():
-                if entry.name == STAGING or not entry.is_dir():
+                if entry.name in (STAGING, PCH_ROOT) or not entry.is_dir():
                     continue
                 size = sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
                 manifest = entry / MANIFEST
