@@ -40,10 +40,10 @@ CUDA_SOURCE = r"""
 #include <c10/cuda/CUDAGuard.h>
 #include <cooperative_groups.h>
 
-__global__ void ATTRIBUTES bias_gelu_kernel(const float* __restrict__ x,
+__global__ void @ATTRIBUTES@ bias_gelu_kernel(const float* __restrict__ x,
                                             const float* __restrict__ bias,
                                             float* __restrict__ out, int64_t n, int64_t cols) {
-    PROLOGUE
+    @PROLOGUE@
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
          i += stride) {
@@ -63,14 +63,14 @@ torch::Tensor bias_gelu(torch::Tensor x, torch::Tensor bias) {
     const int threads = 256;
     // An even number of blocks: a cluster of two never straddles the grid's end.
     const int blocks = 2 * static_cast<int>(std::min<int64_t>((n + 511) / 512, 4096));
-    LAUNCH
+    @LAUNCH@
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }
 """
 
 _ext = load_inline(
-    name="NAME",
+    name="@NAME@",
     cpp_sources=CPP_SOURCE,
     cuda_sources=CUDA_SOURCE,
     functions=["bias_gelu"],
@@ -103,10 +103,10 @@ LOCAL_STREAM_BIG_SMEM = (
 
 def candidate(name: str, launch: str, attributes: str = "", prologue: str = "") -> str:
     return (
-        CANDIDATE.replace("NAME", name)
-        .replace("ATTRIBUTES", attributes)
-        .replace("PROLOGUE", prologue)
-        .replace("LAUNCH", launch)
+        CANDIDATE.replace("@NAME@", name)
+        .replace("@ATTRIBUTES@", attributes)
+        .replace("@PROLOGUE@", prologue)
+        .replace("@LAUNCH@", launch)
     )
 
 
