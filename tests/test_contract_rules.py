@@ -112,6 +112,13 @@ def test_the_module_method_rule_is_the_gates_table():
         assert check_python(source, "Model", "float32"), name
 
 
+def test_cpu_builds_target_the_machines_own_instruction_set():
+    assert "-march=native" in buildcache.CPU_CFLAGS
+    assert "`-march=native` targets this machine's own instruction set" in (
+        candidate_contract("cpu", "float32")
+    )
+
+
 @pytest.mark.parametrize(
     "source",
     [
