@@ -1,14 +1,19 @@
-"""The candidate contract the agent prompts state, generated from the static gate's own tables.
+"""The candidate contract the agent prompts state, generated from the checks' own tables.
 
 LLM-written kernels fail the gate on everyday idioms (``import os``, try/except fallbacks,
-kernels compiled lazily into ``self``) unless told the rules up front. The rules told must be
-the rules checked: every list below is read from the gate's tables (``harness.static.python_rules``,
-``harness.static.native``, ``harness.static.symbols``, ``harness.workers.profiling``, ``harness.builds.cache``)
-when the contract is made, and every reason is the gate's own wording. Where a rule is a
-regular expression, the contract shows sample spellings, each confirmed against the gate at
-generation time (a sample the gate stops rejecting drops out rather than misleading the
-model). The prose around the lists lives in ``prompts/contract*.md``; the rules the harness
-checks by running the candidate (state_dict, streams, shapes) are stated there too.
+kernels compiled lazily into ``self``) unless told the rules up front, and a model left to
+guess an open question (which stream spelling is accepted, whether a library op's output may
+be written in place) writes a wasted attempt or a needlessly cautious kernel. The rules told
+must be the rules checked: every list below is read from the checks' tables
+(``harness.static.python_rules``, ``harness.static.native``, ``harness.static.symbols``,
+``harness.workers.profiling``, ``harness.builds.cache``) when the contract is made, every
+reason is the check's own wording, and every rule is tagged with the stage that enforces it
+([static], [native], [symbols], [run:check]), so that a rejection names what the model was
+told. Where a rule is a regular expression or a question of scope, the contract shows sample
+spellings (``agents.contract_examples``), each confirmed against the checks (a sample whose
+verdict changed drops out rather than misleading the model); tests/test_contract_examples.py
+feeds all of them, the run-time ones included, through the real checks. The prose around the
+lists lives in ``prompts/contract*.md``.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+import torch
+
+from agents import contract_examples as examples
 from agents.templates import render
 from harness.builds import cache as buildcache
 from harness.static import native as native_gate
@@ -26,36 +34,32 @@ from harness.workers import profiling
 # Standard-library modules models reach for most (paths, timing, caching, threads): named
 # in the contract when the gate's table refuses them.
 STDLIB_SAMPLES = (
-    "os", "sys", "subprocess", "ctypes", "threading", "multiprocessing", "time", "functools",
-    "itertools", "collections", "importlib", "inspect", "builtins", "gc", "pickle", "random",
-    "warnings", "logging", "pathlib", "tempfile", "numpy",
+    "os", "sys", "subprocess", "ctypes", "threading", "time", "functools", "itertools",
+    "collections", "importlib", "inspect", "pickle", "random", "pathlib", "numpy",
+)  # fmt: skip
+# Torch submodules off the allow-list, named when the gate's table refuses them.
+TORCH_SUBMODULE_SAMPLES = (
+    "autograd", "fx", "jit", "profiler", "distributed", "multiprocessing", "testing", "package",
+    "hub", "amp",
+)  # fmt: skip
+# nn.Module methods models are tempted to override, named when the gate's table refuses them.
+MODULE_METHOD_SAMPLES = (
+    "eval", "to", "cuda", "float", "half", "train", "state_dict", "load_state_dict", "_apply",
+    "register_buffer",
 )  # fmt: skip
 # Kernel-source spellings shown as examples; only those check_native rejects are shown.
 NATIVE_SAMPLES = (
     "std::thread", "pthread_create", "std::async", "system(", "dlopen(", "fopen(",
-    "std::ifstream(", "cudaLaunchHostFunc", "cudaStreamAddCallback",
-    "static std::vector<float> cache;", "static int calls = 0;", "at::native::", "at::cpu::",
-    "c10::Dispatcher", "RecordFunction", "TORCH_LIBRARY", "getenv", "std::chrono",
-    "PyObject", "py::object", "a ## b",
-    '#include "/etc/passwd"', '#include "../secret.h"', "#include HEADER_MACRO",
-    "#include_next <cmath>", "#if __has_include(<x.h>)", '#pragma GCC dependency "f"',
-    "#include <fstream>", "#include <sys/socket.h>", "c10d::TCPStore", "socket(",
-    "std::filesystem", "int counter = 0;", "namespace { float cache[256]; }",
-    "__device__ int launches;", "__constant__ float weights[256];",
-    "const torch::Tensor cache;", "struct S { static int calls; };",
+    "std::filesystem", "cudaLaunchHostFunc", "cudaStreamAddCallback", "static int calls = 0;",
+    "at::native::", "c10::Dispatcher", "RecordFunction", "TORCH_LIBRARY", "getenv",
+    "std::chrono", "PyObject", "py::object", "a ## b", '#include "../secret.h"',
+    "#include HEADER_MACRO", "#include_next <cmath>", "#if __has_include(<x.h>)",
+    '#pragma GCC dependency "f"', "#include <sys/socket.h>", "socket(",
+    "namespace { float cache[256]; }", "__device__ int launches;",
+    "__constant__ float weights[256];", "struct S { static int calls; };",
 )  # fmt: skip
-# Plain C symbols a built kernel may import, and some it may not: each shown only when the
-# symbol allow-list (harness.static.symbols.ALLOWED_C) agrees.
-SYMBOLS_ALLOWED = (
-    "memcpy", "malloc", "expf", "tanhf", "printf", "GOMP_parallel", "omp_get_thread_num",
-    "cudaLaunchKernel", "cudaMemcpyAsync", "cudaEventRecord", "cudaStreamWaitEvent",
-    "cublasSgemm_v2",
-)  # fmt: skip
-SYMBOLS_REFUSED = (
-    "sched_setaffinity", "setpriority", "nanosleep", "usleep", "clock_gettime", "signal",
-    "pthread_create", "fopen", "socket", "fork", "syscall", "cudaDeviceSetLimit",
-    "cudaSetDeviceFlags", "cublasSetMathMode",
-)  # fmt: skip
+# What the kernel-source reasons all begin with; the contract's tag says it once.
+NATIVE_PREFIX = "kernel source "
 
 
 def candidate_contract(device: str, dtype: str) -> str:
@@ -65,28 +69,33 @@ def candidate_contract(device: str, dtype: str) -> str:
     values = {
         "device": device,
         "dtype": dtype,
+        "in_place": examples.shown(examples.IN_PLACE),
+        "library_calls": examples.shown(examples.LIBRARY_CALLS, "run:no_pytorch_compute"),
+        "library_ops": _lines(
+            f"{family}: {', '.join(sorted(public_ops(ops)))}"
+            for family, ops in profiling.LIBRARY_FAMILIES.items()
+        ),
+        "layout_ops": ", ".join(sorted(public_ops(profiling.LAYOUT_OPS))),
         "allowed_imports": _lines(allowed_import_lines()),
         "allowed_modules": _names(sorted(gate_rules.ALLOWED_MODULES)),
-        "torch_submodules": _names(sorted(gate_rules.TORCH_SUBMODULE_NAMES)),
+        "torch_submodules": _names(
+            name for name in TORCH_SUBMODULE_SAMPLES if name in gate_rules.TORCH_SUBMODULE_NAMES
+        ),
         "stdlib_examples": _names(stdlib_examples()),
         "forbidden_calls": _names(f"{name}()" for name in sorted(gate_rules.FORBIDDEN_CALLS)),
         "forbidden_attributes": _reasons(forbidden_attribute_reasons()),
+        "prefix_names": examples.shown(examples.PREFIX_NAMES, "static"),
+        "any_owner": examples.shown(examples.ANY_OWNER, "static"),
         "escape_attributes": _names(sorted(gate_rules.ESCAPE_ATTRIBUTES)),
         "frame_prefixes": _names(f"{prefix}*" for prefix in gate_rules.FRAME_PREFIXES),
         "allowed_decorators": _names(allowed_decorators()),
-        "module_methods": _names(sorted(gate_rules.MODULE_METHODS)),
+        **module_method_values(),
         "mutators": _names(f".{name}()" for name in sorted(gate_rules.MUTATORS)),
+        "allowed_pragmas": "; ".join(allowed_pragmas()),
         "native_rules": _reasons(native_examples()),
-        "allowed_pragmas": _names(allowed_pragmas()),
-        "symbols_allowed": _names(s for s in SYMBOLS_ALLOWED if _symbol_allowed(s)),
-        "symbols_refused": _names(s for s in SYMBOLS_REFUSED if not _symbol_allowed(s)),
-        "symbols_reason": "; ".join(symbols.symbol_problems(list(SYMBOLS_REFUSED[:1]))),
-        "library_ops": _lines(
-            f"{family}: {', '.join(sorted(ops))}"
-            for family, ops in profiling.LIBRARY_FAMILIES.items()
-        ),
-        "layout_ops": _names(sorted(profiling.LAYOUT_OPS)),
         "build_flags": _names(alternatives(buildcache.ALLOWED_FLAG.pattern)),
+        "symbols": examples.shown(examples.CPU_SYMBOLS, "symbols"),
+        "symbols_reason": symbols_reason(),
         "device_rules": render(f"contract_{device}", _device_values(device)),
         "precision_rules": _precision_rules(dtype),
     }
@@ -126,21 +135,29 @@ def stdlib_examples() -> list[str]:
 
 
 def forbidden_attribute_reasons() -> dict[str, list[str]]:
-    """Refused attribute names grouped by the gate's reason for refusing them."""
+    """Refused attribute names grouped by the gate's reason for refusing them: those refused
+    on every object, then the process-wide state refused on anything but ``self``."""
     grouped: dict[str, list[str]] = {}
     for name, why in gate_rules.FORBIDDEN_ATTRIBUTES.items():
         grouped.setdefault(why, []).append(f".{name}")
-    for name in gate_rules.GLOBAL_STATE_ATTRIBUTES:
-        grouped.setdefault(gate_rules.forbidden_name(name), []).append(f".{name}")
-    # The two prefix rules of forbidden_name, in its own words.
-    grouped.setdefault(gate_rules.forbidden_name("set_x"), []).append(".set_*")
-    fine = [f"`.{name}`" for name in ("register_buffer", "register_parameter")]
-    fine = [name for name in fine if not gate_rules.forbidden_name(name.strip("`."))]
-    hooks = gate_rules.forbidden_name("register_x")
-    grouped.setdefault(f"{hooks} ({' and '.join(fine)} are fine)" if fine else hooks, []).append(
-        ".register_*"
-    )
+    state = f"{gate_rules.forbidden_name('set_x')} (as attributes of anything but `self`)"
+    grouped[state] = [f".{name}" for name in gate_rules.GLOBAL_STATE_ATTRIBUTES]
     return grouped
+
+
+def module_method_values() -> dict[str, str]:
+    """The rule of ``MODULE_METHODS`` as the gate builds it: every name ``nn.Module`` has but
+    the few it lets a candidate define, and the special methods it adds; with samples."""
+    own = [name for name in dir(torch.nn.Module) if not name.startswith("__")]
+    return {
+        "module_free": _names(name for name in own if name not in gate_rules.MODULE_METHODS),
+        "module_dunders": _names(
+            sorted(name for name in gate_rules.MODULE_METHODS if name.startswith("__"))
+        ),
+        "module_methods": _names(
+            name for name in MODULE_METHOD_SAMPLES if name in gate_rules.MODULE_METHODS
+        ),
+    }
 
 
 def native_examples() -> dict[str, list[str]]:
@@ -148,21 +165,32 @@ def native_examples() -> dict[str, list[str]]:
     grouped: dict[str, list[str]] = {}
     for sample in NATIVE_SAMPLES:
         for reason in native_gate.check_native(sample, "float32"):
-            names = grouped.setdefault(reason.split(": ")[0], [])
+            names = grouped.setdefault(reason.split(": ")[0].removeprefix(NATIVE_PREFIX), [])
             if f"`{sample}`" not in names:
                 names.append(f"`{sample}`")
     return grouped
 
 
 def allowed_pragmas() -> list[str]:
-    """The pragmas the native gate lets through, as ``#pragma`` lines."""
-    single = [f"#pragma {name}" for name in sorted(native_directives.ALLOWED_PRAGMAS)]
+    """The pragmas the native gate lets through: ``#pragma`` and its allowed names, then each
+    allowed first word with the names it may be followed by."""
+    single = f"`#pragma` {', '.join(sorted(native_directives.ALLOWED_PRAGMAS))}"
     double = [
-        f"#pragma {first} {second}"
+        f"`#pragma {first}` {', '.join(sorted(seconds))}"
         for first, seconds in sorted(native_directives.ALLOWED_SUB_PRAGMAS.items())
-        for second in sorted(seconds)
     ]
-    return single + double
+    return [single, *double]
+
+
+def public_ops(ops: Iterable[str]) -> list[str]:
+    """The ops a candidate calls by name; the profiler's internal variants count the same."""
+    return [op for op in ops if not op.startswith(("_", "cudnn_", "mkldnn_", "native_"))]
+
+
+def symbols_reason() -> str:
+    """The symbol check's own reason for refusing a system call, after its ``name: ``."""
+    refused = [s.fed for s in examples.CPU_SYMBOLS if not s.accepted]
+    return symbols.symbol_problems(refused[:1])[0].split(": ", 1)[1]
 
 
 def low_precision_native() -> list[str]:
@@ -203,13 +231,14 @@ def _top_level_split(body: str) -> list[str] | None:
     return parts if depth == 0 else None
 
 
-def _symbol_allowed(name: str) -> bool:
-    return not symbols.symbol_problems([name])
-
-
 def _device_values(device: str) -> dict[str, str]:
     if device == "cuda":
-        return {"cuda_utilities": _names(f"at::cuda::{n}" for n in native_gate.CUDA_UTILITIES)}
+        return {
+            "arch_flags": examples.shown(examples.ARCH_FLAGS, "native"),
+            "streams": examples.shown(examples.STREAMS),
+            "cuda_utilities": _names(native_gate.CUDA_UTILITIES),
+            "cuda_symbols": examples.shown(examples.CUDA_SYMBOLS, "symbols"),
+        }
     threads_and_ops = symbols.aten_op_problems(["at::_ops::mm::call", "GOMP_parallel"])
     return {
         "cpu_flags": _names(buildcache.CPU_CFLAGS),

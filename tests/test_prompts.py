@@ -73,7 +73,8 @@ VALUES: dict[str, dict[str, str]] = {
              "language": "python", "text": REFERENCE},
     "data_rule": {},
     "contract_cpu": {"cpu_flags": "`-O3`", "openmp_and_ops": "the built kernel starts ..."},
-    "contract_cuda": {"cuda_utilities": "`at::cuda::getCurrentCUDAStream`"},
+    "contract_cuda": {"cuda_utilities": "`getCurrentCUDAStream`", "arch_flags": "✗ `-arch=sm_90a`",
+                      "streams": "✓ `k<<<g, b, 0, s>>>(p)`", "cuda_symbols": "✓ `cudaLaunchKernel`"},
     "contract_float32": {"low_precision_python": "`half`", "low_precision_native": "`kHalf`"},
     "contract_reduced_precision": {"dtype": "bfloat16"},
 }  # fmt: skip

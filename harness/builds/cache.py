@@ -99,6 +99,7 @@ class CachedLoader:
         reasons = check_native(cpp + "\n" + cuda, self.dtype)
         flags = [*(extra_cflags or []), *(extra_cuda_cflags or []), *(extra_ldflags or [])]
         reasons += flag_problems(flags)
+        reasons += cuda_flag_problems(list(extra_cuda_cflags or []))
         if reasons:
             raise GateRejection(reasons)
         if isinstance(functions, str):
@@ -148,6 +149,18 @@ def flag_problems(flags: list[str]) -> list[str]:
         f"build flag {flag!r} is not allowed" for flag in flags if not ALLOWED_FLAG.match(flag)
     ]
     return refused + define_flag_problems(flags)
+
+
+def cuda_flag_problems(cuda_flags: list[str]) -> list[str]:
+    """Reasons to refuse nvcc flags that would take the architecture out of the harness's
+    hands: torch adds this GPU's ``-gencode`` only when no nvcc flag contains "arch" (a
+    ``-Dmy_arch`` too), and nvcc then builds for its own default instead."""
+    return [
+        f"build flag {flag!r} in extra_cuda_cflags names 'arch': the harness builds for this "
+        "GPU's own architecture, and torch would then leave it out"
+        for flag in cuda_flags
+        if "arch" in flag
+    ]
 
 
 def build_library(

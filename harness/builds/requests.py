@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from harness.builds.cache import flag_problems, spec_key
+from harness.builds.cache import cuda_flag_problems, flag_problems, spec_key
 from harness.builds.compile_worker import CompileJob
 from harness.builds.store import BuildSpec, BuildStore, Built
 from harness.sandbox import lifetime
@@ -69,6 +69,7 @@ class ParentBuilder:
             reasons.append(f"an architecture that is not one: {spec.arch[:40]!r}")
         reasons += check_native(spec.cpp + "\n" + spec.cuda, dtype)
         reasons += flag_problems([*spec.cflags, *spec.cuda_flags, *spec.ldflags])
+        reasons += cuda_flag_problems(spec.cuda_flags)
         return reasons
 
     def _compile(
