@@ -27,6 +27,7 @@ BENCHMARKS = {
     "real-repos": "bench.real_repos",
     "file-endpoint": "bench.file_endpoint",
     "real-model": "bench.real_model",
+    "builds": "bench.bench_builds",
 }
 
 
