@@ -1,10 +1,15 @@
 """Per-role context windows, rebuilt at every step and trimmed to a token budget.
 
-What each role sees (DESIGN.md section 4), besides the reference module:
+What each role sees (DESIGN.md section 4), besides the reference module, the setting it is
+judged in (machine, tolerance) and the search so far (one baseline, the best kernel, every
+failed attempt in one line):
 
 - planner: the selected kernel, profiling feedback, the node's children, the global top-r;
 - coder: the plan, the selected kernel, the node's children and cousins;
 - debugger: the failed candidate, the plan, its build/runtime/verification log, its siblings.
+
+Each kernel's code is shown once per window (``agents.listing``): a kernel listed again is
+referred to, and one mostly made of code already shown is listed as a diff against it.
 
 Budget. The budget covers the window's texts, not the fixed prompt around them (contract,
 example, instructions); tokens are estimated and texts trimmed by ``agents.trim``. The code a
@@ -21,10 +26,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field
 
+from agents.context_records import FailedAttempt, KernelSummary, Reference, SearchState
+from agents.listing import ShownCode
 from agents.trim import estimate_tokens, trim_code, trim_log
 from harness.sandbox.redact import scrub_record
+
+__all__ = [  # the records live in agents.context_records; callers import them from here too
+    "ContextWindow", "FailedAttempt", "KernelSummary", "Reference", "SearchState",
+    "coder_window", "debugger_window", "planner_window",
+]  # fmt: skip
 
 Role = Literal["planner", "coder", "debugger"]
 DEFAULT_BUDGET_TOKENS = 24_000
@@ -38,35 +50,6 @@ SHARES: dict[Role, list[tuple[str, float]]] = {
 }
 
 
-class KernelSummary(BaseModel):
-    """A node of the search tree as a role sees it: plain data, no tree objects."""
-
-    node_id: str
-    code: str = Field(
-        description="The candidate's source (the root: the reference's); empty: none."
-    )
-    status: str = Field(description="EvalResult status ('ok', 'build_error', ...) or 'pending'.")
-    speedup_vs_eager: float | None = None
-    detail: str = Field(default="", description="Why it failed, or its verification verdicts.")
-
-
-class Reference(BaseModel):
-    """The module being optimized, shown to every role."""
-
-    source: str = Field(description="The reference module's source (the original).")
-    class_name: str = Field(default="Model", description="The reference class in that source.")
-    device: str = Field(description="'cpu' or 'cuda'.")
-    dtype: str = Field(default="float32", description="The problem's dtype.")
-
-    @field_validator("class_name")
-    @classmethod
-    def _identifier(cls, name: str) -> str:
-        # Shown outside the data blocks: only a class name that Python could have loaded.
-        if not name.isidentifier():
-            raise ValueError(f"reference class name {name[:80]!r} is not a Python identifier")
-        return name
-
-
 class ContextWindow(BaseModel):
     """What one role sees at one step, already trimmed to its budget."""
 
@@ -76,6 +59,8 @@ class ContextWindow(BaseModel):
     plan: str = ""
     profile: str = ""
     log: str = ""
+    profile_of: str = Field(default="", description="The kernel the profile describes.")
+    search: SearchState = Field(default_factory=SearchState)
     children: list[KernelSummary] = Field(default_factory=list)
     top: list[KernelSummary] = Field(default_factory=list)
     cousins: list[KernelSummary] = Field(default_factory=list)
@@ -90,6 +75,7 @@ class ContextWindow(BaseModel):
         """Estimated tokens of the window's texts (what the budget bounds)."""
         texts = [self.reference.source, self.selected.code, self.selected.detail, self.plan]
         texts += [self.profile, self.log]
+        texts += [failure.reason for failure in self.search.failures]
         for group in (self.children, self.top, self.cousins, self.siblings):
             texts += [text for kernel in group for text in (kernel.code, kernel.detail)]
         return sum(estimate_tokens(text) for text in texts)
@@ -102,12 +88,16 @@ def planner_window(
     profile: str,
     children: list[KernelSummary],
     top: list[KernelSummary],
+    profile_of: str = "",
+    search: SearchState | None = None,
     budget_tokens: int = DEFAULT_BUDGET_TOKENS,
 ) -> ContextWindow:
-    """The planner's view: ``top`` best first, as the leaderboard orders it."""
+    """The planner's view: ``top`` best first, as the leaderboard orders it; ``profile``
+    describes kernel ``profile_of`` (the selected one, or for the reference the best)."""
     window = ContextWindow(
         role="planner", reference=reference, selected=selected, profile=profile,
-        children=children, top=top, budget_tokens=budget_tokens,
+        profile_of=profile_of, children=children, top=top, search=search or SearchState(),
+        budget_tokens=budget_tokens,
     )  # fmt: skip
     return _fit(window)
 
@@ -119,12 +109,13 @@ def coder_window(
     plan: str,
     children: list[KernelSummary],
     cousins: list[KernelSummary],
+    search: SearchState | None = None,
     budget_tokens: int = DEFAULT_BUDGET_TOKENS,
 ) -> ContextWindow:
     """The coder's view: ``plan`` is the planner's grounded plan as text."""
     window = ContextWindow(
         role="coder", reference=reference, selected=selected, plan=plan, children=children,
-        cousins=cousins, budget_tokens=budget_tokens,
+        cousins=cousins, search=search or SearchState(), budget_tokens=budget_tokens,
     )  # fmt: skip
     return _fit(window)
 
@@ -136,12 +127,13 @@ def debugger_window(
     plan: str,
     log: str,
     siblings: list[KernelSummary],
+    search: SearchState | None = None,
     budget_tokens: int = DEFAULT_BUDGET_TOKENS,
 ) -> ContextWindow:
     """The debugger's view: ``log`` holds the gate's reasons or the build/runtime output."""
     window = ContextWindow(
         role="debugger", reference=reference, selected=failed, plan=plan, log=log,
-        siblings=siblings, budget_tokens=budget_tokens,
+        siblings=siblings, search=search or SearchState(), budget_tokens=budget_tokens,
     )  # fmt: skip
     return _fit(window)
 
@@ -150,12 +142,14 @@ def _fit(window: ContextWindow) -> ContextWindow:
     """Trim the window's parts to its budget by the role's shares (module docstring)."""
     window = scrub_record(window)
     pinned = estimate_tokens(window.selected.code) + estimate_tokens(window.plan)
+    pinned += sum(estimate_tokens(failure.reason) for failure in window.search.failures)
     detail = trim_log(window.selected.detail, max(window.budget_tokens // 20, 50))
     available = max(0, window.budget_tokens - pinned - estimate_tokens(detail))
     cuts = [] if available else [f"the code being edited and the plan use {pinned} tokens"]
     omitted: dict[str, int] = {}
     updates: dict[str, object] = {"selected": window.selected.model_copy(update={"detail": detail})}
     carry = 0
+    shown = ShownCode(window.selected)  # each kernel's code once (agents.listing)
     for part, share in SHARES[window.role]:
         allowance = int(available * share) + carry
         if part == "original":
@@ -168,7 +162,7 @@ def _fit(window: ContextWindow) -> ContextWindow:
             used, before = estimate_tokens(text), getattr(window, part)
         else:
             kernels: list[KernelSummary] = getattr(window, part)
-            kept, used = _fit_kernels(kernels, allowance)
+            kept, used = _fit_kernels(kernels, allowance, shown)
             updates[part] = kept
             if dropped := len(kernels) - len(kept):
                 omitted[part] = dropped
@@ -180,19 +174,26 @@ def _fit(window: ContextWindow) -> ContextWindow:
     return window.model_copy(update={**updates, "cuts": cuts, "omitted": omitted})
 
 
-def _fit_kernels(kernels: list[KernelSummary], allowance: int) -> tuple[list[KernelSummary], int]:
-    """As many of ``kernels`` as fit, in order, each trimmed to an equal part of ``allowance``."""
+def _fit_kernels(
+    kernels: list[KernelSummary], allowance: int, shown: ShownCode
+) -> tuple[list[KernelSummary], int]:
+    """As many of ``kernels`` as fit, in order, each as ``shown`` shows it (whole, a diff, or
+    a reference to its earlier listing) and trimmed to an equal part of ``allowance``. Only a
+    kernel that is kept becomes a base for later diffs: a diff never points at code the
+    window left out."""
     if not kernels:
         return [], 0
     each = max(allowance // len(kernels), KERNEL_MIN_TOKENS)
     kept: list[KernelSummary] = []
     used = 0
     for kernel in kernels:
-        detail = trim_log(kernel.detail, int(each * DETAIL_SHARE))
-        code = trim_code(kernel.code, each - estimate_tokens(detail))
+        listed = shown.show(kernel)
+        detail = trim_log(listed.detail, int(each * DETAIL_SHARE))
+        code = trim_code(listed.code, each - estimate_tokens(detail))
         cost = estimate_tokens(detail) + estimate_tokens(code)
         if used + cost > allowance:
             break
-        kept.append(kernel.model_copy(update={"detail": detail, "code": code}))
+        shown.keep(kernel, listed)
+        kept.append(listed.model_copy(update={"detail": detail, "code": code}))
         used += cost
     return kept, used

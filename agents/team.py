@@ -19,6 +19,7 @@ from agents.roles import coder, debugger, planner
 from agents.roles.records import Draft, Plan, RoleFailure
 from agents.search.budget import Budget, Spend
 from agents.search.tree import LLMCall, Node, Tree
+from agents.search.view import kernel_summary, profiled_node, search_state
 from agents.templates import render
 
 REPLY_CHARS_KEPT = 20_000  # of each reply, in the trajectory
@@ -82,12 +83,16 @@ class Team:
     ) -> Proposal:
         proposal = Proposal(kind="improve")
         selected = self.summary(tree, node)
+        search = search_state(tree, self.reference.source)
+        profiled = profiled_node(tree, node)
         window = planner_window(
             self.reference,
             selected,
-            profile=node_feedback(tree, node),
+            profile=node_feedback(tree, profiled),
+            profile_of=profiled.id,
             children=[self.summary(tree, child) for child in tree.children(node)],
             top=[self.summary(tree, best) for best in tree.leaderboard(self.config.leaderboard)],
+            search=search,
             budget_tokens=self.config.context_tokens,
         )
         plan = self._ask("planner", lambda feedback: planner.plan(
@@ -108,6 +113,7 @@ class Team:
             plan=proposal.plan,
             children=window.children,
             cousins=[self.summary(tree, cousin) for cousin in tree.cousins(node)],
+            search=search,
             budget_tokens=self.config.context_tokens,
         )
         draft = self._ask("coder", lambda feedback: coder.code(
@@ -132,6 +138,7 @@ class Team:
             plan=node.plan,
             log=failure_log(node),
             siblings=[self.summary(tree, sibling) for sibling in tree.siblings(node)],
+            search=search_state(tree, self.reference.source),
             budget_tokens=self.config.context_tokens,
         )
         draft = self._ask("debugger", lambda feedback: debugger.debug(
@@ -174,25 +181,8 @@ class Team:
                        attempts=failed.attempts, error=f"{outcome.kind}: {failed.error}")  # fmt: skip
 
     def summary(self, tree: Tree, node: Node) -> KernelSummary:
-        """A node as a role sees it: the root is the reference module itself."""
-        if node.kind == "root":
-            return KernelSummary(
-                node_id=node.id,
-                code=self.reference.source,
-                status="reference",
-                speedup_vs_eager=1.0,
-            )
-        result, source = node.result, node.candidate.source if node.candidate else ""
-        if result is None:
-            return KernelSummary(node_id=node.id, code=source, status="no_candidate",
-                                 detail=node.failure)  # fmt: skip
-        return KernelSummary(
-            node_id=node.id,
-            code=source,
-            status=result.status.value,
-            speedup_vs_eager=result.speedup_vs_eager,
-            detail=result.reason or "; ".join(c.name for c in result.checks if c.passed),
-        )
+        """A node as a role sees it (``agents.search.view``): the root is the reference."""
+        return kernel_summary(tree, node, self.reference.source)
 
 
 def recorded(role: Role, temperature: float | None, reply: Reply, error: str = "") -> LLMCall:

@@ -33,5 +33,7 @@ def make_team(
         class_name=problem.class_name,
         device=problem.device,
         dtype=problem.dtype,
+        atol=problem.atol,
+        rtol=problem.rtol,
     )
     return Team(make_client(llm, progress), llm, reference, config)

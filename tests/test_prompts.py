@@ -30,11 +30,11 @@ ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = (ROOT / "examples" / "fused_gelu_block.py").read_text()
 CANDIDATE = (ROOT / "examples" / "candidates" / "fused_gelu_block_cpu.py").read_text()
 GATE_LOG = "line 3: imports os (allowed: __future__, math, torch)\nline 40: try/except: a fallback"
-KERNELS = (
-    "### Kernel n3: build_error, speedup vs eager n/a\nerror: expected ';'\n\n```python\n...\n```"
-)
-SELECTED = {"id": "n2", "status": "ok", "speedup": "1.31x", "detail": "correct on 9 cases",
-            "code": CANDIDATE}  # fmt: skip
+KERNELS = "### Kernel n3: build_error, no time\nerror: expected ';'\n\n```python\n...\n```"
+SELECTED = {"id": "n2", "summary": "ok, median 0.61 ms (fastest call 0.6 ms), 1.31x vs eager",
+            "detail": "max error 0.3 at seed 7\n\n", "code": CANDIDATE}  # fmt: skip
+SETTING = "- Machine: AMD EPYC, 2 logical CPUs"
+SEARCH = "- Baseline: eager 0.8 ms per call"
 
 VALUES: dict[str, dict[str, str]] = {
     "system": {
@@ -44,22 +44,26 @@ VALUES: dict[str, dict[str, str]] = {
     },
     "planner": {
         "data_rule": "(the data rule)", "reference_class": "Model", "original": REFERENCE,
+        "setting": SETTING, "search": SEARCH,
         **{f"selected_{k}": v for k, v in SELECTED.items()},
+        "profile_label": "kernel n2, the selected kernel, as measured in its own run",
         "profile": "aten::linear 61% (0.9 of peak FLOP/s); bias_gelu_residual_clamp 39%",
         "children": KERNELS, "top": KERNELS, "device": "cpu", "begins": BEGINS, "ends": ENDS,
     },
     "coder": {
         "data_rule": "(the data rule)", "reference_class": "Model", "original": REFERENCE,
+        "setting": SETTING, "search": SEARCH,
         **{f"selected_{k}": v for k, v in SELECTED.items()},
         "plan": "Summary: fuse\n\nChange 1: ...", "children": KERNELS, "cousins": KERNELS,
     },
     "debugger": {
         "data_rule": "(the data rule)", "reference_class": "Model", "original": REFERENCE,
+        "setting": SETTING, "search": SEARCH,
         **{f"failed_{k}": v for k, v in SELECTED.items()},
         "plan": "Summary: fuse", "log": GATE_LOG, "siblings": KERNELS,
     },
-    "kernel": {"node_id": "n4", "status": "incorrect", "speedup": "n/a",
-               "detail": "max error 0.3 at seed 7", "code": CANDIDATE},
+    "kernel": {"node_id": "n4", "summary": "incorrect, no time",
+               "detail": "max error 0.3 at seed 7\n\n", "code": CANDIDATE},
     "plan": {"summary": "Fuse the elementwise tail", "spans": "Change 1: ..."},
     "plan_ungrounded": {"detail": "no_plan", "text": "Fuse everything into one kernel."},
     "plan_span": {"number": "1", "begins": BEGINS, "ends": ENDS,
@@ -79,6 +83,72 @@ VALUES: dict[str, dict[str, str]] = {
     "contract_reduced_precision": {"dtype": "bfloat16"},
 }  # fmt: skip
 SECTION_VALUES: dict[str, dict[str, dict[str, str]]] = {
+    "view": {
+        "setting": {
+            "machine": "AMD EPYC, 2 logical CPUs",
+            "tolerance": "float32 outputs ...",
+            "floor_rule": "at least 5%",
+        },
+        "floor_rule": {"floor": "5%", "short_floor": "15%", "short_us": "10"},
+        "machine_cpu": {
+            "name": "AMD EPYC",
+            "cpus": "2",
+            "isa": "avx2, avx512f",
+            "caches": "L1d 32 KiB per CPU",
+        },
+        "machine_cuda": {
+            "name": "NVIDIA H100",
+            "capability": "9.0",
+            "sms": "132",
+            "shared_block": "48",
+            "shared_optin": "227",
+            "shared_sm": "228",
+            "registers": "65536",
+            "threads": "2048",
+            "l2": "50.0",
+            "memory": "79.1",
+        },
+        "tolerance": {"dtype": "float32", "atol": "0.0001", "rtol": "0.0002", "rel_norm": "2e-05"},
+        "search": {
+            "baseline": "eager 0.8 ms",
+            "best": "kernel 0.1, median 0.5 ms",
+            "failures": "0.2 (improve from 0), build_error: error",
+        },
+        "baseline": {"eager": "0.8", "count": "3", "eager_min": "0.78", "compiled": "0.6 ms"},
+        "baseline_none": {},
+        "best": {"node_id": "0.1", "median": "0.5", "speedup": "1.60x"},
+        "best_none": {},
+        "failures_none": {},
+        "failures_more": {"count": "4"},
+        "failure": {
+            "node_id": "0.2",
+            "kind": "improve",
+            "parent": "0",
+            "stage": "rejected",
+            "reason": "line 3: imports os",
+        },
+        "reference": {"median": "0.8", "fastest": "0.78"},
+        "reference_untimed": {},
+        "timed": {
+            "status": "ok",
+            "median": "0.5",
+            "fastest": "0.49",
+            "speedup": "1.60x",
+            "compile": ", 1.20x vs torch.compile",
+            "verdicts": "faster than eager",
+        },
+        "compile_speedup": {"speedup": "1.20x"},
+        "untimed": {"status": "incorrect"},
+        "faster": {"baseline": "eager", "floor": "5%"},
+        "within": {"baseline": "eager", "floor": "5%"},
+        "slower": {"baseline": "torch.compile", "floor": "7%"},
+        "listed": {},
+        "diff": {"base": "0.1"},
+        "same_code": {"base": "0.1"},
+        "profile_selected": {"node_id": "0.1"},
+        "profile_best": {"node_id": "0.1"},
+        "profile_none": {},
+    },
     "failures": {
         "llm_call_failed": {"error": "HTTP 503 after 4 attempts"},
         "empty": {"finish_reason": "stop"},
@@ -163,7 +233,9 @@ def test_values_holding_dollars_are_not_rendered_again():
 def test_kernel_lists_say_none_and_what_was_left_out():
     reference = Reference(source=REFERENCE, device="cpu")
     selected = KernelSummary(node_id="n1", code=CANDIDATE, status="ok", speedup_vs_eager=1.3)
-    many = [KernelSummary(node_id=f"c{i}", code=CANDIDATE, status="ok") for i in range(30)]
+    # Every line differs from kernel to kernel: no diff is shorter than the code.
+    many = [KernelSummary(node_id=f"c{i}", code=CANDIDATE.replace("\n", f"  # {i}\n"),
+                          status="ok") for i in range(30)]  # fmt: skip
     window = coder_window(reference, selected, plan="p", children=[], cousins=many,
                           budget_tokens=6_000)  # fmt: skip
     assert kernels_text(window, "children") == render("kernels_none", {}).strip()

@@ -26,7 +26,7 @@ from agents.llm.client import (
     Role,
 )
 from agents.roles.parse import failure, parse_candidate
-from agents.roles.prompting import reference_block, system_message, user_message
+from agents.roles.prompting import shared_values, system_message, user_message
 from agents.roles.records import Draft, FailedCall, RoleFailure
 from agents.untrusted import data_block
 
@@ -57,11 +57,7 @@ def answer(
     ``deadline``: when the call must have ended (the search's wall budget).
     """
     require_role(window, spec.role)
-    values = {
-        "reference_class": window.reference.class_name,
-        "original": reference_block(window.reference),
-        **spec.values(window),
-    }
+    values = {**shared_values(window), **spec.values(window)}
     messages = [system_message(window.reference), user_message(spec.role, values, feedback)]
     reply = ask(client, spec.role, messages, config, deadline)
     if isinstance(reply, RoleFailure):

@@ -14,6 +14,7 @@ from agents.roles.answer import RoleSpec, answer
 from agents.roles.parse import BEGINS, ENDS, parse_plan
 from agents.roles.prompting import kernel_values, kernels_text
 from agents.roles.records import Plan, RoleFailure
+from agents.roles.view_text import profile_label, view
 from agents.untrusted import data_block
 
 
@@ -33,7 +34,10 @@ def plan(
 def _values(window: ContextWindow) -> dict[str, str]:
     return {
         **kernel_values("selected", window.selected),
-        "profile": data_block(window.profile.strip() or "-", "profiling feedback"),
+        "profile_label": profile_label(window),
+        "profile": data_block(window.profile.strip(), "profiling feedback")
+        if window.profile.strip()
+        else view("profile_none"),
         "children": kernels_text(window, "children"),
         "top": kernels_text(window, "top"),
         "device": window.reference.device,

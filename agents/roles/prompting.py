@@ -17,6 +17,7 @@ from agents.contract import candidate_contract
 from agents.data import data_dir
 from agents.llm.client import Message
 from agents.roles.records import RoleFailure
+from agents.roles.view_text import code_text, detail_text, search_text, setting_text, summary_text
 from agents.templates import render
 from agents.untrusted import data_block, data_rule
 
@@ -52,29 +53,28 @@ def user_message(template: str, values: dict[str, str], feedback: RoleFailure | 
 
 
 def kernel_values(prefix: str, kernel: KernelSummary) -> dict[str, str]:
-    """Template values ``<prefix>_id``, ``_status``, ``_speedup``, ``_detail``, ``_code``."""
+    """Template values ``<prefix>_id``, ``_summary``, ``_detail``, ``_code``."""
     return {
         f"{prefix}_id": kernel.node_id,
-        f"{prefix}_status": kernel.status,
-        f"{prefix}_speedup": speedup_text(kernel.speedup_vs_eager),
-        f"{prefix}_detail": detail_block(kernel),
-        f"{prefix}_code": code_block(kernel),
+        f"{prefix}_summary": summary_text(kernel),
+        f"{prefix}_detail": detail_text(kernel),
+        f"{prefix}_code": code_text(kernel),
+    }
+
+
+def shared_values(window: ContextWindow) -> dict[str, str]:
+    """What every role's prompt holds: the reference, the setting, the search so far."""
+    return {
+        "reference_class": window.reference.class_name,
+        "original": reference_block(window.reference),
+        "setting": setting_text(window.reference),
+        "search": search_text(window.search),
     }
 
 
 def reference_block(reference: Reference) -> str:
     """The reference module's source as data (its docstrings are the pull request's text)."""
     return data_block(reference.source, "the reference module's source", "python")
-
-
-def code_block(kernel: KernelSummary) -> str:
-    return data_block(kernel.code, f"the source of kernel {kernel.node_id}", "python")
-
-
-def detail_block(kernel: KernelSummary) -> str:
-    if not kernel.detail.strip():
-        return "-"
-    return data_block(kernel.detail, f"the verdict on kernel {kernel.node_id}")
 
 
 def kernels_text(window: ContextWindow, group: str) -> str:
@@ -85,10 +85,9 @@ def kernels_text(window: ContextWindow, group: str) -> str:
             "kernel",
             {
                 "node_id": kernel.node_id,
-                "status": kernel.status,
-                "speedup": speedup_text(kernel.speedup_vs_eager),
-                "detail": detail_block(kernel),
-                "code": code_block(kernel),
+                "summary": summary_text(kernel),
+                "detail": detail_text(kernel),
+                "code": code_text(kernel),
             },
         ).strip()
         for kernel in kernels
@@ -96,7 +95,3 @@ def kernels_text(window: ContextWindow, group: str) -> str:
     if window.omitted.get(group):
         parts.append(render("kernels_omitted", {"count": str(window.omitted[group])}).strip())
     return "\n\n".join(parts) or render("kernels_none", {}).strip()
-
-
-def speedup_text(speedup: float | None) -> str:
-    return "n/a" if speedup is None else f"{speedup:.2f}x"

@@ -1,7 +1,9 @@
 """The search tree: the reference at the root, every attempt a node under the one it grew from.
 
 A node's score is its kernel's median time (lower is better); a node whose candidate failed
-(or whose role failed to produce one) scores +inf. A node's candidate is made once, when the
+(or whose role failed to produce one) scores +inf. The root's score is the search's one eager
+baseline (``Tree.baseline``): every candidate's run times eager again beside it, and the
+median of those measurements is the time every listed kernel is compared with. A node's candidate is made once, when the
 node is added, and carries the node's id, its parent and its kind: whoever evaluates or reports
 it takes ``node.candidate`` as it is. The tree is plain data: it is saved in the trajectory
 after every step and rebuilt from it on resume.
@@ -10,6 +12,7 @@ after every step and rebuilt from it on resume.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -96,11 +99,28 @@ class Node(BaseModel):
         return math.inf
 
 
+class Baseline(BaseModel):
+    """The reference's times over a search: one eager and one torch.compile time, the median
+    of every candidate run's honest baseline (``Timings.eager``, ``Timings.compiled``)."""
+
+    eager_ms: float | None = Field(default=None, description="Median of the eager medians.")
+    eager_min_ms: float | None = Field(
+        default=None, description="The fastest eager call of all those runs."
+    )
+    compiled_ms: float | None = Field(
+        default=None, description="Median of the torch.compile medians (None: not measured)."
+    )
+    measurements: int = Field(default=0, description="Candidate runs that timed eager.")
+
+
 class Tree(BaseModel):
     """Nodes by id; the root is the reference (its score: eager's time, once known)."""
 
     nodes: dict[str, Node] = Field(default_factory=dict)
-    root_ms: float = Field(default=math.inf, description="Eager's median time: the root's score.")
+    root_ms: float = Field(
+        default=math.inf,
+        description="The latest eager median: the root's score where no result holds a baseline.",
+    )
 
     @field_validator("root_ms", mode="before")
     @classmethod
@@ -129,7 +149,24 @@ class Tree(BaseModel):
         return node
 
     def score(self, node: Node) -> float:
-        return self.root_ms if node.kind == "root" else node.score_ms
+        if node.kind != "root":
+            return node.score_ms
+        eager = self.baseline().eager_ms
+        return self.root_ms if eager is None else eager
+
+    def baseline(self) -> Baseline:
+        """The one baseline every kernel of the search is compared with (``Baseline``)."""
+        timed = [node.result.timings for node in self.nodes.values() if node.result is not None]
+        eager = [timings.eager for timings in timed if timings.eager is not None]
+        compiled = [timings.compiled for timings in timed if timings.compiled is not None]
+        if not eager:
+            return Baseline()
+        return Baseline(
+            eager_ms=statistics.median(stats.median_ms for stats in eager),
+            eager_min_ms=min(stats.min_ms for stats in eager),
+            compiled_ms=statistics.median(s.median_ms for s in compiled) if compiled else None,
+            measurements=len(eager),
+        )
 
     def children(self, node: Node) -> list[Node]:
         return [self.nodes[child] for child in node.children]
