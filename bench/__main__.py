@@ -28,6 +28,7 @@ BENCHMARKS = {
     "file-endpoint": "bench.file_endpoint",
     "real-model": "bench.real_model",
     "builds": "bench.bench_builds",
+    "prompt-sizes": "bench.bench_prompt_sizes",
 }
 
 

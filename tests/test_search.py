@@ -209,3 +209,24 @@ def test_on_cuda_a_candidate_is_checked_while_the_next_ones_still_build():
     children = [tree.add(tree.root, "improve", source=source) for source in ("A", "B")]
     evaluate_children(gpu, Evaluator(), tree, children)
     assert order == ["built A", "evaluated A", "built B", "evaluated B"]
+
+
+def test_the_search_has_one_eager_baseline_the_median_of_its_runs():
+    def run(kernel_ms: float, eager_ms: float, compiled_ms: float | None = None) -> EvalResult:
+        stats = lambda ms: TimingStats(median_ms=ms, iqr_ms=0.0, min_ms=ms * 0.9, samples=9)  # noqa: E731
+        compiled = stats(compiled_ms) if compiled_ms else None
+        timings = Timings(candidate=stats(kernel_ms), eager_beside=stats(eager_ms),
+                          compiled_beside=compiled)  # fmt: skip
+        return EvalResult(status=Status.ok, timings=timings)
+
+    tree = Tree.rooted()
+    tree.root_ms = 5.0  # the loop's latest eager median: only where no run holds one
+    assert tree.baseline().eager_ms is None and tree.score(tree.root) == 5.0
+    for kernel_ms, eager_ms, compiled_ms in [(0.5, 1.0, 0.8), (0.4, 3.0, None), (0.6, 0.9, 0.6)]:
+        tree.add(tree.root, "improve", source=f"k{kernel_ms}",
+                 result=run(kernel_ms, eager_ms, compiled_ms))  # fmt: skip
+    tree.add(tree.root, "improve", source="bad", result=verdict(Status.incorrect))
+    baseline = tree.baseline()
+    assert (baseline.eager_ms, baseline.measurements) == (1.0, 3)  # 3.0 was one slow run
+    assert baseline.eager_min_ms == pytest.approx(0.81) and baseline.compiled_ms == 0.7
+    assert tree.score(tree.root) == 1.0  # the reference competes with the one baseline
