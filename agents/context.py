@@ -14,7 +14,8 @@ referred to, and one mostly made of code already shown is listed as a diff again
 Budget. The budget covers the window's texts, not the fixed prompt around them (contract,
 example, instructions); tokens are estimated and texts trimmed by ``agents.trim``. The code a
 role edits (the selected kernel; the failed candidate) and the plan are never trimmed: the
-reply must reproduce them. The other parts share what is left, in a fixed order and share per
+reply must reproduce them; nor are the failed attempts' lines (a few, each short). The other
+parts share what is left, in a fixed order and share per
 role; a part that needs less than its share passes the rest on.
 
 Secrets: every text of a window is scrubbed (``harness.sandbox.redact``) before it is trimmed, so a cut

@@ -32,7 +32,8 @@ def debug(
 
 def _values(window: ContextWindow) -> dict[str, str]:
     return {
-        **kernel_values("failed", window.selected),
+        # Its verdict is in the harness's report below, whole: not repeated in the heading.
+        **kernel_values("failed", window.selected.model_copy(update={"detail": ""})),
         "plan": data_block(window.plan.strip() or "-", "the plan"),
         "log": data_block(
             window.log.strip("\n") or "-", "the harness's report on the failed candidate"
