@@ -7,15 +7,20 @@ echo of a kernel source), profiler op names, other models' replies. ``data_block
 text, scrubbed of secrets (``harness.sandbox.redact``), inside a block that ``prompts/data_rule.md``
 tells the model to read as data, never as instructions.
 
-The block cannot be closed from inside. Its opening and closing lines carry an id of 64 random
-bits drawn for each block (``secrets``), and an id that occurs anywhere in the text is drawn
-again: the text would have to contain the closing line before the id was chosen. The markdown
+The block cannot be closed from inside. Its opening and closing lines carry an id of 64 bits
+keyed by a secret drawn once per run (``secrets``) and by the text itself (HMAC-SHA-256), and
+an id that occurs anywhere in the text is drawn again: the text would have to contain the
+closing line before the id was chosen, and no one who wrote it knows the key. The same text
+gets the same id throughout a run, so a prompt that shows it again keeps the same bytes: a
+provider's prompt cache reuses everything up to the first text that changed. The markdown
 fence inside the block is longer than any run of backticks in the text, so the text cannot end
 the code block either.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 import secrets
 
@@ -24,11 +29,14 @@ from harness.sandbox.redact import scrub
 
 ID_BYTES = 8
 _BACKTICKS = re.compile(r"`{3,}")
+_RUN_KEY = secrets.token_bytes(32)  # drawn once per process: ids never repeat across runs
 
 
-def new_id() -> str:
-    """A fresh block id: 16 hex digits from the OS's random source."""
-    return secrets.token_hex(ID_BYTES)
+def new_id(text: str, draw: int) -> str:
+    """The block id of ``text`` at its ``draw``-th try: 16 hex digits, keyed by the run's
+    secret, the same for the same text and draw throughout the run."""
+    message = draw.to_bytes(4, "big") + text.encode()
+    return hmac.new(_RUN_KEY, message, hashlib.sha256).hexdigest()[: 2 * ID_BYTES]
 
 
 def data_block(text: str, kind: str, language: str = "text") -> str:
@@ -37,9 +45,11 @@ def data_block(text: str, kind: str, language: str = "text") -> str:
     ``kind`` is kernelpilot's own label ("the reference module's source").
     """
     text = scrub(text.strip("\n"))
-    block_id = new_id()
+    draw = 0
+    block_id = new_id(text, draw)
     while block_id in text:  # the text holds this id (a guess, or an id it was shown)
-        block_id = new_id()
+        draw += 1
+        block_id = new_id(text, draw)
     longest = max((len(run) for run in _BACKTICKS.findall(text)), default=2)
     values = {
         "id": block_id,
