@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from torch.utils import cpp_extension
 
-from harness.builds.pch import include_flags, precompile
+from harness.builds.pch import CPU_CFLAGS, include_flags, precompile
 from harness.builds.store import BuildSpec, BuildStore, Built, file_sha256, spec_key
 from harness.sandbox.run import tools_first
 from harness.static.native import check_native
@@ -32,9 +32,6 @@ from harness.static.native_directives import define_flag_problems
 from harness.static.python import GateRejection
 from harness.static.symbols import object_problems
 
-# Fixed on cpu, whatever the candidate asks (it may only ask for allowed flags): the same
-# candidate then always hashes to the same build.
-CPU_CFLAGS = ["-O3", "-fopenmp", "-march=native", "-fno-math-errno", "-fno-trapping-math"]
 CPU_LDFLAGS = ["-fopenmp"]
 CUDA_BASE_FLAGS = ["-O3"]
 SOURCE_FLAGS = ("-D", "-U", "-std")  # host flags kept from the candidate: defines, the standard
