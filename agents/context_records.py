@@ -58,6 +58,9 @@ class Reference(BaseModel):
     dtype: str = Field(default="float32", description="The problem's dtype.")
     atol: float | None = Field(default=None, description="The problem's atol override, if any.")
     rtol: float | None = Field(default=None, description="The problem's rtol override, if any.")
+    noise_floor: float = Field(
+        default=0.05, ge=0, description="The run's configured noise floor (eval.noise_floor)."
+    )
     machine: Machine | None = Field(
         default=None,
         description="The machine kernels are timed on; None: this machine, described when a "

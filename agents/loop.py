@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 from agents.search.budget import Budget, RunSpend, Spend
 from agents.search.strategy import make_strategy
 from agents.search.tree import Node, Tree
+from agents.search.view import kernel_summary
 from agents.team import Proposal, Team
 from agents.trajectory import Trajectory
 from harness.records import Candidate, EvalResult, Problem
@@ -250,7 +251,8 @@ def status_line(trajectory: Trajectory, node: Node, children: list[Node]) -> str
     """One line per step: what grew from what, how it went, the best so far, the spend."""
     budget, best = trajectory.budget, trajectory.tree.best()
     outcomes = ", ".join(f"{child.id} {outcome(child)}" for child in children)
-    speedup = best.result.speedup_vs_eager if best and best.result else None
+    # against the search's one baseline, as the prompts list it (agents.search.view)
+    speedup = kernel_summary(trajectory.tree, best, "").speedup_vs_eager if best else None
     cost = f", ${budget.spent_cost_usd:.3f}" if budget.spent_cost_usd else ""
     return (
         f"{trajectory.target}: step {trajectory.steps} from {node.id}: {outcomes}; best "

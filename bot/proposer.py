@@ -24,10 +24,15 @@ def run_llm(settings: Settings, asked: str, flags: dict) -> LLMConfig | None:
 
 
 def make_team(
-    llm: LLMConfig, config: TeamConfig, problem: Problem, progress: Progress | None = None
+    llm: LLMConfig,
+    config: TeamConfig,
+    problem: Problem,
+    progress: Progress | None = None,
+    noise_floor: float = 0.05,
 ) -> Team:
     """The team for one target: the client, and the reference module it works on.
-    ``progress``: where the client reports each attempt, wait and failure of its calls."""
+    ``progress``: where the client reports each attempt, wait and failure of its calls;
+    ``noise_floor``: the run's, as the roles are told it."""
     reference = Reference(
         source=read_user_text(problem.source_path, "Python file"),
         class_name=problem.class_name,
@@ -35,5 +40,6 @@ def make_team(
         dtype=problem.dtype,
         atol=problem.atol,
         rtol=problem.rtol,
+        noise_floor=noise_floor,
     )
     return Team(make_client(llm, progress), llm, reference, config)

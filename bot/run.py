@@ -227,7 +227,8 @@ def optimize_target(
 
     resume = run.resume if run.resume and run.resume.target == problem.name else None
     try:
-        team = make_team(run.llm, run.team, problem, progress) if run.llm else None
+        floor = evaluator.config.noise_floor
+        team = make_team(run.llm, run.team, problem, progress, floor) if run.llm else None
         attempt = optimize_problem(
             problem,
             evaluator,

@@ -264,3 +264,28 @@ def test_the_helper_library_is_shown_once_and_prompts_do_not_grow_over_five_step
     for _, prompt in client.prompts:
         assert prompt.count(HELPER_LINE) <= 1  # whole in one kernel, the others as diffs
     assert max(len(prompt) for prompt in planners) < 1.15 * len(planners[0])
+
+
+def test_the_console_line_reads_the_best_kernel_as_the_prompts_do(tmp_path):
+    """The step line a user watches and the prompts agree: best 2.00x against the one
+    baseline, not 4.00x against the eager timed beside it in its own run."""
+    from agents.loop import status_line
+
+    problem = Problem(name="p", source_path=tmp_path / "p.py", device="cpu")
+    trajectory = new_trajectory(problem, "m", SearchConfig(), seed=1)
+    tree = trajectory.tree
+    first = add(tree, tree.root, kernel("a"), timed(0.80, 1.0))
+    second = add(tree, first, kernel("b"), timed(0.50, 2.0))
+    add(tree, first, kernel("c"), timed(0.60, 0.9))
+    assert "best 2.00x" in status_line(trajectory, first, [second])
+
+
+def test_the_runs_noise_floor_is_the_one_the_roles_are_told():
+    client = Client()
+    strict = REF.model_copy(update={"noise_floor": 0.12})
+    tree = Tree.rooted()
+    add(tree, tree.root, kernel("a"), timed(0.80, 1.0))
+    Team(client, LLMConfig(provider="openai", model="m"), strict, TeamConfig()).propose(
+        tree, tree.root
+    )
+    assert "clears the run's noise floor: at least 12%" in client.prompts[0][1]

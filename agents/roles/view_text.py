@@ -14,7 +14,6 @@ from agents.context import ContextWindow, KernelSummary, Reference, SearchState
 from agents.search.view import machine_of
 from agents.templates import render_section
 from agents.untrusted import data_block
-from harness.config import EvalConfig
 from harness.judge.accept import SHORT_WORK_FLOOR, SHORT_WORK_MS
 from harness.judge.tolerance import tolerance_for
 from harness.machine import Machine
@@ -32,7 +31,7 @@ def setting_text(reference: Reference) -> str:
     tolerance = tolerance_for(reference.dtype, reference.atol, reference.rtol)
     floor_rule = view(
         "floor_rule",
-        floor=_percent(EvalConfig.model_fields["noise_floor"].default),
+        floor=_percent(reference.noise_floor),
         short_floor=_percent(SHORT_WORK_FLOOR),
         short_us=f"{SHORT_WORK_MS * 1000:g}",
     )
