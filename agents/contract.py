@@ -242,6 +242,7 @@ def _device_values(device: str) -> dict[str, str]:
     threads_and_ops = symbols.aten_op_problems(["at::_ops::mm::call", "GOMP_parallel"])
     return {
         "cpu_flags": _names(buildcache.CPU_CFLAGS),
+        "source_flags": _names(buildcache.SOURCE_FLAGS),
         "openmp_and_ops": "; ".join(threads_and_ops),
     }
 

@@ -43,6 +43,9 @@ class Machine(BaseModel):
     cpus: int | None = Field(
         default=None, description="Logical CPUs this process (and so every worker) may run on."
     )
+    threads_per_core: int | None = Field(
+        default=None, description="Logical CPUs per physical core (SMT siblings of cpu0)."
+    )
     isa: list[str] = Field(default_factory=list, description="Vector ISA flags (ISA_FLAGS).")
     caches: list[CpuCache] = Field(default_factory=list)
     capability: str | None = Field(default=None, description="CUDA compute capability, '9.0'.")
@@ -61,6 +64,19 @@ class Machine(BaseModel):
     memory_gib: float | None = None
 
 
+def _threads_per_core() -> int | None:
+    """How many logical CPUs share cpu0's core ("0-1", "0,4" or "0": one)."""
+    try:
+        listed = (CACHE_DIR.parent / "topology" / "thread_siblings_list").read_text().strip()
+    except OSError:
+        return None
+    count = 0
+    for part in listed.split(","):
+        low, _, high = part.partition("-")
+        count += int(high) - int(low) + 1 if high else 1
+    return count
+
+
 def describe_machine(device: str) -> Machine:
     """The machine a run on ``device`` times its kernels on (module docstring: where from)."""
     if device == "cuda":
@@ -69,6 +85,7 @@ def describe_machine(device: str) -> Machine:
         device=device,
         name=device_name(device),
         cpus=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        threads_per_core=_threads_per_core(),
         isa=_isa_flags(),
         caches=_caches(),
     )

@@ -151,3 +151,22 @@ def test_every_stage_tag_names_a_stage_or_a_check_the_harness_reports(device: st
     assert {"no_input_alias", "no_pytorch_compute", "fresh_outputs"} <= checks
     for name in checks:
         assert f'"{name}"' in reported, f"[run:{name}] names no check the harness reports"
+
+
+def test_a_cpu_candidates_flags_are_kept_only_where_the_contract_says(tmp_path: Path):
+    """The contract: the fixed flags, then only the candidate's -D/-U/-std flags; the rest of
+    the allow-list (-ffast-math) is accepted and dropped."""
+    asked = []
+
+    def builder(spec, key):
+        asked.append(spec.cflags)
+        return Built(key=key, error="stop here")
+
+    loader = buildcache.CachedLoader(tmp_path, "cpu", "float32", builder=builder)
+    with pytest.raises(buildcache.BuildFailed):
+        loader("m", "int f() { return 1; }", None, ["f"],
+               extra_cflags=["-ffast-math", "-DKP_WIDTH=8", "-std=c++20", "-O2"])  # fmt: skip
+    assert asked == [[*buildcache.CPU_CFLAGS, "-DKP_WIDTH=8", "-std=c++20"]]
+    text = candidate_contract("cpu", "float32")
+    assert "only\n  those starting `-D`, `-U`, `-std` are kept" in text
+    assert "(`-ffast-math`, `-O2`, ...) are accepted and dropped" in text

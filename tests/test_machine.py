@@ -56,3 +56,14 @@ def test_the_gpu_is_described_by_its_architecture_and_limits():
     assert machine.shared_per_block_kib and machine.shared_per_block_optin_kib
     assert machine.shared_per_block_optin_kib >= machine.shared_per_block_kib
     assert machine.l2_mib and machine.memory_gib
+
+
+def test_smt_siblings_are_counted_from_the_topology(tmp_path, monkeypatch):
+    from harness import machine
+
+    topology = tmp_path / "cpu0" / "topology"
+    topology.mkdir(parents=True)
+    monkeypatch.setattr(machine, "CACHE_DIR", tmp_path / "cpu0" / "cache")
+    for listed, count in (("0-1", 2), ("0,4", 2), ("0", 1), ("0-3", 4)):
+        (topology / "thread_siblings_list").write_text(listed + "\n")
+        assert machine._threads_per_core() == count

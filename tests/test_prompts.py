@@ -76,7 +76,9 @@ VALUES: dict[str, dict[str, str]] = {
     "data": {"id": "0f1e2d3c4b5a6978", "kind": "the reference module's source", "fence": "```",
              "language": "python", "text": REFERENCE},
     "data_rule": {},
-    "contract_cpu": {"cpu_flags": "`-O3`", "openmp_and_ops": "the built kernel starts ..."},
+    "contract_cpu": {
+        "cpu_flags": "`-O3`", "source_flags": "`-D`", "openmp_and_ops": "the built kernel starts ...",
+    },
     "contract_cuda": {"cuda_utilities": "`getCurrentCUDAStream`", "arch_flags": "✗ `-arch=sm_90a`",
                       "streams": "✓ `k<<<g, b, 0, s>>>(p)`", "cuda_symbols": "✓ `cudaLaunchKernel`"},
     "contract_float32": {"low_precision_python": "`half`", "low_precision_native": "`kHalf`"},
@@ -93,6 +95,7 @@ SECTION_VALUES: dict[str, dict[str, dict[str, str]]] = {
         "machine_cpu": {
             "name": "AMD EPYC",
             "cpus": "2",
+            "per_core": "1",
             "isa": "avx2, avx512f",
             "caches": "L1d 32 KiB per CPU",
         },

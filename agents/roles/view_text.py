@@ -66,6 +66,7 @@ def machine_text(machine: Machine) -> str:
     )  # fmt: skip
     return view(
         "machine_cpu", name=machine.name, cpus=_known(machine.cpus),
+        per_core=_known(machine.threads_per_core),
         isa=", ".join(machine.isa) or UNKNOWN, caches=caches or UNKNOWN,
     )  # fmt: skip
 
