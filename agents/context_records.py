@@ -40,6 +40,12 @@ class KernelSummary(BaseModel):
     )
     vs_eager: Verdict | None = Field(default=None, description="Its own run's verdict.")
     vs_compile: Verdict | None = Field(default=None, description="Its own run's verdict.")
+    best_id: str = Field(default="", description="The best kernel, where this one is not it.")
+    vs_best: Verdict | None = Field(
+        default=None,
+        description="Its time against the best kernel's, within the noise of both runs' "
+        "spreads or beyond it (harness.judge.accept): whether two kernels really differ.",
+    )
     detail: str = Field(default="", description="Why it failed (empty when verified).")
     shown: Literal["code", "diff", "listed"] = Field(
         default="code",

@@ -145,6 +145,8 @@ SECTION_VALUES: dict[str, dict[str, dict[str, str]]] = {
         "faster": {"baseline": "eager", "floor": "5%"},
         "within": {"baseline": "eager", "floor": "5%"},
         "slower": {"baseline": "torch.compile", "floor": "7%"},
+        "best_within": {"best": "0.2", "ratio": "0.97x", "floor": "5%"},
+        "best_slower": {"best": "0.2", "ratio": "0.62x", "floor": "5%"},
         "listed": {},
         "diff": {"base": "0.1"},
         "same_code": {"base": "0.1"},

@@ -289,3 +289,17 @@ def test_the_runs_noise_floor_is_the_one_the_roles_are_told():
         tree, tree.root
     )
     assert "clears the run's noise floor: at least 12%" in client.prompts[0][1]
+
+
+def test_a_kernel_is_judged_against_the_best_by_the_noise_of_both():
+    """Two kernels a planner compares: a 3% difference with 2% spreads is no difference; a
+    kernel 1.6x slower than the best is said to be, beyond the noise."""
+    tree = Tree.rooted()
+    first = add(tree, tree.root, kernel("a"), timed(0.80, 1.0))
+    add(tree, first, kernel("b"), timed(0.50, 1.0))
+    add(tree, first, kernel("c"), timed(0.515, 1.0))
+    client = Client()
+    Team(client, LLMConfig(provider="openai", model="m"), REF, TeamConfig()).propose(tree, first)
+    planner = client.prompts[0][1]
+    assert "the best kernel 0.1.1 takes 0.97x its time, within the noise of the two" in planner
+    assert "the best kernel 0.1.1 takes 0.62x its time, beyond the noise of the two" in planner

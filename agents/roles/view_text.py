@@ -117,6 +117,8 @@ def summary_text(kernel: KernelSummary) -> str:
     )
     verdicts = [_verdict(verdict, name) for verdict, name in
                 ((kernel.vs_eager, "eager"), (kernel.vs_compile, "torch.compile")) if verdict]  # fmt: skip
+    if kernel.vs_best is not None:
+        verdicts.append(_against_best(kernel.vs_best, kernel.best_id))
     return view(
         "timed", status=kernel.status, median=_ms(kernel.median_ms),
         fastest=_ms(kernel.min_ms), speedup=_x(kernel.speedup_vs_eager), compile=compile_part,
@@ -154,6 +156,14 @@ def profile_label(window: ContextWindow) -> str:
 def _verdict(verdict: Verdict, baseline: str) -> str:
     section = "faster" if verdict.faster else "slower" if verdict.slower else "within"
     return view(section, baseline=baseline, floor=_percent(verdict.noise_floor))
+
+
+def _against_best(verdict: Verdict, best_id: str) -> str:
+    """This kernel's median against the best kernel's (never below it: the best is the
+    lowest median), judged by both runs' spreads."""
+    section = "best_slower" if verdict.slower else "best_within"
+    return view(section, best=best_id, ratio=_x(verdict.speedup),
+                floor=_percent(verdict.noise_floor))  # fmt: skip
 
 
 def _percent(fraction: float) -> str:

@@ -12,6 +12,7 @@ from functools import cache
 
 from agents.context_records import FailedAttempt, KernelSummary, Reference, SearchState
 from agents.search.tree import Node, Tree
+from harness.judge.accept import accept
 from harness.machine import Machine, describe_machine
 from harness.records import Status
 
@@ -36,12 +37,17 @@ def kernel_summary(tree: Tree, node: Node, reference_source: str) -> KernelSumma
         return KernelSummary(node_id=node.id, code=source, status=status, detail=node.failure)
     timed = result.timings.candidate if result.status is Status.ok else None
     median = timed.median_ms if timed else None
+    best = tree.best()
+    best_timed = best.result.timings.candidate if best and best.result else None
+    against = best is not None and best is not node and timed and best_timed
     return KernelSummary(
         node_id=node.id, code=source, status=result.status.value, median_ms=median,
         min_ms=timed.min_ms if timed else None,
         speedup_vs_eager=_ratio(baseline.eager_ms, median),
         speedup_vs_compile=_ratio(baseline.compiled_ms, median),
         vs_eager=result.vs_eager, vs_compile=result.vs_compile,
+        best_id=best.id if against and best else "",
+        vs_best=accept(timed, best_timed) if against and timed and best_timed else None,
         detail="" if result.status is Status.ok else _failure_detail(node),
     )  # fmt: skip
 
