@@ -25,7 +25,9 @@ from harness.sandbox.bubblewrap import WorkerView
 from harness.sandbox.run import run_worker
 
 CAPTURE_ENTRY = "harness.capture.worker"
-SAVED_LIMIT_BYTES = 64 * 2**20  # a saved constructor call larger than this is not copied
+# A saved constructor call larger than this is not copied. Modules passed whole are common
+# (MAE(encoder=ViT(...)) saves the encoder with its weights: hundreds of MB); workers load it.
+SAVED_LIMIT_BYTES = 2**30
 
 
 def check_command(command: str, where: str) -> None:
@@ -104,7 +106,8 @@ def _keep(job_dir: Path, saved: Path, target: CapturedTarget) -> None:
         target.init_file, target.problem = None, "its saved constructor arguments are missing"
         return
     if found.stat().st_size > SAVED_LIMIT_BYTES:
-        target.init_file, target.problem = None, "its constructor's arguments are over 64 MiB"
+        limit = f"{SAVED_LIMIT_BYTES // 2**20} MiB"
+        target.init_file, target.problem = None, f"its constructor's arguments are over {limit}"
         return
     shutil.copyfile(found, saved / name)
 
