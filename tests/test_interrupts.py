@@ -35,6 +35,7 @@ root_first = 1
 attempts = 2
 """
 COMPILING = "compiling kernel module"
+PRECOMPILING = "precompiling torch's headers"  # after the first build of a fresh cache only
 
 
 def script(tmp: Path) -> Path:
@@ -79,9 +80,20 @@ def test_optimize_interrupted_at_each_phase_leaves_nothing_and_resumes(project: 
     assert any(COMPILING in line for line in ran.lines), ran.stderr
     assert_stopped_cleanly(ran, tmp, signal.SIGINT)
 
+    # Then stopped while it precompiles torch's headers for the builds after the first: the
+    # half-made headers are not left to be used (none is in the cache's headers folder).
+    ran = run_cli(optimize_args(tmp, "out-headers"), tmp, unsandboxed,
+                  stop_at=lambda i, line: PRECOMPILING in line)  # fmt: skip
+    assert any(PRECOMPILING in line for line in ran.lines), ran.stderr
+    assert_stopped_cleanly(ran, tmp, signal.SIGINT)
+    [headers] = (tmp / "cache").rglob(".pch")
+    assert [entry.name for entry in headers.iterdir()] == [".staging"]
+    assert not any((headers / ".staging").iterdir())
+
     whole = run_cli(optimize_args(tmp, "out-whole"), tmp, environment(tmp))
     assert whole.returncode == 0, whole.stderr
-    moments = [line for line in whole.lines if COMPILING not in line]  # built once: cached now
+    # built once and its headers precompiled (once): cached now, so no later run says either
+    moments = [line for line in whole.lines if COMPILING not in line and PRECOMPILING not in line]
     for phase in ("reference", "offline proposer", "checking", "timing", "step 1", "step 2"):
         assert any(phase in line for line in moments), (phase, moments)
 

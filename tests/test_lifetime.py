@@ -95,3 +95,24 @@ def test_an_interrupt_lost_in_a_finalizer_is_not_printed_and_ends_the_run_at_the
         lifetime._run.stopping = signal.SIGINT
         lifetime.check()
     assert [type(error) for error in printed] == [ValueError]  # only what is not ours
+
+
+def test_a_signal_landing_inside_a_serializer_is_the_stop_not_a_failure():
+    """A Ctrl-C whose Interrupted is raised inside pydantic's serializer comes out wrapped
+    (PydanticSerializationError): the run still ends as interrupted, not as kernelpilot's bug."""
+    from pathlib import Path
+
+    from pydantic import BaseModel, field_serializer
+
+    class Job(BaseModel):
+        folder: Path
+
+        @field_serializer("folder")
+        def _stopped_here(self, folder: Path) -> str:
+            os.kill(os.getpid(), signal.SIGINT)  # the handler raises in this frame
+            return str(folder)
+
+    with pytest.raises(lifetime.Interrupted) as stopped, lifetime.stopping_cleanly():
+        Job(folder=Path("/tmp")).model_dump_json()
+    assert stopped.value.signal_number == signal.SIGINT
+    assert "Interrupted" in repr(stopped.value.__cause__)  # what pydantic made of it

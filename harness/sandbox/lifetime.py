@@ -184,6 +184,13 @@ def stopping_cleanly() -> Iterator[None]:
         outer, outer_root, _run.root = set(_run.processes), _run.root, None
     try:
         yield
+    except Exception as err:
+        # A stop signal's Interrupted raised inside a library that wraps what it catches
+        # (pydantic's serializer, mid-model_dump_json) comes out as that library's error: the
+        # run was stopping, so it is the stop, not a failure of kernelpilot's.
+        if _run.stopping is not None:
+            raise Interrupted(_run.stopping) from err
+        raise
     finally:
         if main:
             signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
