@@ -254,10 +254,12 @@ def status_line(trajectory: Trajectory, node: Node, children: list[Node]) -> str
     # against the search's one baseline, as the prompts list it (agents.search.view)
     speedup = kernel_summary(trajectory.tree, best, "").speedup_vs_eager if best else None
     cost = f", ${budget.spent_cost_usd:.3f}" if budget.spent_cost_usd else ""
+    cached = trajectory.spend().total.cached_tokens  # None: a server that does not say
+    cached_part = f" ({cached} cached)" if cached else ""
     return (
         f"{trajectory.target}: step {trajectory.steps} from {node.id}: {outcomes}; best "
         f"{f'{speedup:.2f}x' if speedup else 'none yet'}; attempts {budget.spent_attempts}/"
-        f"{budget.attempts}, {budget.spent_tokens} tokens{cost}"
+        f"{budget.attempts}, {budget.spent_tokens} tokens{cached_part}{cost}"
     )
 
 

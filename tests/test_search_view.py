@@ -13,7 +13,7 @@ from agents.context import KernelSummary, Reference
 from agents.listing import ShownCode
 from agents.llm.client import LLMConfig, Reply
 from agents.loop import SearchConfig, new_trajectory, search
-from agents.search.tree import Node, Tree
+from agents.search.tree import LLMCall, Node, Tree
 from agents.team import Team, TeamConfig
 from harness.judge.accept import accept
 from harness.machine import CpuCache, Machine
@@ -278,6 +278,11 @@ def test_the_console_line_reads_the_best_kernel_as_the_prompts_do(tmp_path):
     second = add(tree, first, kernel("b"), timed(0.50, 2.0))
     add(tree, first, kernel("c"), timed(0.60, 0.9))
     assert "best 2.00x" in status_line(trajectory, first, [second])
+    assert "cached" not in status_line(trajectory, first, [second])  # no call said any
+    second.calls.append(
+        LLMCall(role="coder", temperature=0.2, text="x", prompt_tokens=9000, cached_tokens=6400)
+    )
+    assert "tokens (6400 cached)" in status_line(trajectory, first, [second])
 
 
 def test_the_runs_noise_floor_is_the_one_the_roles_are_told():
