@@ -222,3 +222,13 @@ def test_when_every_module_failed_the_headline_does_not_say_no_faster_kernel():
     body = render_comment(results(*failed))
     assert "**none could be measured** (4 failed, see below)" in body
     assert "no faster kernel found" not in body
+
+
+def test_the_search_line_says_the_tokens_the_prompt_cache_served():
+    from agents.trajectory import CallSpend, SearchSpend
+
+    spent = SearchSpend(attempts=[], total=CallSpend(calls=4, prompt_tokens=40_000,
+                        completion_tokens=2_000, cached_tokens=30_720))  # fmt: skip
+    body = render_comment(results(row(attempts=2, tokens=42_000, spend=spent)))
+    assert "42,000 tokens (30,720 cached)" in body
+    assert "cached" not in render_comment(results(row(attempts=2, tokens=42_000)))

@@ -107,8 +107,9 @@ def _section(
             lines.append("")
     search = f"**Search**: {row.attempts} attempt{'s' if row.attempts != 1 else ''}, proposer "
     search += md.code(row.proposer, 80)
+    cached = row.spend.total.cached_tokens if row.spend else None  # None: not said
     if row.tokens:
-        search += f", {row.tokens:,} tokens"
+        search += f", {row.tokens:,} tokens" + (f" ({cached:,} cached)" if cached else "")
     if row.cost_usd is not None:
         search += f", ${md.number(row.cost_usd, '.2f')}"
     return [*lines, search, "", *kernel, "</details>"]
