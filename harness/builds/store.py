@@ -80,7 +80,7 @@ class BuildStore:
         self._evicting = threading.Lock()
         self._precompiling = threading.Lock()
         self._headers: dict[str, tuple[int, int, int]] = {}  # verified: (inode, size, mtime)
-        self._headers_failed: dict[str, str] = {}
+        self._headers_failed: set[str] = set()  # keys whose precompiling failed: not retried
 
     def library(self, spec: BuildSpec, key: str) -> Built:
         """The verified library for ``spec`` (``key``: its ``build_key``), built if need be."""
@@ -102,11 +102,7 @@ class BuildStore:
                 return Built(key=key, error=f"the build made no kp_{key}.so")
             if headers is None:
                 self._precompile_like(spec, staging)
-            _write_manifest(staging)
-            try:
-                os.rename(staging, entry)
-            except OSError:  # a build of the same key landed first: that one is used
-                pass
+            _land(staging, entry)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         verified = self.verified(entry, key)
@@ -117,11 +113,8 @@ class BuildStore:
 
     def verified(self, entry: Path, key: str) -> Built | None:
         """The entry's library if every file in it is the one its manifest recorded."""
-        try:
-            recorded = json.loads((entry / MANIFEST).read_text())
-        except (OSError, ValueError):
-            return None
-        if not isinstance(recorded, dict) or _hashes(entry) != recorded:
+        recorded = _as_recorded(entry)
+        if recorded is None:
             return None
         library = entry / f"kp_{key}.so"
         if library.name not in recorded:
@@ -143,11 +136,7 @@ class BuildStore:
             return None
         seen = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
         if self._headers.get(key) != seen:
-            try:
-                recorded = json.loads((folder / MANIFEST).read_text())
-            except (OSError, ValueError):
-                return None
-            if _hashes(folder) != recorded:
+            if _as_recorded(folder) is None:
                 return None
             self._headers[key] = seen
         return folder
@@ -168,15 +157,10 @@ class BuildStore:
             (self.root / PCH_ROOT / STAGING).mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=self.root / PCH_ROOT / STAGING))
             try:
-                error = precompile(*command, staging)
-                if error is not None:
-                    self._headers_failed[key] = error
+                if precompile(*command, staging) is not None:
+                    self._headers_failed.add(key)
                     return
-                _write_manifest(staging)
-                try:
-                    os.rename(staging, self.root / PCH_ROOT / key)
-                except OSError:  # another process's landed first
-                    pass
+                _land(staging, self.root / PCH_ROOT / key)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
         finally:
@@ -243,6 +227,25 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _as_recorded(folder: Path) -> dict | None:
+    """The hashes ``folder``'s manifest recorded, where every file in it still has them."""
+    try:
+        recorded = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return recorded if isinstance(recorded, dict) and _hashes(folder) == recorded else None
+
+
+def _land(staging: Path, entry: Path) -> None:
+    """A finished staging folder, its hashes recorded, moved into place with one rename; where
+    another build of the same key landed first, that one stays and is used."""
+    _write_manifest(staging)
+    try:
+        os.rename(staging, entry)
+    except OSError:
+        pass
 
 
 def _write_manifest(folder: Path) -> None:
