@@ -60,10 +60,17 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "secret_name_filter",
-        "harness/sandbox/run.py",
+        "harness/sandbox/environment.py",
         "if not SECRET_NAME.search(name) and not name.upper().startswith(RUNNER_PREFIXES)",
         "if True",
         ("tests/test_isolation.py", "-k", "secrets"),
+    ),
+    Defense(
+        "worker_private_tmpdir",
+        "harness/sandbox/run.py",
+        "        env |= private_temporary_folder(job_dir)\n",
+        "        pass\n",
+        ("tests/test_isolation.py::test_an_unsandboxed_worker_has_its_own_temporary_folder",),
     ),
     # --- the sandbox (harness/sandbox/bubblewrap.py): what code in a real worker can reach ----------
     Defense(
@@ -82,7 +89,7 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "sandbox_runner_variables",
-        "harness/sandbox/run.py",
+        "harness/sandbox/environment.py",
         'RUNNER_PREFIXES = ("GITHUB_", "ACTIONS_", "RUNNER_", "INPUT_", "OPENAI_")',
         'RUNNER_PREFIXES = ("KP_NOTHING_",)',
         ("tests/test_isolation.py::test_a_real_worker_starts_without_secrets",),

@@ -22,7 +22,8 @@ from harness.evaluate import Evaluator
 from harness.problem.load import problem_from_target
 from harness.records import Candidate, Status
 from harness.sandbox.bubblewrap import SandboxUnavailable, WorkerView, python_paths
-from harness.sandbox.run import clean_environment, run_worker
+from harness.sandbox.environment import clean_environment
+from harness.sandbox.run import run_worker
 from tests.conftest import FIXTURES, fast_config
 
 
@@ -179,3 +180,18 @@ def test_a_python_installed_at_the_root_does_not_show_the_whole_machine(monkeypa
     monkeypatch.setattr(sys, "exec_prefix", "/")
     monkeypatch.setattr(sys, "path", [*sys.path, "/"])
     assert Path("/") not in python_paths()
+
+
+def test_an_unsandboxed_worker_has_its_own_temporary_folder(tmp_path, monkeypatch):
+    """As a sandboxed worker's private /tmp: what it leaves there (a worker killed inside Python's
+    first tempfile call leaves a probe file) goes with its job folder, not into the run's TMPDIR.
+    torch.compile's cache stays the one torch would use, shared by every worker."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    (tmp_path / "probe.json").write_text("{}")
+    outcome = run_worker(tmp_path, 60, None, WorkerView(), "off", entry="tests.sandbox.probe")
+    assert outcome.results(), outcome.log_tail
+    environ = outcome.results()[0].body["environ"]
+    assert environ["TMPDIR"] == str(tmp_path / "tmp")
+    assert environ["TORCHINDUCTOR_CACHE_DIR"] == default_cache_dir()

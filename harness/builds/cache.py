@@ -26,7 +26,7 @@ from torch.utils import cpp_extension
 
 from harness.builds.pch import CPU_CFLAGS, include_flags, precompile
 from harness.builds.store import BuildSpec, BuildStore, Built, file_sha256, spec_key
-from harness.sandbox.run import tools_first
+from harness.sandbox.environment import tools_first
 from harness.static.native import check_native
 from harness.static.native_directives import define_flag_problems
 from harness.static.python import GateRejection

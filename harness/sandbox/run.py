@@ -29,12 +29,10 @@ from pydantic import BaseModel, Field, ValidationError
 
 from harness.sandbox import lifetime
 from harness.sandbox.bubblewrap import Isolation, WorkerView, wrap
+from harness.sandbox.environment import clean_environment, private_temporary_folder
 from harness.sandbox.jobs import WorkerMessage
-from harness.sandbox.redact import SECRET_NAME, scrub, scrub_value
+from harness.sandbox.redact import scrub, scrub_value
 
-# Whole families a worker has no use for: the Actions runner's (its file-command paths, its
-# runtime URLs), the action's inputs, the LLM endpoint's settings.
-RUNNER_PREFIXES = ("GITHUB_", "ACTIONS_", "RUNNER_", "INPUT_", "OPENAI_")
 WORKER_ENTRY = "harness.sandbox.worker"
 LOG_LIMIT = 8000  # characters of a worker's output kept for the report and the debugger
 CHANNEL_LIMIT = 16 * 2**20  # bytes a worker may send on its channel
@@ -65,30 +63,6 @@ class WorkerOutcome(BaseModel):
         """The final messages ("report", "user_error", or "harness_error" where kernelpilot's
         own code failed in the worker); an honest worker sends one."""
         return [message for message in self.messages if message.final]
-
-
-def clean_environment() -> dict[str, str]:
-    """The environment a worker sees: ours, minus anything that looks like a secret."""
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not SECRET_NAME.search(name) and not name.upper().startswith(RUNNER_PREFIXES)
-    }
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PATH"] = tools_first(env.get("PATH", ""))
-    project_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [project_root, env.get("PYTHONPATH", "")] if p)
-    return env
-
-
-def tools_first(path: str) -> str:
-    """``path`` (a PATH value) with this interpreter's bin folder first: its tools (ninja)
-    build every candidate, in a worker or not. Two ninja versions record a build command under
-    other hashes, so a build cache used by both would be rebuilt at every switch."""
-    tools = str(Path(sys.executable).parent)
-    if path.split(os.pathsep)[0] == tools:
-        return path
-    return os.pathsep.join([tools, path])
 
 
 def run_worker(
@@ -139,6 +113,8 @@ def start_worker(
     env = clean_environment() | (extra_env or {})
     read_end, write_end = os.pipe()
     argv = [sys.executable, "-m", entry, str(job_dir), str(write_end)]
+    if isolation == "off":
+        env |= private_temporary_folder(job_dir)
     if isolation == "bubblewrap":
         preloads = [Path(p) for p in env.get("LD_PRELOAD", "").split() if p]
         for folder in view.writable:  # a folder bound in must exist
