@@ -77,9 +77,9 @@ class Probe:
         for _ in range(3):
             fn(*self.inputs)
         row: dict[str, float | None] = {
-            "timer": median_ms(lambda: self.timer(fn, self.fresh())[0], self.reps),
-            "timer_same": median_ms(lambda: self.timer(fn, self.inputs)[0], self.reps),
-            "timer_refill": median_ms(lambda: self.timer(fn, self.refill())[0], self.reps),
+            "timer": median_ms(lambda: self.timer(fn, self.fresh()).ms, self.reps),
+            "timer_same": median_ms(lambda: self.timer(fn, self.inputs).ms, self.reps),
+            "timer_refill": median_ms(lambda: self.timer(fn, self.refill()).ms, self.reps),
             "host": median_ms(lambda: self.host(fn, self.inputs), self.reps),
             "host_fresh": median_ms(lambda: self.host(fn, self.fresh()), self.reps),
             "events": None,
@@ -182,7 +182,7 @@ def timer_floor(device: str, target: str) -> dict[str, float | None]:
     """The Timer and the event pair around a call that does nothing."""
     probe = Probe(device, problem_from_target(target, device, "float32"), 200)
     return {
-        "timer": median_ms(lambda: probe.timer(lambda *_: None, [])[0], 200),
+        "timer": median_ms(lambda: probe.timer(lambda *_: None, []).ms, 200),
         "events": median_ms(lambda: probe.events(lambda *_: None), 200)
         if device == "cuda"
         else None,

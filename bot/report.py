@@ -27,6 +27,7 @@ class TargetStatus(str, Enum):
     incorrect = "incorrect"
     rejected = "rejected"
     harness_error = "harness_error"
+    unjudged = "unjudged"  # the machine was too busy to judge its timing (harness.judge.busy)
     no_candidate = "no_candidate"
     weak_spec = "weak_spec"
     error = "error"
@@ -50,6 +51,7 @@ ERROR_STATUSES = frozenset(
         TargetStatus.runtime_error,
         TargetStatus.timeout,
         TargetStatus.harness_error,
+        TargetStatus.unjudged,
         TargetStatus.error,
         TargetStatus.weak_spec,
     }

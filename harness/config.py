@@ -62,6 +62,13 @@ class EvalConfig(BaseModel):
     review_speedup: float = Field(
         default=10.0, gt=1, description="Speedups above this need review."
     )
+    busy_retries: int = Field(
+        default=2,
+        ge=0,
+        description="Times a candidate is timed again, in a fresh worker, when the machine was "
+        "too busy to judge its timing (over a quarter of some implementation's timed calls "
+        "preempted by other processes); after that it is reported as not judged.",
+    )
     build_timeout_s: float = Field(
         default=600, gt=0, description="Limit for one candidate's build."
     )

@@ -123,6 +123,5 @@ def _timed(timer: Timer, fn: Callable, inputs: Callable[[int], list]) -> float:
     while len(samples) < CEILING_MIN_REPS or (
         sum(samples) < CEILING_BUDGET_S * 1e3 and len(samples) < CEILING_MAX_REPS
     ):
-        elapsed, _ = timer(fn, inputs(len(samples)))
-        samples.append(elapsed)
+        samples.append(timer(fn, inputs(len(samples))).ms)
     return min(samples)

@@ -22,7 +22,7 @@ from harness.builds.requests import ParentBuilder
 from harness.config import EvalConfig
 from harness.errors import UserError
 from harness.files import read_user_text
-from harness.judge.accept import confirm_disturbance
+from harness.judge.accept import measure_until_judged
 from harness.judge.comparator import Comparator, ComparatorStopped
 from harness.judge.receive import CaseReceiver, Receiver
 from harness.judge.tolerance import CaseComparer
@@ -214,17 +214,15 @@ class Evaluator:
         if checked.status is not Status.ok:
             return checked
         self.progress(f"{problem.name}: checks passed; timing in a fresh worker")
-        return confirm_disturbance(
+        return measure_until_judged(
             lambda: timed_result(
                 checked,
                 self._run_candidate(problem, candidate, "time", data, reference_ops=reference_ops),
                 self.config,
                 kernels,
             ),
-            lambda: self.progress(
-                f"{problem.name}: the baseline ran slower beside the candidate; timing again "
-                "in a fresh worker"
-            ),
+            self.config.busy_retries,
+            lambda why: self.progress(f"{problem.name}: {why}; timing again in a fresh worker"),
         )
 
     def _check(

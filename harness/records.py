@@ -22,9 +22,11 @@ from harness.timings import TimingStats as TimingStats
 
 
 class Status(str, Enum):
-    """The verdict on one candidate. Everything but ``ok`` and ``harness_error`` is a failure
-    of the candidate; ``harness_error``: kernelpilot's own code failed (a bug of ours), so the
-    candidate is neither right nor wrong."""
+    """The verdict on one candidate. Everything but ``ok``, ``harness_error`` and ``unjudged``
+    is a failure of the candidate; ``harness_error``: kernelpilot's own code failed (a bug of
+    ours), so the candidate is neither right nor wrong; ``unjudged``: its checks passed but the
+    machine was too busy, every time it was timed, for its timing to be judged
+    (``harness.judge.busy``): neither faster nor rejected."""
 
     build_error = "build_error"
     runtime_error = "runtime_error"
@@ -32,6 +34,7 @@ class Status(str, Enum):
     incorrect = "incorrect"
     rejected = "rejected"
     harness_error = "harness_error"
+    unjudged = "unjudged"
     ok = "ok"
 
 

@@ -15,11 +15,39 @@ class TimingStats(BaseModel):
     median_ms: float
     iqr_ms: float
     min_ms: float
-    samples: int
+    samples: int = Field(
+        description="Calls the statistics are taken over: those that ran undisturbed, or every "
+        "timed call where none did."
+    )
+    preempted: int = Field(
+        default=0,
+        description="Timed calls during which the OS gave a core of this process to other work "
+        "(their time measures the machine's load): left out where any call was not.",
+    )
+    timed: int = Field(default=0, description="Calls timed (0 in records from before: samples).")
+
+    @property
+    def preempted_share(self) -> float:
+        """The share of timed calls that were preempted."""
+        timed = self.timed or self.samples
+        return self.preempted / timed if timed else 0.0
 
     @property
     def relative_spread(self) -> float:
         return self.iqr_ms / self.median_ms if self.median_ms > 0 else 0.0
+
+
+class WindowLoad(BaseModel):
+    """The machine while one timing window ran (``harness.workers.machine_load``)."""
+
+    seconds: float = Field(description="The window's wall time.")
+    cores: float = Field(description="The machine's CPU seconds per second (its cores).")
+    others_cores: float = Field(
+        description="Cores' worth of CPU time other processes used during the window."
+    )
+
+    def describe(self) -> str:
+        return f"other processes used {self.others_cores:.1f} of {self.cores:.0f} cores"
 
 
 class Verdict(BaseModel):
@@ -110,6 +138,11 @@ class Timings(BaseModel):
     )
     compile_baseline_error: str | None = Field(
         default=None, description="Why torch.compile could not be measured, if it could not."
+    )
+    windows: dict[str, WindowLoad] = Field(
+        default_factory=dict,
+        description="The machine during each timing window: alone (before the candidate was "
+        "loaded), beside (interleaved with it), after (once its calls were done).",
     )
 
     @computed_field(  # type: ignore[prop-decorator]

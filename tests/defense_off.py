@@ -554,6 +554,42 @@ DEFENSES: list[Defense] = [
             "tests/test_accept.py::test_baseline_disturbance_tells_what_is_left_behind_from_interleaving",
         ),
     ),
+    # --- a busy machine (issue 28: harness/workers/timers.py, harness/judge/busy.py, quiet.py) --
+    Defense(
+        "preempted_calls_left_out",
+        "harness/workers/timers.py",
+        "    ordered = sorted(clean or samples_ms)",
+        "    ordered = sorted(samples_ms)",
+        ("tests/test_accept.py::test_statistics_leave_preempted_calls_out",),
+    ),
+    Defense(
+        "busy_windows_not_judged",
+        "harness/judge/verdict.py",
+        "    busy = busy_windows(timings)",
+        "    busy: list[str] = []",
+        ("tests/test_busy.py",),
+    ),
+    Defense(
+        "busy_window_measured_again",
+        "harness/judge/accept.py",
+        "        if result.status is Status.unjudged and busy_left > 0:",
+        "        if False:",
+        ("tests/test_accept.py", "-k", "measured_again"),
+    ),
+    Defense(
+        "builds_pause_while_timing",
+        "harness/sandbox/quiet.py",
+        "            for process in _state.builds:\n                _state.stopped += _stop_tree(process.pid)",
+        "            pass",
+        ("tests/test_quiet.py::test_a_build_tree_stops_while_a_window_is_open_and_goes_on_after",),
+    ),
+    Defense(
+        "paused_time_not_counted",
+        "harness/sandbox/run.py",
+        "            now -= quiet.paused_seconds() - paused_before",
+        "            pass",
+        ("tests/test_quiet.py::test_time_stopped_does_not_count_against_a_builds_limit",),
+    ),
     # --- publish trusts only the event and GitHub (bot/pr/results.py, trust.py, publish.py,
     # markdown.py); verification settings from the base commit (bot/pr/base_config.py, pr.py) ---
     Defense(

@@ -7,9 +7,9 @@ import pytest
 from harness.judge.accept import (
     accept,
     baseline_disturbance,
-    confirm_disturbance,
     improved,
     is_slower,
+    measure_until_judged,
     needs_review,
     review_above,
     slowdown,
@@ -162,16 +162,19 @@ def test_a_review_is_asked_for_by_either_speedup_and_by_a_lower_threshold():
     assert result.vs_compile is not None and not result.vs_compile.needs_review
 
 
-def measured(*disturbed: bool):
-    """A measure() that returns one scripted result per call: disturbed or not."""
-    results = [
-        EvalResult(
-            status=Status.rejected if bad else Status.ok,
-            device="cpu",
-            checks=[Check(name="baseline_undisturbed", passed=not bad, detail=f"run {n}")],
-        )
-        for n, bad in enumerate(disturbed)
-    ]
+def measured(*script: str):
+    """A measure() that returns one scripted result per call: "ok", "disturbed" (rejected by
+    the disturbance check in a quiet window) or "busy" (not judged)."""
+    results = []
+    for n, kind in enumerate(script):
+        if kind == "busy":
+            checks = [Check(name="quiet_machine", passed=False, detail=f"beside: run {n}")]
+            status, reason = Status.unjudged, f"not judged: the machine was too busy (run {n})"
+        else:
+            bad = kind == "disturbed"
+            checks = [Check(name="baseline_undisturbed", passed=not bad, detail=f"run {n}")]
+            status, reason = (Status.rejected if bad else Status.ok), ""
+        results.append(EvalResult(status=status, reason=reason, device="cpu", checks=checks))
     calls = []
 
     def measure() -> EvalResult:
@@ -184,17 +187,33 @@ def measured(*disturbed: bool):
 @pytest.mark.parametrize(
     ("script", "runs", "status"),
     [
-        ((False,), 1, Status.ok),  # undisturbed: measured once
-        ((True, False), 2, Status.ok),  # load once: the fresh worker's numbers count
-        ((True, True), 2, Status.rejected),  # slowed down in both workers: rejected
+        (("ok",), 1, Status.ok),  # undisturbed: measured once
+        (("disturbed", "ok"), 2, Status.ok),  # load once: the fresh worker's numbers count
+        (("disturbed", "disturbed"), 2, Status.rejected),  # slowed down in both workers
+        (("busy", "ok"), 2, Status.ok),  # busy once: judged in the next worker
+        (("busy", "busy", "ok"), 3, Status.ok),
+        (("busy", "busy", "busy"), 3, Status.unjudged),  # never quiet: not judged, not rejected
+        (("busy", "disturbed", "ok"), 3, Status.ok),  # each kind of retry counted on its own
+        (("busy", "disturbed", "disturbed"), 3, Status.rejected),
     ],
 )
-def test_a_disturbance_is_confirmed_in_a_fresh_worker(script, runs, status):
+def test_a_verdict_that_cannot_stand_is_measured_again_in_a_fresh_worker(script, runs, status):
     measure, calls = measured(*script)
-    result = confirm_disturbance(measure)
+    retried = []
+    result = measure_until_judged(measure, busy_retries=2, on_retry=retried.append)
     assert len(calls) == runs and result.status is status
-    if runs == 2:
-        assert "first worker: run 0" in result.checks[0].detail
+    assert len(retried) == runs - 1
+    if runs > 1:
+        said = result.reason if status is Status.unjudged else result.checks[0].detail
+        assert "worker 1: " in said and "run 0" in said, said
+    if status is Status.unjudged:
+        assert "timed 3 times, each too busy" in result.reason
+
+
+def test_no_busy_retry_when_none_are_allowed():
+    measure, calls = measured("busy", "ok")
+    assert measure_until_judged(measure, busy_retries=0).status is Status.unjudged
+    assert len(calls) == 1
 
 
 @pytest.mark.parametrize(
@@ -210,7 +229,41 @@ def test_a_disturbance_is_confirmed_in_a_fresh_worker(script, runs, status):
 def test_timing_stops_when_every_budget_is_spent_or_the_slowest_took_ten(
     reps, candidate_ms, eager_ms, done
 ):
-    from harness.workers.timing import timed_enough
+    from harness.workers.timers import Timed
+    from harness.workers.timing import Calls, timed_enough
 
-    samples = {"candidate": [candidate_ms] * reps, "eager": [eager_ms] * reps}
-    assert timed_enough(reps, samples, min_reps=10, budget_s=1.5) is done
+    calls = {"candidate": Calls(), "eager": Calls()}
+    for _ in range(reps):
+        calls["candidate"].add(Timed(candidate_ms, None, preempted=False))
+        calls["eager"].add(Timed(eager_ms, None, preempted=False))
+    assert timed_enough(calls, min_reps=10, budget_s=1.5) is done
+
+
+@pytest.mark.parametrize(
+    ("clean", "preempted", "done"),
+    [
+        (10, 0, True),  # 10 undisturbed calls of 200 ms: budget spent
+        (6, 4, False),  # the budget is spent but 4 calls were preempted: time more
+        (10, 4, True),
+        (6, 70, True),  # the slowest took 10 budgets: stop, however few ran undisturbed
+    ],
+)
+def test_preempted_calls_do_not_count_toward_the_fewest_calls(clean, preempted, done):
+    from harness.workers.timers import Timed
+    from harness.workers.timing import Calls, timed_enough
+
+    calls = {"candidate": Calls(), "eager": Calls()}
+    for hit in [False] * clean + [True] * preempted:
+        for implementation in calls.values():
+            implementation.add(Timed(200.0, None, preempted=hit))
+    assert timed_enough(calls, min_reps=10, budget_s=1.5) is done
+
+
+def test_statistics_leave_preempted_calls_out():
+    from harness.workers.timers import summarize
+
+    stats = summarize([1.0, 1.1, 50.0, 0.9, 80.0], [False, False, True, False, True])
+    assert (stats.median_ms, stats.min_ms, stats.samples) == (1.0, 0.9, 3)
+    assert (stats.preempted, stats.timed) == (2, 5) and stats.preempted_share == 0.4
+    everything = summarize([50.0, 80.0], [True, True])  # none undisturbed: all of them, said
+    assert everything.samples == 2 and everything.preempted_share == 1.0

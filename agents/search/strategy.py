@@ -81,8 +81,12 @@ class EpsilonGreedy(Greedy):
 
 
 def _failed_in_kernelpilot(node: Node) -> bool:
-    """kernelpilot's own code failed on it (a bug of ours): nothing for the debugger to repair."""
-    return node.result is not None and node.result.status is Status.harness_error
+    """kernelpilot's own code failed on it (a bug of ours), or the machine was too busy to judge
+    its timing: nothing for the debugger to repair."""
+    return node.result is not None and node.result.status in (
+        Status.harness_error,
+        Status.unjudged,
+    )
 
 
 def make_strategy(config: SearchConfig, rng: random.Random) -> Strategy:

@@ -100,6 +100,7 @@ class ParentBuilder:
                 view,
                 self.isolation,
                 entry="harness.builds.compile_worker",
+                pausable=True,  # stopped while a candidate is timed (harness.sandbox.quiet)
             )
         finally:
             shutil.rmtree(job_dir, ignore_errors=True)

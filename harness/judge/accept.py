@@ -137,25 +137,50 @@ def slowdown(slower: TimingStats, faster: TimingStats, limit: float) -> Slowdown
     )
 
 
-def confirm_disturbance(
-    measure: Callable[[], EvalResult], on_retry: Callable[[], None] = lambda: None
+def measure_until_judged(
+    measure: Callable[[], EvalResult],
+    busy_retries: int = 2,
+    on_retry: Callable[[str], None] = lambda why: None,
 ) -> EvalResult:
-    """Measure; if the baseline looked disturbed, measure once more in a fresh worker.
+    """Measure; measure again in a fresh worker while the verdict cannot stand.
 
-    Load from elsewhere on the machine that starts after eager was timed alone looks like a
-    disturbance once; a candidate that slows the baseline down does it in every worker. The
-    second measurement is the one reported, with the first one's numbers in its detail.
+    A window the machine was too busy to judge (``Status.unjudged``) is measured again up to
+    ``busy_retries`` times; the last one stays unjudged, with how many tries it had. A baseline
+    that looked disturbed in a quiet window is measured once more: load from elsewhere that
+    starts after eager was timed alone looks like a disturbance once, a candidate that slows
+    the baseline down does it in every worker. The last measurement is the one reported, the
+    earlier ones' figures in its detail.
     """
     result = measure()
-    first = _disturbance_check(result)
-    if first is None or first.passed:
-        return result
-    on_retry()
-    result = measure()
-    again = _disturbance_check(result)
-    if again is not None:
-        again.detail = f"{again.detail}; first worker: {first.detail}"
+    busy_left, disturbance_left = busy_retries, 1
+    earlier: list[str] = []
+    while True:
+        disturbance = _disturbance_check(result)
+        if result.status is Status.unjudged and busy_left > 0:
+            busy_left -= 1
+            why = "the machine was too busy to judge the timing"
+            earlier.append(result.reason)
+        elif disturbance is not None and not disturbance.passed and disturbance_left > 0:
+            disturbance_left -= 1
+            why = "the baseline ran slower beside the candidate"
+            earlier.append(disturbance.detail)
+        else:
+            break
+        on_retry(why)
+        result = measure()
+    if earlier:
+        _say_earlier(result, earlier)
     return result
+
+
+def _say_earlier(result: EvalResult, earlier: list[str]) -> None:
+    """The earlier measurements' figures, after the reported one's."""
+    said = "; ".join(f"worker {n}: {text}" for n, text in enumerate(earlier, 1))
+    if result.status is Status.unjudged:
+        result.reason = f"{result.reason}; timed {len(earlier) + 1} times, each too busy ({said})"
+    disturbance = _disturbance_check(result)
+    if disturbance is not None:
+        disturbance.detail = f"{disturbance.detail}; earlier {said}"
 
 
 def _disturbance_check(result: EvalResult) -> Check | None:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from harness.config import EvalConfig
 from harness.errors import UserError
 from harness.judge.accept import accept, baseline_disturbance
+from harness.judge.busy import busy_windows, quiet_detail
 from harness.judge.comparator import ComparatorStopped
 from harness.judge.tolerance import CaseComparison
 from harness.problem.reference import ReferenceData
@@ -110,10 +111,23 @@ def _network_check(result: EvalResult, isolated: bool | None) -> None:
 
 
 def judge_timing(result: EvalResult, config: EvalConfig) -> None:
-    """The baseline-disturbance check, then speedups against the honest baselines."""
+    """Whether the machine was quiet enough to judge, then the baseline-disturbance check,
+    then speedups against the honest baselines."""
     timings = result.timings
     candidate, beside = timings.candidate, timings.eager_beside
     if candidate is None or beside is None:
+        return
+    busy = busy_windows(timings)
+    result.checks.append(
+        Check(
+            name="quiet_machine",
+            passed=not busy,
+            detail="; ".join(busy) if busy else quiet_detail(timings),
+        )
+    )
+    if busy:
+        result.status = Status.unjudged
+        result.reason = f"not judged: the machine was too busy ({'; '.join(busy)})"
         return
     if timings.eager_alone is not None:
         disturbance = baseline_disturbance(beside, timings.eager_alone, timings.eager_after)

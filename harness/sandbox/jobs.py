@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from harness.config import EvalConfig
 from harness.records import AuditReport, Check, Problem, Status, Timings, TimingStats
+from harness.timings import WindowLoad
 
 
 def reference_file(case: int) -> str:
@@ -166,6 +167,7 @@ class BaselineReport(BaseModel):
     eager: TimingStats
     compiled: TimingStats | None = None
     compile_baseline_error: str | None = None
+    window: WindowLoad | None = Field(default=None, description="The machine while it was timed.")
     network_isolated: bool = False
     device_name: str = ""
     torch_version: str = ""

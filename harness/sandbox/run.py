@@ -22,12 +22,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from harness.sandbox import lifetime
+from harness.sandbox import lifetime, quiet
 from harness.sandbox.bubblewrap import Isolation, WorkerView, wrap
 from harness.sandbox.environment import clean_environment, private_temporary_folder
 from harness.sandbox.jobs import WorkerMessage
@@ -76,10 +77,13 @@ def run_worker(
     entry: str = WORKER_ENTRY,
     on_build: Callable[[object], dict] | None = None,
     deadline: float | None = None,
+    pausable: bool = False,
 ) -> WorkerOutcome:
     """Run ``python -m ENTRY job_dir FD`` in its sandbox and wait for it: ``timeout_s`` of its
     own running (builds the parent makes for it do not count), and never past ``deadline``
-    (``time.monotonic()``; the caller's whole budget, a search's ``--max-time``).
+    (``time.monotonic()``; the caller's whole budget, a search's ``--max-time``). A
+    ``pausable`` worker (a build) is stopped while a timing window is open
+    (``harness.sandbox.quiet``); the time it spends stopped does not count.
 
     Each time the worker says a case's outputs are ready, ``on_outputs(body)`` (the message's
     body, untrusted) decides whether it goes on ("go" on its stdin) or stops. Each time it asks
@@ -88,10 +92,13 @@ def run_worker(
     """
     started = time.monotonic()
     process, reader = start_worker(job_dir, memory_limit_gb, view, isolation, extra_env, entry)
+    answers = Answers(on_outputs, on_build)
     with reader:
         try:
-            stopped = _wait(process, reader, timeout_s, Answers(on_outputs, on_build), deadline)
+            with quiet.build(process) if pausable else nullcontext():
+                stopped = _wait(process, reader, timeout_s, answers, deadline, pausable)
         finally:  # an interrupt, an error in an answer: the worker's group goes too
+            answers.close_windows()
             lifetime.release(process)
         reader.drain()
     return _outcome(process, reader, stopped, started, job_dir)
@@ -244,7 +251,8 @@ class ChannelReader:
 
 
 class Answers:
-    """What the parent says to a worker's questions: outputs ready (go on?) and builds."""
+    """What the parent says to a worker's questions (outputs ready: go on?; builds) and does on
+    its news (a timing window opened or closed: builds pause meanwhile)."""
 
     def __init__(
         self,
@@ -252,8 +260,23 @@ class Answers:
         on_build: Callable[[object], dict] | None,
     ) -> None:
         self.on_outputs, self.on_build = on_outputs, on_build
+        self.windows = 0  # timing windows this worker opened and has not closed
+
+    def close_windows(self) -> None:
+        """The worker is done: whatever window it left open closes."""
+        for _ in range(self.windows):
+            quiet.window_closed()
+        self.windows = 0
 
     def __call__(self, message: WorkerMessage) -> bytes | None:
+        if message.kind == "timing":
+            opened = isinstance(message.body, dict) and message.body.get("open") is True
+            if opened and self.windows == 0:
+                self.windows = 1
+                quiet.window_opened()
+            elif not opened:
+                self.close_windows()
+            return None
         if message.kind == "outputs":
             go = self.on_outputs(message.body) if self.on_outputs else True
             return b"go\n" if go else b"stop\n"
@@ -273,18 +296,23 @@ def _wait(
     timeout_s: float,
     answer: Answers,
     deadline: float | None,
+    pausable: bool = False,
 ) -> Literal["timeout", "deadline"] | None:
     """Wait for the worker, answering each of its questions in turn. It may run ``timeout_s``
     of its own: the time the parent spends building for it does not count (a build has its own
-    limit, and a cached one takes none). Why it was stopped, or None when it ended itself:
-    "timeout", or "deadline" when the caller's ``deadline`` (``time.monotonic()``) came first."""
+    limit, and a cached one takes none), nor, for a ``pausable`` one, the time it was paused.
+    Why it was stopped, or None when it ended itself: "timeout", or "deadline" when the
+    caller's ``deadline`` (``time.monotonic()``) came first."""
     assert process.stdin is not None
     answered = 0
     ends = time.monotonic() + timeout_s
+    paused_before = quiet.paused_seconds()
     while process.poll() is None:
         lifetime.check()  # a stop signal whose exception was lost elsewhere
         now = time.monotonic()
-        if deadline is not None and now > deadline and deadline < ends:
+        if pausable:
+            now -= quiet.paused_seconds() - paused_before
+        if deadline is not None and time.monotonic() > deadline and deadline < ends:
             return "deadline"
         if now > ends:
             return "timeout"

@@ -33,6 +33,7 @@ from harness.sandbox.jobs import (
     WorkerJob,
 )
 from harness.sandbox.run import network_isolated
+from harness.workers import timing
 
 
 def send(channel: TextIO, kind: str, body: dict) -> None:
@@ -58,6 +59,8 @@ def _build_by_parent(channel: TextIO, spec: BuildSpec, key: str) -> Built:
 
 def run(job: WorkerJob, job_dir: Path, channel: TextIO) -> tuple[str, dict]:
     report: ReferenceReport | CandidateReport | BaselineReport
+    # The parent pauses its builds while this worker times (harness.sandbox.quiet).
+    timing.WINDOW_LISTENERS.append(lambda opened: send(channel, "timing", {"open": opened}))
     try:
         if job.mode == "reference":
             from harness.workers.reference import run_reference

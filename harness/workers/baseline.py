@@ -31,8 +31,9 @@ def run_baseline(job: WorkerJob) -> BaselineReport:
     phases["timing"] = time.perf_counter() - started - phases["setup"]
     compile_error = compiled if isinstance(compiled, str) else None
     return BaselineReport(
-        eager=timed["eager"],
-        compiled=timed.get("compiled") if compile_error is None else None,
+        eager=timed.stats["eager"],
+        compiled=timed.stats.get("compiled") if compile_error is None else None,
+        window=timed.load,
         compile_baseline_error=compile_error,
         input_summary=describe_inputs(make_inputs(job.problem, job.seeds[0], job.strengthened)),
         phase_seconds=phases,

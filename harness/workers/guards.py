@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import inspect
+import resource
 import time
 from collections.abc import Callable
 
@@ -201,6 +202,7 @@ def snapshot(ops: list[str] | tuple[str, ...] = ()) -> dict[str, int]:
         "torch.Tensor": torch.Tensor,
         "torch.nn.Module": torch.nn.Module,
         "time": time,
+        "resource": resource,  # the timer's count of preempted calls
         "builtins": builtins,
         "torch.profiler": torch.profiler,
         "torch.testing": torch.testing,

@@ -2,19 +2,40 @@
 
 Every timed call gets fresh inputs (so no output can be cached) and, on CUDA, runs after the L2
 cache was flushed; statistics are the median and IQR over the repetitions.
+
+Each call also says whether the OS took a core from this process while it ran (an involuntary
+context switch of any of its threads: another process's work ran in its place). Such a call's
+time measures the machine's load, not the code: it is left out of the statistics and counted
+(``TimingStats.preempted``), and a window with many of them is not judged
+(``harness.judge.busy``).
 """
 
 from __future__ import annotations
 
 import ctypes
+import resource
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import torch
 
 from harness.records import TimingStats
+
+
+class Timed(NamedTuple):
+    """One timed call: its time, its output, and whether the OS preempted the process meanwhile."""
+
+    ms: float
+    output: Any
+    preempted: bool
+
+
+def involuntary_switches() -> int:
+    """Times the OS has taken a core from any thread of this process for other work so far."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
 
 
 class Timer:
@@ -30,14 +51,17 @@ class Timer:
             )
             self.no_persisting_l2 = persisting_l2_reset()
 
-    def __call__(self, fn: Callable, inputs: list):
+    def __call__(self, fn: Callable, inputs: list) -> Timed:
+        switches = involuntary_switches()
         if self.device == "cuda":
-            return self._time_cuda(fn, inputs)
-        start = time.perf_counter()
-        output = fn(*inputs)
-        return (time.perf_counter() - start) * 1e3, output
+            elapsed, output = self._time_cuda(fn, inputs)
+        else:
+            start = time.perf_counter()
+            output = fn(*inputs)
+            elapsed = (time.perf_counter() - start) * 1e3
+        return Timed(elapsed, output, involuntary_switches() > switches)
 
-    def _time_cuda(self, fn: Callable, inputs: list):
+    def _time_cuda(self, fn: Callable, inputs: list) -> tuple[float, Any]:
         assert self.flush_buffer is not None
         self.no_persisting_l2()  # lines kept "persisting" would survive the flush
         self.flush_buffer.zero_()
@@ -51,14 +75,20 @@ class Timer:
         return start.elapsed_time(end), output
 
 
-def summarize(samples_ms: list[float]) -> TimingStats:
-    ordered = sorted(samples_ms)
+def summarize(samples_ms: list[float], preempted: list[bool] | None = None) -> TimingStats:
+    """Median, IQR and fastest of the timed calls, those the OS preempted (``preempted``, one
+    flag per call) left out where any call ran undisturbed."""
+    flags = preempted or [False] * len(samples_ms)
+    clean = [ms for ms, hit in zip(samples_ms, flags, strict=True) if not hit]
+    ordered = sorted(clean or samples_ms)
     quartiles = statistics.quantiles(ordered, n=4) if len(ordered) >= 2 else [ordered[0]] * 3
     return TimingStats(
         median_ms=statistics.median(ordered),
         iqr_ms=quartiles[2] - quartiles[0],
         min_ms=ordered[0],
         samples=len(ordered),
+        preempted=sum(flags),
+        timed=len(samples_ms),
     )
 
 

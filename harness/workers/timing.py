@@ -24,23 +24,62 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
 from harness.problem.cases import build_reference, make_inputs
 from harness.records import Check, Timings, TimingStats
 from harness.sandbox.jobs import CandidateReport, WorkerJob
+from harness.timings import WindowLoad
 from harness.workers import guards, streams
 from harness.workers.calls import bound
+from harness.workers.machine_load import LoadMeter
 from harness.workers.timed_checks import TimedChecks, Window, check_unpatched
-from harness.workers.timers import Timer, summarize
+from harness.workers.timers import Timed, Timer, summarize
 
 _SEEDS = random.SystemRandom()
+
+# Told when a timing window opens (True) and closes (False): the worker's entry tells its parent,
+# which pauses its builds meanwhile (harness.sandbox.quiet). None where no parent listens.
+WINDOW_LISTENERS: list[Callable[[bool], None]] = []
+
+
+@dataclass
+class Calls:
+    """One implementation's timed calls in one window: each one's time and whether the OS
+    preempted the process while it ran."""
+
+    ms: list[float] = field(default_factory=list)
+    preempted: list[bool] = field(default_factory=list)
+
+    def add(self, timed: Timed) -> None:
+        self.ms.append(timed.ms)
+        self.preempted.append(timed.preempted)
+
+    @property
+    def clean(self) -> int:
+        return self.preempted.count(False)
+
+    @property
+    def spent_s(self) -> float:
+        return sum(self.ms) / 1e3
+
+    def stats(self) -> TimingStats:
+        return summarize(self.ms, self.preempted)
+
+
+@dataclass
+class Measured:
+    """What one timing window measured: each implementation's statistics and the machine."""
+
+    stats: dict[str, TimingStats]
+    load: WindowLoad
 
 
 def time_stand_ins(
     job: WorkerJob, state: dict, window: Window, compiled: Callable | str | None
-) -> dict[str, TimingStats]:
+) -> Measured:
     """Eager (and the compiled baseline) timed with a copy of the reference in the
     candidate's place, with the same calls and checks around it as beside the candidate.
 
@@ -59,20 +98,15 @@ def time_stand_ins(
         implementations["compiled"] = _reference(job, state)
     elif compiled is not None:
         implementations["compiled"] = compiled
-    samples: dict[str, list[float]] = {name: [] for name in implementations}
     with torch.no_grad():
         if window == "alone":
             # The first timing loop of a fresh process ran its first fifth of calls 2-3x slower
             # than the rest on an H100 (lazy initialization, caches, clocks): a whole loop,
             # thrown away, brings the process to where the later loops find it.
-            time_loop(
-                job,
-                implementations,
-                {name: [] for name in implementations},
-                TimedChecks(job, "settle"),
-            )
-        time_loop(job, implementations, samples, TimedChecks(job, window))
-    return {name: summarize(samples[name]) for name in implementations if name != "candidate"}
+            time_loop(job, implementations, TimedChecks(job, "settle"))
+        measured = time_loop(job, implementations, TimedChecks(job, window))
+    del measured.stats["candidate"]  # a stand-in, checked like a candidate, never judged
+    return measured
 
 
 def time_interleaved(
@@ -80,7 +114,7 @@ def time_interleaved(
     model: torch.nn.Module,
     state: dict,
     checks: list[Check],
-    alone: dict[str, TimingStats],
+    alone: Measured,
     compiled: Callable | str | None,
 ) -> CandidateReport:
     """Candidate, eager and compiled reference interleaved, then eager after; raises
@@ -88,7 +122,11 @@ def time_interleaved(
     same ``compiled``."""
     model.load_state_dict(state, strict=True)
     implementations: dict[str, Callable] = {"candidate": model, "eager": _reference(job, state)}
-    timings = Timings(eager_alone=alone["eager"], compiled_alone=alone.get("compiled"))
+    timings = Timings(
+        eager_alone=alone.stats["eager"],
+        compiled_alone=alone.stats.get("compiled"),
+        windows={"alone": alone.load},
+    )
     if isinstance(compiled, str):  # the baseline's failure, not the candidate's: shown
         timings.compile_baseline_error = compiled
         timings.compiled_alone = None
@@ -96,23 +134,22 @@ def time_interleaved(
         implementations["compiled"] = compiled
     with torch.no_grad():
         before_timing = guards.snapshot(job.reference_ops)
-        samples: dict[str, list[float]] = {name: [] for name in implementations}
-        time_loop(job, implementations, samples, TimedChecks(job, "beside"))
+        beside = time_loop(job, implementations, TimedChecks(job, "beside"))
         check_unpatched(job, before_timing, checks, "timing")
     after = time_stand_ins(job, state, "after", compiled)
     checks.append(
         Check(
             name="timed_outputs_correct",
             passed=True,
-            detail=f"{len(samples['candidate'])} timed calls on unforeseeable inputs, all "
+            detail=f"{beside.stats['candidate'].timed} timed calls on unforeseeable inputs, all "
             "re-checked",
         )
     )
-    timings.candidate = summarize(samples["candidate"])
-    timings.eager_beside = summarize(samples["eager"])
-    timings.eager_after = after["eager"]
-    if "compiled" in samples:
-        timings.compiled_beside = summarize(samples["compiled"])
+    timings.candidate = beside.stats["candidate"]
+    timings.eager_beside = beside.stats["eager"]
+    timings.eager_after = after.stats["eager"]
+    timings.compiled_beside = beside.stats.get("compiled")
+    timings.windows |= {"beside": beside.load, "after": after.load}
     return CandidateReport(checks=checks, timings=timings)
 
 
@@ -122,22 +159,33 @@ def _reference(job: WorkerJob, state: dict) -> torch.nn.Module:
     return reference
 
 
-def time_loop(
-    job: WorkerJob,
-    implementations: dict,
-    samples: dict[str, list[float]],
-    checks: TimedChecks,
-) -> None:
+def time_loop(job: WorkerJob, implementations: dict, checks: TimedChecks) -> Measured:
+    """Time ``implementations`` interleaved, every call checked by ``checks``, until each has
+    its share (``timed_enough``) or ``max_reps`` calls; and measure the machine meanwhile."""
     problem, config = job.problem, job.config
     timer = Timer(problem.device)
     implementations = {
         name: bound(fn, problem.input_keywords) for name, fn in implementations.items()
     }
-    names = list(implementations)
     for _ in range(config.warmup):
         inputs = _timing_inputs(job)
         for fn in implementations.values():
             fn(*inputs)
+    for listener in WINDOW_LISTENERS:
+        listener(True)
+    try:
+        return _timed_calls(job, implementations, checks, timer)
+    finally:
+        for listener in WINDOW_LISTENERS:
+            listener(False)
+
+
+def _timed_calls(
+    job: WorkerJob, implementations: dict, checks: TimedChecks, timer: Timer
+) -> Measured:
+    config, names = job.config, list(implementations)
+    calls = {name: Calls() for name in names}
+    meter = LoadMeter()
     for rep in range(config.max_reps):
         inputs = _timing_inputs(job)
         checks.before(inputs)
@@ -145,15 +193,17 @@ def time_loop(
         # inputs were made finds them in cache.
         shift = rep % len(names)
         results = {}
-        with streams.timing_stream(problem.device, rep):
+        with streams.timing_stream(job.problem.device, rep):
             for name in names[shift:] + names[:shift]:
-                elapsed, results[name] = timer(implementations[name], inputs)
-                samples[name].append(elapsed)
+                timed = timer(implementations[name], inputs)
+                calls[name].add(timed)
+                results[name] = timed.output
                 if name == "candidate":
                     checks.after_candidate(rep, inputs, results[name])
         checks.against_eager(rep, results)
-        if timed_enough(rep + 1, samples, config.min_reps, config.time_budget_s):
+        if timed_enough(calls, config.min_reps, config.time_budget_s):
             break
+    return Measured({name: calls[name].stats() for name in names}, meter.stop())
 
 
 # The slowest implementation may take this many budgets before timing stops early: a candidate
@@ -161,15 +211,17 @@ def time_loop(
 SLOWEST_BUDGETS = 10
 
 
-def timed_enough(
-    reps: int, samples: dict[str, list[float]], min_reps: int, budget_s: float
-) -> bool:
-    """Stop timing? Every implementation has ``min_reps`` calls, and either each has had its
-    ``budget_s`` of timed work or the slowest has had ``SLOWEST_BUDGETS`` of them."""
-    if reps < min_reps:
+def timed_enough(calls: dict[str, Calls], min_reps: int, budget_s: float) -> bool:
+    """Stop timing? Every implementation has ``min_reps`` calls that ran undisturbed (preempted
+    ones do not count: on a busy machine timing goes on for more), and either each has had its
+    ``budget_s`` of timed work or the slowest has had ``SLOWEST_BUDGETS`` of them (which also
+    ends the wait for undisturbed calls)."""
+    spent = [c.spent_s for c in calls.values()]
+    if max(spent) >= SLOWEST_BUDGETS * budget_s:
+        return min(len(c.ms) for c in calls.values()) >= min_reps
+    if min(c.clean for c in calls.values()) < min_reps:
         return False
-    spent = [sum(values) / 1e3 for values in samples.values()]
-    return min(spent) >= budget_s or max(spent) >= SLOWEST_BUDGETS * budget_s
+    return min(spent) >= budget_s
 
 
 def _timing_inputs(job: WorkerJob) -> list:
