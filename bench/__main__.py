@@ -29,6 +29,7 @@ BENCHMARKS = {
     "real-model": "bench.real_model",
     "builds": "bench.bench_builds",
     "prompt-sizes": "bench.bench_prompt_sizes",
+    "busy": "bench.bench_busy",
 }
 
 

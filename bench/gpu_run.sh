@@ -31,6 +31,7 @@
 # KP_KBREF_LIMIT=500 s a side; KP_KBREF_ARGS, e.g. --only 26_GELU_), kbsweep (python -m bench
 # kb-sweep: every level-1 and level-2 problem at its published size, two sweeps at once,
 # resumed run after run from .kb/sweep/), kbfiles (kb-sweep on the files in KP_KB_FILES),
+# busy (python -m bench busy: the honest corpus quiet and under CPU load, KP_BUSY_ARGS),
 # streamgate (bench/gpu_stream_gate.py: the stream entries, the gate on and off), scripted (the
 # agent team with scripted replies), prflow (the pull-request flow against the fake GitHub on a
 # cuda module: tests/test_gpu_flows.py -k pull_request_flow, its comment, review and follow-up
@@ -117,6 +118,10 @@ for what in "$@"; do
         --out "$OUT/bench_offline.json" ;;
     overhead) stage verify_overhead 90 python3 -m bench verify-overhead --device cuda \
                 --out "$OUT/verify_overhead.json" ;;
+    busy)  # shellcheck disable=SC2086  # the honest corpus quiet and under CPU load (issue 28);
+      # KP_BUSY_ARGS: its options, e.g. --rounds 3 --load cpu
+      stage bench_busy 560 python3 -m bench busy --device cuda ${KP_BUSY_ARGS:-} \
+        --out "$OUT/bench_busy.json" ;;
     timer)  # shellcheck disable=SC2086  # KP_TIMER_ARGS: more options, e.g. --only NAME
       stage bench_timer 400 python3 -m bench timer --device cuda ${KP_TIMER_ARGS:-} \
         --out "$OUT/bench_timer.json" ;;

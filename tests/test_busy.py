@@ -64,6 +64,9 @@ TABLE = [
     ((stats(1.0), stats(1.0), stats(1.0), stats(0.1, 40), 1.5), Status.unjudged, "beside"),
     # only the after window was busy: the disturbance check cannot be judged either
     ((stats(1.0), stats(1.0), stats(9.0, 90), stats(0.5), 1.9), Status.unjudged, "after"),
+    # calls kept waiting with no other process busy: the process's own doing (a candidate's
+    # threads crowding or pinning eager's), judged, and the disturbance rejected
+    ((stats(1.0), stats(4.0, 60), stats(4.0, 60), stats(0.5), 0.1), Status.rejected, "slows"),
 ]
 
 

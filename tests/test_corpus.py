@@ -21,12 +21,15 @@ another check than the one named) means a hole, or a check that is not doing its
 from __future__ import annotations
 
 import ast
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests.machine_load import cpu_load
 
 TESTS = Path(__file__).resolve().parent
 CANDIDATE_DIRS = ["redteam/cpu", "redteam/cuda", "honest/cpu", "honest/cuda"]
@@ -243,9 +246,32 @@ def _evaluate(entry: Entry):
     return _EVALUATORS[key].evaluate(problem, Candidate(source=entry.path.read_text()))
 
 
+# Under load, a verdict that rests on timing may also be "not judged" (the machine was too busy
+# every time it was timed: harness.judge.busy); never the wrong one.
+TIMING_CHECKS = {"baseline_undisturbed"}
+
+
+@pytest.fixture
+def machine_load():
+    """One CPU-bound process per core beside the test (issue 28): a verdict must not depend on
+    what else the machine is doing. ``KERNELPILOT_TEST_LOAD=0`` runs the corpus on a quiet one."""
+    if os.environ.get("KERNELPILOT_TEST_LOAD", "1") == "0":
+        yield None
+        return
+    with cpu_load() as spinners:
+        yield spinners
+
+
 @pytest.mark.parametrize("entry", [_param(e) for e in ENTRIES])
-def test_candidate_verdict(entry: Entry):
+def test_candidate_verdict(entry: Entry, machine_load):
     result = _evaluate(entry)
+    if machine_load and result.status.value == "unjudged":
+        timing_verdict = entry.status == "ok" or entry.check in TIMING_CHECKS
+        assert timing_verdict, (
+            f"{entry.id}: not judged, but its verdict is not timing's\n{_describe(result)}"
+        )
+        assert result.reason.startswith("not judged: the machine was too busy"), result.reason
+        return
     assert result.status.value == entry.status, (
         f"{entry.id} (pattern {entry.pattern}: {entry.description}) expected {entry.status}"
         f" {entry.check or ''}\n{_describe(result)}"

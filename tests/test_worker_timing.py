@@ -42,11 +42,11 @@ def _phase_calls(monkeypatch, run) -> dict[str, list[str]]:
     slots: dict[int, str] = {}
     real_loop, real_timer = worker_timing.time_loop, Timer.__call__
 
-    def loop(job, implementations, samples, checks):
+    def loop(job, implementations, checks):
         nonlocal calls
         calls = windows.setdefault(checks.window, [])
         slots.update({id(fn): name for name, fn in implementations.items()})
-        real_loop(job, implementations, samples, checks)
+        return real_loop(job, implementations, checks)
 
     def timed(timer, fn, inputs):
         calls.append(f"time:{slots[id(fn)]}")
@@ -130,7 +130,7 @@ def test_a_baseline_that_does_not_compile_is_shown_and_a_copy_takes_its_place(
     compiled = worker_timing.make_compiled(job, state)
     assert isinstance(compiled, str) and "no inductor here" in compiled
     alone = worker_timing.time_stand_ins(job, state, "alone", compiled)
-    assert set(alone) == {"eager", "compiled"}  # the copy in the compiled slot, timed
+    assert set(alone.stats) == {"eager", "compiled"}  # the copy in the compiled slot, timed
     candidate = build_reference(job.problem, 0)
     report = worker_timing.time_interleaved(job, candidate, state, [], alone, compiled)
     assert report.timings.compile_baseline_error == compiled

@@ -128,7 +128,9 @@ def evaluate(
     """Verify and time a hand-written CANDIDATE (a file defining ModelNew) against PROBLEM.
 
     Exits 0 only if the candidate is verified correct; 1 if it is not; 2 on bad input; 3 when
-    kernelpilot itself failed (a bug of ours, never the candidate's).
+    kernelpilot itself failed (a bug of ours, never the candidate's); 4 when its checks passed
+    but the machine was too busy, every time it was timed, to judge its timing (run it again
+    on a quieter machine).
     """
 
     def action() -> None:
@@ -145,8 +147,8 @@ def evaluate(
             click.echo(f"  {'pass' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
         if result.log and result.status is not Status.ok:
             click.echo(f"\n--- log (end) ---\n{result.log[-2000:]}")
-        failed = 3 if result.status is Status.harness_error else 1  # ours, not the candidate's
-        sys.exit(0 if result.status is Status.ok else failed)
+        codes = {Status.ok: 0, Status.harness_error: 3, Status.unjudged: 4}  # 3, 4: not its fault
+        sys.exit(codes.get(result.status, 1))
 
     run_command(verbose, action, lambda: "the candidate was not verified and no report was written")
 

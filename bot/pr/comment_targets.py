@@ -145,6 +145,7 @@ def status(row: TargetReport, report: Report) -> str:
     return {
         TargetStatus.no_candidate: "no kernel",
         TargetStatus.weak_spec: "⚠️ weak inputs",
+        TargetStatus.unjudged: "⚠️ not judged: machine busy",
         TargetStatus.error: "❌ error",
         TargetStatus.refused: "❌ refused by publish",
     }.get(row.status, f"❌ {md.plain(row.status.value, 40)}")

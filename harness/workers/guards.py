@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import inspect
+import os
 import resource
 import time
 from collections.abc import Callable
@@ -203,6 +204,7 @@ def snapshot(ops: list[str] | tuple[str, ...] = ()) -> dict[str, int]:
         "torch.nn.Module": torch.nn.Module,
         "time": time,
         "resource": resource,  # the timer's count of preempted calls
+        "os": os,  # ... and its reading of the threads' scheduler statistics
         "builtins": builtins,
         "torch.profiler": torch.profiler,
         "torch.testing": torch.testing,

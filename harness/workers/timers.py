@@ -3,16 +3,18 @@
 Every timed call gets fresh inputs (so no output can be cached) and, on CUDA, runs after the L2
 cache was flushed; statistics are the median and IQR over the repetitions.
 
-Each call also says whether the OS took a core from this process while it ran (an involuntary
-context switch of any of its threads: another process's work ran in its place). Such a call's
-time measures the machine's load, not the code: it is left out of the statistics and counted
-(``TimingStats.preempted``), and a window with many of them is not judged
-(``harness.judge.busy``).
+Each call also says whether it was preempted: whether the OS kept any thread of this process
+waiting for a core, while it ran, for over ``DELAY_SHARE`` of the call's time (the threads'
+``run_delay`` in ``/proc/self/task/*/schedstat``; where the kernel keeps none, any involuntary
+context switch counts). Such a call's time measures the machine's load, not the code: it is
+left out of the statistics and counted (``TimingStats.preempted``), and a window with many of
+them is not judged where other processes were busy (``harness.judge.busy``).
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import resource
 import statistics
 import time
@@ -33,9 +35,48 @@ class Timed(NamedTuple):
     preempted: bool
 
 
-def involuntary_switches() -> int:
-    """Times the OS has taken a core from any thread of this process for other work so far."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
+# A call counts as preempted when its threads waited this share of its time for a core: a
+# wake-up of another process costs microseconds, a CPU-bound one's time slice milliseconds.
+DELAY_SHARE = 0.05
+
+
+class WaitClock:
+    """Nanoseconds the threads of this process have waited for a core (the sum of their
+    ``run_delay``), read through descriptors kept open per thread: about 10 us a reading."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, int] = {}
+        self.available = Path("/proc/thread-self/schedstat").exists()
+
+    def __call__(self) -> int:
+        if not self.available:  # no scheduler statistics: count involuntary switches instead
+            return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
+        total = 0
+        threads = set(os.listdir("/proc/self/task"))
+        for gone in self.files.keys() - threads:
+            os.close(self.files.pop(gone))
+        for tid in threads:
+            try:
+                if tid not in self.files:
+                    self.files[tid] = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
+                total += int(os.pread(self.files[tid], 128, 0).split()[1])
+            except (OSError, ValueError, IndexError):  # the thread ended meanwhile
+                continue
+        return total
+
+    def preempted(self, waited: int, elapsed_ms: float) -> bool:
+        """Whether a call of ``elapsed_ms`` over which the clock moved ``waited`` was preempted."""
+        if not self.available:
+            return waited > 0
+        return waited / 1e6 > DELAY_SHARE * elapsed_ms
+
+    def close(self) -> None:
+        for descriptor in self.files.values():
+            os.close(descriptor)
+        self.files.clear()
+
+    def __del__(self) -> None:
+        self.close()
 
 
 class Timer:
@@ -43,6 +84,7 @@ class Timer:
 
     def __init__(self, device: str) -> None:
         self.device = device
+        self.waits = WaitClock()
         self.flush_buffer = None
         if device == "cuda":
             l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
@@ -52,14 +94,17 @@ class Timer:
             self.no_persisting_l2 = persisting_l2_reset()
 
     def __call__(self, fn: Callable, inputs: list) -> Timed:
-        switches = involuntary_switches()
+        waited = self.waits()
         if self.device == "cuda":
             elapsed, output = self._time_cuda(fn, inputs)
         else:
             start = time.perf_counter()
             output = fn(*inputs)
             elapsed = (time.perf_counter() - start) * 1e3
-        return Timed(elapsed, output, involuntary_switches() > switches)
+        return Timed(elapsed, output, self.waits.preempted(self.waits() - waited, elapsed))
+
+    def close(self) -> None:
+        self.waits.close()
 
     def _time_cuda(self, fn: Callable, inputs: list) -> tuple[float, Any]:
         assert self.flush_buffer is not None

@@ -176,6 +176,7 @@ def time_loop(job: WorkerJob, implementations: dict, checks: TimedChecks) -> Mea
     try:
         return _timed_calls(job, implementations, checks, timer)
     finally:
+        timer.close()
         for listener in WINDOW_LISTENERS:
             listener(False)
 
