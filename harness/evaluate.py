@@ -279,6 +279,7 @@ class Evaluator:
             receiver.at(job_dir) if receiver else None, extra_env,
             on_build=lambda body: self.builder.answer(body, problem.device, problem.dtype),
             deadline=self.deadline,
+            pausable=mode == "build",  # it imports and runs candidate code: not beside timing
         )  # fmt: skip
         if outcome.deadline_reached:
             raise OutOfTime(f"{problem.name}: the time budget ran out while a candidate ran")

@@ -15,16 +15,23 @@ class TimingStats(BaseModel):
     median_ms: float
     iqr_ms: float
     min_ms: float
-    samples: int = Field(
-        description="Calls the statistics are taken over: those that ran undisturbed, or every "
-        "timed call where none did."
-    )
+    samples: int = Field(description="Calls the statistics are taken over.")
     preempted: int = Field(
         default=0,
-        description="Timed calls during which the OS gave a core of this process to other work "
-        "(their time measures the machine's load): left out where any call was not.",
+        description="Timed calls during which the process's threads waited for a core "
+        "(harness.workers.timers).",
     )
     timed: int = Field(default=0, description="Calls timed (0 in records from before: samples).")
+    preempted_left_out: bool = Field(
+        default=False,
+        description="The statistics leave the preempted calls out: other processes were busy "
+        "during the window (harness.judge.busy); else every timed call counts.",
+    )
+    undisturbed: TimingStats | None = Field(
+        default=None,
+        description="As measured: the statistics of the calls that were not preempted, where "
+        "some were; the judge takes them where other processes were busy.",
+    )
 
     @property
     def preempted_share(self) -> float:

@@ -557,10 +557,17 @@ DEFENSES: list[Defense] = [
     # --- a busy machine (issue 28: harness/workers/timers.py, harness/judge/busy.py, quiet.py) --
     Defense(
         "preempted_calls_left_out",
-        "harness/workers/timers.py",
-        "    ordered = sorted(clean or samples_ms)",
-        "    ordered = sorted(samples_ms)",
-        ("tests/test_accept.py::test_statistics_leave_preempted_calls_out",),
+        "harness/judge/busy.py",
+        "            if others_busy and stats.undisturbed is not None:",
+        "            if False:",
+        ("tests/test_busy.py", "-k", "left_out_only"),
+    ),
+    Defense(
+        "preempted_calls_counted_on_an_idle_machine",  # a candidate would choose what is left out
+        "harness/judge/busy.py",
+        "            if others_busy and stats.undisturbed is not None:",
+        "            if stats.undisturbed is not None:",
+        ("tests/test_busy.py", "-k", "left_out_only"),
     ),
     Defense(
         "busy_windows_not_judged",
@@ -582,6 +589,20 @@ DEFENSES: list[Defense] = [
         "            for process in _state.builds:\n                _state.stopped += _stop_tree(process.pid)",
         "            pass",
         ("tests/test_quiet.py::test_a_build_tree_stops_while_a_window_is_open_and_goes_on_after",),
+    ),
+    Defense(
+        "own_session_load_is_own",  # a candidate's child process would read as another's load
+        "harness/workers/machine_load.py",
+        "        if int(fields[3]) == session:",
+        "        if int(fields[3]) == session and int(stat.parent.name) == os.getpid():",
+        ("tests/test_machine_load.py",),
+    ),
+    Defense(
+        "build_request_closes_window",
+        "harness/sandbox/run.py",
+        '            self.close_windows()\n        if message.kind == "outputs":',
+        '            pass\n        if message.kind == "outputs":',
+        ("tests/test_quiet.py::test_a_build_asked_for_during_a_window_is_not_paused",),
     ),
     Defense(
         "paused_time_not_counted",

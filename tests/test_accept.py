@@ -207,7 +207,7 @@ def test_a_verdict_that_cannot_stand_is_measured_again_in_a_fresh_worker(script,
         said = result.reason if status is Status.unjudged else result.checks[0].detail
         assert "worker 1: " in said and "run 0" in said, said
     if status is Status.unjudged:
-        assert "timed 3 times, each too busy" in result.reason
+        assert "measured 3 times" in result.reason
 
 
 def test_no_busy_retry_when_none_are_allowed():
@@ -259,11 +259,12 @@ def test_preempted_calls_do_not_count_toward_the_fewest_calls(clean, preempted, 
     assert timed_enough(calls, min_reps=10, budget_s=1.5) is done
 
 
-def test_statistics_leave_preempted_calls_out():
+def test_statistics_keep_the_preempted_calls_apart():
     from harness.workers.timers import summarize
 
     stats = summarize([1.0, 1.1, 50.0, 0.9, 80.0], [False, False, True, False, True])
-    assert (stats.median_ms, stats.min_ms, stats.samples) == (1.0, 0.9, 3)
-    assert (stats.preempted, stats.timed) == (2, 5) and stats.preempted_share == 0.4
-    everything = summarize([50.0, 80.0], [True, True])  # none undisturbed: all of them, said
-    assert everything.samples == 2 and everything.preempted_share == 1.0
+    assert (stats.median_ms, stats.min_ms, stats.samples, stats.preempted) == (1.1, 0.9, 5, 2)
+    assert stats.preempted_share == 0.4 and stats.undisturbed is not None
+    assert (stats.undisturbed.median_ms, stats.undisturbed.samples) == (1.0, 3)
+    everything = summarize([50.0, 80.0], [True, True])  # none undisturbed: nothing apart
+    assert everything.undisturbed is None and everything.preempted_share == 1.0

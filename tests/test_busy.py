@@ -89,6 +89,30 @@ def test_the_decision_rule(row, status, said):
         assert result.vs_eager is not None and result.vs_eager.faster
 
 
+def _measured(median: float, preempted: int, clean_median: float) -> TimingStats:
+    """As a worker reports it: every call, and the undisturbed ones apart."""
+    whole = stats(median)
+    whole.preempted = preempted
+    whole.undisturbed = stats(clean_median, timed=100 - preempted)
+    return whole
+
+
+@pytest.mark.parametrize(("others", "left_out", "speedup"), [(1.5, True, 2.0), (0.0, False, 0.8)])
+def test_preempted_calls_are_left_out_only_where_other_processes_were_busy(
+    others, left_out, speedup
+):
+    """A candidate that crowds its own threads on its slow calls (so they count as preempted)
+    on an idle machine gets no call left out: every call counts."""
+    candidate = _measured(1.25, 20, 0.5)  # its slow fifth preempted, the rest fast
+    result = judged(timings(candidate=candidate, others=others))
+    assert result.status is Status.ok, result.reason
+    assert result.timings.candidate is not None
+    assert result.timings.candidate.preempted_left_out is left_out
+    assert result.timings.candidate.undisturbed is None  # what was judged, once
+    assert result.vs_eager is not None and result.vs_eager.speedup == pytest.approx(speedup)
+    assert f"({20 if left_out else 0} left out)" in result.checks[0].detail
+
+
 def test_records_from_before_preemption_was_counted_are_judged_as_before():
     old = Timings.model_validate_json(
         '{"candidate": {"median_ms": 0.5, "iqr_ms": 0.01, "min_ms": 0.5, "samples": 50},'

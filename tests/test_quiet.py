@@ -149,3 +149,26 @@ def test_a_timing_worker_opens_a_window_around_each_timing_loop(monkeypatch):
     # worker: a busy machine times again)
     workers = len(events) // 8
     assert workers >= 1 and events == ["open", "close"] * 4 * workers, events
+
+
+def test_a_build_asked_for_during_a_window_is_not_paused():
+    """A candidate that builds inside a timed call (load_inline in its forward, a cache miss):
+    its build would start stopped while the thread that closes the window waits for it."""
+    from harness.sandbox.jobs import WorkerMessage
+    from harness.sandbox.run import Answers
+
+    seen = []
+
+    def build(body):
+        seen.append(quiet._state.windows)
+        return {"key": "", "error": "not here"}
+
+    answers = Answers(None, build)
+    try:
+        assert answers(WorkerMessage(kind="timing", body={"open": True})) == b"quiet\n"
+        assert quiet._state.windows == 1
+        answers(WorkerMessage(kind="build", body={}))
+        assert seen == [0], "the build was asked for with the window open"
+    finally:
+        answers.close_windows()
+    assert quiet._state.windows == 0

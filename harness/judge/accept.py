@@ -174,13 +174,14 @@ def measure_until_judged(
 
 
 def _say_earlier(result: EvalResult, earlier: list[str]) -> None:
-    """The earlier measurements' figures, after the reported one's."""
+    """The earlier measurements' figures, after the reported one's: in its disturbance check,
+    or, where it has none (not judged, or it failed another way), in its reason."""
     said = "; ".join(f"worker {n}: {text}" for n, text in enumerate(earlier, 1))
-    if result.status is Status.unjudged:
-        result.reason = f"{result.reason}; timed {len(earlier) + 1} times, each too busy ({said})"
     disturbance = _disturbance_check(result)
     if disturbance is not None:
         disturbance.detail = f"{disturbance.detail}; earlier {said}"
+    else:
+        result.reason = f"{result.reason}; measured {len(earlier) + 1} times ({said})"
 
 
 def _disturbance_check(result: EvalResult) -> Check | None:

@@ -38,6 +38,33 @@ _WHAT = {
 }
 
 
+def judged_timings(timings: Timings) -> Timings:
+    """The timings the verdict is taken on: in a window where other processes were busy, each
+    implementation's calls that were kept waiting for a core are left out (their time is the
+    load's); where nobody else was, every call counts, so a candidate cannot have its own slow
+    calls left out by crowding its own threads."""
+    judged = timings.model_copy(deep=True)
+    for window, fields in _WINDOWS.items():
+        load = judged.windows.get(window)
+        others_busy = load is not None and load.others_cores >= OTHERS_BUSY
+        for name in fields:
+            stats = getattr(judged, name)
+            if stats is None:
+                continue
+            if others_busy and stats.undisturbed is not None:
+                clean = stats.undisturbed.model_copy(
+                    update={
+                        "preempted": stats.preempted,
+                        "timed": stats.timed,
+                        "preempted_left_out": True,
+                    }  # fmt: skip
+                )
+                setattr(judged, name, clean)
+            else:
+                stats.undisturbed = None
+    return judged
+
+
 def busy_windows(timings: Timings) -> list[str]:
     """Each timing window too busy to judge, said with its figures (empty: all were quiet)."""
     found = []
@@ -62,7 +89,8 @@ def quiet_detail(timings: Timings) -> str:
     stats = [s for fields in _WINDOWS.values() for name in fields if (s := getattr(timings, name))]
     preempted = sum(s.preempted for s in stats)
     timed = sum(s.timed or s.samples for s in stats)
-    detail = f"{preempted} of {timed} timed calls preempted (left out)"
+    left_out = sum(s.preempted for s in stats if s.preempted_left_out)
+    detail = f"{preempted} of {timed} timed calls preempted ({left_out} left out)"
     if timings.windows:
         busiest = max(timings.windows.values(), key=lambda load: load.others_cores)
         detail += f"; at most {busiest.describe()}"

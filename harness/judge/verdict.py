@@ -10,7 +10,7 @@ from collections.abc import Callable
 from harness.config import EvalConfig
 from harness.errors import UserError
 from harness.judge.accept import accept, baseline_disturbance
-from harness.judge.busy import busy_windows, quiet_detail
+from harness.judge.busy import busy_windows, judged_timings, quiet_detail
 from harness.judge.comparator import ComparatorStopped
 from harness.judge.tolerance import CaseComparison
 from harness.problem.reference import ReferenceData
@@ -113,11 +113,12 @@ def _network_check(result: EvalResult, isolated: bool | None) -> None:
 def judge_timing(result: EvalResult, config: EvalConfig) -> None:
     """Whether the machine was quiet enough to judge, then the baseline-disturbance check,
     then speedups against the honest baselines."""
-    timings = result.timings
-    candidate, beside = timings.candidate, timings.eager_beside
-    if candidate is None or beside is None:
+    if result.timings.candidate is None or result.timings.eager_beside is None:
         return
-    busy = busy_windows(timings)
+    busy = busy_windows(result.timings)
+    result.timings = timings = judged_timings(result.timings)
+    candidate, beside = timings.candidate, timings.eager_beside
+    assert candidate is not None and beside is not None
     result.checks.append(
         Check(
             name="quiet_machine",

@@ -1,11 +1,14 @@
 """Builds pause while a candidate is being timed.
 
-A build (``harness.builds.requests``: the compiler's worker, its ninja and compilers) takes every
-core it can get; a timing window on the same cores measures the build, not the kernel. Where
-builds run beside timing (on cuda the next candidates build while one is timed), the timing
-worker says when a window opens and closes (a ``timing`` message on its channel); meanwhile
-every build process is stopped (SIGSTOP, the whole process tree, sandbox included) and continued
-after. The time a build spends stopped does not count against its limit (``paused_seconds``).
+A build (a candidate's build worker, which imports its module, and the compiler's worker of
+``harness.builds.requests`` with its ninja and compilers) takes every core it can get; a timing
+window on the same cores measures the build, not the kernel. Where builds run beside timing (on
+cuda the next candidates build while one is timed), the timing worker says when a window opens
+and closes (a ``timing`` message on its channel), and starts timing once told the builds are
+stopped; meanwhile every process of every build is stopped (SIGSTOP, the whole process tree,
+sandbox included) and continued after. The time a build spends stopped does not count against
+its limit (``paused_seconds``). A build the timing worker itself asks for closes the window
+first: started stopped, it would never end.
 """
 
 from __future__ import annotations

@@ -276,7 +276,12 @@ class Answers:
                 quiet.window_opened()
             elif not opened:
                 self.close_windows()
-            return None
+            # the worker times once the builds are stopped: it waits for this line
+            return b"quiet\n" if opened else None
+        if message.kind == "build":
+            # A build asked for during a window (load_inline in forward, a cache miss) would
+            # start stopped while this thread, the one that closes the window, waits for it.
+            self.close_windows()
         if message.kind == "outputs":
             go = self.on_outputs(message.body) if self.on_outputs else True
             return b"go\n" if go else b"stop\n"

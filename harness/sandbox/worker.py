@@ -48,6 +48,14 @@ def _outputs_ready(channel: TextIO, body: dict) -> bool:
     return sys.stdin.readline().strip() == "go"
 
 
+def _timing_window(channel: TextIO, opened: bool) -> None:
+    """Tell the parent a timing window opens or closes: it stops its builds meanwhile
+    (``harness.sandbox.quiet``), and says when they are stopped."""
+    send(channel, "timing", {"open": opened})
+    if opened:
+        sys.stdin.readline()
+
+
 def _build_by_parent(channel: TextIO, spec: BuildSpec, key: str) -> Built:
     """Ask the parent for a build (``harness.builds.requests``); the cache is read-only here."""
     send(channel, "build", spec.model_dump(mode="json"))
@@ -59,8 +67,7 @@ def _build_by_parent(channel: TextIO, spec: BuildSpec, key: str) -> Built:
 
 def run(job: WorkerJob, job_dir: Path, channel: TextIO) -> tuple[str, dict]:
     report: ReferenceReport | CandidateReport | BaselineReport
-    # The parent pauses its builds while this worker times (harness.sandbox.quiet).
-    timing.WINDOW_LISTENERS.append(lambda opened: send(channel, "timing", {"open": opened}))
+    timing.WINDOW_LISTENERS.append(lambda opened: _timing_window(channel, opened))
     try:
         if job.mode == "reference":
             from harness.workers.reference import run_reference

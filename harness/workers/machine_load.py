@@ -1,7 +1,9 @@
 """What the rest of the machine did while a timing window ran: the CPU time every process used
-(``/proc/stat``, the whole machine's, sandboxed or not), less this process's own (all its
-threads, the candidate's included), over the window's wall time. A figure for the report beside
-the preempted calls the timer counts: together they say why a window was not judged."""
+(``/proc/stat``, the whole machine's, sandboxed or not), less the worker's own, over the
+window's wall time. The worker's own is every process of its session (it leads one): its
+threads, the candidate's, and any process they started, ended or not, so that work a
+candidate starts never reads as another process's load. A figure for the report beside the
+preempted calls the timer counts: together they say why a window was not judged."""
 
 from __future__ import annotations
 
@@ -25,8 +27,17 @@ def _machine_ticks() -> tuple[int, int]:
 
 
 def _own_seconds() -> float:
-    times = os.times()
-    return times.user + times.system
+    """CPU seconds of every process in this process's session, with their reaped children's."""
+    session, ticks = os.getsid(0), 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile: its time is in its parent's reaped children's
+            continue
+        # after "pid (comm)": state ppid pgrp session ... utime(12) stime cutime cstime
+        if int(fields[3]) == session:
+            ticks += sum(int(value) for value in fields[11:15])
+    return ticks / _TICKS
 
 
 class LoadMeter:

@@ -41,7 +41,7 @@ from harness.workers.timers import Timed, Timer, summarize
 _SEEDS = random.SystemRandom()
 
 # Told when a timing window opens (True) and closes (False): the worker's entry tells its parent,
-# which pauses its builds meanwhile (harness.sandbox.quiet). None where no parent listens.
+# which pauses its builds meanwhile (harness.sandbox.quiet). Empty where no parent listens.
 WINDOW_LISTENERS: list[Callable[[bool], None]] = []
 
 
