@@ -26,6 +26,7 @@ PROBLEM = str(FIXTURES / "scale_problem.py")
 PROJECT = """
 [tool.kernelpilot.eval]
 compile_baseline = false
+busy_retries = 0
 time_budget_s = 0.5
 min_reps = 5
 max_reps = 50

@@ -21,21 +21,21 @@ if os.environ.get("KP_PROBE_SAMPLES"):
     _original_loop = worker_timing.time_loop
     _loops = [0]
 
-    def _recording_loop(job, implementations, samples, checks):
+    def _recording_loop(job, implementations, checks):
         names = {id(fn): name for name, fn in implementations.items()}
         calls: list = []
         original_call = worker_timing.Timer.__call__
 
         def timed(self, fn, inputs):
             started = time.time()
-            elapsed, output = original_call(self, fn, inputs)
-            calls.append([names.get(id(fn), "?"), started, elapsed])
-            return elapsed, output
+            measured = original_call(self, fn, inputs)
+            calls.append([names.get(id(fn), "?"), started, measured.ms, measured.preempted])
+            return measured
 
         worker_timing.Timer.__call__ = timed
         began = time.time()
         try:
-            _original_loop(job, implementations, samples, checks)
+            return _original_loop(job, implementations, checks)
         finally:
             worker_timing.Timer.__call__ = original_call
             _loops[0] += 1
