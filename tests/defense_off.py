@@ -66,6 +66,13 @@ DEFENSES: list[Defense] = [
         ("tests/test_isolation.py", "-k", "secrets"),
     ),
     Defense(
+        "temporary_folder_found_before_signals",
+        "harness/sandbox/lifetime.py",
+        "    tempfile.gettempdir()\n",
+        "",
+        ("tests/test_lifetime.py::test_the_temporary_folder_is_found_before_a_stop_can_land",),
+    ),
+    Defense(
         "worker_private_tmpdir",
         "harness/sandbox/run.py",
         "        env |= private_temporary_folder(job_dir)\n",

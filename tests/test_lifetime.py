@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from harness.sandbox import lifetime
+from tests.conftest import ROOT
 
 
 def sleeper() -> subprocess.Popen:
@@ -116,3 +117,18 @@ def test_a_signal_landing_inside_a_serializer_is_the_stop_not_a_failure():
         Job(folder=Path("/tmp")).model_dump_json()
     assert stopped.value.signal_number == signal.SIGINT
     assert "Interrupted" in repr(stopped.value.__cause__)  # what pydantic made of it
+
+
+def test_the_temporary_folder_is_found_before_a_stop_can_land():
+    """Python's first tempfile call writes a probe file into TMPDIR and removes it; a Ctrl-C in
+    between (the run's first scratch folder, right after its first progress line) left the file
+    behind. A run finds the folder before it takes stop signals."""
+    probe = (
+        "import tempfile\n"
+        "from harness.sandbox import lifetime\n"
+        "with lifetime.stopping_cleanly():\n"
+        "    print(tempfile.tempdir is not None)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True, cwd=ROOT)  # fmt: skip
+    assert done.stdout.strip() == "True", done.stderr

@@ -173,6 +173,9 @@ def stopping_cleanly() -> Iterator[None]:
 
     Only the main thread can install signal handlers; elsewhere (a thread of a test) the body
     runs with the cleanup alone."""
+    # Python's first tempfile call writes a probe file into TMPDIR and removes it: made now, so
+    # that no stop signal can land in between and leave it there.
+    tempfile.gettempdir()
     main = threading.current_thread() is threading.main_thread()
     previous = {number: signal.getsignal(number) for number in STOP_SIGNALS} if main else {}
     for number in previous:
