@@ -34,10 +34,14 @@ class TimingStats(BaseModel):
     )
 
     @property
+    def calls(self) -> int:
+        """Calls timed (a record from before ``timed`` was kept: its samples)."""
+        return self.timed or self.samples
+
+    @property
     def preempted_share(self) -> float:
         """The share of timed calls that were preempted."""
-        timed = self.timed or self.samples
-        return self.preempted / timed if timed else 0.0
+        return self.preempted / self.calls if self.calls else 0.0
 
     @property
     def relative_spread(self) -> float:

@@ -579,7 +579,7 @@ DEFENSES: list[Defense] = [
     Defense(
         "busy_windows_not_judged",
         "harness/judge/verdict.py",
-        "    busy = busy_windows(timings)",
+        "    busy = busy_windows(result.timings)",
         "    busy: list[str] = []",
         ("tests/test_busy.py",),
     ),

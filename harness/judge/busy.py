@@ -45,8 +45,7 @@ def judged_timings(timings: Timings) -> Timings:
     calls left out by crowding its own threads."""
     judged = timings.model_copy(deep=True)
     for window, fields in _WINDOWS.items():
-        load = judged.windows.get(window)
-        others_busy = load is not None and load.others_cores >= OTHERS_BUSY
+        others_busy = _others_busy(judged, window)
         for name in fields:
             stats = getattr(judged, name)
             if stats is None:
@@ -74,9 +73,9 @@ def busy_windows(timings: Timings) -> list[str]:
             for name in fields
             if (stats := getattr(timings, name)) is not None and stats.preempted_share > BUSY_SHARE
         ]
-        load = timings.windows.get(window)
-        if not hit or (load is not None and load.others_cores < OTHERS_BUSY):
+        if not hit or not _others_busy(timings, window):
             continue
+        load = timings.windows.get(window)
         calls = ", ".join(f"{_calls(stats)} {_WHAT[name]}" for name, stats in hit)
         found.append(
             f"{window}: preempted {calls} calls" + (f"; {load.describe()}" if load else "")
@@ -88,7 +87,7 @@ def quiet_detail(timings: Timings) -> str:
     """How quiet the judged windows were: the preempted calls, the most other processes used."""
     stats = [s for fields in _WINDOWS.values() for name in fields if (s := getattr(timings, name))]
     preempted = sum(s.preempted for s in stats)
-    timed = sum(s.timed or s.samples for s in stats)
+    timed = sum(s.calls for s in stats)
     left_out = sum(s.preempted for s in stats if s.preempted_left_out)
     detail = f"{preempted} of {timed} timed calls preempted ({left_out} left out)"
     if timings.windows:
@@ -97,5 +96,12 @@ def quiet_detail(timings: Timings) -> str:
     return detail
 
 
+def _others_busy(timings: Timings, window: str) -> bool:
+    """Whether other processes used the machine during ``window`` (where it was not recorded,
+    as in a record from before windows were: nothing rules it out)."""
+    load = timings.windows.get(window)
+    return load is None or load.others_cores >= OTHERS_BUSY
+
+
 def _calls(stats: TimingStats) -> str:
-    return f"{stats.preempted} of {stats.timed or stats.samples}"
+    return f"{stats.preempted} of {stats.calls}"
