@@ -268,17 +268,17 @@ DEFENSES: list[Defense] = [
     Defense(
         "cache_entries_verified_on_read",
         "harness/builds/store.py",
-        "        if not isinstance(recorded, dict) or _hashes(entry) != recorded:",
-        "        if not isinstance(recorded, dict):",
+        "    return recorded if isinstance(recorded, dict) and _hashes(folder) == recorded else None",
+        "    return recorded if isinstance(recorded, dict) else None",
         ("tests/test_buildstore.py", "-k", "changed_after_its_build"),
     ),
     Defense(
         "cache_needs_a_manifest",
         "harness/builds/store.py",
-        "            recorded = json.loads((entry / MANIFEST).read_text())\n"
-        "        except (OSError, ValueError):\n            return None",
-        "            recorded = json.loads((entry / MANIFEST).read_text())\n"
-        "        except (OSError, ValueError):\n            recorded = _hashes(entry)",
+        "        recorded = json.loads((folder / MANIFEST).read_text())\n"
+        "    except (OSError, ValueError):\n        return None",
+        "        recorded = json.loads((folder / MANIFEST).read_text())\n"
+        "    except (OSError, ValueError):\n        recorded = _hashes(folder)",
         (
             "tests/test_buildstore.py::test_a_library_planted_without_a_manifest_is_never_used",
             "tests/test_buildstore.py::test_a_planted_library_with_a_static_initializer_is_never_loaded",
