@@ -4,13 +4,16 @@ it (``tests.machine_load``), in one run: how many evaluations ended ok, not judg
 too busy every time: ``harness.judge.busy``) or wrongly (a false rejection), each kernel's
 speedup over the rounds (its spread), and the preempted calls and other processes' cores seen.
 
-``--record DIR`` also writes each evaluation's timings as a fixture of ``tests/test_busy.py``
-(the decision rule on real windows): a quiet one must be judged, a loaded one must never be
-rejected.
+``--rows FILE`` keeps every evaluation's row as it is measured (a JSON line each) and resumes
+from it: a run that stopped (``--stop-after``, a time limit) is carried on by the same command,
+the evaluations already there not run again. ``--record DIR`` also writes each evaluation's
+timings as a fixture of ``tests/test_busy.py`` (the decision rule on real windows): a quiet one
+must be judged, a loaded one must never be rejected.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import time
@@ -31,7 +34,9 @@ from tests.test_corpus import ENTRIES
 NOT_WRONG = ("ok", "unjudged")
 
 
-def _row(entry, load: str, round_number: int, result: EvalResult, seconds: float) -> dict:
+def _row(
+    entry, load: str, round_number: int, result: EvalResult, seconds: float, timings_run: int
+) -> dict:
     timings = result.timings
     stats = [s for s in (timings.eager_alone, timings.eager_beside, timings.eager_after,
                          timings.candidate) if s is not None]  # fmt: skip
@@ -46,11 +51,41 @@ def _row(entry, load: str, round_number: int, result: EvalResult, seconds: float
         "preempted_share": max((s.preempted_share for s in stats), default=0.0),
         "others_cores": max((w.others_cores for w in timings.windows.values()), default=0.0),
         "seconds": round(seconds, 1),
+        "timing_workers": timings_run,
+        "phases": {name: round(s, 2) for name, s in result.phase_seconds.items()},
     }
 
 
-def measure(device: str, rounds: int, loads: list[str], budget: float, record: Path | None):
+def _count_retries(timings_run: list[int], text: str) -> None:
+    if "timing again" in text:
+        timings_run.append(1)
+
+
+def _key(row: dict) -> tuple[str, str, int]:
+    return row["entry"], row["load"], row["round"]
+
+
+def measure(
+    device: str,
+    rounds: int,
+    loads: list[str],
+    budget: float,
+    record: Path | None,
+    kept: Path | None = None,
+    stop_after: float | None = None,
+) -> list[dict]:
     honest = [e for e in ENTRIES if e.pattern == "honest" and e.device == device]
+    rows = (
+        [json.loads(line) for line in kept.read_text().splitlines()]
+        if kept and kept.exists()
+        else []
+    )
+    done = {_key(row) for row in rows}
+    wanted = [(r, load, e) for r in range(1, rounds + 1) for load in loads for e in honest
+              if (e.path.stem, load, r) not in done]  # fmt: skip
+    if not wanted:
+        return rows
+    started_run = time.perf_counter()
     config = EvalConfig(compile_baseline=False, time_budget_s=budget)
     evaluators = {entry.problem: Evaluator(config) for entry in honest}
     problems = {entry.problem: problem_from_target(str(entry.problem), device, "float32")
@@ -62,22 +97,29 @@ def measure(device: str, rounds: int, loads: list[str], budget: float, record: P
     with ThreadPoolExecutor(max_workers=len(honest)) as pool:
         list(pool.map(lambda e: evaluators[e.problem].build(problems[e.problem], candidates[e.path]),
                       honest))  # fmt: skip
-    rows = []
-    for round_number in range(1, rounds + 1):
-        for load in loads:
-            for entry in honest:
-                evaluator, problem = evaluators[entry.problem], problems[entry.problem]
-                started = time.perf_counter()
-                with cpu_load() if load == "cpu" else nullcontext():
-                    result = evaluator.evaluate(problem, candidates[entry.path])
-                row = _row(entry, load, round_number, result, time.perf_counter() - started)
-                rows.append(row)
-                print(f"{load:5} round {round_number} {row['entry']}: {row['status']} "
-                      f"vs eager {row['vs_eager'] or 0:.2f}x, preempted "
-                      f"{row['preempted_share']:.0%}, others {row['others_cores']:.1f} cores, "
-                      f"{row['seconds']:.0f} s", flush=True)  # fmt: skip
-                if record is not None:
-                    _record(record, entry, load, round_number, result)
+    for number, (round_number, load, entry) in enumerate(wanted):
+        if stop_after is not None and time.perf_counter() - started_run > stop_after:
+            print(f"stopped after {stop_after:.0f} s: {len(wanted) - number} "
+                  "evaluations left for a run with the same --rows", flush=True)  # fmt: skip
+            break
+        evaluator, problem = evaluators[entry.problem], problems[entry.problem]
+        timings_run = [1]  # one, and one more for each "timing again" the evaluator says
+        evaluator.progress = functools.partial(_count_retries, timings_run)
+        started = time.perf_counter()
+        with cpu_load() if load == "cpu" else nullcontext():
+            result = evaluator.evaluate(problem, candidates[entry.path])
+        seconds = time.perf_counter() - started
+        row = _row(entry, load, round_number, result, seconds, len(timings_run))
+        rows.append(row)
+        if kept is not None:
+            with kept.open("a") as out:
+                out.write(json.dumps(row) + "\n")
+        print(f"{load:5} round {round_number} {row['entry']}: {row['status']} "
+              f"vs eager {row['vs_eager'] or 0:.2f}x, preempted "
+              f"{row['preempted_share']:.0%}, others {row['others_cores']:.1f} cores, "
+              f"{row['seconds']:.0f} s ({len(timings_run)} timing workers)", flush=True)  # fmt: skip
+        if record is not None:
+            _record(record, entry, load, round_number, result)
     return rows
 
 
@@ -130,12 +172,17 @@ def table(record: BenchmarkRecord) -> str:
 )
 @click.option("--record", type=click.Path(path_type=Path), default=None,
               help="Also write each evaluation's timings as a tests/test_busy.py fixture here.")  # fmt: skip
+@click.option("--rows", "kept", type=click.Path(path_type=Path), default=None,
+              help="Keep each evaluation's row here as it is measured, and resume from it.")  # fmt: skip
+@click.option("--stop-after", type=float, default=None,
+              help="Start no evaluation after this many seconds (the rest: a later run, same --rows).")  # fmt: skip
 @out_option
 def cli(device: str, rounds: int, loads: tuple[str, ...], time_budget: float,
-        record: Path | None, out: Path | None) -> None:  # fmt: skip
+        record: Path | None, kept: Path | None, stop_after: float | None,
+        out: Path | None) -> None:  # fmt: skip
     """Verdicts of the honest corpus on a quiet and on a loaded machine, one run."""
     bench = new_record("busy", device)
     bench.context = {"rounds": rounds, "time_budget_s": time_budget, "load": "one "
                      "CPU-bound process per core (tests/machine_load.py)"}  # fmt: skip
-    bench.rows = measure(device, rounds, list(loads), time_budget, record)
+    bench.rows = measure(device, rounds, list(loads), time_budget, record, kept, stop_after)
     finish(bench, out, table)
