@@ -591,6 +591,20 @@ DEFENSES: list[Defense] = [
         ("tests/test_accept.py", "-k", "measured_again"),
     ),
     Defense(
+        "nightly_baseline_busy_not_judged",
+        "harness/judge/baseline.py",
+        "        if not busy:\n            return report",
+        "        if True:\n            return report",
+        ("tests/test_nightly_targets.py", "-k", "too_busy"),
+    ),
+    Defense(
+        "nightly_kernel_busy_not_failed",
+        "bot/nightly/measure.py",
+        '    if result.status.value == "unjudged":',
+        "    if False:",
+        ("tests/test_nightly.py", "-k", "too_busy"),
+    ),
+    Defense(
         "builds_pause_while_timing",
         "harness/sandbox/quiet.py",
         "            for process in _state.builds:\n                _state.stopped += _stop_tree(process.pid)",

@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from harness.judge.busy import baseline_window
 from harness.judge.verdict import judge_timing
 from harness.records import EvalResult, Status, Timings, TimingStats
 from harness.timings import WindowLoad
@@ -132,3 +133,26 @@ def test_recorded_windows(name, recorded):
     """Each recording says what it was (quiet or loaded) and the verdict it must get."""
     result = judged(Timings.model_validate(recorded["timings"]))
     assert result.status.value in recorded["expected"], (name, result.reason)
+
+
+# The nightly's baseline worker (eager and torch.compile, no candidate) is judged by the same
+# rule: (eager, compiled, others' cores) -> busy, the eager median judged
+BASELINE_TABLE = [
+    ((stats(1.0), stats(0.8), 0.0), False, 1.0),  # quiet
+    ((_measured(3.0, 10, 1.0), stats(0.8), 1.5), False, 1.0),  # a few waits left out
+    ((_measured(3.0, 10, 1.0), stats(0.8), 0.0), False, 3.0),  # idle machine: every call
+    ((_measured(9.0, 60, 1.0), stats(0.8), 1.5), True, 1.0),  # busy: not judged
+    ((stats(1.0), _measured(9.0, 40, 0.8), 1.9), True, 1.0),  # compile's calls busy
+]
+
+
+@pytest.mark.parametrize(("measured", "busy", "eager_ms"), BASELINE_TABLE)
+def test_the_baseline_window_is_judged_by_the_same_rule(measured, busy, eager_ms):
+    eager, compiled, others = measured
+    load = WindowLoad(seconds=1.0, cores=2.0, others_cores=others)
+    judged_eager, judged_compiled, said = baseline_window(eager, compiled, load)
+    assert bool(said) is busy
+    if busy:
+        assert said[0].startswith("alone: preempted") and "other processes" in said[0]
+    assert judged_eager.median_ms == pytest.approx(eager_ms)
+    assert judged_eager.undisturbed is None and judged_compiled is not None

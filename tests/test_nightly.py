@@ -14,9 +14,15 @@ from pathlib import Path
 import pytest
 
 from bot.nightly.history import Record
+from bot.nightly.measure import Tonight, kernel_row, night_fields
+from bot.nightly.regression import RegressionConfig
+from bot.nightly.shipped import find_shipped
 from bot.nightly.stores import LocalStore
 from bot.pr.followup import build_followup
 from bot.pr.results import PullResults
+from harness.config import EvalConfig
+from harness.evaluate import Evaluator
+from harness.judge import verdict
 from tests.gitrepo import commit, git
 from tests.prflow import CHANGED, Project
 
@@ -168,3 +174,24 @@ def test_a_deleted_target_is_missing_and_a_broken_one_failed_while_the_kernel_is
         assert 'failures="2"' in junit and 'type="missing"' in junit
     finally:
         git(shipped.root, "reset", "--quiet", "--hard", head)
+
+
+def test_a_shipped_kernel_the_machine_is_too_busy_to_time_is_not_judged(shipped, monkeypatch):
+    """A real re-verification whose every timing window the judge finds busy: timed again,
+    then "unjudged" with the figures, and the night does not fail for it."""
+    busy = "alone: preempted 60 of 100 eager calls; other processes used 1.7 of 2 cores"
+    monkeypatch.setattr(verdict, "busy_windows", lambda timings: [busy])
+    [kernel] = find_shipped(shipped.root)
+    config = EvalConfig(compile_baseline=False, time_budget_s=0.05, warmup=1, min_reps=3,
+                        busy_retries=1)  # fmt: skip
+    said: list[str] = []
+    head = git(shipped.root, "rev-parse", "HEAD")
+    tonight = Tonight(repo=shipped.root, device="cpu", evaluator=Evaluator(config, progress=said.append),
+                      rule=RegressionConfig(), progress=said.append, seed=1,
+                      base=night_fields("2026-11-27", head, "", "cpu"))  # fmt: skip
+    row = kernel_row(tonight, kernel, earlier=[])
+    assert row.status == row.record.status == "unjudged", row.reason
+    assert not row.failed and not row.breaks_night and row.verdict is None
+    assert row.reason.startswith(f"not judged: the machine was too busy ({busy})")
+    assert row.reason.count(busy) == 2 and "worker 1:" in row.reason  # each try's figures
+    assert sum("timing again in a fresh worker" in line for line in said) == 1

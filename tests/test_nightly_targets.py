@@ -4,18 +4,27 @@ judged by the regression rule on its eager time; the harness's baseline worker o
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import pytest
 
 from bot.nightly.configured import configured_targets, missing
+from bot.nightly.measure import Tonight, night_fields, target_row
+from bot.nightly.regression import RegressionConfig
+from bot.nightly.results import Expected, NightlyResults, load_nightly_results
+from bot.nightly.run import NightlyReport, render_junit
 from bot.nightly.stores import LocalStore
 from bot.settings import load_settings
 from harness.config import EvalConfig
 from harness.errors import UserError
+from harness.evaluate import Evaluator
+from harness.judge import baseline
 from harness.judge.baseline import time_baselines
 from harness.problem.load import problem_from_target
-from tests.gitrepo import commit, init
+from harness.timings import WindowLoad
+from tests.gitrepo import commit, git, init
+from tests.test_busy import stats
 from tests.test_nightly import PNG, cli
 
 BENCHMARK = "target:models/scale.py:Scale"
@@ -136,3 +145,43 @@ def test_a_target_is_missing_when_its_file_or_its_class_is_gone(tmp_path):
     deleted = commit(root, {"models/scale.py": None})
     gone = missing(root, target)
     assert gone is not None and f"does not exist (deleted by commit {deleted[:12]})" in gone.what
+
+
+def test_a_target_the_machine_is_too_busy_to_time_is_not_judged_and_does_not_fail_the_night(
+    configured, monkeypatch, tmp_path
+):
+    """Every baseline worker reports a busy window (its real report, with the load of a busy
+    machine written in): timed again ``busy_retries`` times, then "unjudged": no time in the
+    history, not a failure, skipped in JUnit, and accepted by the publishing job."""
+    real, tries = baseline._time_once, []
+
+    def busy(*args):
+        report = real(*args)
+        report.eager = stats(report.eager.median_ms, preempted=60)
+        report.window = WindowLoad(seconds=1.0, cores=2.0, others_cores=1.7)
+        tries.append(report)
+        return report
+
+    monkeypatch.setattr(baseline, "_time_once", busy)
+    config = EvalConfig(compile_baseline=False, time_budget_s=0.05, warmup=1, min_reps=3)
+    [target] = configured_targets(configured, load_settings(configured))
+    said: list[str] = []
+    head = git(configured, "rev-parse", "HEAD")
+    tonight = Tonight(repo=configured, device="cpu", evaluator=Evaluator(config), rule=RegressionConfig(),
+                      progress=said.append, seed=1, base=night_fields("2026-11-27", head, "", "cpu"))  # fmt: skip
+    row = target_row(tonight, target, earlier=[])
+    assert len(tries) == config.busy_retries + 1
+    assert sum("timing again in a fresh worker" in line for line in said) == config.busy_retries
+    assert row.status == row.record.status == "unjudged" and not row.failed and not row.breaks_night
+    assert row.reason.startswith("not judged: the machine was too busy (worker 1: alone: preempted")
+    assert row.record.eager_ms is None and row.verdict is None
+    report = NightlyReport(commit=head, night="2026-11-27", rows=[row])
+    assert "<skipped" in render_junit(report) and 'failures="0"' in render_junit(report)
+    results = NightlyResults(
+        repository="o/r", commit=head, night=str(datetime.date.today()), rows=[row]
+    )
+    results.save(tmp_path)
+    loaded = load_nightly_results(
+        tmp_path, Expected(repository="o/r", commit=head, today=datetime.date.today())
+    )
+    assert loaded.rows[0].status == "unjudged"

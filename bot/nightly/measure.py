@@ -10,7 +10,9 @@
   (a new graph break shows there first), while a new torch version starts a new series of
   both. A night where torch.compile fails has no compiled time to judge: the row says why.
 
-A night that looks slower is measured again in the same run before it is reported.
+A night that looks slower is measured again in the same run before it is reported. A
+benchmark the machine was too busy to time, every time it was timed (``harness.judge.busy``),
+is "unjudged": no time is recorded or judged, and the night does not fail for it.
 """
 
 from __future__ import annotations
@@ -97,6 +99,9 @@ def kernel_row(tonight: Tonight, kernel: ShippedKernel, earlier: list[Record]) -
     except UserError as err:
         return _row(tonight.record(kernel.benchmark, "failed", note=err.render()), "failed")
     record = _kernel_record(tonight, kernel.benchmark, result)
+    if result.status.value == "unjudged":  # the machine was too busy: neither ok nor failed
+        record.note = result.reason
+        return _row(record, "unjudged")
     if result.status.value != "ok":
         record.note = f"no longer verified: {result.status.value}: {result.reason}"
         return _row(record, "failed")
@@ -116,6 +121,8 @@ def target_row(tonight: Tonight, target: ConfiguredTarget, earlier: list[Record]
             err = UserError(err.what, target.where, err.fix)
         tonight.progress(f"{target.benchmark}: failed: {err.what}")
         return _row(tonight.record(target.benchmark, "failed", note=err.render()), "failed")
+    if record.status == "unjudged":
+        return _row(record, "unjudged")
     return judge(tonight, _row(record, "ok"), earlier, lambda: _baseline_record(tonight, target))
 
 
@@ -203,7 +210,13 @@ def _baseline_record(tonight: Tonight, target: ConfiguredTarget) -> Record:
     config = tonight.evaluator.config
     timed = "eager and torch.compile" if config.compile_baseline else "eager"
     tonight.progress(f"{target.benchmark}: no shipped kernel: timing {timed}")
-    report = time_baselines(problem, config, tonight.seed)
+    report = time_baselines(
+        problem, config, tonight.seed,
+        on_retry=lambda why: tonight.progress(f"{target.benchmark}: {why}"),
+    )  # fmt: skip
+    if report.unjudged:
+        tonight.progress(f"{target.benchmark}: {report.unjudged}")
+        return tonight.record(target.benchmark, "unjudged", note=report.unjudged)
     compiled = report.compiled
     return tonight.record(
         target.benchmark,

@@ -29,7 +29,7 @@ RESULTS_FILE = "nightly-results.json"
 MAX_RESULTS_BYTES = 8 * 1024 * 1024
 MAX_ROWS = 500
 MAX_TEXT = 4000  # a row's reason, a record's note: a log cut by the measuring job
-ROW_STATUSES = {*BREAKING, "ok", "alert"}
+ROW_STATUSES = {*BREAKING, "ok", "alert", "unjudged"}
 COMMIT = re.compile(r"[0-9a-f]{40}")
 STATUS = re.compile(r"[a-z_]{1,32}")
 # kernel:<path>_kernelpilot.py (a shipped kernel) or target:<path>.py:<Class>; the path relative,

@@ -163,6 +163,8 @@ def render_junit(report: NightlyReport) -> str:
         case = TestCase(row.benchmark, classname="kernelpilot.nightly",
                         elapsed_sec=(timed or 0) / 1e3,
                         stdout="\n".join(filter(None, [_times(record), row.reason])))  # fmt: skip
+        if row.status == "unjudged":
+            case.add_skipped_info(row.reason.splitlines()[0] if row.reason else "not judged")
         if row.failed:
             case.add_failure_info(
                 f"{row.status}: {(row.reason or row.status).splitlines()[0]}",

@@ -15,7 +15,7 @@ crowd or pin the baseline's): judged, so the disturbance check sees them.
 
 from __future__ import annotations
 
-from harness.timings import Timings, TimingStats
+from harness.timings import Timings, TimingStats, WindowLoad
 
 # A window is busy when more than this share of some implementation's timed calls was preempted
 # (on an idle 2-core machine 0-3 %, under a CPU-bound process per core 10-50 %: python -m bench
@@ -94,6 +94,20 @@ def quiet_detail(timings: Timings) -> str:
         busiest = max(timings.windows.values(), key=lambda load: load.others_cores)
         detail += f"; at most {busiest.describe()}"
     return detail
+
+
+def baseline_window(
+    eager: TimingStats, compiled: TimingStats | None, load: WindowLoad | None
+) -> tuple[TimingStats, TimingStats | None, list[str]]:
+    """A baseline worker's one window (eager and torch.compile, no candidate: the nightly's),
+    judged by the same rule: the statistics to judge, and the window's figures if it was too
+    busy to judge."""
+    timings = Timings(
+        eager_alone=eager, compiled_alone=compiled, windows={"alone": load} if load else {}
+    )
+    judged = judged_timings(timings)
+    assert judged.eager_alone is not None
+    return judged.eager_alone, judged.compiled_alone, busy_windows(timings)
 
 
 def _others_busy(timings: Timings, window: str) -> bool:

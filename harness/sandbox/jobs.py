@@ -168,6 +168,11 @@ class BaselineReport(BaseModel):
     compiled: TimingStats | None = None
     compile_baseline_error: str | None = None
     window: WindowLoad | None = Field(default=None, description="The machine while it was timed.")
+    unjudged: str = Field(
+        default="",
+        description="Set by the parent (harness.judge.baseline), never by the worker: why the "
+        "times are not judged (the machine too busy every time it was timed); empty: judged.",
+    )
     network_isolated: bool = False
     device_name: str = ""
     torch_version: str = ""
