@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from harness.sandbox import lifetime, quiet
+from harness.sandbox import bytecode, lifetime, quiet
 from harness.sandbox.bubblewrap import Isolation, WorkerView, wrap
 from harness.sandbox.environment import clean_environment, private_temporary_folder
 from harness.sandbox.jobs import WorkerMessage
@@ -123,6 +123,7 @@ def start_worker(
     if isolation == "off":
         env |= private_temporary_folder(job_dir)
     if isolation == "bubblewrap":
+        bytecode.warm()  # the read-only bytecode prefix the sandbox shows, filled once
         preloads = [Path(p) for p in env.get("LD_PRELOAD", "").split() if p]
         for folder in view.writable:  # a folder bound in must exist
             folder.mkdir(parents=True, exist_ok=True)
