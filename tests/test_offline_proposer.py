@@ -77,6 +77,36 @@ def get_inputs():
 def get_init_inputs():
     return [64]
 """
+# A conv's epilogue with broadcast operands (KernelBench level 2's shape): a per-channel bias
+# and scale [C, 1, 1], and a residual [C, H, W] shared by the batch. The fast path reads them
+# by row (rows N x C, one value each; the residual wrapped every C rows), not by the general
+# path's per-element division by every dimension.
+CHANNEL_EPILOGUE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv = nn.Conv2d(3, channels, 3, padding=1)
+        self.bias = nn.Parameter(torch.randn(channels, 1, 1))
+        self.scale = nn.Parameter(torch.randn(channels, 1, 1))
+        self.residual = nn.Parameter(torch.randn(channels, 12, 12))
+
+    def forward(self, x):
+        y = self.conv(x)
+        return F.gelu(F.leaky_relu(y * self.scale + self.bias, 0.1) + self.residual)
+
+
+def get_inputs():
+    return [torch.randn(2, 3, 12, 12)]
+
+
+def get_init_inputs():
+    return [16]
+"""
 POINTWISE_ATEN = {
     "add",
     "sub",
@@ -177,6 +207,7 @@ def built(tmp_path_factory) -> dict[str, tuple[Problem, Proposal, types.ModuleTy
     directory = tmp_path_factory.mktemp("offline")
     targets = dict(EXAMPLES)
     targets["kitchen_sink"] = str(write_module(directory, "kitchen_sink", KITCHEN_SINK))
+    targets["channel_epilogue"] = str(write_module(directory, "channel_epilogue", CHANNEL_EPILOGUE))
     proposals = {}
     for name, target in targets.items():
         problem = problem_from_target(str(ROOT / target), "cpu", None)
@@ -295,3 +326,24 @@ def test_kitchen_sink_in_bfloat16_rounds_like_eager(built) -> None:
                 continue
             error = (mine.float() - eager.float()).norm() / eager.float().norm()
             assert error < 4e-3, (index, float(error))
+
+
+@pytest.mark.slow
+def test_per_channel_operands_take_the_fast_path_and_match_on_every_layout(built) -> None:
+    problem, proposal, candidate = built["channel_epilogue"]
+    assert proposal.fused_chains == 1, proposal.reason
+    cpp = proposal.candidate.source.split('_CPP_SOURCE = r"""', 1)[1]
+    # rows x cols at split 2 (N x C rows of H x W): the fast path, not only the general one
+    assert "fused_0_fast<scalar_t>(" in cpp and "sizes, {2});" in cpp
+    reference, fused = construct(problem, candidate, seed=8)
+    (x,) = make_inputs(problem, seed=8)
+    cases = {
+        "traced": x,
+        "a larger batch": torch.randn(5, 3, 12, 12),
+        "one image": torch.randn(1, 3, 12, 12),
+        "channels last": x.contiguous(memory_format=torch.channels_last),  # general path
+    }
+    with torch.no_grad():
+        for name, inputs in cases.items():
+            torch.testing.assert_close(fused(inputs), reference(inputs), rtol=1e-5, atol=1e-5,
+                                       msg=name)  # fmt: skip

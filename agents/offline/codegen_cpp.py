@@ -124,8 +124,8 @@ def _tile_loop(kernel: FusedKernel) -> str:
     """Rows x tiles of columns, shared among OpenMP threads."""
     args = []
     for k, item in enumerate(kernel.inputs):
-        row = f"in{k} + r * rs{k}"
-        args.append(row if item.contiguous_columns else f"kp::load(in{k}[r * rs{k}])")
+        row = f"in{k} + kp::row_in_run(r, rd{k}, rm{k}) * rs{k}"
+        args.append(row if item.contiguous_columns else f"kp::load(*({row}))")
     args += [f"s{k}" for k in range(len(kernel.scalars))]
     args += [f"out{j} + r * cols" for j in range(len(kernel.outputs))]
     params = [*pointer_params(kernel), "const kp::Plan& plan"]
@@ -136,7 +136,11 @@ def _tile_loop(kernel: FusedKernel) -> str:
             "  const int64_t rows = plan.rows;",
             "  const int64_t cols = plan.cols;",
             "  const int64_t tiles_per_row = (cols + kp::kTile - 1) / kp::kTile;",
-            *[f"  const int64_t rs{k} = plan.row_strides[{k}];" for k in range(len(kernel.inputs))],
+            *[
+                f"  const int64_t rs{k} = plan.row_strides[{k}], rd{k} = plan.row_divs[{k}], "
+                f"rm{k} = plan.row_mods[{k}];"
+                for k in range(len(kernel.inputs))
+            ],
             "#pragma omp parallel for schedule(static) num_threads(kp::threads_for(rows * cols))",
             "  for (int64_t tile = 0; tile < rows * tiles_per_row; ++tile) {",
             "    const int64_t r = tile / tiles_per_row;",

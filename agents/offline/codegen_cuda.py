@@ -110,17 +110,19 @@ def _fast(kernel: FusedKernel) -> str:
     lane_loads, tail_loads = [], []
     for k, item in enumerate(kernel.inputs):
         kind = element_type(item)
+        lines.append(
+            f"    const int64_t r{k} = FLAT ? 0 : kp::row_in_run(row, rd{k}, rm{k}) * rs{k};"
+        )
         if item.contiguous_columns:
             lines.append(
-                f"    const kp::Vec<{kind}, VEC> x{k} = "
-                f"kp::load_vec<VEC>(in{k} + row * rs{k} + col);"
+                f"    const kp::Vec<{kind}, VEC> x{k} = kp::load_vec<VEC>(in{k} + r{k} + col);"
             )
             lane_loads.append(f"kp::load(x{k}.val[i])")
-            tail_loads.append(f"kp::load(in{k}[row * rs{k} + col])")
+            tail_loads.append(f"kp::load(in{k}[r{k} + col])")
         else:
-            lines.append(f"    const float b{k} = kp::load(in{k}[row * rs{k}]);")
+            lines.append(f"    const float b{k} = kp::load(in{k}[r{k}]);")
             lane_loads.append(f"b{k}")
-            tail_loads.append(f"kp::load(in{k}[row * rs{k}])")
+            tail_loads.append(f"kp::load(in{k}[r{k}])")
     lines += [
         f"    kp::Vec<{element_type(item)}, VEC> y{j};" for j, item in enumerate(kernel.outputs)
     ]
@@ -137,6 +139,10 @@ def _fast(kernel: FusedKernel) -> str:
         "  for (int64_t i = vectors * VEC + first; i < numel; i += step) {",
         "    const int64_t row = FLAT ? 0 : i / cols;",
         "    const int64_t col = FLAT ? i : i - row * cols;",
+        *[
+            f"    const int64_t r{k} = FLAT ? 0 : kp::row_in_run(row, rd{k}, rm{k}) * rs{k};"
+            for k in range(len(kernel.inputs))
+        ],
         *op_call(kernel, tail_loads, "    "),
         *[
             f"    out{j}[i] = kp::store<{element_type(item)}>(o{j});"

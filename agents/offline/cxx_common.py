@@ -68,43 +68,71 @@ inline void check_inputs(const std::vector<at::Tensor>& tensors, const std::vect
   }
 }
 
-// The distance between consecutive rows of `t` read as out[:m] x out[m:]: each row either
-// `cols` contiguous values (contiguous_columns) or one value. -1 when `t` cannot be read so.
-inline int64_t row_stride(const at::Tensor& t, at::IntArrayRef out, int64_t m,
-                          bool contiguous_columns) {
+// How `t` is read as rows x cols of out[:m] x out[m:]: row r of it starts at
+// ((r / div) % mod) * stride, and is `cols` contiguous values (contiguous_columns) or one value.
+// The dimensions of out[:m] that `t` indexes are one run, of strides that nest; the broadcast
+// dimensions after the run divide the row number, those before it wrap it (a per-channel bias
+// [C, 1, 1] of [N, C, H, W] split at 2: stride 1, div 1, mod C). Not `ok` when `t` cannot be
+// read so.
+struct RowMap {
+  bool ok = false;
+  int64_t stride = 0;
+  int64_t div = 1;
+  int64_t mod = 1;
+};
+
+inline RowMap row_map(const at::Tensor& t, at::IntArrayRef out, int64_t m,
+                      bool contiguous_columns) {
+  RowMap map;
   const int64_t nd = static_cast<int64_t>(out.size());
   const int64_t lead = nd - t.dim();
-  if (lead < 0 || m < 0 || m > nd) return -1;
+  if (lead < 0 || m < 0 || m > nd) return map;
   auto size = [&](int64_t d) { return d < lead ? int64_t{1} : t.size(d - lead); };
   auto stride = [&](int64_t d) { return d < lead ? int64_t{0} : t.stride(d - lead); };
   int64_t expected = 1;
   for (int64_t d = nd - 1; d >= m; --d) {
     if (!contiguous_columns || size(d) != out[d]) {
-      if (contiguous_columns || size(d) != 1) return -1;
+      if (contiguous_columns || size(d) != 1) return map;
     } else if (size(d) != 1) {
-      if (stride(d) != expected) return -1;
+      if (stride(d) != expected) return map;
       expected *= size(d);
     }
   }
-  int64_t row = 0;
-  int64_t next = 0;
-  bool broadcast = false;
   bool indexed = false;
+  bool run_over = false;
+  int64_t next = 0;
   for (int64_t d = m - 1; d >= 0; --d) {
     if (out[d] == 1) continue;
-    if (size(d) == 1) {
-      broadcast = true;
+    if (size(d) == 1) {  // broadcast along d
+      if (indexed) {
+        run_over = true;
+      } else {
+        map.div *= out[d];
+      }
       continue;
     }
+    if (run_over) return map;  // a second run of indexed dimensions
     if (!indexed) {
-      row = stride(d);
+      map.stride = stride(d);
       indexed = true;
     } else if (stride(d) != next) {
-      return -1;
+      return map;
     }
+    map.mod *= size(d);
     next = stride(d) * size(d);
   }
-  return (broadcast && indexed) ? -1 : row;
+  map.ok = true;
+  return map;
+}
+
+// Row r's place in a RowMap's run: (r / div) % mod, in 32-bit arithmetic where it fits.
+KP_INLINE int64_t row_in_run(int64_t r, int64_t div, int64_t mod) {
+  if (div == 1 && r < mod) return r;
+  if (((r | div | mod) >> 31) == 0) {
+    return static_cast<int64_t>(static_cast<uint32_t>(r) / static_cast<uint32_t>(div) %
+                                static_cast<uint32_t>(mod));
+  }
+  return r / div % mod;
 }
 
 struct Plan {
@@ -112,6 +140,8 @@ struct Plan {
   int64_t rows = 1;
   int64_t cols = 1;
   std::vector<int64_t> row_strides;
+  std::vector<int64_t> row_divs;
+  std::vector<int64_t> row_mods;
 };
 
 // The first split of `splits` at which every input can be read as rows x cols, if any.
@@ -122,9 +152,11 @@ inline Plan plan_fast(const std::vector<at::Tensor>& tensors,
     Plan plan;
     bool ok = true;
     for (size_t k = 0; ok && k < tensors.size(); ++k) {
-      const int64_t stride = row_stride(tensors[k], out, m, contiguous_columns[k]);
-      ok = stride >= 0;
-      plan.row_strides.push_back(stride);
+      const RowMap map = row_map(tensors[k], out, m, contiguous_columns[k]);
+      ok = map.ok;
+      plan.row_strides.push_back(map.stride);
+      plan.row_divs.push_back(map.div);
+      plan.row_mods.push_back(map.mod);
     }
     if (!ok) continue;
     for (int64_t d = 0; d < static_cast<int64_t>(out.size()); ++d) {
@@ -185,7 +217,7 @@ def pointer_params(kernel: FusedKernel, row_strides: bool = False) -> list[str]:
     for k, item in enumerate(kernel.inputs):
         params.append(f"const {element_type(item)}* __restrict__ in{k}")
         if row_strides:
-            params.append(f"const int64_t rs{k}")
+            params += [f"const int64_t rs{k}", f"const int64_t rd{k}", f"const int64_t rm{k}"]
     params += [f"const float s{k}" for k in range(len(kernel.scalars))]
     params += [
         f"{element_type(item)}* __restrict__ out{j}" for j, item in enumerate(kernel.outputs)
@@ -198,7 +230,7 @@ def pointer_args(kernel: FusedKernel, row_strides: bool = False) -> list[str]:
     for k, item in enumerate(kernel.inputs):
         args.append(f"in{k}.data_ptr<{element_type(item)}>()")
         if row_strides:
-            args.append(f"plan.row_strides[{k}]")
+            args += [f"plan.row_strides[{k}]", f"plan.row_divs[{k}]", f"plan.row_mods[{k}]"]
     args += [f"s{k}" for k in range(len(kernel.scalars))]
     args += [f"out{j}.data_ptr<{element_type(item)}>()" for j, item in enumerate(kernel.outputs)]
     return args

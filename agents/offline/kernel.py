@@ -2,9 +2,11 @@
 
 Both backends iterate over the broadcast output shape. The fast path sees it as ``rows x cols``
 (``cols`` = the product of the dimensions from a split ``m`` on) and reads every input either as
-a row of ``cols`` contiguous values or as one value per row, each input with its own row stride:
-this covers full tensors (also row-strided views such as ``chunk`` halves), a ``[N]`` bias on
-``[B, N]``, a ``[B, 1]`` column and scalars. Any other broadcast or layout takes the general
+a row of ``cols`` contiguous values or as one value per row, each input with its own row stride,
+divisor and modulus (row ``r`` at ``((r / div) % mod) * stride``): this covers full tensors (also
+row-strided views such as ``chunk`` halves), a ``[N]`` bias on ``[B, N]``, a ``[B, 1]`` column,
+a per-channel ``[C, 1, 1]`` bias or scale on ``[N, C, H, W]``, a ``[C, H, W]`` residual on a
+batch, and scalars. Any other broadcast or layout takes the general
 path, which indexes every input with its broadcast strides.
 """
 
@@ -128,7 +130,10 @@ def _is_bool(node: Node) -> bool:
 def _layout(shape: tuple[int, ...], out: tuple[int, ...]) -> tuple[bool, frozenset[int] | None]:
     """How the fast path reads an input of ``shape`` broadcast to ``out``.
 
-    Returns (contiguous columns, the splits that work; None: any split).
+    Returns (contiguous columns, the splits that work; None: any split). At a split ``m`` the
+    input's columns are ``out[m:]`` whole or broadcast, and the dimensions of ``out[:m]`` it
+    indexes are one run (the host's ``kp::row_map``): a per-channel bias ``[C, 1, 1]`` of
+    ``[N, C, H, W]`` reads one value per row at splits 2 and 3.
     """
     padded = (1,) * (len(out) - len(shape)) + shape
     if padded == out:
@@ -136,11 +141,19 @@ def _layout(shape: tuple[int, ...], out: tuple[int, ...]) -> tuple[bool, frozens
     if math.prod(padded) == 1:
         return False, None
     dims = range(1, len(out))
-    inner = {m for m in dims if set(padded[:m]) == {1} and padded[m:] == out[m:]}
+    inner = {m for m in dims if padded[m:] == out[m:] and _one_run(padded[:m], out[:m])}
     if inner:
         return True, frozenset(inner)
-    outer = {m for m in dims if padded[:m] == out[:m] and set(padded[m:]) == {1}}
+    outer = {m for m in dims if set(padded[m:]) == {1} and _one_run(padded[:m], out[:m])}
     return False, frozenset(outer)  # empty: only the general path can read it
+
+
+def _one_run(rows: tuple[int, ...], out: tuple[int, ...]) -> bool:
+    """Whether the dimensions ``rows`` indexes (not broadcast, among ``out``'s of size over 1)
+    are consecutive."""
+    indexed = [size != 1 for size, whole in zip(rows, out, strict=True) if whole != 1]
+    first = indexed.index(True) if True in indexed else len(indexed)
+    return all(indexed[first : first + sum(indexed)])
 
 
 def _common_split(choices: list[frozenset[int] | None]) -> tuple[int | None, bool]:
