@@ -620,7 +620,7 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "build_request_closes_window",
-        "harness/sandbox/run.py",
+        "harness/sandbox/channel.py",
         '            self.close_windows()\n        if message.kind == "outputs":',
         '            pass\n        if message.kind == "outputs":',
         ("tests/test_quiet.py::test_a_build_asked_for_during_a_window_is_not_paused",),

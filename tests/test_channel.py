@@ -14,8 +14,9 @@ from harness.judge.verdict import candidate_report, checked_result, timed_result
 from harness.problem.load import problem_from_target
 from harness.problem.reference import ReferenceData, reference_data
 from harness.records import AuditReport, Status
+from harness.sandbox.channel import ChannelReader
 from harness.sandbox.jobs import CandidateReport, ReferenceReport
-from harness.sandbox.run import ChannelReader, WorkerOutcome
+from harness.sandbox.run import WorkerOutcome
 from tests.conftest import FIXTURES, fast_config
 
 

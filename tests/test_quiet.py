@@ -154,8 +154,8 @@ def test_a_timing_worker_opens_a_window_around_each_timing_loop(monkeypatch):
 def test_a_build_asked_for_during_a_window_is_not_paused():
     """A candidate that builds inside a timed call (load_inline in its forward, a cache miss):
     its build would start stopped while the thread that closes the window waits for it."""
+    from harness.sandbox.channel import Answers
     from harness.sandbox.jobs import WorkerMessage
-    from harness.sandbox.run import Answers
 
     seen = []
 
