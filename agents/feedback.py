@@ -2,7 +2,9 @@
 
 Times against eager and torch.compile, the share of the device's ceilings the kernel reaches
 (its bytes against a copy of as many bytes, its matmul/conv work against a large matmul, both
-timed by the kernel's timer), and the verdicts. A share over 100% is not a kernel beating the
+timed by the kernel's timer), where one call of the kernel, of eager and of torch.compile each
+spends its time (kernels on cuda, operators on cpu) and the baselines' rates on the same bytes,
+and the verdicts. A share over 100% is not a kernel beating the
 device but a ceiling measured too low (or bytes counted too high): it is named as that and not
 shown, since every plan built on a false figure is misled by it.
 """
@@ -10,7 +12,7 @@ shown, since every plan built on a false figure is misled by it.
 from __future__ import annotations
 
 from agents.search.tree import Node, Tree
-from harness.records import EvalResult
+from harness.records import EvalResult, TimingStats
 
 # What the planner reads where a kernel did better than its measured ceiling.
 CEILING_BELOW_ACHIEVED = "ceiling measurement below achieved; not shown"
@@ -41,16 +43,36 @@ def node_feedback(tree: Tree, node: Node) -> str:
                          + (f", vs torch.compile {result.speedup_vs_compile:.2f}x"
                             if result.speedup_vs_compile is not None else "") + ".")  # fmt: skip
         lines += ceiling_lines(result, kernel.median_ms)
+    unit = "device time per kernel" if result.device == "cuda" else "CPU time per operator"
     if result.time_breakdown:
-        unit = "device time per kernel" if result.device == "cuda" else "CPU time per operator"
         lines.append(f"One profiled call ({unit}):")
-        lines += [
-            f"  {microseconds:10.1f} us  {name}" for name, microseconds in result.time_breakdown
-        ]
+        lines += _breakdown(result.time_breakdown)
+    for name, breakdown in result.baseline_breakdowns.items():
+        if breakdown:
+            lines.append(f"One profiled call of {name}, what the kernel is up against ({unit}):")
+            lines += _breakdown(breakdown)
+    if kernel and eager:
+        lines += baseline_rates(result, {"eager": eager, "torch.compile": compiled})
     failed = [f"{check.name}: {check.detail}" for check in result.checks if not check.passed]
     if failed:
         lines.append("Failed checks: " + "; ".join(failed))
     return "\n".join(lines)
+
+
+def _breakdown(rows: list[tuple[str, float]]) -> list[str]:
+    return [f"  {microseconds:10.1f} us  {name}" for name, microseconds in rows]
+
+
+def baseline_rates(result: EvalResult, baselines: dict[str, TimingStats | None]) -> list[str]:
+    """The baselines' rates on the same bytes as the kernel's (its roofline's other points)."""
+    if not (result.io_bytes and result.copy_bandwidth_gbs):
+        return []
+    rates = [
+        f"{name} {result.io_bytes / (stats.median_ms / 1e3) / 1e9:.0f} GB/s"
+        for name, stats in baselines.items()
+        if stats is not None and stats.median_ms > 0
+    ]
+    return [f"On the same bytes: {', '.join(rates)}."] if rates else []
 
 
 def _ms(value: float) -> str:

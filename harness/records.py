@@ -156,6 +156,11 @@ class EvalResult(BaseModel):
         default_factory=list,
         description="One profiled call: (kernel on cuda, operator on cpu; microseconds).",
     )
+    baseline_breakdowns: dict[str, list[tuple[str, float]]] = Field(
+        default_factory=dict,
+        description="The same for one call of each baseline: eager, torch.compile (what a plan "
+        "is up against).",
+    )
     phase_seconds: dict[str, float] = Field(
         default_factory=dict,
         description="Where its evaluation's wall time went: build, check, timing, ...",

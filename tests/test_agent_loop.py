@@ -108,6 +108,9 @@ def test_the_team_finds_a_verified_kernel_through_failures(fake_openai, tmp_path
     planner_prompt = fake_openai.bodies[3]["messages"][-1]["content"]
     assert "Speedup vs eager" in planner_prompt and "One profiled call" in planner_prompt
     assert nodes["0.1.1"].result.time_breakdown
+    # ... and what it is up against: eager's call, profiled by the same timing worker
+    assert nodes["0.1.1"].result.baseline_breakdowns["eager"]
+    assert "One profiled call of eager" in planner_prompt
 
     again = replay(
         trajectory,

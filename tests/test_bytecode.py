@@ -45,7 +45,8 @@ def test_packages_are_compiled_into_the_prefix_once_and_the_harness_every_time(t
     assert "compiling kpwarm's bytecode" in first.stderr
     for source in (package / "__init__.py", package / "deep.py", ROOT / "harness" / "evaluate.py"):
         assert _cached(prefix, source).is_file(), source
-    assert (prefix / bytecode.MARKERS / "kpwarm-unversioned").is_file()
+    [marker] = (prefix / bytecode.MARKERS).glob("kpwarm-unversioned-*")
+    assert marker.read_text().strip() == str(package)
 
     _cached(prefix, package / "deep.py").unlink()
     again = _warm(prefix, tmp_path / "site")  # the marker stands for this version: not again
@@ -66,3 +67,23 @@ def test_no_prefix_means_nothing_to_do_and_an_unwritable_one_is_said(tmp_path):
     assert (
         "no bytecode written under" in done.stderr and "workers compile from source" in done.stderr
     )
+
+
+def test_a_pull_requests_compileall_in_the_working_folder_does_not_run(tmp_path):
+    """The parent works in the pull request's checkout (the action's measure job): a
+    compileall.py there, run with the parent's environment, would read its secrets."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    stolen = tmp_path / "stolen"
+    (checkout / "compileall.py").write_text(
+        "import os, pathlib\n"
+        f"pathlib.Path({str(stolen)!r}).write_text(os.environ.get('OPENAI_API_KEY', 'none'))\n"
+    )
+    code = "from harness.sandbox import bytecode; print(bytecode.warm(packages=()))"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONPYCACHEPREFIX": str(tmp_path / "prefix"),
+           "OPENAI_API_KEY": "sk-secret"}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], cwd=checkout, env=env,
+                          capture_output=True, text=True, check=True, timeout=300)  # fmt: skip
+    assert done.stdout.strip() == "['harness']"
+    assert not stolen.exists()
+    assert _cached(tmp_path / "prefix", ROOT / "harness" / "evaluate.py").is_file()

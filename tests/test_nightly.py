@@ -192,6 +192,7 @@ def test_a_shipped_kernel_the_machine_is_too_busy_to_time_is_not_judged(shipped,
     row = kernel_row(tonight, kernel, earlier=[])
     assert row.status == row.record.status == "unjudged", row.reason
     assert not row.failed and not row.breaks_night and row.verdict is None
+    assert row.record.time_ms is None and row.record.eager_ms is None  # no busy window's time
     assert row.reason.startswith(f"not judged: the machine was too busy ({busy})")
     assert row.reason.count(busy) == 2 and "worker 1:" in row.reason  # each try's figures
     assert sum("timing again in a fresh worker" in line for line in said) == 1

@@ -176,10 +176,17 @@ def test_the_planner_is_told_how_close_the_kernel_is_to_the_devices_ceilings():
     result.io_bytes, result.copy_bandwidth_gbs = 1_000_000_000, 4000.0  # 1 GB in 0.5 ms
     result.flops, result.matmul_tflops = 10**12, 50.0  # 1 TFLOP in 0.5 ms
     result.time_breakdown = [("fused_kernel", 480.0)]
+    result.timings.compiled_beside = TimingStats(median_ms=0.8, iqr_ms=0.0, min_ms=0.8, samples=10)
+    result.baseline_breakdowns = {"eager": [("aten::gelu", 900.0)],
+                                  "torch.compile": [("triton_poi_fused_gelu_0", 700.0)]}  # fmt: skip
     text = node_feedback(tree, tree.nodes["0.1"])
     assert "2000 GB/s, 50% of this device's measured copy bandwidth" in text
     assert "2.0 TFLOP/s" not in text and "2000.0 TFLOP/s" in text
     assert "480.0 us  fused_kernel" in text
+    # what the kernel is up against: each baseline's call, and its rate on the same bytes
+    assert "One profiled call of eager, what the kernel is up against" in text
+    assert "900.0 us  aten::gelu" in text and "700.0 us  triton_poi_fused_gelu_0" in text
+    assert "On the same bytes: eager 1000 GB/s, torch.compile 1250 GB/s." in text
 
 
 def test_on_cuda_a_candidate_is_checked_while_the_next_ones_still_build():

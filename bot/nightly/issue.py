@@ -1,7 +1,8 @@
 """One issue, kept up to date, for what the nightly run found: opened on the first night with a
 regression, a stale kernel or a missing target, edited on the nights after (never a second
-issue), and closed with a comment on the first night with none. Found again by its marker and
-its author, like the pull request's sticky comment.
+issue), and closed with a comment on the first night with none: a night with benchmarks the
+machine was too busy to judge does not close it. Found again by its marker and its author, like
+the pull request's sticky comment.
 """
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ def upkeep_issue(
     try:
         existing = _find(client, repo)
         problems = [row for row in report.rows if row.failed]
+        unjudged = [row for row in report.rows if row.status == "unjudged"]
+        if not problems and unjudged and existing is not None:
+            # Not a night without regressions: the machine was too busy to tell. Kept open,
+            # showing the night (its unjudged rows say so), until a night can judge them.
+            body = md.capped(f"{MARKER}\n{render_table(report, plot_url)}", where="the nightly run")
+            if existing.body != body:
+                existing.edit(body=body)
+            return existing.html_url
         if not problems:
             if existing is not None:
                 existing.create_comment(

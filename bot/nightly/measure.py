@@ -98,10 +98,9 @@ def kernel_row(tonight: Tonight, kernel: ShippedKernel, earlier: list[Record]) -
         result = _verified(tonight, kernel)
     except UserError as err:
         return _row(tonight.record(kernel.benchmark, "failed", note=err.render()), "failed")
+    if result.status.value == "unjudged":  # the machine was too busy: no time, not a failure
+        return _row(tonight.record(kernel.benchmark, "unjudged", note=result.reason), "unjudged")
     record = _kernel_record(tonight, kernel.benchmark, result)
-    if result.status.value == "unjudged":  # the machine was too busy: neither ok nor failed
-        record.note = result.reason
-        return _row(record, "unjudged")
     if result.status.value != "ok":
         record.note = f"no longer verified: {result.status.value}: {result.reason}"
         return _row(record, "failed")

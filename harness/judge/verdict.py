@@ -88,6 +88,7 @@ def timed_result(
     result.status, result.reason = status or Status.ok, reason
     result.timings = report.timings
     result.time_breakdown = report.time_breakdown
+    result.baseline_breakdowns = report.baseline_breakdowns
     if result.status is Status.ok:
         judge_timing(result, config)
     # Each worker that got as far as to check counts; a timing worker that died does not.

@@ -13,6 +13,7 @@ marker file), the project's own code every time (``compileall`` skips what is up
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import importlib.util
 import logging
@@ -51,7 +52,8 @@ def warm(prefix: str | None = None, packages: tuple[str, ...] = PACKAGES) -> lis
         folder = _package_folder(name)
         if folder is None:
             continue
-        marker = Path(prefix) / MARKERS / f"{name}-{_version(name)}"
+        place = hashlib.sha256(str(folder).encode()).hexdigest()[:12]  # one install of it
+        marker = Path(prefix) / MARKERS / f"{name}-{_version(name)}-{place}"
         if marker.exists():
             continue
         log.warning("compiling %s's bytecode into %s for sandboxed workers (once)", name, prefix)
@@ -64,11 +66,15 @@ def warm(prefix: str | None = None, packages: tuple[str, ...] = PACKAGES) -> lis
 
 def _compile(folder: Path, prefix: str) -> None:
     """``folder``'s modules into ``prefix``, by a fresh interpreter (``compileall``'s worker
-    processes are forked: not from a parent whose threads may hold locks). Files that do not
-    compile (templates, another Python's syntax) are left as they are."""
+    processes are forked: not from a parent whose threads may hold locks). Isolated (``-I``: no
+    working directory, no user site, no ``PYTHON*`` variables on its path) and run from the
+    prefix with no environment but ``PATH``: the parent may be working in a pull request's
+    checkout, whose ``compileall.py`` must not be what runs here, beside the parent's secrets.
+    Files that do not compile (templates, another Python's syntax) are left as they are."""
     subprocess.run(
-        [sys.executable, "-m", "compileall", "-q", "-q", "-j", "0", str(folder)],
-        env={**os.environ, "PYTHONPYCACHEPREFIX": prefix}, check=False,
+        [sys.executable, "-I", "-X", f"pycache_prefix={prefix}", "-m", "compileall", "-q", "-q",
+         "-j", "0", str(folder)],
+        cwd=prefix, env={"PATH": os.environ.get("PATH", os.defpath)}, check=False,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
 

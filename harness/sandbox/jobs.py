@@ -156,6 +156,10 @@ class CandidateReport(BaseModel):
         default_factory=list,
         description="One profiled call: (kernel or operator, microseconds), largest first.",
     )
+    baseline_breakdowns: dict[str, list[tuple[str, float]]] = Field(
+        default_factory=dict,
+        description="The same for one call of each baseline (eager, torch.compile), after timing.",
+    )
 
 
 class BaselineReport(BaseModel):

@@ -40,7 +40,12 @@ from harness.workers.calls import bound
 from harness.workers.checked_case import harness_out_of_memory, pass_once, run_case
 from harness.workers.stream_hold import StreamGate
 from harness.workers.timed_checks import check_fresh, check_unpatched
-from harness.workers.timing import make_compiled, time_interleaved, time_stand_ins
+from harness.workers.timing import (
+    make_compiled,
+    reference_copy,
+    time_interleaved,
+    time_stand_ins,
+)
 
 # How long a stream hold waits for the caller's stream (its joins let go) to finish the call's
 # own work and the harness's reads, beyond the inputs' production: a margin and ten reference
@@ -181,6 +186,7 @@ def run_time(job: WorkerJob, job_dir: Path, builder: Builder) -> CandidateReport
         # attached unless kineto is told to tear it down): taken before timing, a CUDA one
         # made eager beside the candidate 1.6-2x slower than eager alone on an H100.
         _check_profile(job, model, report)
+        report.baseline_breakdowns = _baseline_profiles(job, state, compiled)
         clock.lap("profile")
         report.phase_seconds = phases
         return report
@@ -249,6 +255,29 @@ def _failed(
         checks=checks,
         phase_seconds=phases or {},
     )
+
+
+def _baseline_profiles(
+    job: WorkerJob, state: dict, compiled: Callable | str | None
+) -> dict[str, list[tuple[str, float]]]:
+    """Where one call of eager and of the compiled baseline spends its time (kernels on cuda,
+    operators on cpu), profiled after the timing like the candidate's: what a plan is up
+    against."""
+    baselines: dict[str, Callable] = {"eager": reference_copy(job, state)}
+    if callable(compiled):
+        baselines["torch.compile"] = compiled
+    inputs = make_inputs(job.problem, job.cases[0].seed, job.strengthened)
+    found = {}
+    with torch.no_grad():
+        for name, fn in baselines.items():
+            try:
+                profile = profiling.profile_forward(
+                    bound(fn, job.problem.input_keywords), inputs, job.problem.device
+                )
+            except Exception:  # a baseline's own failure: no breakdown of it, nothing judged
+                continue
+            found[name] = profile.breakdown
+    return found
 
 
 def _check_profile(job: WorkerJob, model, report: CandidateReport) -> None:

@@ -91,11 +91,11 @@ def time_stand_ins(
     not be compiled, a copy it is.
     """
     implementations: dict[str, Callable] = {
-        "candidate": _reference(job, state),  # checked like a candidate, never judged
-        "eager": _reference(job, state),
+        "candidate": reference_copy(job, state),  # checked like a candidate, never judged
+        "eager": reference_copy(job, state),
     }
     if isinstance(compiled, str):
-        implementations["compiled"] = _reference(job, state)
+        implementations["compiled"] = reference_copy(job, state)
     elif compiled is not None:
         implementations["compiled"] = compiled
     with torch.no_grad():
@@ -121,7 +121,7 @@ def time_interleaved(
     CheckFailed on a bad call. ``alone``: what ``time_stand_ins`` measured before, beside the
     same ``compiled``."""
     model.load_state_dict(state, strict=True)
-    implementations: dict[str, Callable] = {"candidate": model, "eager": _reference(job, state)}
+    implementations: dict[str, Callable] = {"candidate": model, "eager": reference_copy(job, state)}
     timings = Timings(
         eager_alone=alone.stats["eager"],
         compiled_alone=alone.stats.get("compiled"),
@@ -153,7 +153,7 @@ def time_interleaved(
     return CandidateReport(checks=checks, timings=timings)
 
 
-def _reference(job: WorkerJob, state: dict) -> torch.nn.Module:
+def reference_copy(job: WorkerJob, state: dict) -> torch.nn.Module:
     reference = build_reference(job.problem, job.seeds[0])
     reference.load_state_dict(state)
     return reference
@@ -242,7 +242,7 @@ def make_compiled(job: WorkerJob, state: dict) -> Callable | str | None:
     if not job.config.compile_baseline:
         return None
     with torch.no_grad():
-        return compiled_baseline(job, _reference(job, state))
+        return compiled_baseline(job, reference_copy(job, state))
 
 
 def compiled_baseline(job: WorkerJob, module: Callable) -> Callable | str:
