@@ -119,6 +119,16 @@ def test_a_pull_request_to_a_repository_with_only_a_readme_gets_a_target(tmp_pat
         main, ["targets", "--base", "main", "--repo", str(repo), "--device", "cpu"]
     )
     assert "no test file imports it: name a command" in listed.output
+    assert "e.g. command" not in listed.output  # nothing in the repository runs it
+    # A training script that uses it (through a helper module: that one is no script) is
+    # named as where a command could start.
+    commit(repo, {"nets/helpers.py": "from nets.act import Act\n",
+                  "train.py": "from nets.helpers import Act\nAct()\n"}, "a script")  # fmt: skip
+    listed = CliRunner().invoke(
+        main, ["targets", "--base", "main", "--repo", str(repo), "--device", "cpu"]
+    )
+    assert 'e.g. command = "python train.py ..."' in listed.output
+    assert "(train.py import it)" in listed.output and "helpers.py import" not in listed.output
 
 
 HOSTILE_README = """```python

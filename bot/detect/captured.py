@@ -43,6 +43,11 @@ class RepoCode(Protocol):
         """The Markdown examples that name any of ``class_names``."""
         ...
 
+    def scripts(self, paths: list[str]) -> list[str]:
+        """The files that import any of ``paths`` and that no file imports: what a capture
+        command could run."""
+        ...
+
 
 def capture_targets(
     repo: Path,
@@ -68,8 +73,9 @@ def capture_targets(
     else:
         tests, examples = _code_to_run(classes, settings, code)
         if not (tests or examples):
+            hint = _command_hint(code.scripts(sorted({path for path, _ in classes})))
             for module in wanted:
-                module.capture_note = f"{_nothing_runs(settings)}: {NAME_A_COMMAND}"
+                module.capture_note = f"{_nothing_runs(settings)}: {NAME_A_COMMAND}{hint}"
             return []
     source = settings.command or _describe(tests, examples)
     progress(f"capturing how {len(wanted)} changed module(s) are built and called: {source}")
@@ -125,6 +131,18 @@ class HeadCode:
         }
         return sorted(found)
 
+    def scripts(self, paths: list[str]) -> list[str]:
+        """The files (not tests) that import any of ``paths`` and that no file imports: the
+        repository's scripts (a training or benchmark script), shallowest first."""
+        graph = ImportGraph(self.files)
+        found = {
+            importer
+            for path in paths
+            for importer in graph.importers(path)
+            if not _is_test_file(posixpath.basename(importer)) and not graph.importers(importer)
+        }
+        return sorted(found, key=lambda path: (path.count("/"), path))
+
     def examples(self, class_names: set[str]) -> list[Example]:
         """The Python blocks of the Markdown files that name one of ``class_names``, with the
         blocks before them in each file (``harness.capture.examples``)."""
@@ -152,6 +170,18 @@ def _nothing_runs(settings: CaptureConfig) -> str:
         if on
     ]
     return " and ".join(looked)
+
+
+def _command_hint(scripts: list[str]) -> str:
+    """A command to start from, where the repository has scripts that use the module: they may
+    need arguments (no data, no downloads in the sandbox), which only its users know."""
+    if not scripts:
+        return ""
+    named = ", ".join(scripts[:3]) + (f" and {len(scripts) - 3} more" if len(scripts) > 3 else "")
+    return (
+        f', e.g. command = "python {scripts[0]} ..." with the arguments that make it build and '
+        f"call the module in a few seconds without data or downloads ({named} import it)"
+    )
 
 
 def _describe(tests: list[str], examples: list[Example]) -> str:
