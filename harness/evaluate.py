@@ -23,6 +23,7 @@ from harness.config import EvalConfig
 from harness.errors import UserError
 from harness.files import read_user_text
 from harness.judge.accept import measure_until_judged
+from harness.judge.baseline import seed_compiled_baseline
 from harness.judge.comparator import Comparator, ComparatorStopped
 from harness.judge.receive import CaseReceiver, Receiver
 from harness.judge.tolerance import CaseComparer
@@ -32,6 +33,7 @@ from harness.problem.reference import ReferenceData, draw_seeds, reference_data
 from harness.records import AuditReport, Candidate, Check, EvalResult, Problem, Status
 from harness.sandbox import lifetime
 from harness.sandbox.bubblewrap import WorkerView, problem_view
+from harness.sandbox.environment import INDUCTOR_SEED
 from harness.sandbox.jobs import CandidateReport, WorkerJob
 from harness.sandbox.lifetime import OutOfTime
 from harness.sandbox.run import run_worker
@@ -92,6 +94,8 @@ class Evaluator:
         # once. A failed build is never built again; a built one is in the build cache.
         self._gate: dict[str, list[str]] = {}
         self._builds: dict[str, CandidateReport] = {}
+        # Per problem: its compiled baseline, compiled once for its candidates' timing workers.
+        self._compiled: dict[str, dict[str, str]] = {}
 
     def reference(self, problem: Problem) -> ReferenceData:
         """Reference cases and audit; raises WeakSpecError on a spec a null answer passes.
@@ -213,6 +217,7 @@ class Evaluator:
         checked, reference_ops, kernels = self._check(problem, candidate, data)
         if checked.status is not Status.ok:
             return checked
+        self._compiled_baseline(problem)
         self.progress(f"{problem.name}: checks passed; timing in a fresh worker")
         return measure_until_judged(
             lambda: timed_result(
@@ -224,6 +229,17 @@ class Evaluator:
             self.config.busy_retries,
             lambda why: self.progress(f"{problem.name}: {why}; timing again in a fresh worker"),
         )
+
+    def _compiled_baseline(self, problem: Problem) -> dict[str, str]:
+        """The problem's torch.compile baseline, compiled once (its first timed candidate
+        waits for it) for every candidate's timing worker to start from."""
+        key = hashlib.sha256(problem.model_dump_json().encode()).hexdigest()[:16]
+        if key not in self._compiled:
+            if self.config.compile_baseline and self.config.sandbox == "bubblewrap":
+                self.progress(f"{problem.name}: compiling the torch.compile baseline once")
+            folder = self.work_dir / "compiled" / key
+            self._compiled[key] = seed_compiled_baseline(problem, self.config, folder)
+        return self._compiled[key]
 
     def _check(
         self, problem: Problem, candidate: Candidate, data: ReferenceData
@@ -274,8 +290,12 @@ class Evaluator:
         # The checks' worker on cuda holds other streams' work back (harness.workers.stream_hold).
         gated = mode == "evaluate" and problem.device == "cuda" and config.stream_gate
         extra_env = stream_hold.worker_environment(self.cache_dir) if gated else None
+        view = candidate_view(problem, self.cache_dir)
+        if mode == "time" and (compiled := self._compiled_baseline(problem)):
+            extra_env = compiled  # its own copy of the compiled baseline (read-only here)
+            view.read_only.append(Path(compiled[INDUCTOR_SEED]))
         outcome = run_worker(
-            job_dir, timeout, memory, candidate_view(problem, self.cache_dir), config.sandbox,
+            job_dir, timeout, memory, view, config.sandbox,
             receiver.at(job_dir) if receiver else None, extra_env,
             on_build=lambda body: self.builder.answer(body, problem.device, problem.dtype),
             deadline=self.deadline,

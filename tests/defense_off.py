@@ -593,12 +593,12 @@ DEFENSES: list[Defense] = [
     Defense(
         "bytecode_compile_isolated",
         "harness/sandbox/bytecode.py",
-        '''        [sys.executable, "-I", "-X", f"pycache_prefix={prefix}", "-m", "compileall", "-q", "-q",
+        """        [sys.executable, "-I", "-X", f"pycache_prefix={prefix}", "-m", "compileall", "-q", "-q",
          "-j", "0", str(folder)],
-        cwd=prefix, env={"PATH": os.environ.get("PATH", os.defpath)}, check=False,''',
-        '''        [sys.executable, "-X", f"pycache_prefix={prefix}", "-m", "compileall", "-q", "-q",
+        cwd=prefix, env={"PATH": os.environ.get("PATH", os.defpath)}, check=False,""",
+        """        [sys.executable, "-X", f"pycache_prefix={prefix}", "-m", "compileall", "-q", "-q",
          "-j", "0", str(folder)],
-        env=os.environ, check=False,''',
+        env=os.environ, check=False,""",
         ("tests/test_bytecode.py", "-k", "pull_requests_compileall"),
     ),
     Defense(

@@ -26,7 +26,8 @@ from harness.judge.busy import baseline_window
 from harness.problem.reference import draw_seeds, worker_result
 from harness.records import Problem
 from harness.sandbox.bubblewrap import problem_view
-from harness.sandbox.jobs import BaselineReport, WorkerJob
+from harness.sandbox.environment import INDUCTOR_SEED
+from harness.sandbox.jobs import BaselineReport, CompileReport, WorkerJob
 from harness.sandbox.run import run_worker
 
 
@@ -82,3 +83,38 @@ def _time_once(
     report.phase_seconds["worker"] = outcome.seconds
     report.unjudged = ""  # the parent's to say, not the worker's
     return report
+
+
+def seed_compiled_baseline(problem: Problem, config: EvalConfig, folder: Path) -> dict[str, str]:
+    """Compile the target's ``torch.compile`` baseline once, in a worker of its own (the
+    reference's code only, sandboxed, ``folder`` its Inductor cache), for its candidates'
+    timing workers to start from: each gets a private copy and finds the baseline compiled
+    (on 2 cores a sandboxed cpu evaluation spent 23-25 s of 36-40 s compiling it again).
+
+    The environment a timing worker is given for it (``folder`` must also be shown to it,
+    read-only); empty where there is nothing to share: compile off, no sandbox (workers then
+    share torch's own cache), or the compile failed (each timing worker compiles, and says
+    why it could not)."""
+    if not config.compile_baseline or config.sandbox != "bubblewrap":
+        return {}
+    folder.mkdir(parents=True, exist_ok=True)
+    job = WorkerJob(
+        mode="compile",
+        problem=problem,
+        config=config,
+        cache_dir=config.cache_dir or default_cache_dir(),
+        seeds=draw_seeds(config, None)[:1],
+    )
+    job_dir = Path(tempfile.mkdtemp(prefix="compile-", dir=folder.parent))
+    try:
+        (job_dir / "job.json").write_text(job.model_dump_json())
+        view = problem_view(problem, job.cache_dir, writable=[folder])
+        outcome = run_worker(job_dir, config.run_timeout_s, None, view, config.sandbox,
+                             extra_env={"TORCHINDUCTOR_CACHE_DIR": str(folder)})  # fmt: skip
+    finally:
+        shutil.rmtree(job_dir, ignore_errors=True)
+    try:
+        report = CompileReport.model_validate(worker_result(outcome, problem))
+    except UserError:  # the reference itself fails: its checks say so, with the details
+        return {}
+    return {} if report.error else {INDUCTOR_SEED: str(folder)}

@@ -13,6 +13,10 @@ from pathlib import Path
 
 from harness.sandbox.redact import SECRET_NAME
 
+# Set by the parent for a candidate's timing worker: its target's compiled baseline, read-only
+# (harness.judge.baseline.seed_compiled_baseline), copied by the worker into its own cache.
+INDUCTOR_SEED = "KERNELPILOT_INDUCTOR_SEED"
+
 # Whole families a worker has no use for: the Actions runner's (its file-command paths, its
 # runtime URLs), the action's inputs, the LLM endpoint's settings.
 RUNNER_PREFIXES = ("GITHUB_", "ACTIONS_", "RUNNER_", "INPUT_", "OPENAI_")

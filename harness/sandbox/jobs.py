@@ -58,7 +58,7 @@ class CaseSpec(BaseModel):
 
 
 class WorkerJob(BaseModel):
-    mode: Literal["reference", "build", "evaluate", "time", "baseline", "compare"]
+    mode: Literal["reference", "build", "evaluate", "time", "baseline", "compare", "compile"]
     problem: Problem
     config: EvalConfig
     cache_dir: Path
@@ -160,6 +160,18 @@ class CandidateReport(BaseModel):
         default_factory=dict,
         description="The same for one call of each baseline (eager, torch.compile), after timing.",
     )
+
+
+class CompileReport(BaseModel):
+    """What a compile worker did: ``torch.compile`` of the reference, compiled by one call on
+    timing-like inputs into the target's Inductor cache, which its candidates' timing workers
+    start from (``harness.judge.baseline.seed_compiled_baseline``)."""
+
+    error: str = Field(default="", description="Why it could not be compiled; empty: compiled.")
+    network_isolated: bool = False
+    device_name: str = ""
+    torch_version: str = ""
+    phase_seconds: dict[str, float] = Field(default_factory=dict)
 
 
 class BaselineReport(BaseModel):

@@ -176,15 +176,18 @@ def stopping_cleanly() -> Iterator[None]:
     # Python's first tempfile call writes a probe file into TMPDIR and removes it: made now, so
     # that no stop signal can land in between and leave it there.
     tempfile.gettempdir()
+    # The run's own workers and scratch root: what was there before (an evaluator made
+    # outside any run, in a test) is not the run's to end. Its root is made now, before stop
+    # signals are taken: made later, a signal landing between the folder's creation and its
+    # being recorded as the root left it behind.
+    with _run.lock:
+        outer, outer_root = set(_run.processes), _run.root
+        _run.root = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
     main = threading.current_thread() is threading.main_thread()
     previous = {number: signal.getsignal(number) for number in STOP_SIGNALS} if main else {}
     for number in previous:
         signal.signal(number, _on_signal)
     unraisable, sys.unraisablehook = sys.unraisablehook, _unraisable(sys.unraisablehook)
-    # The run's own workers and scratch root: what was there before (an evaluator made
-    # outside any run, in a test) is not the run's to end.
-    with _run.lock:
-        outer, outer_root, _run.root = set(_run.processes), _run.root, None
     try:
         yield
     except Exception as err:

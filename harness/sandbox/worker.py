@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 from typing import TextIO
@@ -24,9 +26,11 @@ from harness.builds.store import BuildSpec, Built
 from harness.devices import device_name
 from harness.errors import KERNELPILOT_BUG, UserError
 from harness.sandbox.blame import raised_by_kernelpilot
+from harness.sandbox.environment import INDUCTOR_SEED
 from harness.sandbox.jobs import (
     BaselineReport,
     CandidateReport,
+    CompileReport,
     HarnessErrorReport,
     ReferenceReport,
     UserErrorReport,
@@ -66,7 +70,7 @@ def _build_by_parent(channel: TextIO, spec: BuildSpec, key: str) -> Built:
 
 
 def run(job: WorkerJob, job_dir: Path, channel: TextIO) -> tuple[str, dict]:
-    report: ReferenceReport | CandidateReport | BaselineReport
+    report: ReferenceReport | CandidateReport | BaselineReport | CompileReport
     timing.WINDOW_LISTENERS.append(lambda opened: _timing_window(channel, opened))
     try:
         if job.mode == "reference":
@@ -82,6 +86,10 @@ def run(job: WorkerJob, job_dir: Path, channel: TextIO) -> tuple[str, dict]:
             from harness.workers.baseline import run_baseline
 
             report = run_baseline(job)
+        elif job.mode == "compile":
+            from harness.workers.baseline import run_compile
+
+            report = run_compile(job)
         else:
             from harness.workers.candidate import run_build, run_evaluate, run_time
 
@@ -128,11 +136,25 @@ def main(job_dir: Path, channel_fd: int) -> None:
     job_file = job_dir / "job.json"
     job = WorkerJob.model_validate_json(job_file.read_text())
     job_file.unlink()
+    _start_from_compiled_baseline()
     kind, body = run(job, job_dir, channel)
     send(channel, kind, body)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0 if kind == "report" else 3)
+
+
+def _start_from_compiled_baseline() -> None:
+    """Where the parent shows this worker its target's compiled baseline (read-only: the
+    compile worker's Inductor cache, ``harness.judge.baseline.seed_compiled_baseline``), a
+    private copy of it becomes this worker's Inductor cache: its ``torch.compile`` of the
+    reference finds it compiled, and whatever it writes stays its own."""
+    seed = os.environ.pop(INDUCTOR_SEED, "")
+    if not seed or not os.path.isdir(seed):
+        return
+    private = os.path.join(tempfile.mkdtemp(prefix="inductor-"), "cache")
+    shutil.copytree(seed, private, symlinks=True)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = private
 
 
 if __name__ == "__main__":

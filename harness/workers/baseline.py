@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from harness.problem.cases import build_reference, make_inputs
-from harness.sandbox.jobs import BaselineReport, WorkerJob
+from harness.sandbox.jobs import BaselineReport, CompileReport, WorkerJob
 from harness.workers.reference_forward import describe_inputs
 from harness.workers.timing import make_compiled, time_stand_ins
 
@@ -37,4 +37,17 @@ def run_baseline(job: WorkerJob) -> BaselineReport:
         compile_baseline_error=compile_error,
         input_summary=describe_inputs(make_inputs(job.problem, job.seeds[0], job.strengthened)),
         phase_seconds=phases,
+    )
+
+
+def run_compile(job: WorkerJob) -> CompileReport:
+    """``torch.compile`` of the reference, compiled as a timing worker compiles it (the same
+    function, on inputs drawn the same way), so that its Inductor cache, this worker's
+    ``TORCHINDUCTOR_CACHE_DIR``, holds what every candidate's timing worker compiles."""
+    started = time.perf_counter()
+    state = build_reference(job.problem, job.seeds[0]).state_dict()
+    compiled = make_compiled(job, state)
+    return CompileReport(
+        error=compiled if isinstance(compiled, str) else "",
+        phase_seconds={"compile": time.perf_counter() - started},
     )
