@@ -113,7 +113,10 @@ def test_only_the_checks_worker_on_cuda_gets_the_gate(monkeypatch, tmp_path: Pat
         return WorkerOutcome(returncode=1, timed_out=False, seconds=0.0, log_tail="")
 
     monkeypatch.setattr(evaluate, "run_worker", run_worker)
-    evaluator = evaluate.Evaluator(work_dir=tmp_path / "work")
+    from harness.config import EvalConfig
+
+    # No compiled baseline: its timing workers would get its cache, not the gate (another test).
+    evaluator = evaluate.Evaluator(EvalConfig(compile_baseline=False), work_dir=tmp_path / "work")
     from harness.problem.load import problem_from_target
 
     example = Path(__file__).resolve().parent / "redteam" / "problems" / "bias_gelu.py"
