@@ -166,20 +166,18 @@ def test_a_target_the_machine_is_too_busy_to_time_is_not_judged_and_does_not_fai
     config = EvalConfig(compile_baseline=False, time_budget_s=0.05, warmup=1, min_reps=3)
     [target] = configured_targets(configured, load_settings(configured))
     said: list[str] = []
-    head = git(configured, "rev-parse", "HEAD")
+    head, night = git(configured, "rev-parse", "HEAD"), str(datetime.date.today())
     tonight = Tonight(repo=configured, device="cpu", evaluator=Evaluator(config), rule=RegressionConfig(),
-                      progress=said.append, seed=1, base=night_fields("2026-11-27", head, "", "cpu"))  # fmt: skip
+                      progress=said.append, seed=1, base=night_fields(night, head, "", "cpu"))  # fmt: skip
     row = target_row(tonight, target, earlier=[])
     assert len(tries) == config.busy_retries + 1
     assert sum("timing again in a fresh worker" in line for line in said) == config.busy_retries
     assert row.status == row.record.status == "unjudged" and not row.failed and not row.breaks_night
     assert row.reason.startswith("not judged: the machine was too busy (worker 1: alone: preempted")
     assert row.record.eager_ms is None and row.verdict is None
-    report = NightlyReport(commit=head, night="2026-11-27", rows=[row])
+    report = NightlyReport(commit=head, night=night, rows=[row])
     assert "<skipped" in render_junit(report) and 'failures="0"' in render_junit(report)
-    results = NightlyResults(
-        repository="o/r", commit=head, night=str(datetime.date.today()), rows=[row]
-    )
+    results = NightlyResults(repository="o/r", commit=head, night=night, rows=[row])
     results.save(tmp_path)
     loaded = load_nightly_results(
         tmp_path, Expected(repository="o/r", commit=head, today=datetime.date.today())
