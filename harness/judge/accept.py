@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from harness.judge.busy import TOO_BUSY, each_worker
 from harness.records import (
     Check,
     Disturbance,
@@ -158,7 +159,7 @@ def measure_until_judged(
         disturbance = _disturbance_check(result)
         if result.status is Status.unjudged and busy_left > 0:
             busy_left -= 1
-            why = "the machine was too busy to judge the timing"
+            why = TOO_BUSY
             earlier.append(result.reason)
         elif disturbance is not None and not disturbance.passed and disturbance_left > 0:
             disturbance_left -= 1
@@ -176,7 +177,7 @@ def measure_until_judged(
 def _say_earlier(result: EvalResult, earlier: list[str]) -> None:
     """The earlier measurements' figures, after the reported one's: in its disturbance check,
     or, where it has none (not judged, or it failed another way), in its reason."""
-    said = "; ".join(f"worker {n}: {text}" for n, text in enumerate(earlier, 1))
+    said = "; ".join(each_worker(earlier))
     disturbance = _disturbance_check(result)
     if disturbance is not None:
         disturbance.detail = f"{disturbance.detail}; earlier {said}"

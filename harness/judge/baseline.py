@@ -18,17 +18,18 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from harness.builds.cache import default_cache_dir
 from harness.config import EvalConfig
 from harness.errors import UserError
-from harness.judge.busy import baseline_window
+from harness.judge.busy import TOO_BUSY, baseline_window, each_worker, not_judged
 from harness.problem.reference import draw_seeds, worker_result
 from harness.records import Problem
 from harness.sandbox.bubblewrap import problem_view
 from harness.sandbox.environment import INDUCTOR_SEED
 from harness.sandbox.jobs import BaselineReport, CompileReport, WorkerJob
-from harness.sandbox.run import run_worker
+from harness.sandbox.run import WorkerOutcome, run_worker
 
 
 def time_baselines(
@@ -51,29 +52,16 @@ def time_baselines(
             return report
         earlier.append("; ".join(busy))
         if len(earlier) > config.busy_retries:
-            tries = "; ".join(f"worker {n}: {text}" for n, text in enumerate(earlier, 1))
-            report.unjudged = f"not judged: the machine was too busy ({tries})"
+            report.unjudged = not_judged(each_worker(earlier))
             return report
-        on_retry("the machine was too busy to judge the timing; timing again in a fresh worker")
+        on_retry(f"{TOO_BUSY}; timing again in a fresh worker")
 
 
 def _time_once(
     problem: Problem, config: EvalConfig, seed: int | None, work_dir: Path | None
 ) -> BaselineReport:
-    job = WorkerJob(
-        mode="baseline",
-        problem=problem,
-        config=config,
-        cache_dir=config.cache_dir or default_cache_dir(),
-        seeds=draw_seeds(config, seed)[:1],  # the parameters' seed; timed inputs are drawn live
-    )
-    job_dir = Path(tempfile.mkdtemp(prefix="baseline-", dir=work_dir))
-    try:
-        (job_dir / "job.json").write_text(job.model_dump_json())
-        view = problem_view(problem, job.cache_dir)
-        outcome = run_worker(job_dir, config.run_timeout_s, None, view, config.sandbox)
-    finally:
-        shutil.rmtree(job_dir, ignore_errors=True)
+    job = _job("baseline", problem, config, seed)  # the parameters' seed; inputs drawn live
+    outcome = _run(job, work_dir)
     try:
         report = BaselineReport.model_validate(worker_result(outcome, problem))
     except UserError as err:
@@ -83,6 +71,34 @@ def _time_once(
     report.phase_seconds["worker"] = outcome.seconds
     report.unjudged = ""  # the parent's to say, not the worker's
     return report
+
+
+def _job(mode: Literal["baseline", "compile"], problem: Problem, config: EvalConfig,
+         seed: int | None) -> WorkerJob:  # fmt: skip
+    return WorkerJob(
+        mode=mode,
+        problem=problem,
+        config=config,
+        cache_dir=config.cache_dir or default_cache_dir(),
+        seeds=draw_seeds(config, seed)[:1],
+    )
+
+
+def _run(
+    job: WorkerJob,
+    work_dir: Path | None,
+    writable: list[Path] | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> WorkerOutcome:
+    """Run ``job``'s worker (the reference's code only) in a job folder made and removed here."""
+    job_dir = Path(tempfile.mkdtemp(prefix=f"{job.mode}-", dir=work_dir))
+    try:
+        (job_dir / "job.json").write_text(job.model_dump_json())
+        view = problem_view(job.problem, job.cache_dir, writable=writable)
+        return run_worker(job_dir, job.config.run_timeout_s, None, view, job.config.sandbox,
+                          extra_env=extra_env)  # fmt: skip
+    finally:
+        shutil.rmtree(job_dir, ignore_errors=True)
 
 
 def seed_compiled_baseline(problem: Problem, config: EvalConfig, folder: Path) -> dict[str, str]:
@@ -98,21 +114,8 @@ def seed_compiled_baseline(problem: Problem, config: EvalConfig, folder: Path) -
     if not config.compile_baseline or config.sandbox != "bubblewrap":
         return {}
     folder.mkdir(parents=True, exist_ok=True)
-    job = WorkerJob(
-        mode="compile",
-        problem=problem,
-        config=config,
-        cache_dir=config.cache_dir or default_cache_dir(),
-        seeds=draw_seeds(config, None)[:1],
-    )
-    job_dir = Path(tempfile.mkdtemp(prefix="compile-", dir=folder.parent))
-    try:
-        (job_dir / "job.json").write_text(job.model_dump_json())
-        view = problem_view(problem, job.cache_dir, writable=[folder])
-        outcome = run_worker(job_dir, config.run_timeout_s, None, view, config.sandbox,
-                             extra_env={"TORCHINDUCTOR_CACHE_DIR": str(folder)})  # fmt: skip
-    finally:
-        shutil.rmtree(job_dir, ignore_errors=True)
+    job = _job("compile", problem, config, None)
+    outcome = _run(job, folder.parent, [folder], {"TORCHINDUCTOR_CACHE_DIR": str(folder)})
     try:
         report = CompileReport.model_validate(worker_result(outcome, problem))
     except UserError:  # the reference itself fails: its checks say so, with the details

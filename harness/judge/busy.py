@@ -23,6 +23,9 @@ from harness.timings import Timings, TimingStats, WindowLoad
 BUSY_SHARE = 0.25
 OTHERS_BUSY = 0.25
 
+# How a timing the machine was too busy to judge is said: why it is timed again, and the verdict.
+TOO_BUSY = "the machine was too busy to judge the timing"
+
 _WINDOWS = {
     "alone": ("eager_alone", "compiled_alone"),
     "beside": ("candidate", "eager_beside", "compiled_beside"),
@@ -94,6 +97,16 @@ def quiet_detail(timings: Timings) -> str:
         busiest = max(timings.windows.values(), key=lambda load: load.others_cores)
         detail += f"; at most {busiest.describe()}"
     return detail
+
+
+def not_judged(figures: list[str]) -> str:
+    """The reason of a verdict not judged, with each busy window's (or each try's) figures."""
+    return f"not judged: the machine was too busy ({'; '.join(figures)})"
+
+
+def each_worker(figures: list[str]) -> list[str]:
+    """Figures of consecutive measurements, each in a fresh worker, numbered as they ran."""
+    return [f"worker {n}: {text}" for n, text in enumerate(figures, 1)]
 
 
 def baseline_window(

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from harness.config import EvalConfig
 from harness.errors import UserError
 from harness.judge.accept import accept, baseline_disturbance
-from harness.judge.busy import busy_windows, judged_timings, quiet_detail
+from harness.judge.busy import busy_windows, judged_timings, not_judged, quiet_detail
 from harness.judge.comparator import ComparatorStopped
 from harness.judge.tolerance import CaseComparison
 from harness.problem.reference import ReferenceData
@@ -129,7 +129,7 @@ def judge_timing(result: EvalResult, config: EvalConfig) -> None:
     )
     if busy:
         result.status = Status.unjudged
-        result.reason = f"not judged: the machine was too busy ({'; '.join(busy)})"
+        result.reason = not_judged(busy)
         return
     if timings.eager_alone is not None:
         disturbance = baseline_disturbance(beside, timings.eager_alone, timings.eager_after)
