@@ -68,11 +68,16 @@ def baseline_rates(result: EvalResult, baselines: dict[str, TimingStats | None])
     if not (result.io_bytes and result.copy_bandwidth_gbs):
         return []
     rates = [
-        f"{name} {result.io_bytes / (stats.median_ms / 1e3) / 1e9:.0f} GB/s"
+        f"{name} {_gbs(result.io_bytes, stats.median_ms):.0f} GB/s"
         for name, stats in baselines.items()
         if stats is not None and stats.median_ms > 0
     ]
     return [f"On the same bytes: {', '.join(rates)}."] if rates else []
+
+
+def _gbs(io_bytes: int, ms: float) -> float:
+    """GB/s of ``io_bytes`` moved in ``ms``."""
+    return io_bytes / (ms / 1e3) / 1e9
 
 
 def _ms(value: float) -> str:
@@ -86,7 +91,7 @@ def ceiling_lines(result: EvalResult, kernel_ms: float) -> list[str]:
         return []
     lines = []
     if result.io_bytes and result.copy_bandwidth_gbs:
-        achieved = result.io_bytes / (kernel_ms / 1e3) / 1e9
+        achieved = _gbs(result.io_bytes, kernel_ms)
         ceiling = result.copy_bandwidth_gbs
         lines.append(
             f"It moves at least {result.io_bytes / 1e6:.1f} MB per call (its inputs read and its "

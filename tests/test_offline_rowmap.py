@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 
-from agents.offline.cxx_common import HOST_HELPERS
+from agents.offline.cxx_helpers import HOST_HELPERS
 from agents.offline.kernel import _layout
 from harness.builds.cache import CachedLoader, default_cache_dir
 

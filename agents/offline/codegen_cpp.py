@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from agents.offline.cpu_math import CPU_MATH
 from agents.offline.cxx_common import (
-    ELEMENT_HELPERS,
-    HOST_HELPERS,
     element_type,
     op_call,
     op_function,
@@ -22,6 +20,7 @@ from agents.offline.cxx_common import (
     pointer_params,
     wrapper,
 )
+from agents.offline.cxx_helpers import ELEMENT_HELPERS, HOST_HELPERS
 from agents.offline.kernel import FusedKernel, row_invariant
 
 CPU_FLAGS = ["-O3", "-fopenmp"]

@@ -9,8 +9,6 @@ indexes inputs by broadcast strides. Launches go on the current stream and are c
 from __future__ import annotations
 
 from agents.offline.cxx_common import (
-    ELEMENT_HELPERS,
-    HOST_HELPERS,
     element_type,
     op_call,
     op_function,
@@ -19,6 +17,7 @@ from agents.offline.cxx_common import (
     signature,
     wrapper,
 )
+from agents.offline.cxx_helpers import ELEMENT_HELPERS, HOST_HELPERS
 from agents.offline.kernel import FusedKernel
 
 CUDA_FLAGS = ["-O3"]
@@ -107,12 +106,10 @@ def _fast(kernel: FusedKernel) -> str:
         "    const int64_t row = FLAT ? 0 : base / cols;",
         "    const int64_t col = FLAT ? base : base - row * cols;",
     ]
+    lines += _row_offsets(kernel)
     lane_loads, tail_loads = [], []
     for k, item in enumerate(kernel.inputs):
         kind = element_type(item)
-        lines.append(
-            f"    const int64_t r{k} = FLAT ? 0 : kp::row_in_run(row, rd{k}, rm{k}) * rs{k};"
-        )
         if item.contiguous_columns:
             lines.append(
                 f"    const kp::Vec<{kind}, VEC> x{k} = kp::load_vec<VEC>(in{k} + r{k} + col);"
@@ -139,10 +136,7 @@ def _fast(kernel: FusedKernel) -> str:
         "  for (int64_t i = vectors * VEC + first; i < numel; i += step) {",
         "    const int64_t row = FLAT ? 0 : i / cols;",
         "    const int64_t col = FLAT ? i : i - row * cols;",
-        *[
-            f"    const int64_t r{k} = FLAT ? 0 : kp::row_in_run(row, rd{k}, rm{k}) * rs{k};"
-            for k in range(len(kernel.inputs))
-        ],
+        *_row_offsets(kernel),
         *op_call(kernel, tail_loads, "    "),
         *[
             f"    out{j}[i] = kp::store<{element_type(item)}>(o{j});"
@@ -152,6 +146,14 @@ def _fast(kernel: FusedKernel) -> str:
         "}",
     ]
     return "\n".join(lines)
+
+
+def _row_offsets(kernel: FusedKernel) -> list[str]:
+    """Where each input's row ``row`` starts (``kp::row_map``'s stride, divisor, modulus)."""
+    return [
+        f"    const int64_t r{k} = FLAT ? 0 : kp::row_in_run(row, rd{k}, rm{k}) * rs{k};"
+        for k in range(len(kernel.inputs))
+    ]
 
 
 def _general(kernel: FusedKernel) -> str:
