@@ -602,6 +602,13 @@ DEFENSES: list[Defense] = [
         ("tests/test_bytecode.py", "-k", "pull_requests_compileall"),
     ),
     Defense(
+        "compiled_baseline_shown_read_only",
+        "harness/evaluate.py",
+        "            view.read_only.append(Path(compiled[INDUCTOR_SEED]))",
+        "            view.writable.append(Path(compiled[INDUCTOR_SEED]))",
+        ("tests/test_evaluator.py", "-k", "cannot_write_the_compiled_baseline"),
+    ),
+    Defense(
         "nightly_issue_kept_open_while_unjudged",
         "bot/nightly/issue.py",
         "        if not problems and unjudged and existing is not None:",

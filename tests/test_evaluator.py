@@ -9,6 +9,7 @@ from pathlib import Path
 from harness.evaluate import Evaluator
 from harness.problem.load import problem_from_target
 from harness.records import Candidate, Status
+from harness.sandbox.environment import INDUCTOR_SEED
 from tests.conftest import FIXTURES, fast_config
 
 PROBLEM = problem_from_target(str(FIXTURES / "scale_problem.py"), "cpu", "float32")
@@ -125,3 +126,18 @@ def test_the_compiled_baseline_is_compiled_once_for_a_targets_candidates(tmp_pat
     for result in (first, second):
         assert result.timings.compiled_beside is not None and result.vs_compile is not None
     assert {path: path.stat().st_mtime_ns for path in folder.rglob("*")} == made
+
+
+def test_a_candidate_cannot_write_the_compiled_baseline_its_target_shares(tmp_path):
+    """The target's compiled baseline is shown to each timing worker read-only: a candidate
+    that got past the Python gate (this one is run without it) and writes into that folder
+    changes nothing for the candidates timed after it."""
+    evaluator = Evaluator(fast_config(compile_baseline=True), seed=1, work_dir=tmp_path)
+    data = evaluator.reference(PROBLEM)
+    seed = Path(evaluator._compiled_baseline(PROBLEM)[INDUCTOR_SEED])
+    planted = seed / "planted.py"
+    writer = (FIXTURES / "isolation_honest.py").read_text() + (
+        f"\ntry:\n    open({str(planted)!r}, 'w').write('slow = True')\nexcept OSError:\n    pass\n"
+    )
+    evaluator._run_candidate(PROBLEM, Candidate(source=writer), "time", data)
+    assert not planted.exists()
