@@ -94,7 +94,9 @@ class Evaluator:
         # once. A failed build is never built again; a built one is in the build cache.
         self._gate: dict[str, list[str]] = {}
         self._builds: dict[str, CandidateReport] = {}
-        # Per problem: its compiled baseline, compiled once for its candidates' timing workers.
+        # Per problem: how many timing workers it had, and its compiled baseline, compiled once
+        # for the timing workers after its first (``_compiled_baseline``).
+        self._timed: dict[str, int] = {}
         self._compiled: dict[str, dict[str, str]] = {}
 
     def reference(self, problem: Problem) -> ReferenceData:
@@ -217,7 +219,6 @@ class Evaluator:
         checked, reference_ops, kernels = self._check(problem, candidate, data)
         if checked.status is not Status.ok:
             return checked
-        self._compiled_baseline(problem)
         self.progress(f"{problem.name}: checks passed; timing in a fresh worker")
         return measure_until_judged(
             lambda: timed_result(
@@ -231,9 +232,15 @@ class Evaluator:
         )
 
     def _compiled_baseline(self, problem: Problem) -> dict[str, str]:
-        """The problem's torch.compile baseline, compiled once (its first timed candidate
-        waits for it) for every candidate's timing worker to start from."""
+        """The environment of the problem's next timing worker for its compiled baseline. The
+        first timing worker compiles torch.compile itself; from the second on, the baseline is
+        compiled once more, in a worker of its own, and every later timing worker starts from
+        it: a target timed once pays for one compile, as before, and one timed N times for two,
+        not N."""
         key = hashlib.sha256(problem.model_dump_json().encode()).hexdigest()[:16]
+        self._timed[key] = self._timed.get(key, 0) + 1
+        if self._timed[key] == 1:
+            return {}
         if key not in self._compiled:
             if self.config.compile_baseline and self.config.sandbox == "bubblewrap":
                 self.progress(f"{problem.name}: compiling the torch.compile baseline once")
