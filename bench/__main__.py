@@ -30,6 +30,7 @@ BENCHMARKS = {
     "builds": "bench.bench_builds",
     "prompt-sizes": "bench.bench_prompt_sizes",
     "busy": "bench.bench_busy",
+    "layouts": "bench.bench_layouts",
 }
 
 

@@ -31,6 +31,7 @@
 # KP_KBREF_LIMIT=500 s a side; KP_KBREF_ARGS, e.g. --only 26_GELU_), kbsweep (python -m bench
 # kb-sweep: every level-1 and level-2 problem at its published size, two sweeps at once,
 # resumed run after run from .kb/sweep/), kbfiles (kb-sweep on the files in KP_KB_FILES),
+# layouts (python -m bench layouts on KP_KB_FILES: where eager's and compile's time goes),
 # busy (python -m bench busy: the honest corpus quiet and under CPU load, KP_BUSY_ARGS),
 # streamgate (bench/gpu_stream_gate.py: the stream entries, the gate on and off), scripted (the
 # agent team with scripted replies), prflow (the pull-request flow against the fake GitHub on a
@@ -96,7 +97,7 @@ kbref() {  # kbref SIDE OPTIONS...: bench_reference on .kb/problems, one column 
     --out "$OUT/kbref-$side.json"
 }
 for what in "$@"; do
-  if [ "$what" != build ] && [ "$what" != pack ] && [ "$what" != kbref ] && [ "$what" != kbsweep ] && [ "$what" != kbfiles ] && [ "$what" != scripted ] && [ "$what" != prflow ] && [ "$what" != nightly ] && [ "$what" != sandbox ] && [ "$what" != sandboxcost ] && [ ! -d .kp-cache ]; then
+  if [ "$what" != build ] && [ "$what" != pack ] && [ "$what" != kbref ] && [ "$what" != kbsweep ] && [ "$what" != kbfiles ] && [ "$what" != layouts ] && [ "$what" != scripted ] && [ "$what" != prflow ] && [ "$what" != nightly ] && [ "$what" != sandbox ] && [ "$what" != sandboxcost ] && [ ! -d .kp-cache ]; then
     echo "no build cache (.kp-cache): run the build stage or bring .kp-cache-parts from the pack stage"; exit 3
   fi
   case $what in
@@ -155,6 +156,10 @@ for what in "$@"; do
       # KP_GATE_SELECT: only entries whose name contains it)
       stage stream_gate "${KP_GATE_LIMIT:-420}" python3 -m bench.gpu_stream_gate --rounds "${KP_GATE_ROUNDS:-1}" \
         --select "${KP_GATE_SELECT:-}" --out "$OUT/stream_gate.json" ;;
+    layouts)  # python -m bench layouts on KP_KB_FILES: eager, channels-last, compile, their kernels
+      # shellcheck disable=SC2086  # KP_KB_FILES: a list of paths (word-split)
+      stage layouts "${KP_LAYOUTS_LIMIT:-300}" python3 -m bench layouts ${KP_KB_FILES:?KP_KB_FILES=<problem files>} \
+        --out "$OUT/layouts.json" ;;
     kbfiles)  # python -m bench kb-sweep on the KernelBench files named in KP_KB_FILES (paths under
       # .kb/all), with KP_KB_CANDIDATE (copy or offline), into $OUT/kbfiles.json
       [ -d .kb/all ] || { echo "no .kb/all: run bench/fetch_kernelbench.sh --all here and bring .kb along"; exit 3; }
@@ -178,6 +183,6 @@ for what in "$@"; do
       tar -czf "$OUT/nightly.tgz" -C "$OUT" nightly && rm -rf "$OUT/nightly" ;;
     pack) tar -czf - .kp-cache | split -b 15m - "$OUT/kp-cache.tgz.part-"
           ls -la "$OUT"/kp-cache.tgz.part-* ;;
-    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, sandbox, sandboxcost, bench, overhead, timer, kbref, kbsweep, kbfiles, streamgate, scripted, prflow, nightly, pack)"; exit 2 ;;
+    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, sandbox, sandboxcost, bench, overhead, timer, kbref, kbsweep, kbfiles, layouts, streamgate, scripted, prflow, nightly, pack)"; exit 2 ;;
   esac
 done

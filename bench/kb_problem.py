@@ -112,6 +112,8 @@ def sweep_problem(
                 row.candidate_phases = {k: round(v, 2) for k, v in result.phase_seconds.items()}
                 row.speedup_vs_eager = result.speedup_vs_eager
                 row.speedup_vs_compile = result.speedup_vs_compile
+                row.kernel_breakdowns = {"candidate": result.time_breakdown}
+                row.kernel_breakdowns.update(result.baseline_breakdowns)
                 row.memory_error = "\n".join(
                     m.group(0) for m in OOM_TEXT.finditer(f"{result.reason}\n{result.log}")
                 )[:1500]

@@ -40,6 +40,11 @@ class SweepRow(BaseModel):
         description="Where the candidate's seconds went, as its verdict's phase_seconds (build, "
         "check, compile, eager_alone, timing, ...).",
     )
+    kernel_breakdowns: dict[str, list[tuple[str, float]]] = Field(
+        default_factory=dict,
+        description="Where one call's device time went (kernel, microseconds), for the "
+        "candidate and for each baseline (eager, torch.compile), as the verdict reports them.",
+    )
     speedup_vs_eager: float | None = Field(default=None, description="An ok candidate's.")
     speedup_vs_compile: float | None = Field(default=None, description="An ok candidate's.")
     peak_reference_mib: int | None = Field(
