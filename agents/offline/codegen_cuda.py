@@ -8,6 +8,7 @@ indexes inputs by broadcast strides. Launches go on the current stream and are c
 
 from __future__ import annotations
 
+from agents.offline import layouts
 from agents.offline.cxx_common import (
     element_type,
     op_call,
@@ -79,10 +80,14 @@ inline int64_t blocks_for(int64_t work) {
 """
 
 
-def cuda_sources(kernels: list[FusedKernel]) -> tuple[str, str]:
-    """(C++ declarations for the bindings, the .cu source with kernels and wrappers)."""
-    declarations = "\n".join(f"{signature(kernel)};" for kernel in kernels) + "\n"
+def cuda_sources(kernels: list[FusedKernel], channels_last: bool = False) -> tuple[str, str]:
+    """(C++ declarations for the bindings, the .cu source with kernels and wrappers);
+    ``channels_last``: with the convolutions' input transpose (``agents.offline.layouts``)."""
+    signatures = [signature(kernel) for kernel in kernels]
+    signatures += [layouts.SIGNATURE] if channels_last else []
+    declarations = "\n".join(f"{text};" for text in signatures) + "\n"
     parts = [_PRELUDE, ELEMENT_HELPERS, HOST_HELPERS]
+    parts += [layouts.CUDA_SOURCE] if channels_last else []
     for kernel in kernels:
         parts.append(op_function(kernel))
         if kernel.fast_path:
@@ -103,7 +108,7 @@ def _fast(kernel: FusedKernel) -> str:
         "  const int64_t vectors = numel / VEC;",
         "  for (int64_t v = first; v < vectors; v += step) {",
         "    const int64_t base = v * VEC;",
-        "    const int64_t row = FLAT ? 0 : base / cols;",
+        "    const int64_t row = FLAT ? 0 : kp::quotient(base, cols);",
         "    const int64_t col = FLAT ? base : base - row * cols;",
     ]
     lines += _row_offsets(kernel)
@@ -134,7 +139,7 @@ def _fast(kernel: FusedKernel) -> str:
     lines += [
         "  }",
         "  for (int64_t i = vectors * VEC + first; i < numel; i += step) {",
-        "    const int64_t row = FLAT ? 0 : i / cols;",
+        "    const int64_t row = FLAT ? 0 : kp::quotient(i, cols);",
         "    const int64_t col = FLAT ? i : i - row * cols;",
         *_row_offsets(kernel),
         *op_call(kernel, tail_loads, "    "),

@@ -49,6 +49,18 @@ inline std::vector<int64_t> broadcast_sizes(const std::vector<at::Tensor>& tenso
   return sizes;
 }
 
+// The tensors with leading dimensions of size 1 up to order's length, then permuted to it: a
+// kernel iterating in a channels-last tensor's memory order (agents.offline.layouts).
+inline std::vector<at::Tensor> in_order(std::vector<at::Tensor> tensors, at::IntArrayRef order) {
+  const int64_t rank = static_cast<int64_t>(order.size());
+  for (at::Tensor& t : tensors) {
+    TORCH_CHECK(t.dim() <= rank, "an input of rank ", t.dim(), " where ", rank, " was traced");
+    while (t.dim() < rank) t = t.unsqueeze(0);
+    t = t.permute(order);
+  }
+  return tensors;
+}
+
 inline void check_inputs(const std::vector<at::Tensor>& tensors, const std::vector<bool>& is_bool,
                          at::ScalarType dtype, const char* name) {
   for (size_t k = 0; k < tensors.size(); ++k) {
@@ -125,6 +137,15 @@ KP_INLINE int64_t row_in_run(int64_t r, int64_t div, int64_t mod) {
                                 static_cast<uint32_t>(mod));
   }
   return r / div % mod;
+}
+
+// a / b for non-negative a and positive b, in 32-bit arithmetic where both fit (a 64-bit
+// division is dozens of instructions on a GPU: the fast path splits every vector's index).
+KP_INLINE int64_t quotient(int64_t a, int64_t b) {
+  if (((a | b) >> 31) == 0) {
+    return static_cast<int64_t>(static_cast<uint32_t>(a) / static_cast<uint32_t>(b));
+  }
+  return a / b;
 }
 
 struct Plan {

@@ -23,6 +23,7 @@ from torch.fx import GraphModule, Node, Tracer
 from torch.fx.passes.shape_prop import ShapeProp
 from torch.fx.proxy import TraceError
 
+from agents.offline.conv_bias import split_conv_bias
 from agents.offline.fusable import DROPOUT_MODULES, fusable_ops
 from agents.offline.ops import PointwiseOp
 from agents.offline.watch import AttributeWatch, Read, UnpackWatch
@@ -90,7 +91,10 @@ class _InliningTracer(Tracer):
         return super().call_module(m, forward, args, kwargs)
 
 
-def trace(reference: nn.Module, inputs: list, dtype: torch.dtype) -> TracedModule:
+def trace(
+    reference: nn.Module, inputs: list, dtype: torch.dtype, split_bias: bool = False
+) -> TracedModule:
+    """``split_bias``: convolutions' biases added by their epilogue (``agents.offline.conv_bias``)."""
     tracer = _InliningTracer()
     # Leaf modules too: forward may read their attributes (``self.proj.out_features``).
     try:
@@ -103,6 +107,49 @@ def trace(reference: nn.Module, inputs: list, dtype: torch.dtype) -> TracedModul
         raise NotTraceable(f"cannot trace: {type(err).__name__}: {_first_line(err)}") from err
     graph_module = GraphModule(tracer.root, graph, type(reference).__name__)
     removed = _remove_identities(graph_module)
+    _propagate_shapes(graph_module, inputs)
+    ops, left = fusable_ops(graph_module, dtype)
+    split = split_conv_bias(graph_module, ops) if split_bias else []
+    if split:
+        _propagate_shapes(graph_module, inputs)
+        ops, left = fusable_ops(graph_module, dtype)
+    _devices_from_operands(graph_module, ops)
+    fused = [(str(node.target), node.args[0]) for node in ops if node.op == "call_module"]
+    replaced = [*removed, *split, *fused]
+    facts = TraceFacts(
+        reads=reads.reads(),
+        unpacked={node: counts for node, counts in unpacks.counts.items() if node.graph is graph},
+        inlined=[path for path in tracer.inlined if path],
+        replaced=sorted({path for path, _ in replaced}),
+        replaced_reads=_replaced_reads(reference, replaced),
+    )
+    return TracedModule(graph_module, ops, dtype, left, facts)
+
+
+def _devices_from_operands(graph_module: GraphModule, ops: dict[Node, PointwiseOp]) -> None:
+    """``y.device`` of a pointwise result read from an operand of the same shape instead (the
+    same device): ``torch.tensor(0.0, device=x.device)`` after ``x = a + b`` would otherwise
+    read the kernel's output before the kernel ran, and split the chain in two."""
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function" or node.target is not getattr or node.args[1:] != ("device",):
+            continue
+        source = node.args[0]
+        while isinstance(source, Node) and source in ops:
+            same = [
+                value
+                for value in ops[source].operands
+                if isinstance(value, Node)
+                and "tensor_meta" in value.meta
+                and value.meta["tensor_meta"].shape == source.meta["tensor_meta"].shape
+            ]
+            if not same or not same[0].meta["tensor_meta"].shape:
+                break  # a 0-d result's operands may be on another device than it
+            source = same[0]
+        node.args = (source, "device")
+    graph_module.recompile()
+
+
+def _propagate_shapes(graph_module: GraphModule, inputs: list) -> None:
     try:
         with torch.no_grad():
             ShapeProp(graph_module, fake_mode=FakeTensorMode(allow_non_fake_inputs=True)).propagate(
@@ -112,17 +159,6 @@ def trace(reference: nn.Module, inputs: list, dtype: torch.dtype) -> TracedModul
         raise NotTraceable(
             f"cannot trace: shape propagation failed: {type(err).__name__}: {_first_line(err)}"
         ) from err
-    ops, left = fusable_ops(graph_module, dtype)
-    fused = [(str(node.target), node.args[0]) for node in ops if node.op == "call_module"]
-    replaced = [*removed, *fused]
-    facts = TraceFacts(
-        reads=reads.reads(),
-        unpacked={node: counts for node, counts in unpacks.counts.items() if node.graph is graph},
-        inlined=[path for path in tracer.inlined if path],
-        replaced=sorted({path for path, _ in replaced}),
-        replaced_reads=_replaced_reads(reference, replaced),
-    )
-    return TracedModule(graph_module, ops, dtype, left, facts)
 
 
 def _replaced_reads(reference: nn.Module, replaced: Sequence[tuple[str, object]]) -> list[Read]:
@@ -136,7 +172,11 @@ def _replaced_reads(reference: nn.Module, replaced: Sequence[tuple[str, object]]
         if meta is None or not hasattr(meta, "shape"):
             raise NotTraceable(f"cannot trace: the input of {path} has no traced shape")
         try:
-            with AttributeWatch(reference, [module]) as watch, FakeTensorMode(), torch.no_grad():
+            with (
+                AttributeWatch(reference, [module]) as watch,
+                FakeTensorMode(allow_non_fake_inputs=True),  # a replaced conv's parameters
+                torch.no_grad(),
+            ):
                 module(torch.empty(meta.shape, dtype=meta.dtype))
         except _USER_CODE_ERRORS as err:
             raise NotTraceable(
