@@ -162,14 +162,14 @@ def get_inputs():
 """
 
 
-def planned(tmp_path, source: str, device: str = "cuda"):
+def planned(tmp_path, source: str, device: str = "cuda", dtype: torch.dtype = torch.bfloat16):
     path = write_module(tmp_path, "model", HEADER + source)
     problem = problem_from_target(f"{path}:Model", "cpu", None)
     reference = build_reference(problem, seed=0)
     traced = trace(reference, make_inputs(problem, seed=0), torch.float32)
     nodes = list(traced.graph_module.graph.nodes)
     groups = fusion_groups(nodes, traced.ops)
-    return plan_layouts(groups, reference, device), groups
+    return plan_layouts(groups, reference, device, dtype), groups
 
 
 def test_a_conv_and_its_per_channel_epilogue_go_channels_last(tmp_path) -> None:
@@ -195,7 +195,9 @@ def test_convs_whose_readers_cannot_iterate_in_memory_order_stay_as_they_are(
     assert plan.convs == frozenset() and plan.orders == {}
 
 
-def test_the_cuda_candidate_passes_the_native_gate(tmp_path) -> None:
+def test_the_cuda_candidate_passes_the_native_gate(tmp_path, monkeypatch) -> None:
+    # float32: the gate's strictest (no reduced-precision names in the source)
+    monkeypatch.setattr(layouts, "CHANNELS_LAST_DTYPES", {torch.float32})
     path = write_module(tmp_path, "model", HEADER + CONV_EPILOGUE)
     problem = problem_from_target(f"{path}:Model", "cuda", None)
     source = propose_here(problem).candidate.source
@@ -207,14 +209,18 @@ def test_the_cuda_candidate_passes_the_native_gate(tmp_path) -> None:
     assert check_python(source, problem.class_name, "float32") == []
 
 
-def test_cpu_candidates_keep_their_layout(tmp_path) -> None:
+def test_cpu_and_float32_candidates_keep_their_layout(tmp_path) -> None:
     plan, _ = planned(tmp_path, CONV_EPILOGUE, device="cpu")
+    assert plan.convs == frozenset() and plan.orders == {}
+    plan, _ = planned(tmp_path, CONV_EPILOGUE, dtype=torch.float32)  # TF32 convs: see layouts
     assert plan.convs == frozenset() and plan.orders == {}
 
 
-def forward_of(tmp_path, source: str, device: str = "cuda") -> tuple[str, str]:
+def forward_of(
+    tmp_path, source: str, device: str = "cuda", dtype: str = "bfloat16"
+) -> tuple[str, str]:
     path = write_module(tmp_path, "model", HEADER + source)
-    proposal = propose_here(problem_from_target(f"{path}:Model", device, None))
+    proposal = propose_here(problem_from_target(f"{path}:Model", device, dtype))
     assert proposal.candidate is not None, proposal.reason
     text = proposal.candidate.source
     return proposal.reason, text[text.index("    def forward(") :]
@@ -230,10 +236,13 @@ def test_the_conv_bias_is_added_by_the_epilogue_kernel(tmp_path) -> None:
     assert "[add, mul, add, leaky_relu, gelu]" in reason
     # the module stays guarded as a plain Conv2d with the options the call was written with
     assert "type(self.conv) is nn.Conv2d" in forward and "self.conv.padding == (0, 0)" in forward
+    # float32 on cuda: the bias is still the kernel's, the conv's input as it was
+    _, forward = forward_of(tmp_path, CONV_EPILOGUE, dtype="float32")
+    assert "F.conv2d(x, conv_weight, None, (1, 1), (0, 0), (1, 1), 1)" in forward
 
 
 def test_a_transposed_conv_keeps_its_options_and_one_kernel_reads_the_device(tmp_path) -> None:
-    reason, forward = forward_of(tmp_path, TRANSPOSED)
+    reason, forward = forward_of(tmp_path, TRANSPOSED, dtype="float32")  # a float32 0-d tensor
     # F.conv_transpose2d's order: stride, padding, output_padding, groups, dilation
     assert "None, (2, 2), (1, 1), (1, 1), 1, (2, 2))" in forward
     assert "fused 1 pointwise chain into 1 kernel: [add, add, minimum, gelu, mul]" in reason
@@ -259,6 +268,7 @@ def test_a_channels_last_candidate_matches_its_reference_on_every_layout(
     for inputs the trace did not see too (other sizes, a channels-last input, a strided one);
     a transposed conv's options are passed in their places."""
     monkeypatch.setattr(layouts, "CHANNELS_LAST_DEVICES", {"cpu"})
+    monkeypatch.setattr(layouts, "CHANNELS_LAST_DTYPES", {torch.float32})
     path = write_module(tmp_path, "model", HEADER + CONV_EPILOGUE)
     problem = problem_from_target(f"{path}:Model", "cpu", None)
     proposal = propose_here(problem)

@@ -105,7 +105,7 @@ def propose_here(problem: Problem) -> Proposal:
     left = _left_note(traced.left_in_pytorch)
     if not groups:
         return Proposal(reason="nothing to fuse: the module has no pointwise operations" + left)
-    layouts = plan_layouts(groups, reference, problem.device)
+    layouts = plan_layouts(groups, reference, problem.device, dtype)
     kernels = {
         tuple(group): build_kernel(
             f"fused_{index}", group, traced.ops, dtype, layouts.orders.get(tuple(group))
