@@ -2,13 +2,12 @@
 
 No LLM and no API key: the reference is traced with torch.fx; library ops (matmul, conv, norms,
 softmax, reductions...) stay PyTorch calls and every maximal group of connected pointwise ops
-becomes one C++ (OpenMP) or CUDA kernel; on cuda, a convolution whose epilogue is fused runs
-channels-last and the epilogue in memory order (``agents.offline.layouts``). The result is a
-normal candidate, verified like any other, and it seeds the LLM search with a strong first
-child; one that the static checks (``harness.static.python``) would refuse is not proposed.
-What the trace fixed (values read, submodule types, unpacked counts, input ranks and dtypes)
-is guarded on every call, and the reference's own forward, copied into the candidate, runs
-where a guard does not hold.
+becomes one C++ (OpenMP) or CUDA kernel; on cuda a plain convolution's bias is added by its
+epilogue's kernel (``agents.offline.conv_bias``). The result is a normal candidate, verified
+like any other, and it seeds the LLM search with a strong first child; one that the static
+checks (``harness.static.python``) would refuse is not proposed. What the trace fixed (values
+read, submodule types, unpacked counts, input ranks and dtypes) is guarded on every call, and
+the reference's own forward, copied into the candidate, runs where a guard does not hold.
 
     proposal = propose(problem)   # in a sandboxed worker: the module is the pull request's code
     if proposal.candidate is not None: ...
@@ -20,14 +19,13 @@ import shutil
 
 from pydantic import BaseModel, Field, ValidationError
 
-from agents.offline import layouts as layout_policy
+from agents.offline import conv_bias
 from agents.offline.emit import CannotEmit, forward_source
 from agents.offline.fusable import lasting_writes
 from agents.offline.grouping import fusion_groups, schedule
 from agents.offline.guards import CannotGuard, add_broadcast_checks, guards_for
 from agents.offline.init_copy import CannotCopy, copy_class
 from agents.offline.kernel import FusedKernel, build_kernel
-from agents.offline.layouts import Layouts, plan_layouts
 from agents.offline.module import module_source
 from agents.offline.trace import NotTraceable, trace
 from harness.config import EvalConfig
@@ -96,7 +94,7 @@ def propose_here(problem: Problem) -> Proposal:
             reference,
             inputs,
             dtype,
-            split_bias=problem.device in layout_policy.CHANNELS_LAST_DEVICES,
+            split_bias=problem.device in conv_bias.SPLIT_DEVICES,
         )
     except NotTraceable as err:
         return Proposal(reason=str(err))
@@ -105,14 +103,11 @@ def propose_here(problem: Problem) -> Proposal:
     left = _left_note(traced.left_in_pytorch)
     if not groups:
         return Proposal(reason="nothing to fuse: the module has no pointwise operations" + left)
-    layouts = plan_layouts(groups, reference, problem.device, dtype)
     kernels = {
-        tuple(group): build_kernel(
-            f"fused_{index}", group, traced.ops, dtype, layouts.orders.get(tuple(group))
-        )
+        tuple(group): build_kernel(f"fused_{index}", group, traced.ops, dtype)
         for index, group in enumerate(groups)
     }
-    summary = _summary(list(kernels.values())) + _layouts_note(layouts) + left
+    summary = _summary(list(kernels.values())) + left
     try:
         guards = guards_for(traced, inputs, reference, problem.device)
         add_broadcast_checks(guards, kernels)
@@ -121,27 +116,16 @@ def propose_here(problem: Problem) -> Proposal:
         )
         lasting = set(lasting_writes(traced.graph_module, traced.ops))
         steps = schedule(nodes, groups)
-        forward = forward_source(
-            steps, kernels, reference, guards, copied.original_call, lasting, layouts.convs
-        )
+        forward = forward_source(steps, kernels, reference, guards, copied.original_call, lasting)
     except (CannotCopy, CannotEmit, CannotGuard) as err:
         return Proposal(reason=f"cannot write the candidate module: {err}")
-    source = module_source(
-        summary, list(kernels.values()), problem.device, copied, forward, bool(layouts.convs)
-    )
+    source = module_source(summary, list(kernels.values()), problem.device, copied, forward)
     if refused := check_python(source, problem.class_name, problem.dtype):
         # The names it writes come from the module (attributes, arguments): one the static
         # checks refuse would only make a candidate rejected before it runs.
         return Proposal(reason=f"the candidate written fails the static checks: {refused[0]}")
     candidate = Candidate(source=source, origin="offline", note=summary)
     return Proposal(candidate=candidate, reason=summary, fused_chains=len(kernels))
-
-
-def _layouts_note(layouts: Layouts) -> str:
-    if not layouts.convs:
-        return ""
-    count = len(layouts.convs)
-    return f"; {count} convolution{'s' if count != 1 else ''} run channels-last"
 
 
 def _left_note(names: list[str]) -> str:

@@ -11,7 +11,6 @@ rows of the broadcast output and indexes every input with its broadcast strides.
 
 from __future__ import annotations
 
-from agents.offline import layouts
 from agents.offline.cpu_math import CPU_MATH
 from agents.offline.cxx_common import (
     element_type,
@@ -64,11 +63,8 @@ inline int threads_for(int64_t work) {
 """
 
 
-def cpu_source(kernels: list[FusedKernel], channels_last: bool = False) -> str:
-    """The C++ source with kernels and wrappers; ``channels_last``: with the convolutions'
-    input conversion (``agents.offline.layouts``)."""
+def cpu_source(kernels: list[FusedKernel]) -> str:
     parts = [_PRELUDE, CPU_MATH, ELEMENT_HELPERS, HOST_HELPERS]
-    parts += [layouts.CPU_SOURCE] if channels_last else []
     for kernel in kernels:
         parts.append(op_function(kernel))
         if kernel.fast_path:

@@ -8,7 +8,6 @@ indexes inputs by broadcast strides. Launches go on the current stream and are c
 
 from __future__ import annotations
 
-from agents.offline import layouts
 from agents.offline.cxx_common import (
     element_type,
     op_call,
@@ -80,14 +79,10 @@ inline int64_t blocks_for(int64_t work) {
 """
 
 
-def cuda_sources(kernels: list[FusedKernel], channels_last: bool = False) -> tuple[str, str]:
-    """(C++ declarations for the bindings, the .cu source with kernels and wrappers);
-    ``channels_last``: with the convolutions' input transpose (``agents.offline.layouts``)."""
-    signatures = [signature(kernel) for kernel in kernels]
-    signatures += [layouts.SIGNATURE] if channels_last else []
-    declarations = "\n".join(f"{text};" for text in signatures) + "\n"
+def cuda_sources(kernels: list[FusedKernel]) -> tuple[str, str]:
+    """(C++ declarations for the bindings, the .cu source with kernels and wrappers)."""
+    declarations = "\n".join(f"{signature(kernel)};" for kernel in kernels) + "\n"
     parts = [_PRELUDE, ELEMENT_HELPERS, HOST_HELPERS]
-    parts += [layouts.CUDA_SOURCE] if channels_last else []
     for kernel in kernels:
         parts.append(op_function(kernel))
         if kernel.fast_path:

@@ -8,8 +8,10 @@ bias, then ``+ bias.view(-1, 1, ...)``, which joins the fused group. ATen adds t
 way (the output rounded, then the bias added), so the values do not change.
 
 Only the plain torch.nn convolutions (their type exactly, zero padding, called with the input
-alone); the module is then "replaced" in the trace's facts, so the candidate guards its type
-and the attributes its forward reads (stride, padding...), as for every replaced module.
+alone, no hooks: a hook would not run around the functional call); the module is then
+"replaced" in the trace's facts, so the candidate guards its type and the attributes its
+forward reads (stride, padding...), as for every replaced module, and that it still has a
+bias and no hooks (``guards``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from torch.fx import GraphModule, Node
 
 from agents.offline.ops import PointwiseOp
 
+# The devices whose candidates add the bias in the epilogue (ATen's separate pass is cuDNN's
+# way; on cpu the convolution adds it itself).
+SPLIT_DEVICES = {"cuda"}
 _FUNCTIONS: dict[type[nn.Module], Callable[..., object]] = {
     nn.Conv1d: F.conv1d,
     nn.Conv2d: F.conv2d,
@@ -48,6 +53,8 @@ def split_conv_bias(
         function = _FUNCTIONS.get(type(module))
         if function is None or module.bias is None or module.padding_mode != "zeros":
             continue
+        if module._forward_hooks or module._forward_pre_hooks:
+            continue
         if not node.users or not all(user in ops for user in node.users):
             continue
         source = node.args[0]
@@ -69,3 +76,13 @@ def split_conv_bias(
         split.append((str(node.target), source))
     graph_module.recompile()
     return split
+
+
+def guards(path_expression: str) -> list[str]:
+    """What the candidate checks of a split convolution (``self.conv``) on every call: it still
+    has a bias, and no hook was added to it since."""
+    return [
+        f"{path_expression}.bias is not None",
+        f"not {path_expression}._forward_hooks",
+        f"not {path_expression}._forward_pre_hooks",
+    ]

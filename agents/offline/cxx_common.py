@@ -82,7 +82,7 @@ def wrapper(kernel: FusedKernel, launch: list[str]) -> str:
     columns = ", ".join("true" if item.contiguous_columns else "false" for item in kernel.inputs)
     lines = [
         f"{signature(kernel)} {{",
-        f"  const std::vector<at::Tensor> ins = {_ordered(kernel, f'{{{tensors}}}')};",
+        f"  const std::vector<at::Tensor> ins = {{{tensors}}};",
         "  const std::vector<int64_t> sizes = kp::broadcast_sizes(ins);",
         f"  const at::ScalarType dtype = {_dtype_expression(kernel)};",
         f'  kp::check_inputs(ins, {{{flags}}}, dtype, "{name}");',
@@ -117,19 +117,8 @@ def wrapper(kernel: FusedKernel, launch: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _ordered(kernel: FusedKernel, tensors: str) -> str:
-    if kernel.order is None:
-        return tensors
-    return f"kp::in_order({tensors}, {{{', '.join(map(str, kernel.order))}}})"
-
-
 def _returned(kernel: FusedKernel) -> str:
-    """The outputs, in the logical dimension order (made in the kernel's own)."""
-    back = ""
-    if kernel.order is not None:
-        inverse = sorted(range(len(kernel.order)), key=kernel.order.__getitem__)
-        back = f".permute({{{', '.join(map(str, inverse))}}})"
-    outputs = [f"out{j}{back}" for j in range(len(kernel.outputs))]
+    outputs = [f"out{j}" for j in range(len(kernel.outputs))]
     return outputs[0] if len(outputs) == 1 else "{" + ", ".join(outputs) + "}"
 
 

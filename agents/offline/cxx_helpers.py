@@ -49,18 +49,6 @@ inline std::vector<int64_t> broadcast_sizes(const std::vector<at::Tensor>& tenso
   return sizes;
 }
 
-// The tensors with leading dimensions of size 1 up to order's length, then permuted to it: a
-// kernel iterating in a channels-last tensor's memory order (agents.offline.layouts).
-inline std::vector<at::Tensor> in_order(std::vector<at::Tensor> tensors, at::IntArrayRef order) {
-  const int64_t rank = static_cast<int64_t>(order.size());
-  for (at::Tensor& t : tensors) {
-    TORCH_CHECK(t.dim() <= rank, "an input of rank ", t.dim(), " where ", rank, " was traced");
-    while (t.dim() < rank) t = t.unsqueeze(0);
-    t = t.permute(order);
-  }
-  return tensors;
-}
-
 inline void check_inputs(const std::vector<at::Tensor>& tensors, const std::vector<bool>& is_bool,
                          at::ScalarType dtype, const char* name) {
   for (size_t k = 0; k < tensors.size(); ++k) {

@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 from torch.fx import Node
 
+from agents.offline import conv_bias
 from agents.offline.cxx_common import COMPUTED_IN_FLOAT
 from agents.offline.emit import CannotEmit, attribute_path, format_value, qualified_name
 from agents.offline.kernel import FusedKernel
@@ -181,6 +182,8 @@ def _structure_checks(guards: Guards, traced: TracedModule, reference: nn.Module
                 "(only torch.nn's and the reference file's top-level classes)"
             )
         guards.entry.append(Check(f"type({_expression(reference, path)}) is {name}"))
+    for path in facts.split_biases:
+        guards.entry += [Check(text) for text in conv_bias.guards(_expression(reference, path))]
 
 
 def _name_of(item: object, reference: nn.Module, guards: Guards) -> str | None:

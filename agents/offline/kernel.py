@@ -50,9 +50,6 @@ class FusedKernel:
     fast_path: bool  # False when a traced input broadcasts in a way rows x cols cannot express
     kinds: tuple[str, ...]
     dtype: torch.dtype
-    # The dimension order the kernel iterates in (agents.offline.layouts): its inputs are padded
-    # to the output's rank and permuted so, its outputs made so and permuted back. None: as is.
-    order: tuple[int, ...] | None = None
 
     @property
     def has_bool(self) -> bool:
@@ -62,11 +59,7 @@ class FusedKernel:
 
 
 def build_kernel(
-    name: str,
-    group: list[Node],
-    ops: dict[Node, PointwiseOp],
-    dtype: torch.dtype,
-    order: tuple[int, ...] | None = None,
+    name: str, group: list[Node], ops: dict[Node, PointwiseOp], dtype: torch.dtype
 ) -> FusedKernel:
     position = {node: index for index, node in enumerate(group)}
     tensors: list[Node] = []
@@ -96,11 +89,8 @@ def build_kernel(
     outputs = tuple(
         KernelOutput(node, _is_bool(node), f"v{position[node]}") for node in group_outputs(group)
     )
-    shape = _in_order(tuple(iteration_shape(group)), order)
-    layouts = [
-        _layout(_in_order(_padded(node.meta["tensor_meta"].shape, len(shape)), order), shape)
-        for node in tensors
-    ]
+    shape = tuple(iteration_shape(group))
+    layouts = [_layout(tuple(node.meta["tensor_meta"].shape), shape) for node in tensors]
     split, fast_path = _common_split([splits for _, splits in layouts])
     inputs = tuple(
         KernelInput(node, _is_bool(node), contiguous)
@@ -116,7 +106,6 @@ def build_kernel(
         fast_path=fast_path,
         kinds=tuple(ops[node].kind for node in group),
         dtype=dtype,
-        order=order,
     )
 
 
@@ -138,14 +127,6 @@ def _is_bool(node: Node) -> bool:
     return node.meta["tensor_meta"].dtype == torch.bool
 
 
-def _padded(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
-    return (1,) * (rank - len(shape)) + tuple(shape)
-
-
-def _in_order(shape: tuple[int, ...], order: tuple[int, ...] | None) -> tuple[int, ...]:
-    return shape if order is None else tuple(shape[d] for d in order)
-
-
 def _layout(shape: tuple[int, ...], out: tuple[int, ...]) -> tuple[bool, frozenset[int] | None]:
     """How the fast path reads an input of ``shape`` broadcast to ``out``.
 
@@ -154,7 +135,7 @@ def _layout(shape: tuple[int, ...], out: tuple[int, ...]) -> tuple[bool, frozens
     indexes are one run (the host's ``kp::row_map``): a per-channel bias ``[C, 1, 1]`` of
     ``[N, C, H, W]`` reads one value per row at splits 2 and 3.
     """
-    padded = _padded(shape, len(out))
+    padded = (1,) * (len(out) - len(shape)) + shape
     if padded == out:
         return True, None
     if math.prod(padded) == 1:

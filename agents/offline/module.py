@@ -12,7 +12,6 @@ from agents.offline.codegen_cpp import CPU_FLAGS, cpu_source
 from agents.offline.codegen_cuda import CUDA_FLAGS, cuda_sources
 from agents.offline.init_copy import CopiedClass
 from agents.offline.kernel import FusedKernel
-from agents.offline.layouts import HELPER
 
 _IMPORTS = """import math
 
@@ -29,16 +28,14 @@ def module_source(
     device: str,
     constructor: CopiedClass,
     forward: str,
-    channels_last: bool = False,
 ) -> str:
-    """``channels_last``: the forward calls ``_ext.kp_channels_last`` (``agents.offline.layouts``)."""
-    functions = [kernel.name for kernel in kernels] + ([HELPER] if channels_last else [])
+    functions = [kernel.name for kernel in kernels]
     if device == "cuda":
-        declarations, cuda = cuda_sources(kernels, channels_last)
+        declarations, cuda = cuda_sources(kernels)
         sources = {"_CPP_SOURCE": declarations, "_CUDA_SOURCE": cuda}
         flags = f"extra_cflags={CUDA_FLAGS!r},\n    extra_cuda_cflags={CUDA_FLAGS!r},"
     else:
-        sources = {"_CPP_SOURCE": cpu_source(kernels, channels_last)}
+        sources = {"_CPP_SOURCE": cpu_source(kernels)}
         flags = f"extra_cflags={CPU_FLAGS!r},\n    extra_ldflags=['-fopenmp'],"
     digest = hashlib.sha256("\0".join([*sources.values(), flags]).encode()).hexdigest()[:16]
     cuda_argument = "\n    cuda_sources=[_CUDA_SOURCE]," if device == "cuda" else ""

@@ -63,6 +63,7 @@ class TraceFacts:
     unpacked: dict[Node, set[int]]  # proxies unpacked (``a, b = ...``), into how many values
     inlined: list[str]  # submodules whose forward the graph inlines (their type is fixed)
     replaced: list[str]  # torch.nn submodules the proposer removed or fused into a kernel
+    split_biases: list[str]  # convolutions called without their bias (agents.offline.conv_bias)
     replaced_reads: list[Read]  # what those submodules' own forward reads
 
 
@@ -121,6 +122,7 @@ def trace(
         unpacked={node: counts for node, counts in unpacks.counts.items() if node.graph is graph},
         inlined=[path for path in tracer.inlined if path],
         replaced=sorted({path for path, _ in replaced}),
+        split_biases=[path for path, _ in split],
         replaced_reads=_replaced_reads(reference, replaced),
     )
     return TracedModule(graph_module, ops, dtype, left, facts)
