@@ -25,7 +25,7 @@ demo: setup
 	$(VENV)/bin/kernelpilot optimize examples/fused_gelu_block.py
 
 test: setup
-	$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
 
 test-gpu: setup
