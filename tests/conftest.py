@@ -20,6 +20,12 @@ EXAMPLES = {
 }
 
 
+def embedded_source(candidate: str, name: str) -> str:
+    """The C++ or CUDA text a generated candidate holds as ``name = r\"\"\"...\"\"\"``
+    (``_CPP_SOURCE``, ``_CUDA_SOURCE``)."""
+    return candidate.split(f'{name} = r"""', 1)[1].split('"""', 1)[0]
+
+
 def write_module(directory: Path, name: str, source: str) -> Path:
     """A Python file ``name``.py in ``directory`` holding ``source`` (dedented)."""
     path = directory / f"{name}.py"

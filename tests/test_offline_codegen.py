@@ -16,7 +16,7 @@ from harness.problem.load import problem_from_target
 from harness.records import Problem
 from harness.static.native import check_native
 from harness.static.python import check_python
-from tests.conftest import EXAMPLES, ROOT, write_module
+from tests.conftest import EXAMPLES, ROOT, embedded_source, write_module
 
 
 def kernelbench(tmp_path: Path, name: str, body: str, inputs: str, init: str = "[]") -> Problem:
@@ -130,7 +130,7 @@ def test_candidate_passes_the_static_gate_and_is_deterministic(tmp_path: Path) -
         assert first.candidate.source == second.candidate.source
         source = first.candidate.source
         assert check_python(source, problem.class_name, problem.dtype) == []
-        cpp = source.split('_CPP_SOURCE = r"""', 1)[1].split('"""', 1)[0]
+        cpp = embedded_source(source, "_CPP_SOURCE")
         assert check_native(cpp, problem.dtype) == []
 
 
@@ -139,7 +139,7 @@ def test_cuda_candidate_source(tmp_path: Path) -> None:
     proposal = propose_here(problem)
     source = proposal.candidate.source
     assert "cuda_sources=[_CUDA_SOURCE]" in source and "extra_cuda_cflags=['-O3']" in source
-    cuda = source.split('_CUDA_SOURCE = r"""', 1)[1].split('"""', 1)[0]
+    cuda = embedded_source(source, "_CUDA_SOURCE")
     for expected in (
         "__global__ void fused_0_fast",
         "__global__ void fused_0_general",
@@ -151,7 +151,7 @@ def test_cuda_candidate_source(tmp_path: Path) -> None:
         "tanhf(x)",
     ):
         assert expected in cuda, expected
-    declarations = source.split('_CPP_SOURCE = r"""', 1)[1].split('"""', 1)[0]
+    declarations = embedded_source(source, "_CPP_SOURCE")
     assert "at::Tensor fused_0(" in declarations and "__global__" not in declarations
     assert check_native(declarations + cuda, "float32") == []
     assert check_python(source, problem.class_name, "float32") == []

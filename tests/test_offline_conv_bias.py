@@ -13,7 +13,7 @@ from harness.problem.cases import make_inputs
 from harness.problem.load import problem_from_target
 from harness.static.native import check_native
 from harness.static.python import check_python
-from tests.conftest import write_module
+from tests.conftest import embedded_source, write_module
 from tests.test_offline_proposer import build_in_parallel, construct, import_candidate
 
 HEADER = """
@@ -110,8 +110,8 @@ def test_the_conv_bias_is_added_by_the_epilogue_kernel(tmp_path) -> None:
         "not self.conv._forward_pre_hooks",
     ):
         assert guard in forward, guard
-    cuda = source.split('_CUDA_SOURCE = r"""', 1)[1].split('"""', 1)[0]
-    declarations = source.split('_CPP_SOURCE = r"""', 1)[1].split('"""', 1)[0]
+    cuda = embedded_source(source, "_CUDA_SOURCE")
+    declarations = embedded_source(source, "_CPP_SOURCE")
     assert check_native(declarations + cuda, "float32") == []
     assert check_python(source, "Model", "float32") == []
 

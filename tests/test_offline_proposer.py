@@ -29,7 +29,7 @@ from harness.problem.load import DTYPES, problem_from_target
 from harness.problem.user_code import init_arguments
 from harness.problem.variants import resized_inputs
 from harness.records import Problem
-from tests.conftest import EXAMPLES, ROOT, write_module
+from tests.conftest import EXAMPLES, ROOT, embedded_source, write_module
 
 # Every kind of op and broadcast the kernels support, in three chains: bias [N] and 0-dim
 # parameter, a [B, T, 1] column, a bool intermediate returned as an output, a Python number
@@ -332,7 +332,7 @@ def test_kitchen_sink_in_bfloat16_rounds_like_eager(built) -> None:
 def test_per_channel_operands_take_the_fast_path_and_match_on_every_layout(built) -> None:
     problem, proposal, candidate = built["channel_epilogue"]
     assert proposal.fused_chains == 1, proposal.reason
-    cpp = proposal.candidate.source.split('_CPP_SOURCE = r"""', 1)[1]
+    cpp = embedded_source(proposal.candidate.source, "_CPP_SOURCE")
     # rows x cols at split 2 (N x C rows of H x W): the fast path, not only the general one
     assert "fused_0_fast<scalar_t>(" in cpp and "sizes, {2});" in cpp
     reference, fused = construct(problem, candidate, seed=8)
