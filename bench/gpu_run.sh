@@ -20,7 +20,8 @@
 # Each stage runs under a time limit (timeout; SIGINT first, so a run keeps what it measured).
 #
 # Stages: build (parallel prebuild of every CUDA candidate), gpu (tests/test_gpu.py: the
-# examples end to end, a sticky CUDA error), redteam / honest / corpus (the CUDA red-team
+# examples end to end, a sticky CUDA error), offline (the offline proposer's GPU tests: its
+# generated kernels against their references on cuda), redteam / honest / corpus (the CUDA red-team
 # kernels, the honest ones, both; select: the entries matching KP_SELECT, a pytest -k
 # expression), sandbox (the sandbox's tests), sandboxcost (python -m bench sandbox),
 # bench (python -m bench offline on cuda, KP_BENCH_ARGS), overhead (python -m bench
@@ -97,7 +98,7 @@ kbref() {  # kbref SIDE OPTIONS...: bench_reference on .kb/problems, one column 
     --out "$OUT/kbref-$side.json"
 }
 for what in "$@"; do
-  if [ "$what" != build ] && [ "$what" != pack ] && [ "$what" != kbref ] && [ "$what" != kbsweep ] && [ "$what" != kbfiles ] && [ "$what" != layouts ] && [ "$what" != scripted ] && [ "$what" != prflow ] && [ "$what" != nightly ] && [ "$what" != sandbox ] && [ "$what" != sandboxcost ] && [ ! -d .kp-cache ]; then
+  if [ "$what" != build ] && [ "$what" != pack ] && [ "$what" != kbref ] && [ "$what" != kbsweep ] && [ "$what" != kbfiles ] && [ "$what" != layouts ] && [ "$what" != scripted ] && [ "$what" != prflow ] && [ "$what" != nightly ] && [ "$what" != sandbox ] && [ "$what" != sandboxcost ] && [ "$what" != offline ] && [ ! -d .kp-cache ]; then
     echo "no build cache (.kp-cache): run the build stage or bring .kp-cache-parts from the pack stage"; exit 3
   fi
   case $what in
@@ -109,6 +110,8 @@ for what in "$@"; do
                    --rounds "${KP_SANDBOX_ROUNDS:-3}" --out "$OUT/sandbox_cost.json" ;;
     gpu) stage gpu_tests 280 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py -rA \
            --durations=0 --junitxml="$OUT/gpu_tests.xml" ;;
+    offline) stage offline_tests 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rA \
+               tests/test_offline_rows.py --junitxml="$OUT/offline_tests.xml" ;;
     redteam) corpus redteam_tests 520 "redteam" ;;
     honest) corpus honest_tests 200 "honest" ;;
     corpus) corpus corpus_tests 560 "redteam or honest" ;;
@@ -183,6 +186,6 @@ for what in "$@"; do
       tar -czf "$OUT/nightly.tgz" -C "$OUT" nightly && rm -rf "$OUT/nightly" ;;
     pack) tar -czf - .kp-cache | split -b 15m - "$OUT/kp-cache.tgz.part-"
           ls -la "$OUT"/kp-cache.tgz.part-* ;;
-    *) echo "unknown stage $what (build, gpu, redteam, honest, corpus, select, sandbox, sandboxcost, bench, overhead, timer, kbref, kbsweep, kbfiles, layouts, streamgate, scripted, prflow, nightly, pack)"; exit 2 ;;
+    *) echo "unknown stage $what (build, gpu, offline, redteam, honest, corpus, select, sandbox, sandboxcost, bench, overhead, timer, kbref, kbsweep, kbfiles, layouts, streamgate, scripted, prflow, nightly, pack)"; exit 2 ;;
   esac
 done

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from agents.offline.cxx_helpers import HOST_HELPERS
-from agents.offline.kernel import _layout
+from agents.offline.layout import read_layout
 from harness.builds.cache import CachedLoader, default_cache_dir
 
 SOURCE = (
@@ -62,8 +62,8 @@ def test_the_conv_epilogues_operands_take_the_fast_path(rows):
         expected = t.expand(out).reshape(-1, w * h if m == 2 else w)
         got = read(rows, t, out, m, columns)
         assert got is not None and torch.equal(got.expand_as(expected), expected)
-    assert _layout(tuple(bias.shape), out) == (False, frozenset({2, 3}))
-    assert _layout(tuple(residual.shape), out) == (True, frozenset({1, 2, 3}))
+    assert read_layout(tuple(bias.shape), out) == (False, frozenset({2, 3}))
+    assert read_layout(tuple(residual.shape), out) == (True, frozenset({1, 2, 3}))
 
 
 def test_row_in_run_is_the_division_and_the_modulus(rows):

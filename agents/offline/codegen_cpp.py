@@ -6,7 +6,8 @@ tile's columns in a function cloned per instruction set (AVX-512, AVX2+FMA, base
 ``target_clones``). Inputs read once per row, and the values computed from them alone (the
 ``rsqrt(var + eps)`` of a hand-written norm), are computed once per row, outside that loop.
 The general path walks
-rows of the broadcast output and indexes every input with its broadcast strides.
+rows of the broadcast output and indexes every input with its broadcast strides. A group with a
+row reduction gets a row kernel instead (``agents.offline.rows``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from agents.offline.cxx_common import (
 )
 from agents.offline.cxx_helpers import ELEMENT_HELPERS, HOST_HELPERS
 from agents.offline.kernel import FusedKernel, row_invariant
+from agents.offline.rows import ROW_HELPERS, cpu_row_kernel, cpu_row_launch, row_functions
 
 CPU_FLAGS = ["-O3", "-fopenmp"]
 
@@ -65,7 +67,13 @@ inline int threads_for(int64_t work) {
 
 def cpu_source(kernels: list[FusedKernel]) -> str:
     parts = [_PRELUDE, CPU_MATH, ELEMENT_HELPERS, HOST_HELPERS]
+    if any(kernel.row is not None for kernel in kernels):
+        parts.append(ROW_HELPERS)
     for kernel in kernels:
+        if kernel.row is not None:
+            parts += [row_functions(kernel), cpu_row_kernel(kernel)]
+            parts.append(wrapper(kernel, cpu_row_launch(kernel)))
+            continue
         parts.append(op_function(kernel))
         if kernel.fast_path:
             parts.append(_fast(kernel))

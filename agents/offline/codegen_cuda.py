@@ -3,7 +3,8 @@
 One ``__global__`` fast kernel per group, a grid-stride loop over 16-byte vectors (4 floats, 8
 halves) when every row-read input is 16-byte aligned and rows hold whole vectors, with a scalar
 tail; ``FLAT`` instantiations (one row) skip the row/column split. A second, general kernel
-indexes inputs by broadcast strides. Launches go on the current stream and are checked.
+indexes inputs by broadcast strides. A group with a row reduction gets a row kernel instead
+(``agents.offline.rows``). Launches go on the current stream and are checked.
 """
 
 from __future__ import annotations
@@ -19,6 +20,13 @@ from agents.offline.cxx_common import (
 )
 from agents.offline.cxx_helpers import ELEMENT_HELPERS, HOST_HELPERS
 from agents.offline.kernel import FusedKernel
+from agents.offline.rows import (
+    CUDA_ROW_HELPERS,
+    ROW_HELPERS,
+    cuda_row_kernel,
+    cuda_row_launch,
+    row_functions,
+)
 
 CUDA_FLAGS = ["-O3"]
 
@@ -83,7 +91,13 @@ def cuda_sources(kernels: list[FusedKernel]) -> tuple[str, str]:
     """(C++ declarations for the bindings, the .cu source with kernels and wrappers)."""
     declarations = "\n".join(f"{signature(kernel)};" for kernel in kernels) + "\n"
     parts = [_PRELUDE, ELEMENT_HELPERS, HOST_HELPERS]
+    if any(kernel.row is not None for kernel in kernels):
+        parts += [ROW_HELPERS, CUDA_ROW_HELPERS]
     for kernel in kernels:
+        if kernel.row is not None:
+            parts += [row_functions(kernel), cuda_row_kernel(kernel)]
+            parts.append(wrapper(kernel, cuda_row_launch(kernel)))
+            continue
         parts.append(op_function(kernel))
         if kernel.fast_path:
             parts.append(_fast(kernel))

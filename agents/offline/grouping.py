@@ -4,7 +4,9 @@ A group grows from each pointwise node into the groups of its pointwise producer
 the group stays convex (no path leaves it and comes back, or the kernel would need its own
 output as an input) and every value it hands to the rest of the graph has the group's full
 iteration shape (smaller intermediates, like ``sigmoid(gate)`` of a ``[dim]`` gate, are recomputed
-per element inside the kernel instead).
+per element inside the kernel instead). A group holds at most one row reduction (a softmax over
+the last dimension, ``ops.ROW_KINDS``), of a value of the group's full shape, and only inputs its
+kernel can read a row at a time.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import torch
 from torch.fx import Node
 
-from agents.offline.ops import PointwiseOp
+from agents.offline.layout import read_layout, rows_readable
+from agents.offline.ops import ROW_KINDS, PointwiseOp
 
 
 def fusion_groups(nodes: list[Node], ops: dict[Node, PointwiseOp]) -> list[list[Node]]:
@@ -30,20 +33,26 @@ def fusion_groups(nodes: list[Node], ops: dict[Node, PointwiseOp]) -> list[list[
                 if isinstance(value, Node) and value in group_of
             }
         )
-        target = _join(node, producers, members, order)
+        target = _join(node, producers, members, order, ops)
         for member in members[target]:
             group_of[member] = target
     groups = [sorted(group, key=order.__getitem__) for group in members.values()]
     return sorted(groups, key=lambda group: order[group[0]])
 
 
-def _join(node: Node, producers: list[int], members: dict[int, set[Node]], order: dict) -> int:
+def _join(
+    node: Node,
+    producers: list[int],
+    members: dict[int, set[Node]],
+    order: dict,
+    ops: dict[Node, PointwiseOp],
+) -> int:
     """Put ``node`` into all its producers' groups, or the latest one it can join, or alone."""
     choices = [producers] if len(producers) > 1 else []
     choices += [[group] for group in reversed(producers)]
     for choice in choices:
         candidate = set().union(*(members[group] for group in choice)) | {node}
-        if _valid(candidate, order):
+        if _valid(candidate, order, ops):
             for group in choice[1:]:
                 del members[group]
             members[choice[0]] = candidate
@@ -93,8 +102,8 @@ def _unit_inputs(unit: Node | tuple[Node, ...], unit_of: dict) -> set:
     }
 
 
-def _valid(candidate: set[Node], order: dict[Node, int]) -> bool:
-    return _convex(candidate, order) and _outputs_full_size(candidate)
+def _valid(candidate: set[Node], order: dict[Node, int], ops: dict[Node, PointwiseOp]) -> bool:
+    return _convex(candidate, order) and _outputs_full_size(candidate) and _rows_fit(candidate, ops)
 
 
 def _convex(candidate: set[Node], order: dict[Node, int]) -> bool:
@@ -123,3 +132,25 @@ def _outputs_full_size(candidate: set[Node]) -> bool:
         for node in candidate
         if any(user not in candidate for user in node.users)
     )
+
+
+def _rows_fit(candidate: set[Node], ops: dict[Node, PointwiseOp]) -> bool:
+    """At most one row reduction, over rows of the group's whole shape, and every input of the
+    group readable a row at a time."""
+    reductions = [node for node in candidate if ops[node].kind in ROW_KINDS]
+    if not reductions:
+        return True
+    if len(reductions) > 1:
+        return False
+    shape = tuple(iteration_shape(candidate))
+    source = ops[reductions[0]].operands[0]
+    if not isinstance(source, Node) or tuple(source.meta["tensor_meta"].shape) != shape:
+        return False
+    inputs = {
+        value
+        for node in candidate
+        for value in node.all_input_nodes
+        if value not in candidate and "tensor_meta" in value.meta
+    }
+    layouts = [read_layout(tuple(value.meta["tensor_meta"].shape), shape) for value in inputs]
+    return rows_readable([splits for _, splits in layouts], len(shape))

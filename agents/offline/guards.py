@@ -85,11 +85,15 @@ def guards_for(traced: TracedModule, inputs: list, reference: nn.Module, device:
 def add_broadcast_checks(guards: Guards, kernels: dict[tuple[Node, ...], FusedKernel]) -> None:
     """A kernel writes every output at the broadcast shape of all its inputs; the trace grouped
     an output with inputs it does not read only where its own shape was that shape too. Where
-    that may change (another input's shape at run time), the kernel runs only if it still is."""
+    that may change (another input's shape at run time), the kernel runs only if it still is.
+    So does a row reduction: it reduces rows of that shape, which its source had when traced."""
     for group, kernel in kernels.items():
         everything = [item.node for item in kernel.inputs]
-        for output in kernel.outputs:
-            read = [node for node in everything if node in _cone(output.node, set(group))]
+        shaped = [output.node for output in kernel.outputs]
+        if kernel.row is not None:
+            shaped.append(kernel.row.node)
+        for value in shaped:
+            read = [node for node in everything if node in _cone(value, set(group))]
             if len(read) == len(everything):
                 continue
             # {0}..{k-1}: the inputs the output reads; then the others (broadcasting commutes)

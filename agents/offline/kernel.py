@@ -8,11 +8,14 @@ row-strided views such as ``chunk`` halves), a ``[N]`` bias on ``[B, N]``, a ``[
 a per-channel ``[C, 1, 1]`` bias or scale on ``[N, C, H, W]``, a ``[C, H, W]`` residual on a
 batch, and scalars. Any other broadcast or layout takes the general
 path, which indexes every input with its broadcast strides.
+
+A group may hold one row reduction (softmax or log-softmax over the last dimension,
+``RowReduction``): its kernel reads rows, split at the last dimension, and computes the group's
+ops before the reduction (per element), the reduction over the row, then the ops after it.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 
@@ -21,7 +24,8 @@ from torch.fx import Node
 
 from agents.offline.formulas import Arg, expression, float_literal
 from agents.offline.grouping import group_outputs, iteration_shape
-from agents.offline.ops import PointwiseOp
+from agents.offline.layout import common_split, read_layout, rows_readable
+from agents.offline.ops import ROW_KINDS, PointwiseOp
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,21 @@ class KernelOutput:
 
 
 @dataclass(frozen=True)
+class RowReduction:
+    """A softmax or log-softmax over each row of the group's iteration shape (its last
+    dimension): the body's ``value`` is the reduction of the body's ``source``, and the body
+    names the reduced value ``ROW_VALUE``."""
+
+    kind: str
+    node: Node
+    value: str
+    source: str
+
+
+ROW_VALUE = "row_value"  # the C++ name of a row reduction's result for the current element
+
+
+@dataclass(frozen=True)
 class FusedKernel:
     name: str
     inputs: tuple[KernelInput, ...]
@@ -50,6 +69,7 @@ class FusedKernel:
     fast_path: bool  # False when a traced input broadcasts in a way rows x cols cannot express
     kinds: tuple[str, ...]
     dtype: torch.dtype
+    row: RowReduction | None = None
 
     @property
     def has_bool(self) -> bool:
@@ -80,8 +100,14 @@ def build_kernel(
         return Arg(float_literal(value), constant=float(value), number=True)  # type: ignore[arg-type]
 
     body = []
+    row = None
     for index, node in enumerate(group):
         op = ops[node]
+        if op.kind in ROW_KINDS:
+            source = operand(op.operands[0]).expr
+            row = RowReduction(op.kind, node, f"v{index}", str(source))
+            body.append((f"v{index}", f"kp::rounded<scalar_t>({ROW_VALUE})"))
+            continue
         text = expression(op.kind, [operand(value) for value in op.operands])
         # Like PyTorch, round every result to the tensor dtype (free for float32): without it a
         # bfloat16 exp(x * 1.5) differs from eager by far more than bfloat16's own error.
@@ -90,8 +116,12 @@ def build_kernel(
         KernelOutput(node, _is_bool(node), f"v{position[node]}") for node in group_outputs(group)
     )
     shape = tuple(iteration_shape(group))
-    layouts = [_layout(tuple(node.meta["tensor_meta"].shape), shape) for node in tensors]
-    split, fast_path = _common_split([splits for _, splits in layouts])
+    layouts = [read_layout(tuple(node.meta["tensor_meta"].shape), shape) for node in tensors]
+    split, fast_path = common_split([splits for _, splits in layouts])
+    if row is not None:  # rows along the last dimension; fusion_groups made sure they read so
+        if not rows_readable([splits for _, splits in layouts], len(shape)):
+            raise ValueError(f"{name}: a row reduction grouped with inputs it cannot read by rows")
+        split, fast_path = max(len(shape) - 1, 0), True
     inputs = tuple(
         KernelInput(node, _is_bool(node), contiguous)
         for node, (contiguous, _) in zip(tensors, layouts, strict=True)
@@ -106,6 +136,7 @@ def build_kernel(
         fast_path=fast_path,
         kinds=tuple(ops[node].kind for node in group),
         dtype=dtype,
+        row=row,
     )
 
 
@@ -125,40 +156,3 @@ _VARIABLE = re.compile(r"\b[avs]\d+\b")
 
 def _is_bool(node: Node) -> bool:
     return node.meta["tensor_meta"].dtype == torch.bool
-
-
-def _layout(shape: tuple[int, ...], out: tuple[int, ...]) -> tuple[bool, frozenset[int] | None]:
-    """How the fast path reads an input of ``shape`` broadcast to ``out``.
-
-    Returns (contiguous columns, the splits that work; None: any split). At a split ``m`` the
-    input's columns are ``out[m:]`` whole or broadcast, and the dimensions of ``out[:m]`` it
-    indexes are one run (the host's ``kp::row_map``): a per-channel bias ``[C, 1, 1]`` of
-    ``[N, C, H, W]`` reads one value per row at splits 2 and 3.
-    """
-    padded = (1,) * (len(out) - len(shape)) + shape
-    if padded == out:
-        return True, None
-    if math.prod(padded) == 1:
-        return False, None
-    dims = range(1, len(out))
-    inner = {m for m in dims if padded[m:] == out[m:] and _one_run(padded[:m], out[:m])}
-    if inner:
-        return True, frozenset(inner)
-    outer = {m for m in dims if set(padded[m:]) == {1} and _one_run(padded[:m], out[:m])}
-    return False, frozenset(outer)  # empty: only the general path can read it
-
-
-def _one_run(rows: tuple[int, ...], out: tuple[int, ...]) -> bool:
-    """Whether the dimensions ``rows`` indexes (not broadcast, among ``out``'s of size over 1)
-    are consecutive."""
-    indexed = [size != 1 for size, whole in zip(rows, out, strict=True) if whole != 1]
-    first = indexed.index(True) if True in indexed else len(indexed)
-    return all(indexed[first : first + sum(indexed)])
-
-
-def _common_split(choices: list[frozenset[int] | None]) -> tuple[int | None, bool]:
-    constraints = [choice for choice in choices if choice is not None]
-    if not constraints:
-        return None, True
-    common = frozenset.intersection(*constraints)
-    return (min(common), True) if common else (None, False)

@@ -2,7 +2,10 @@
 
 ``F.relu(x)``, ``torch.relu(x)``, ``x.relu()``, ``x.relu_()`` and ``nn.ReLU()`` all become one
 ``PointwiseOp(kind="relu", operands=(x,))``; ``F.hardtanh``, ``nn.ReLU6`` and ``x.clamp_min`` all
-become ``clamp``. What is not recognised here stays a PyTorch call in the candidate.
+become ``clamp``. Softmax and log-softmax over the last dimension are recognised too (kinds in
+``ROW_KINDS``, operands ``(input, dim)``): they read a whole row per element, so a row kernel
+computes them (``agents.offline.rows``). What is not recognised here stays a PyTorch call in the
+candidate.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ UNARY_KINDS = (
 )
 COMPARISON_KINDS = ("gt", "lt", "ge", "le", "eq", "ne")
 BINARY_KINDS = ("mul", "div", "pow", "minimum", "maximum", *COMPARISON_KINDS)
+ROW_KINDS = ("softmax", "log_softmax")
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,7 @@ _OPERANDS = {
     "where": ("condition", "input", "other"),
     "gelu": ("input", "approximate"),
     **{kind: ("input", "other") for kind in BINARY_KINDS},
+    **{kind: ("input", "dim") for kind in ROW_KINDS},
 }
 _SIMPLE_ACTIVATIONS = {"silu", "hardsigmoid", "hardswish", "mish"}
 
@@ -116,6 +121,12 @@ def _tables() -> tuple[dict[object, _Form], dict[str, _Form]]:
         functions[getattr(torch, name)] = _Form(kind, ("input", "other"))
         methods[name] = _Form(kind, ("input", "other"))
     functions.update(_functional_forms())
+    for kind in ROW_KINDS:
+        # F.softmax(input, dim, _stacklevel, dtype), torch.softmax(input, dim, dtype), x.softmax
+        functions[getattr(F, kind)] = _Form(
+            kind, ("input", "dim", "_stacklevel", "dtype"), {"_stacklevel": 3, "dtype": None}
+        )
+        both(kind, _Form(kind, ("input", "dim", "dtype"), {"dtype": None}), inplace_too=False)
     for symbol, kind in (
         (operator.add, "add"),
         (operator.sub, "sub"),
@@ -198,6 +209,12 @@ def module_op(module: nn.Module, args: tuple, kwargs: dict) -> PointwiseOp | Non
         return PointwiseOp("leaky_relu", (x, module.negative_slope), inplace)
     if isinstance(module, nn.Softplus):
         return PointwiseOp("softplus", (x, module.beta, module.threshold))
+    if type(module) in (nn.Softmax, nn.LogSoftmax):
+        kind = "softmax" if type(module) is nn.Softmax else "log_softmax"
+        operands = (x, module.dim)
+        if not _valid_operands(kind, operands):
+            return None
+        return PointwiseOp(kind, cast(tuple[Operand, ...], operands))
     return None
 
 
@@ -216,7 +233,8 @@ def _bind(form: _Form, args: tuple, kwargs: dict) -> PointwiseOp | None:
             return None
         values[keyword_to_name[keyword]] = value
     inplace = form.inplace or bool(values.pop("inplace", False))
-    if values.pop("rounding_mode", None) is not None:
+    values.pop("_stacklevel", None)
+    if values.pop("rounding_mode", None) is not None or values.pop("dtype", None) is not None:
         return None
     if form.kind == "gelu":
         return _gelu(values.get("input"), values.get("approximate"), inplace)
@@ -239,6 +257,8 @@ def _gelu(x: object, approximate: object, inplace: bool = False) -> PointwiseOp 
 def _valid_operands(kind: str, operands: tuple) -> bool:
     if not any(isinstance(value, Node) for value in operands):
         return False
+    if kind in ROW_KINDS:
+        return _over_last_dimension(*operands)
     if kind in ("add", "sub", "rsub") and isinstance(operands[2], Node):
         return False  # alpha must be a constant
     if kind in ("maximum", "minimum") and not _is_tensor(operands[1]):
@@ -252,6 +272,14 @@ def _valid_operands(kind: str, operands: tuple) -> bool:
         if value is not None and not isinstance(value, Node | float | int | bool):
             return False
     return True
+
+
+def _over_last_dimension(x: object, dim: object) -> bool:
+    """A softmax the row kernel computes: of a traced tensor, over its last dimension."""
+    if not _is_tensor(x) or type(dim) is not int:
+        return False
+    rank = len(cast(Node, x).meta["tensor_meta"].shape)
+    return rank > 0 and dim in (-1, rank - 1)
 
 
 def _is_tensor(value: object) -> bool:

@@ -1,0 +1,203 @@
+"""The offline proposer's row kernels: a softmax or log-softmax over the last dimension, fused
+with the pointwise ops before and after it (agents.offline.rows). Which softmaxes become one
+and with what, and built candidates matching their references on other sizes, strided inputs
+and the values where softmax is delicate (+inf, a row of -inf, NaN); on cuda too."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from agents.offline import propose_here
+from harness.problem.cases import make_inputs
+from harness.problem.load import problem_from_target
+from harness.static.native import check_native
+from harness.static.python import check_python
+from tests.conftest import embedded_source, write_module
+from tests.test_offline_proposer import build_in_parallel, construct, import_candidate
+
+HEADER = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+"""
+# Attention-style: a scaled, masked softmax (the mask broadcast over the middle dimension,
+# the temperature one value per row) then a scale; beside it a log-softmax of the input.
+MASKED = """
+class Model(nn.Module):
+    def forward(self, x, mask, t):
+        a = F.softmax(x / (t.abs() + 0.5) + mask, dim=-1)
+        return a * 2.0, torch.log_softmax(x, -1) + 1.0
+
+
+def get_inputs():
+    return [torch.randn(8, 16, 64), torch.randn(8, 1, 64), torch.randn(8, 16, 1)]
+"""
+OTHER_DIM = """
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x * 2.0, dim=1) + 1.0
+
+
+def get_inputs():
+    return [torch.randn(4, 8, 16)]
+"""
+MODULES = """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Softmax(dim=-1)
+        self.second = nn.LogSoftmax(dim=2)
+
+    def forward(self, x):
+        return self.second(self.first(x) * 3.0), x.softmax(-1, dtype=torch.float64)
+
+
+def get_inputs():
+    return [torch.randn(4, 8, 16)]
+"""
+# The bias [4, 1, 8, 1] indexes two separate runs of the rows: not readable a row at a time.
+TWO_RUNS = """
+class Model(nn.Module):
+    def forward(self, x, bias):
+        return F.softmax(x + bias, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(4, 3, 8, 16), torch.randn(4, 1, 8, 1)]
+"""
+# The weight is read after the softmax only: where x's last dimension broadcasts at run time
+# (1 wide), softmax's rows are not the kernel's rows, and a guard sends the call back.
+WEIGHTED = """
+class Model(nn.Module):
+    def forward(self, x, w):
+        return F.softmax(x, dim=-1) * w
+
+
+def get_inputs():
+    return [torch.randn(4, 16), torch.randn(4, 16)]
+"""
+
+
+def proposal_of(tmp_path, source: str, device: str = "cpu", name: str = "model"):
+    path = write_module(tmp_path, name, HEADER + source)
+    problem = problem_from_target(f"{path}:Model", device, None)
+    proposal = propose_here(problem)
+    assert proposal.candidate is not None, proposal.reason
+    text = proposal.candidate.source
+    return problem, proposal, text, text[text.index("    def forward(") :]
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_softmax_joins_the_ops_before_and_after_it_in_one_row_kernel(tmp_path, device) -> None:
+    _, proposal, source, forward = proposal_of(tmp_path, MASKED, device)
+    assert "[abs, add, div, add, softmax, mul]; [log_softmax, add]" in proposal.reason
+    assert "F.softmax" not in forward and "log_softmax" not in forward
+    assert proposal.fused_chains == 2
+    native = embedded_source(source, "_CPP_SOURCE")
+    if device == "cuda":
+        native += embedded_source(source, "_CUDA_SOURCE")
+    for dtype in ("float32", "bfloat16"):
+        assert check_native(native, dtype) == []
+    assert check_python(source, "Model", "float32") == []
+
+
+def test_softmaxes_the_row_kernel_cannot_compute_stay_pytorch_calls(tmp_path) -> None:
+    _, proposal, _, forward = proposal_of(tmp_path, OTHER_DIM)
+    assert "torch.softmax(mul, dim = 1)" in forward.replace("=", " = ").replace("  ", " ")
+    assert proposal.fused_chains == 2  # the multiply and the add, each alone
+    _, proposal, _, forward = proposal_of(tmp_path, MODULES, name="modules")
+    # nn.Softmax and nn.LogSoftmax (dim=2 of a 3-d input: the last) are rows, one per kernel;
+    # a softmax into float64 is another dtype and stays
+    assert "[softmax, mul]; [log_softmax]" in proposal.reason
+    assert "x.softmax(-1, dtype = torch.float64)" in forward.replace("=", " = ")
+    _, proposal, _, forward = proposal_of(tmp_path, TWO_RUNS, name="two_runs")
+    assert "[add]; [softmax]" in proposal.reason
+
+
+@pytest.mark.slow
+def test_built_row_kernels_match_the_reference_where_softmax_is_delicate(tmp_path) -> None:
+    problem, _, source, _ = proposal_of(tmp_path, MASKED)
+    weighted, _, weighted_source, forward = proposal_of(tmp_path, WEIGHTED, name="weighted")
+    assert "torch.broadcast_shapes(x.shape) == torch.broadcast_shapes(x.shape, w.shape)" in forward
+    paths = [write_module(tmp_path, name, text) for name, text in
+             (("candidate", source), ("weighted_candidate", weighted_source))]  # fmt: skip
+    build_in_parallel(paths)
+    reference, fused = construct(problem, import_candidate(paths[0]), 3)
+    for name, inputs in delicate_cases(make_inputs(problem, seed=3), "cpu").items():
+        with torch.no_grad():
+            assert_matches(fused(*inputs), reference(*inputs), name)
+    reference, fused = construct(weighted, import_candidate(paths[1]), 3)
+    for x in (torch.randn(4, 16), torch.randn(4, 1), torch.randn(4, 16)[:, ::2]):
+        w = torch.randn(4, 16) if x.shape[1] != 8 else torch.randn(4, 8)
+        with torch.no_grad():
+            assert_matches([fused(x, w)], [reference(x, w)], f"weighted {tuple(x.shape)}")
+
+
+@pytest.mark.gpu
+def test_row_kernels_match_the_reference_on_cuda(tmp_path) -> None:
+    """On cuda: rows kept in shared memory (64 and 13 wide, vectorized and not) and streamed
+    (20000 wide), float32 and bfloat16, strided and special-valued inputs."""
+    problem, _, source, _ = proposal_of(tmp_path, MASKED, "cuda")
+    path = write_module(tmp_path, "cuda_candidate", source)
+    spec = importlib.util.spec_from_file_location("cuda_candidate", path)
+    assert spec is not None and spec.loader is not None
+    candidate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(candidate)  # trusted source: built in this process
+    reference, fused = construct(problem, candidate, 3)
+    reference, fused = reference.cuda(), fused.cuda()
+    for width in (64, 13, 20000):
+        for dtype in (torch.float32, torch.bfloat16):
+            inputs = [
+                torch.randn(6, 5, width, dtype=dtype, device="cuda"),
+                torch.randn(6, 1, width, dtype=dtype, device="cuda"),
+                torch.randn(6, 5, 1, dtype=dtype, device="cuda"),
+            ]
+            for name, case in delicate_cases(inputs, "cuda").items():
+                with torch.no_grad():
+                    assert_matches(fused(*case), reference(*case), f"{width} {dtype} {name}")
+
+
+def delicate_cases(inputs: list[torch.Tensor], device: str) -> dict[str, list[torch.Tensor]]:
+    x, mask, t = inputs
+    special = x.clone()
+    special[0, 0, 3] = float("inf")  # the row is NaN
+    special[0, 1, :] = float("-inf")  # the row is NaN
+    special[0, 2, 5] = float("nan")  # the row is NaN
+    special[0, 3, 7] = float("-inf")  # 0, and -inf for the log-softmax
+    width = x.shape[-1]
+    return {
+        "traced": inputs,
+        "other sizes": [
+            torch.randn(3, 7, width, device=device, dtype=x.dtype),
+            mask[:3],
+            t[:3, :1],
+        ],
+        "strided": [x.transpose(0, 1).contiguous().transpose(0, 1), mask, t],
+        "transposed rows": [
+            torch.randn(x.shape[0], width, x.shape[1], device=device, dtype=x.dtype).transpose(
+                1, 2
+            ),
+            mask,
+            t,
+        ],
+        "special values": [special, mask, t],
+    }
+
+
+def assert_matches(ours, theirs, name: str) -> None:
+    for mine, reference in zip(ours, theirs, strict=True):
+        assert mine.shape == reference.shape and mine.dtype == reference.dtype, name
+        tolerance = 1e-5 if reference.dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(
+            mine,
+            reference,
+            rtol=tolerance,
+            atol=tolerance,
+            equal_nan=True,
+            msg=lambda m: f"{name}: {m}",
+        )
