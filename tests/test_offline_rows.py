@@ -140,8 +140,10 @@ def test_built_row_kernels_match_the_reference_where_softmax_is_delicate(tmp_pat
 
 @pytest.mark.gpu
 def test_row_kernels_match_the_reference_on_cuda(tmp_path) -> None:
-    """On cuda: rows kept in shared memory (64 and 13 wide, vectorized and not) and streamed
-    (20000 wide), float32 and bfloat16, strided and special-valued inputs."""
+    """On cuda: rows kept in one block's shared memory (64 and 13 wide, vectorized and not;
+    20000 wide, over the 48 KiB a block has without opting in), split among a cluster's blocks
+    (300000), and read twice (500000, over what a cluster of 8 keeps); float32 and bfloat16,
+    strided and special-valued inputs."""
     problem, _, source, _ = proposal_of(tmp_path, MASKED, "cuda")
     path = write_module(tmp_path, "cuda_candidate", source)
     spec = importlib.util.spec_from_file_location("cuda_candidate", path)
@@ -150,7 +152,7 @@ def test_row_kernels_match_the_reference_on_cuda(tmp_path) -> None:
     spec.loader.exec_module(candidate)  # trusted source: built in this process
     reference, fused = construct(problem, candidate, 3)
     reference, fused = reference.cuda(), fused.cuda()
-    for width in (64, 13, 20000):
+    for width in (64, 13, 20000, 300000, 500000):
         for dtype in (torch.float32, torch.bfloat16):
             inputs = [
                 torch.randn(6, 5, width, dtype=dtype, device="cuda"),

@@ -23,7 +23,8 @@ from agents.offline.cxx_common import (
 )
 from agents.offline.cxx_helpers import ELEMENT_HELPERS, HOST_HELPERS
 from agents.offline.kernel import FusedKernel, row_invariant
-from agents.offline.rows import ROW_HELPERS, cpu_row_kernel, cpu_row_launch, row_functions
+from agents.offline.rows import ROW_HELPERS, row_functions
+from agents.offline.rows_cpu import cpu_row_kernel, cpu_row_launch
 
 CPU_FLAGS = ["-O3", "-fopenmp"]
 

@@ -4,7 +4,7 @@ One ``__global__`` fast kernel per group, a grid-stride loop over 16-byte vector
 halves) when every row-read input is 16-byte aligned and rows hold whole vectors, with a scalar
 tail; ``FLAT`` instantiations (one row) skip the row/column split. A second, general kernel
 indexes inputs by broadcast strides. A group with a row reduction gets a row kernel instead
-(``agents.offline.rows``). Launches go on the current stream and are checked.
+(``agents.offline.rows``, ``agents.offline.rows_cuda``). Launches go on the current stream and are checked.
 """
 
 from __future__ import annotations
@@ -20,13 +20,8 @@ from agents.offline.cxx_common import (
 )
 from agents.offline.cxx_helpers import ELEMENT_HELPERS, HOST_HELPERS
 from agents.offline.kernel import FusedKernel
-from agents.offline.rows import (
-    CUDA_ROW_HELPERS,
-    ROW_HELPERS,
-    cuda_row_kernel,
-    cuda_row_launch,
-    row_functions,
-)
+from agents.offline.rows import ROW_HELPERS, row_functions
+from agents.offline.rows_cuda import CUDA_ROW_HELPERS, cuda_row_kernel, cuda_row_launch
 
 CUDA_FLAGS = ["-O3"]
 
