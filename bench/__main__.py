@@ -31,6 +31,7 @@ BENCHMARKS = {
     "prompt-sizes": "bench.bench_prompt_sizes",
     "busy": "bench.bench_busy",
     "layouts": "bench.bench_layouts",
+    "rows": "bench.bench_rows",
 }
 
 

@@ -59,14 +59,11 @@ inline RowLaunch plan_rows(int64_t rows, int64_t cols, int vec) {
     how.chunk = cols;
   }
   how.threads = row_threads(ceil_div(how.chunk, vec));
-  int64_t per_sm = 2048 / how.threads;
-  if (how.cached) {
-    const int64_t each = static_cast<int64_t>(how.shared) + kSharedMargin;
-    per_sm = std::min<int64_t>(per_sm, props->sharedMemPerMultiprocessor / each);
-  }
-  per_sm = std::max<int64_t>(per_sm, 1);
-  const int64_t groups = props->multiProcessorCount * per_sm / how.parts;
-  how.blocks = std::max<int64_t>(1, std::min<int64_t>(rows, groups)) * how.parts;
+  // Blocks that keep their rows in shared memory take one row each (a grid of resident blocks
+  // looping over rows would leave whole clusters waiting for a place, each with its rows);
+  // blocks that stream take rows in turn, as many blocks as fit at once.
+  const int64_t resident = props->multiProcessorCount * std::max(1, 2048 / how.threads);
+  how.blocks = std::max<int64_t>(1, how.cached ? rows : std::min(rows, resident)) * how.parts;
   return how;
 }
 
@@ -175,14 +172,21 @@ def cuda_row_kernel(kernel: FusedKernel) -> str:
             if not item.contiguous_columns
         ],
         "    kp::RowStats st = kp::empty_stats();",
+        "    if (CACHED) {  // the loads first, free of the stats' chain: many in flight",
         *columns,
         *loads,
         "#pragma unroll",
-        "      for (int i = 0; i < VEC; ++i) {",
-        f"        const float x = {pre};",
-        "        if (CACHED) kp_cache[col - begin + i] = x;",
-        "        kp::add_value(st, x);",
-        "      }",
+        f"      for (int i = 0; i < VEC; ++i) kp_cache[col - begin + i] = {pre};",
+        "    }",
+        *columns,
+        "      for (int i = 0; i < VEC; ++i) kp::add_value(st, kp_cache[col - begin + i]);",
+        "    }",
+        "    } else {",
+        *columns,
+        *loads,
+        "#pragma unroll",
+        f"      for (int i = 0; i < VEC; ++i) kp::add_value(st, {pre});",
+        "    }",
         "    }",
         "    st = kp::block_stats(st, kp_partial);",
         "    if (CLUSTERED) st = kp::cluster_stats(st, kp_partial);",
