@@ -2,10 +2,11 @@
 dimension) against eager and torch.compile, over row widths that take each of its paths.
 
 Per width: a module ``torch.softmax(x, -1)`` of about ``--elements`` values, proposed by the
-offline proposer for the device, built in this process (trusted: kernelpilot's own generated
-source), checked against eager on the timed input, then eager, compiled and candidate timed
-with the harness's timer (fresh inputs, L2 flushed, median). Effective bandwidth counts the
-least traffic a softmax needs: its input read once and its output written once.
+offline proposer for the device (row kernels opened to every width and device), built in this
+process (trusted: kernelpilot's own generated source), checked against eager on the timed
+input, then eager, compiled and candidate timed with the harness's timer (fresh inputs, L2
+flushed, median). Effective bandwidth counts the least traffic a softmax needs: its input read
+once and its output written once.
 
     python -m bench rows --device cuda --widths 1024,8192,20000,50257,393216 --out rows.json
 """
@@ -21,6 +22,7 @@ import click
 import torch
 
 from agents.offline import propose_here
+from agents.offline import rows as row_kernels
 from bench.results_format import new_record, out_option, write_record
 from harness.problem.load import problem_from_target
 from harness.workers.timers import Timer
@@ -58,6 +60,8 @@ def get_inputs():
 def cli(
     device: str, widths: str, elements: int, kind: str, dtype: str, calls: int, out: Path | None
 ) -> None:
+    # Every width measured, also those the proposer leaves to PyTorch (agents.offline.rows).
+    row_kernels.ROW_DEVICES, row_kernels.ROW_MIN_WIDTH = {device}, 1
     record = new_record("rows", device, context={"kind": kind, "dtype": dtype})
     timer = Timer(device)
     with tempfile.TemporaryDirectory() as scratch:

@@ -1,7 +1,8 @@
 """The offline proposer's row kernels: a softmax or log-softmax over the last dimension, fused
-with the pointwise ops before and after it (agents.offline.rows). Which softmaxes become one
-and with what, and built candidates matching their references on other sizes, strided inputs
-and the values where softmax is delicate (+inf, a row of -inf, NaN); on cuda too."""
+with the pointwise ops before and after it (agents.offline.rows). Where the proposer makes them
+(cuda, long rows), which softmaxes become one and with what, and built candidates matching
+their references on other sizes, strided inputs and the values where softmax is delicate (+inf,
+a row of -inf, NaN): on cpu and cuda, with the rule opened to every device and width."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import importlib.util
 import pytest
 import torch
 
-from agents.offline import propose_here
+from agents.offline import propose_here, rows
 from harness.problem.cases import make_inputs
 from harness.problem.load import problem_from_target
 from harness.static.native import check_native
@@ -83,6 +84,13 @@ def get_inputs():
 """
 
 
+@pytest.fixture
+def rows_everywhere(monkeypatch):
+    """Row kernels on every device and row width: what they compute is the same everywhere."""
+    monkeypatch.setattr(rows, "ROW_DEVICES", {"cpu", "cuda"})
+    monkeypatch.setattr(rows, "ROW_MIN_WIDTH", 1)
+
+
 def proposal_of(tmp_path, source: str, device: str = "cpu", name: str = "model"):
     path = write_module(tmp_path, name, HEADER + source)
     problem = problem_from_target(f"{path}:Model", device, None)
@@ -92,6 +100,18 @@ def proposal_of(tmp_path, source: str, device: str = "cpu", name: str = "model")
     return problem, proposal, text, text[text.index("    def forward(") :]
 
 
+def test_row_kernels_are_made_on_cuda_for_long_rows_only(tmp_path) -> None:
+    wide = OTHER_DIM.replace("dim=1", "dim=-1").replace("(4, 8, 16)", f"(2, {rows.ROW_MIN_WIDTH})")
+    _, proposal, _, _ = proposal_of(tmp_path, wide, "cuda", name="wide")
+    assert "[mul, softmax, add]" in proposal.reason
+    narrow = wide.replace(f"(2, {rows.ROW_MIN_WIDTH})", f"(2, {rows.ROW_MIN_WIDTH - 1})")
+    for device, source in (("cuda", narrow), ("cpu", wide)):
+        _, proposal, _, forward = proposal_of(tmp_path, source, device, name=f"not_{device}")
+        assert "torch.softmax(mul, dim=-1)" in forward.replace(" = ", "="), device
+        assert "left to PyTorch" not in proposal.reason  # not recognised, not refused
+
+
+@pytest.mark.usefixtures("rows_everywhere")
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_a_softmax_joins_the_ops_before_and_after_it_in_one_row_kernel(tmp_path, device) -> None:
     _, proposal, source, forward = proposal_of(tmp_path, MASKED, device)
@@ -106,6 +126,7 @@ def test_a_softmax_joins_the_ops_before_and_after_it_in_one_row_kernel(tmp_path,
     assert check_python(source, "Model", "float32") == []
 
 
+@pytest.mark.usefixtures("rows_everywhere")
 def test_softmaxes_the_row_kernel_cannot_compute_stay_pytorch_calls(tmp_path) -> None:
     _, proposal, _, forward = proposal_of(tmp_path, OTHER_DIM)
     assert "torch.softmax(mul, dim = 1)" in forward.replace("=", " = ").replace("  ", " ")
@@ -119,6 +140,7 @@ def test_softmaxes_the_row_kernel_cannot_compute_stay_pytorch_calls(tmp_path) ->
     assert "[add]; [softmax]" in proposal.reason
 
 
+@pytest.mark.usefixtures("rows_everywhere")
 @pytest.mark.slow
 def test_built_row_kernels_match_the_reference_where_softmax_is_delicate(tmp_path) -> None:
     problem, _, source, _ = proposal_of(tmp_path, MASKED)
@@ -138,12 +160,11 @@ def test_built_row_kernels_match_the_reference_where_softmax_is_delicate(tmp_pat
             assert_matches([fused(x, w)], [reference(x, w)], f"weighted {tuple(x.shape)}")
 
 
+@pytest.mark.usefixtures("rows_everywhere")
 @pytest.mark.gpu
 def test_row_kernels_match_the_reference_on_cuda(tmp_path) -> None:
-    """On cuda: rows kept in one block's shared memory (64 and 13 wide, vectorized and not;
-    20000 wide, over the 48 KiB a block has without opting in), split among a cluster's blocks
-    (300000), and read twice (500000, over what a cluster of 8 keeps); float32 and bfloat16,
-    strided and special-valued inputs."""
+    """On cuda: rows kept in shared memory (64 and 13 wide, vectorized and not) and read
+    twice (20000 wide), float32 and bfloat16, strided and special-valued inputs."""
     problem, _, source, _ = proposal_of(tmp_path, MASKED, "cuda")
     path = write_module(tmp_path, "cuda_candidate", source)
     spec = importlib.util.spec_from_file_location("cuda_candidate", path)
@@ -152,7 +173,7 @@ def test_row_kernels_match_the_reference_on_cuda(tmp_path) -> None:
     spec.loader.exec_module(candidate)  # trusted source: built in this process
     reference, fused = construct(problem, candidate, 3)
     reference, fused = reference.cuda(), fused.cuda()
-    for width in (64, 13, 20000, 300000, 500000):
+    for width in (64, 13, 20000):
         for dtype in (torch.float32, torch.bfloat16):
             inputs = [
                 torch.randn(6, 5, width, dtype=dtype, device="cuda"),

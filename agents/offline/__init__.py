@@ -3,7 +3,8 @@
 No LLM and no API key: the reference is traced with torch.fx; library ops (matmul, conv, norms,
 softmax, reductions...) stay PyTorch calls and every maximal group of connected pointwise ops
 becomes one C++ (OpenMP) or CUDA kernel; on cuda a plain convolution's bias is added by its
-epilogue's kernel (``agents.offline.conv_bias``). The result is a normal candidate, verified
+epilogue's kernel (``agents.offline.conv_bias``), and a softmax over long rows joins the ops
+around it in a row kernel (``agents.offline.rows``). The result is a normal candidate, verified
 like any other, and it seeds the LLM search with a strong first child; one that the static
 checks (``harness.static.python``) would refuse is not proposed. What the trace fixed (values
 read, submodule types, unpacked counts, input ranks and dtypes) is guarded on every call, and
@@ -19,7 +20,7 @@ import shutil
 
 from pydantic import BaseModel, Field, ValidationError
 
-from agents.offline import conv_bias
+from agents.offline import conv_bias, rows
 from agents.offline.emit import CannotEmit, forward_source
 from agents.offline.fusable import lasting_writes
 from agents.offline.grouping import fusion_groups, schedule
@@ -95,6 +96,7 @@ def propose_here(problem: Problem) -> Proposal:
             inputs,
             dtype,
             split_bias=problem.device in conv_bias.SPLIT_DEVICES,
+            row_min_width=rows.row_min_width(problem.device),
         )
     except NotTraceable as err:
         return Proposal(reason=str(err))

@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 from torch.fx import GraphModule, Node
 
-from agents.offline.ops import PointwiseOp, function_op, method_op, module_op
+from agents.offline.ops import ROW_KINDS, PointwiseOp, function_op, method_op, module_op
 
 DROPOUT_MODULES = (
     nn.Dropout,
@@ -68,15 +68,19 @@ _VIEW_MODULES = (nn.Flatten, nn.Unflatten, nn.Identity, *DROPOUT_MODULES)
 
 
 def fusable_ops(
-    graph_module: GraphModule, dtype: torch.dtype
+    graph_module: GraphModule, dtype: torch.dtype, row_min_width: int | None = None
 ) -> tuple[dict[Node, PointwiseOp], list[str]]:
-    """The pointwise nodes a kernel may compute, and the names of those it may not."""
+    """The pointwise nodes a kernel may compute, and the names of those it may not.
+    ``row_min_width``: softmaxes over rows this wide or wider are computed too (row kernels);
+    None: none are."""
     modules = dict(graph_module.named_modules())
     order = {node: index for index, node in enumerate(graph_module.graph.nodes)}
     ops: dict[Node, PointwiseOp] = {}
     recognised: list[Node] = []
     for node in graph_module.graph.nodes:
         op = _recognise(node, modules)
+        if op is not None and op.kind in ROW_KINDS and not _wide_enough(op, row_min_width):
+            op = None  # a PyTorch call, as any op not recognised
         if op is not None:
             recognised.append(node)
         if op is None or not _types_ok(node, op, dtype):
@@ -189,6 +193,13 @@ def _recognise(node: Node, modules: dict[str, nn.Module]) -> PointwiseOp | None:
     if node.op == "call_module":
         return module_op(modules[str(node.target)], node.args, dict(node.kwargs))
     return None
+
+
+def _wide_enough(op: PointwiseOp, row_min_width: int | None) -> bool:
+    source = op.operands[0]
+    if row_min_width is None or not isinstance(source, Node):
+        return False
+    return source.meta["tensor_meta"].shape[-1] >= row_min_width
 
 
 def _types_ok(node: Node, op: PointwiseOp, dtype: torch.dtype) -> bool:

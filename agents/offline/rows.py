@@ -17,6 +17,20 @@ from __future__ import annotations
 from agents.offline.cxx_common import element_type
 from agents.offline.kernel import ROW_VALUE, FusedKernel
 
+# Where the proposer makes row kernels: the devices and row widths they were measured to win at
+# (bench/BENCHMARKS.md, section 23). On an H200 the CUDA kernel took 4096 x 393216 at 1.25x
+# eager; rows up to 50257 wide were measured only with two later variants of it, each slower
+# than eager there (0.38-0.74x), and the CPU kernel is many times slower than ATen's vectorized
+# softmax. Elsewhere a softmax stays PyTorch's call, as before.
+ROW_DEVICES = {"cuda"}
+ROW_MIN_WIDTH = 65536
+
+
+def row_min_width(device: str) -> int | None:
+    """The narrowest row a row kernel takes on ``device``; None: no row kernels there."""
+    return ROW_MIN_WIDTH if device in ROW_DEVICES else None
+
+
 ROW_HELPERS = r"""
 namespace kp {
 

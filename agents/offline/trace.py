@@ -93,9 +93,14 @@ class _InliningTracer(Tracer):
 
 
 def trace(
-    reference: nn.Module, inputs: list, dtype: torch.dtype, split_bias: bool = False
+    reference: nn.Module,
+    inputs: list,
+    dtype: torch.dtype,
+    split_bias: bool = False,
+    row_min_width: int | None = None,
 ) -> TracedModule:
-    """``split_bias``: convolutions' biases added by their epilogue (``agents.offline.conv_bias``)."""
+    """``split_bias``: convolutions' biases added by their epilogue (``agents.offline.conv_bias``);
+    ``row_min_width``: softmaxes over rows this wide or wider fused (``agents.offline.rows``)."""
     tracer = _InliningTracer()
     # Leaf modules too: forward may read their attributes (``self.proj.out_features``).
     try:
@@ -109,11 +114,11 @@ def trace(
     graph_module = GraphModule(tracer.root, graph, type(reference).__name__)
     removed = _remove_identities(graph_module)
     _propagate_shapes(graph_module, inputs)
-    ops, left = fusable_ops(graph_module, dtype)
+    ops, left = fusable_ops(graph_module, dtype, row_min_width)
     split = split_conv_bias(graph_module, ops) if split_bias else []
     if split:
         _propagate_shapes(graph_module, inputs)
-        ops, left = fusable_ops(graph_module, dtype)
+        ops, left = fusable_ops(graph_module, dtype, row_min_width)
     _devices_from_operands(graph_module, ops)
     fused = [(str(node.target), node.args[0]) for node in ops if node.op == "call_module"]
     replaced = [*removed, *split, *fused]
