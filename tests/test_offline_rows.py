@@ -91,6 +91,24 @@ def rows_everywhere(monkeypatch):
     monkeypatch.setattr(rows, "ROW_MIN_WIDTH", 1)
 
 
+# Shapes other than the traced ones: a whole-row input called broadcast (w [4, 1], x [4, 1]), a
+# one-value-a-row input called whole (c [4, 16]: the guard sends the call back), and a softmax
+# whose rank changes with its input (z.squeeze() of [4, 3, 16] or [1, 1, 16]).
+RESHAPED = """
+class Model(nn.Module):
+    def forward(self, x, w, b, c, z):
+        y = x * 2.0 + w
+        s = F.softmax(y, dim=-1)
+        t = F.softmax(x + b, dim=-1) * c
+        return y, s * 3.0, s + 1.0, t, torch.softmax(z.squeeze() * 2.0, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(4, 16), torch.randn(4, 16), torch.randn(16), torch.randn(4, 1),
+            torch.randn(4, 1, 16)]
+"""
+
+
 def proposal_of(tmp_path, source: str, device: str = "cpu", name: str = "model"):
     path = write_module(tmp_path, name, HEADER + source)
     problem = problem_from_target(f"{path}:Model", device, None)
@@ -158,6 +176,29 @@ def test_built_row_kernels_match_the_reference_where_softmax_is_delicate(tmp_pat
         w = torch.randn(4, 16) if x.shape[1] != 8 else torch.randn(4, 8)
         with torch.no_grad():
             assert_matches([fused(x, w)], [reference(x, w)], f"weighted {tuple(x.shape)}")
+
+
+@pytest.mark.usefixtures("rows_everywhere")
+@pytest.mark.slow
+def test_built_row_kernels_follow_the_shapes_they_are_called_with(tmp_path) -> None:
+    problem, proposal, source, _ = proposal_of(tmp_path, RESHAPED, name="reshaped")
+    assert proposal.fused_chains == 3, proposal.reason
+    path = write_module(tmp_path, "reshaped_candidate", source)
+    build_in_parallel([path])
+    reference, fused = construct(problem, import_candidate(path), 3)
+    x, w, b, c, z = make_inputs(problem, seed=3)
+    cases = {
+        "traced": (x, w, b, c, z),
+        "w one a row": (x, w[:, :1], b, c, z),
+        "w one value": (x, w[:1, :1], b, c, z),
+        "x one a row": (x[:, :1], w, b, c, z),
+        "c whole rows": (x, w, b, c.expand(4, 16).clone(), z),
+        "z of rank 3": (x, w, b, c, torch.randn(4, 3, 16)),
+        "z of rank 1": (x, w, b, c, torch.randn(1, 1, 16)),
+    }
+    for name, inputs in cases.items():
+        with torch.no_grad():
+            assert_matches(fused(*inputs), reference(*inputs), name)
 
 
 @pytest.mark.usefixtures("rows_everywhere")

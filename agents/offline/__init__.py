@@ -3,8 +3,8 @@
 No LLM and no API key: the reference is traced with torch.fx; library ops (matmul, conv, norms,
 softmax, reductions...) stay PyTorch calls and every maximal group of connected pointwise ops
 becomes one C++ (OpenMP) or CUDA kernel; on cuda a plain convolution's bias is added by its
-epilogue's kernel (``agents.offline.conv_bias``), and a softmax over long rows joins the ops
-around it in a row kernel (``agents.offline.rows``). The result is a normal candidate, verified
+epilogue's kernel (``agents.offline.conv_bias``), and on cuda a softmax over long rows joins
+the ops around it in a row kernel (``agents.offline.rows``). The result is a normal candidate, verified
 like any other, and it seeds the LLM search with a strong first child; one that the static
 checks (``harness.static.python``) would refuse is not proposed. What the trace fixed (values
 read, submodule types, unpacked counts, input ranks and dtypes) is guarded on every call, and

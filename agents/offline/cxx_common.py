@@ -97,8 +97,14 @@ def wrapper(kernel: FusedKernel, launch: list[str]) -> str:
         plan = "  const kp::Plan plan;  // traced broadcasts need the general path"
     else:
         # No traced broadcast fixes the split: flat first, else rows along the last dimension.
+        # A row kernel's rows are the last dimension of the shape it is called with (the
+        # reduced value's rank may differ from the traced one: x.squeeze()).
         splits = (
-            "0, static_cast<int64_t>(sizes.size()) - 1" if kernel.split is None else kernel.split
+            "kp::last_split(sizes)"
+            if kernel.row is not None
+            else "0, static_cast<int64_t>(sizes.size()) - 1"
+            if kernel.split is None
+            else kernel.split
         )
         plan = f"  const kp::Plan plan = kp::plan_fast(ins, {{{columns}}}, sizes, {{{splits}}});"
     lines += [

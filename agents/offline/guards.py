@@ -86,7 +86,8 @@ def add_broadcast_checks(guards: Guards, kernels: dict[tuple[Node, ...], FusedKe
     """A kernel writes every output at the broadcast shape of all its inputs; the trace grouped
     an output with inputs it does not read only where its own shape was that shape too. Where
     that may change (another input's shape at run time), the kernel runs only if it still is.
-    So does a row reduction: it reduces rows of that shape, which its source had when traced."""
+    So does a row reduction: it reduces rows of that shape, which its source had when traced;
+    and an input it reads one value a row of must still have one value a row."""
     for group, kernel in kernels.items():
         everything = [item.node for item in kernel.inputs]
         shaped = [output.node for output in kernel.outputs]
@@ -104,6 +105,11 @@ def add_broadcast_checks(guards: Guards, kernels: dict[tuple[Node, ...], FusedKe
             checks = guards.before.setdefault(group, [])
             if check not in checks:
                 checks.append(check)
+        if kernel.row is not None:
+            for item in kernel.inputs:
+                if not item.contiguous_columns:
+                    check = Check("({0}.dim() == 0 or {0}.shape[-1] == 1)", (item.node,))
+                    guards.before.setdefault(group, []).append(check)
 
 
 def _broadcast(indices: range) -> str:

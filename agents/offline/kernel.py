@@ -118,10 +118,11 @@ def build_kernel(
     shape = tuple(iteration_shape(group))
     layouts = [read_layout(tuple(node.meta["tensor_meta"].shape), shape) for node in tensors]
     split, fast_path = common_split([splits for _, splits in layouts])
-    if row is not None:  # rows along the last dimension; fusion_groups made sure they read so
+    if row is not None:  # rows: the last dimension as called (kp::last_split); fusion_groups
+        # made sure the traced inputs read so, and the wrapper copies inputs called otherwise
         if not rows_readable([splits for _, splits in layouts], len(shape)):
             raise ValueError(f"{name}: a row reduction grouped with inputs it cannot read by rows")
-        split, fast_path = max(len(shape) - 1, 0), True
+        split, fast_path = None, True
     inputs = tuple(
         KernelInput(node, _is_bool(node), contiguous)
         for node, (contiguous, _) in zip(tensors, layouts, strict=True)

@@ -34,37 +34,21 @@ def row_min_width(device: str) -> int | None:
 ROW_HELPERS = r"""
 namespace kp {
 
-// A row's running maximum m and sum s of exp(x - m).
+// A row's maximum m and sum s of exp(x - m).
 struct RowStats {
   float m;
   float s;
 };
 
-KP_INLINE RowStats empty_stats() { return RowStats{-INFINITY, 0.0f}; }
-
-KP_INLINE void add_value(RowStats& st, float x) {
-  if (x > st.m) {
-    st.s = st.s * kp::exp(st.m - x) + 1.0f;
-    st.m = x;
-  } else {
-    st.s += (x == st.m) ? 1.0f : kp::exp(x - st.m);  // -inf == -inf counts 1, as ATen's NaN
-  }
-}
-
-KP_INLINE RowStats merge(RowStats a, RowStats b) {
-  if (b.m > a.m) {
-    const RowStats t = a;
-    a = b;
-    b = t;
-  }
-  const float scale = (a.m == b.m) ? 1.0f : kp::exp(b.m - a.m);
-  return RowStats{a.m, a.s + b.s * scale};
-}
-
 // ATen's result for a row holding +inf is NaN everywhere (exp(inf - inf) enters its sum).
 KP_INLINE RowStats finished(RowStats st) {
   if (st.m == INFINITY) st.s = NAN;
   return st;
+}
+
+// A row kernel's rows: the last dimension of the shape it is called with (one row if 0-d).
+inline int64_t last_split(const std::vector<int64_t>& sizes) {
+  return std::max<int64_t>(0, static_cast<int64_t>(sizes.size()) - 1);
 }
 
 }  // namespace kp
@@ -114,15 +98,22 @@ def row_value(kernel: FusedKernel) -> str:
 
 
 def dense_plan(kernel: FusedKernel) -> list[str]:
-    """The wrapper's plan, or where an input's strides cannot be read a row at a time (a
-    transposed view), the plan of dense copies."""
+    """The wrapper's plan or, where an input cannot be read a row at a time as called (a
+    transposed view, a broadcast other than the traced one), the plan of copies of the inputs
+    at the shape the kernel reads them: a whole row each, or one value a row (a guard made sure
+    that those have a last dimension of 1)."""
     columns = ", ".join("true" if item.contiguous_columns else "false" for item in kernel.inputs)
     return [
         "std::vector<at::Tensor> dense = ins;",
         "kp::Plan rows_plan = plan;",
         "if (!rows_plan.fast) {",
-        "  for (at::Tensor& tensor : dense) tensor = tensor.contiguous();",
-        f"  rows_plan = kp::plan_fast(dense, {{{columns}}}, sizes, {{{kernel.split}}});",
+        "  std::vector<int64_t> one_a_row = sizes;",
+        "  if (!one_a_row.empty()) one_a_row.back() = 1;",
+        f"  const std::vector<bool> whole_rows = {{{columns}}};",
+        "  for (size_t k = 0; k < dense.size(); ++k) {",
+        "    dense[k] = dense[k].expand(whole_rows[k] ? sizes : one_a_row).contiguous();",
+        "  }",
+        "  rows_plan = kp::plan_fast(dense, whole_rows, sizes, {kp::last_split(sizes)});",
         "}",
         f'TORCH_CHECK(rows_plan.fast, "{kernel.name}: inputs that cannot be read a row at a time");',
         "const int64_t rows = rows_plan.rows;",

@@ -21,6 +21,28 @@ from agents.offline.rows import dense_args, dense_plan, row_constant, row_value
 CUDA_ROW_HELPERS = r"""
 namespace kp {
 
+// The online softmax: a running maximum, and the sum rescaled when the maximum grows.
+KP_INLINE RowStats empty_stats() { return RowStats{-INFINITY, 0.0f}; }
+
+KP_INLINE void add_value(RowStats& st, float x) {
+  if (x > st.m) {
+    st.s = st.s * kp::exp(st.m - x) + 1.0f;
+    st.m = x;
+  } else {
+    st.s += (x == st.m) ? 1.0f : kp::exp(x - st.m);  // -inf == -inf counts 1, as ATen's NaN
+  }
+}
+
+KP_INLINE RowStats merge(RowStats a, RowStats b) {
+  if (b.m > a.m) {
+    const RowStats t = a;
+    a = b;
+    b = t;
+  }
+  const float scale = (a.m == b.m) ? 1.0f : kp::exp(b.m - a.m);
+  return RowStats{a.m, a.s + b.s * scale};
+}
+
 // Floats of a row kept in shared memory: 47 KiB, with the 256 bytes of kp_partial under the
 // 48 KiB a block may have without asking.
 constexpr int64_t kRowCache = 47 * 1024 / sizeof(float);
