@@ -110,7 +110,7 @@ def _measure(scratch: Path, device, kind, dtype, rows, width, timer, calls) -> d
             for _ in range(3):
                 fn(*fresh())  # warm up (compile's first call compiles)
             times[name] = statistics.median(timer(fn, fresh()).ms for _ in range(calls))
-    bytes_moved = 2 * rows * width * torch.tensor([], dtype=torch_dtype).element_size()
+    bytes_moved = 2 * rows * width * torch_dtype.itemsize
     return {
         "rows": rows,
         "width": width,

@@ -24,7 +24,7 @@ from torch.fx import Node
 
 from agents.offline.formulas import Arg, expression, float_literal
 from agents.offline.grouping import group_outputs, iteration_shape
-from agents.offline.layout import common_split, read_layout, rows_readable
+from agents.offline.layout import common_split, read_layout
 from agents.offline.ops import ROW_KINDS, PointwiseOp
 
 
@@ -119,9 +119,7 @@ def build_kernel(
     layouts = [read_layout(tuple(node.meta["tensor_meta"].shape), shape) for node in tensors]
     split, fast_path = common_split([splits for _, splits in layouts])
     if row is not None:  # rows: the last dimension as called (kp::last_split); fusion_groups
-        # made sure the traced inputs read so, and the wrapper copies inputs called otherwise
-        if not rows_readable([splits for _, splits in layouts], len(shape)):
-            raise ValueError(f"{name}: a row reduction grouped with inputs it cannot read by rows")
+        # kept only inputs the traced shapes let it read so, and the wrapper copies the others
         split, fast_path = None, True
     inputs = tuple(
         KernelInput(node, _is_bool(node), contiguous)

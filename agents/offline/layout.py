@@ -49,4 +49,4 @@ def common_split(choices: list[frozenset[int] | None]) -> tuple[int | None, bool
 def rows_readable(splits: list[frozenset[int] | None], rank: int) -> bool:
     """Whether inputs of these allowed splits can all be read a row (the last dimension) at a
     time: what a row reduction's kernel needs."""
-    return all(choice is None or max(rank - 1, 0) in choice for choice in splits)
+    return all(choice is None or rank - 1 in choice for choice in splits)
