@@ -109,6 +109,13 @@ DEFENSES: list[Defense] = [
         ("tests/test_isolation.py::test_a_sandboxed_worker_sees_no_file_its_job_does_not_name",),
     ),
     Defense(
+        "sandbox_private_tmp",  # a search path at /tmp binds the machine's /tmp over the tmpfs
+        "harness/sandbox/bubblewrap.py",
+        "    return sorted(path for path in paths if not PRIVATE_TMP.is_relative_to(path))",
+        '    return sorted(path for path in paths if path != Path("/"))',
+        ("tests/test_isolation.py::test_a_search_path_at_tmp_does_not_show_the_machines_tmp",),
+    ),
+    Defense(
         "sandbox_read_only_binds",
         "harness/sandbox/bubblewrap.py",
         '        command += ["--ro-bind-try", str(path), str(path)]',

@@ -17,9 +17,13 @@ from bot.settings import load_settings
 from tests.conftest import FIXTURES
 from tests.gitrepo import commit, git, init
 
+# A chain long enough that the fused kernel wins by far at the captured call's 32 x 64 (eager
+# pays a call per op): the follow-up below needs an improved verdict on a loaded 2-core machine,
+# where three ops' margin (1.7x) was once judged within the noise.
 CHANGED_MLP = """
     def forward(self, x):
-        return torch.tanh(x) * (self.scale * 0.5) + self.shift
+        y = torch.tanh(x) * (self.scale * 0.5) + self.shift
+        return torch.sigmoid(y) * y - torch.relu(-y) + 0.5 * y * y
 """
 
 
@@ -84,6 +88,7 @@ def test_a_pull_request_changing_an_unconfigured_module_gets_it_measured(pull, t
     assert row.target == "model.py:MLP"
     assert row.result.status.value == "ok", row.result.reason
     assert row.result.input_summary.startswith("float32[32, 64]")
+    assert row.improved, (row.result.vs_eager, row.result.reason)  # else no follow-up is built
     # The follow-up a maintainer merges: built with the captured config object, its test passes
     # (inference on the kernel, two training steps on the original) in the repository.
     import subprocess

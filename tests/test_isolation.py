@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,6 +181,23 @@ def test_a_python_installed_at_the_root_does_not_show_the_whole_machine(monkeypa
     monkeypatch.setattr(sys, "exec_prefix", "/")
     monkeypatch.setattr(sys, "path", [*sys.path, "/"])
     assert Path("/") not in python_paths()
+
+
+def test_a_search_path_at_tmp_does_not_show_the_machines_tmp(tmp_path, monkeypatch):
+    """kernelpilot started by a script in /tmp has /tmp first on its search path: the sandbox
+    still gets its own empty, writable /tmp, not the machine's with every other job's files."""
+    with tempfile.NamedTemporaryFile("w", dir="/tmp", prefix="kp-other-job-") as planted:
+        planted.write("another job's scratch")
+        planted.flush()
+        (tmp_path / "probe.json").write_text(json.dumps({"secret_file": planted.name}))
+        monkeypatch.setattr(sys, "path", ["/tmp", *sys.path])
+        outcome = run_worker(
+            tmp_path, 60, MEMORY_LIMIT_GB, WorkerView(), "bubblewrap", entry="tests.sandbox.probe"
+        )
+    assert outcome.results(), outcome.log_tail
+    findings = outcome.results()[0].body
+    assert findings["secret_file"] is None, "the worker read a file in the machine's /tmp"
+    assert "/tmp" in findings["writable_mounts"]
 
 
 def test_an_unsandboxed_worker_has_its_own_temporary_folder(tmp_path, monkeypatch):

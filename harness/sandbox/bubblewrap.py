@@ -34,6 +34,7 @@ from harness.records import Problem
 
 Isolation = Literal["bubblewrap", "off"]
 BWRAP_VARIABLE = "KERNELPILOT_BWRAP"  # another bwrap than the one on PATH
+PRIVATE_TMP = Path("/tmp")  # a fresh tmpfs in every sandbox: nothing of the machine's
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 PR_SET_DUMPABLE = 4
 INSTALL_FIX = (
@@ -131,7 +132,7 @@ def base_arguments(bwrap: str, view: WorkerView) -> list[str]:
         "--dev",
         "/dev",
         "--tmpfs",
-        "/tmp",
+        str(PRIVATE_TMP),
     ]
     read_only = [Path(d) for d in SYSTEM_DIRS] + python_paths() + list(view.read_only)
     for path in _outermost(p for p in read_only if p not in view.writable):
@@ -164,8 +165,10 @@ def python_paths() -> list[Path]:
     # Where a path is reached through a link (a virtual environment linked into a checkout),
     # what it points to is bound too: a link alone leads nowhere in the sandbox.
     paths |= {Path(os.path.realpath(path)) for path in paths}
-    # A Python installed at the root (prefix "/") must not show the sandbox the whole machine.
-    return sorted(path for path in paths if path != Path("/"))
+    # Neither a Python installed at the root (prefix "/") nor a search path at or above /tmp (a
+    # script started from /tmp puts its folder first) may show the sandbox the machine's files
+    # over its private /tmp: the whole machine, or every other job's scratch.
+    return sorted(path for path in paths if not PRIVATE_TMP.is_relative_to(path))
 
 
 TOOLS = ("c++", "g++", "cc", "gcc", "nvcc", "ninja")
