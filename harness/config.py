@@ -177,6 +177,13 @@ class CaptureConfig(BaseModel):
         description="Run the Python blocks of the repository's Markdown files (README, docs) "
         "that name a changed class, with the blocks before them in the same file.",
     )
+    guess: bool = Field(
+        default=True,
+        description="Where none of that builds and calls a changed class, guess: build it "
+        "from its constructor's signature (a config object with its defaults, sizes by their "
+        "names) and call it with small inputs shaped for its first layer. A guessed target "
+        "says so; freeze it with kernelpilot targets --write to set real sizes.",
+    )
     timeout_s: float = Field(
         default=300.0, gt=0, description="How long the tests, examples or command may run."
     )

@@ -113,7 +113,7 @@ def test_a_pull_request_to_a_repository_with_only_a_readme_gets_a_target(tmp_pat
         listed.output
     )
     off = repo / "pyproject.toml"
-    off.write_text("[tool.kernelpilot.capture]\nexamples = false\n")
+    off.write_text("[tool.kernelpilot.capture]\nexamples = false\nguess = false\n")
     commit(repo, {}, "examples off")
     listed = CliRunner().invoke(
         main, ["targets", "--base", "main", "--repo", str(repo), "--device", "cpu"]

@@ -144,6 +144,22 @@ def test_modules_without_inputs_show_the_lines_to_add_and_the_cap_is_said():
     assert 'module = "m.py:Net"' in body and "cap of 0 targets" in body and "` n.py:Big `" in body
 
 
+def test_guessed_targets_are_listed_apart_from_captured_ones_with_what_to_check():
+    def changed(name: str, source: str, note: str) -> ChangedModule:
+        return ChangedModule(path="m.py", class_name=name, class_line=1, lines=[1],
+                             reason="class body changed", target=f"m.py:{name}",
+                             target_source=source, capture_note=note)  # fmt: skip
+
+    seen = changed("Seen", "capture", "built at tests/t.py:3, called with float32[4, 8] (tests)")
+    guessed = changed("Made", "guess", "built with [Config(dim=64)], called with float32[8, 64]")
+    changes = ChangeReport(base="main", head="HEAD", base_sha=SHA, head_sha=SHA, merge_base=SHA,
+                           max_targets=20, modules=[seen, guessed])  # fmt: skip
+    body = render_comment(results(changes=changes))
+    captured_at, guessed_at = body.index("Targets captured"), body.index("Targets guessed")
+    assert captured_at < body.index("` m.py:Seen `") < guessed_at < body.index("` m.py:Made `")
+    assert "Check the sizes" in body and "Config\\(dim=64\\)" in body
+
+
 def pull_event(action="opened", fork=True, labels=(), label=None, sender="dev") -> Event:
     pull = PullRequest(number=3, head_sha=SHA, head_ref="f", head_repo="dev/r" if fork else "o/r",
                        base_sha="b" * 40, base_ref="main", base_repo="o/r", labels=list(labels))  # fmt: skip

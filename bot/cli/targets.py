@@ -22,7 +22,14 @@ SOURCES = {
     "config": "configured in pyproject.toml",
     "get_inputs": "get_inputs() beside the class",
     "capture": "captured",
+    "guess": "guessed",
 }
+GUESSED = (
+    "guessed: nothing in the repository builds them, so kernelpilot built them from their "
+    "constructors' signatures and called them at small sizes of its own; check the sizes "
+    "(--write freezes them into pyproject.toml to edit), or name a command in "
+    "[tool.kernelpilot.capture]"
+)
 
 
 @click.command()
@@ -46,7 +53,9 @@ def targets(base, head, repo, write, device, dtype, verbose) -> None:
     [tool.kernelpilot], from a get_inputs() beside the class, or captured by running the test
     files that import it and the Python examples of the Markdown files that name it (or the
     command [tool.kernelpilot.capture] names) in the sandbox and recording how it is built and
-    called. Nothing is optimized.
+    called, or, where none of them builds it, guessed: built from its constructor's signature
+    and called at small sizes of kernelpilot's own ([tool.kernelpilot.capture] guess = false
+    turns that off). Nothing is optimized.
 
     Exits 0, or 2 on bad input.
     """
@@ -64,6 +73,8 @@ def targets(base, head, repo, write, device, dtype, verbose) -> None:
         )  # fmt: skip
         for module in changes.modules:
             click.echo(_line(module))
+        if any(module.target_source == "guess" for module in changes.modules):
+            click.echo(GUESSED, err=True)
         if not write:
             return
         entries, factories = frozen(

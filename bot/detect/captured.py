@@ -63,7 +63,9 @@ def capture_targets(
     saw and the Problem made of it; each such module's record in ``changes`` gets its target
     and where it was seen."""
     wanted = [module for module in changes.unconfigured() if module.path.endswith(".py")]
-    if not wanted or not (settings.command or settings.tests or settings.examples):
+    if not wanted or not (
+        settings.command or settings.tests or settings.examples or settings.guess
+    ):
         return []
     classes = [(module.path, module.class_name) for module in wanted]
     tests: list[str] = []
@@ -72,17 +74,18 @@ def capture_targets(
         check_command(settings.command, "pyproject.toml: tool.kernelpilot.capture.command")
     else:
         tests, examples = _code_to_run(classes, settings, code)
-        if not (tests or examples):
+        if not (tests or examples or settings.guess):
             hint = _command_hint(code.scripts(sorted({path for path, _ in classes})))
             for module in wanted:
                 module.capture_note = f"{_nothing_runs(settings)}: {NAME_A_COMMAND}{hint}"
             return []
-    source = settings.command or _describe(tests, examples)
+    source = settings.command or _describe(tests, examples) or "nothing runs it: guessing"
     progress(f"capturing how {len(wanted)} changed module(s) are built and called: {source}")
     try:
         report, saved = capture(
             repo, classes, eval_config, tests=tests, command=settings.command,
             examples=examples, limit_s=settings.timeout_s, gpu=device == "cuda",
+            guess=settings.guess,
         )  # fmt: skip
     except UserError as err:
         for module in wanted:
@@ -95,7 +98,7 @@ def capture_targets(
         target = found.get((module.path, module.class_name))
         if target is None or target.problem or not target.calls:
             why = target.problem if target is not None else "not seen"
-            module.capture_note = f"{why}; {report.outcome}"[:500]
+            module.capture_note = "; ".join(filter(None, [why, report.outcome]))[:500]
             continue
         _mark(module, target)
         if len(problems) >= room:  # a target now, over the cap as detection's would be
@@ -198,8 +201,11 @@ def _is_test_file(name: str) -> bool:
 
 def _mark(module: ChangedModule, target: CapturedTarget) -> None:
     module.target = f"{module.path}:{module.class_name}"
-    module.target_source = "capture"
+    module.target_source = "guess" if target.guessed else "capture"
+    called = f"called with {target.calls[0].describe()}"
+    if target.guessed:
+        built = target.init_expression or f"arguments {target.init_args or []}"
+        module.capture_note = f"built with {built[:300]}, {called}"[:500]
+        return
     seen = f"built at {target.built_at}" if target.built_at else "built"
-    module.capture_note = f"{seen}, called with {target.calls[0].describe()} ({target.source})"[
-        :500
-    ]
+    module.capture_note = f"{seen}, {called} ({target.source})"[:500]

@@ -46,10 +46,11 @@ class ChangedModule(BaseModel):
     target: str | None = Field(
         default=None, description="'path.py:Class' for the runner, relative to the repository root."
     )
-    target_source: Literal["config", "get_inputs", "capture"] | None = Field(
+    target_source: Literal["config", "get_inputs", "capture", "guess"] | None = Field(
         default=None,
-        description="A [[tool.kernelpilot.targets]] entry, get_inputs() beside it, or the "
-        "repository's tests or capture command (bot.detect.captured).",
+        description="A [[tool.kernelpilot.targets]] entry, get_inputs() beside it, the "
+        "repository's tests, examples or capture command, or a guess where none of them builds "
+        "it (bot.detect.captured).",
     )
     capture_note: str | None = Field(
         default=None,

@@ -21,6 +21,7 @@ UNCONFIGURED: Noun = ("module without inputs", "modules without inputs")
 USERS: Noun = ("module that uses a changed one", "modules that use a changed one")
 COSMETIC: Noun = ("cosmetic change", "cosmetic changes")
 CAPTURED: Noun = ("captured target", "captured targets")
+GUESSED: Noun = ("guessed target", "guessed targets")
 SKIPPED: Noun = ("file not looked at", "files not looked at")
 OVER_CAP: Noun = ("module over the cap", "modules over the cap")
 REFUSED: Noun = ("refused setting", "refused settings")
@@ -35,6 +36,7 @@ def changes(changes: ChangeReport, rest_at: str) -> list[Piece]:
     cosmetic = [f.path for f in changes.skipped_files if f.kind == "cosmetic"]
     cosmetic += [f"{m.path}:{m.class_name}" for m in changes.cosmetic]
     captured = [module for module in changes.modules if module.target_source == "capture"]
+    guessed = [module for module in changes.modules if module.target_source == "guess"]
     return [
         _listed(
             captured,
@@ -43,10 +45,21 @@ def changes(changes: ChangeReport, rest_at: str) -> list[Piece]:
                 "**Targets captured from the repository's own code** (no configuration needed; "
                 "`kernelpilot targets --write` freezes them into `pyproject.toml`):",
             ],
-            lambda m: [
-                f"- {md.code(f'{m.path}:{m.class_name}')}: {md.plain(m.capture_note or '', 300)}"
-            ],
+            _noted,
             CAPTURED,
+            rest_at,
+        ),
+        _listed(
+            guessed,
+            [
+                "",
+                "**Targets guessed**: nothing in the repository builds them, so kernelpilot built "
+                "them from their constructors' signatures and called them at small sizes of its "
+                "own. Check the sizes (`kernelpilot targets --write` freezes them into "
+                "`pyproject.toml` to edit), or name a command in `[tool.kernelpilot.capture]`:",
+            ],
+            _noted,
+            GUESSED,
             rest_at,
         ),
         _listed(
@@ -106,6 +119,11 @@ def _named(names: list[str], heading: str, noun: Noun, rest_at: str) -> Piece:
             Version([], Stage.lists, (noun,) * len(names)),
         ]
     )
+
+
+def _noted(module: ChangedModule) -> list[str]:
+    note = md.plain(module.capture_note or "", 300)
+    return [f"- {md.code(f'{module.path}:{module.class_name}')}: {note}"]
 
 
 def _unconfigured(module: ChangedModule) -> list[str]:

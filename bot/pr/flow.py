@@ -152,7 +152,7 @@ def _configured(changes: ChangeReport) -> list[str]:
     return [
         module.target
         for module in changes.targets()
-        if module.target and module.target_source != "capture"
+        if module.target and module.target_source in ("config", "get_inputs")
     ]
 
 

@@ -18,7 +18,15 @@ from pathlib import Path
 
 import torch
 
-from harness.capture.records import MAX_CALLS, ArgSpec, CallSpec, CapturedTarget, TensorSpec
+from harness.capture import guess
+from harness.capture.records import (
+    GUESSED,
+    MAX_CALLS,
+    ArgSpec,
+    CallSpec,
+    CapturedTarget,
+    TensorSpec,
+)
 from harness.problem.cases import PLAIN_INPUTS
 from harness.problem.user_code import package_name
 
@@ -26,8 +34,8 @@ PLAIN = PLAIN_INPUTS  # what a factory may return beside tensors, a captured cal
 
 
 class Instance:
-    def __init__(self, args: tuple, kwargs: dict, built_at: str) -> None:
-        self.args, self.kwargs, self.built_at = args, kwargs, built_at
+    def __init__(self, args: tuple, kwargs: dict, built_at: str, guessed: bool) -> None:
+        self.args, self.kwargs, self.built_at, self.guessed = args, kwargs, built_at, guessed
         self.calls: dict[str, CallSpec] = {}
 
 
@@ -39,6 +47,8 @@ class Recorder:
         self.instances: dict[str, list[Instance]] = {}
         self.problems: dict[str, str] = {}
         self.classes: dict[str, type] = {}
+        self.no_guess: dict[str, str] = {}  # why a class could not be guessed
+        self.guessing = False  # instances built now are guesses (harness.capture.guess)
 
     def hook(self, path: str, class_name: str) -> None:
         key = f"{path}:{class_name}"
@@ -56,16 +66,32 @@ class Recorder:
             self.problems[key] = f"{name}.{class_name} is not an nn.Module class"
             return
         self.classes[key] = cls
-        _wrap(cls, self.instances[key], self._where)
+        _wrap(cls, self.instances[key], self)
 
     def _where(self) -> str:
         """The line that called the constructor (skipping this file and the wrapper): the
         test, the script, or the module that builds it."""
         for frame in reversed(traceback.extract_stack()[:-2]):
+            if frame.filename.startswith("<"):  # "<frozen runpy>", "<string>": no file
+                continue
             path = Path(os.path.abspath(frame.filename))
             if path.is_relative_to(self.root) and "torch" not in path.parts:
                 return f"{path.relative_to(self.root)}:{frame.lineno}"
         return ""
+
+    def guess_unseen(self) -> None:
+        """Build and call each hooked class that no instance was seen called of, with guessed
+        arguments and inputs (``harness.capture.guess``); why not, where it cannot be."""
+        for key, cls in self.classes.items():
+            if any(one.calls for one in self.instances[key]):
+                continue  # seen for real, or inside an earlier guess
+            self.guessing = True
+            try:
+                guess.call(guess.build(cls))
+            except guess.NoGuess as err:
+                self.no_guess[key] = str(err)
+            finally:
+                self.guessing = False
 
     def targets(self, source: str, saved: Path) -> list[CapturedTarget]:
         found = []
@@ -77,10 +103,15 @@ class Recorder:
                 record.problem = self.problems[key]
             elif not called:
                 built = "built but never called" if instances else "never built"
-                record.problem = f"{built} while {source} ran"
+                said = [f"{built} while {source} ran"] if source else []
+                if key in self.no_guess:
+                    said.append(f"no guess: {self.no_guess[key]}")
+                record.problem = "; ".join(said)[:1000]
             else:
                 best = max(called, key=lambda one: max(call.size() for call in one.calls.values()))
                 record = _with_init(record, best, saved / f"init-{number}.pt")
+                if best.guessed:
+                    record.source, record.guessed = GUESSED, True
                 calls = sorted(best.calls.values(), key=lambda call: -call.size())
                 record.calls = calls[:MAX_CALLS]
                 record.built_at = best.built_at
@@ -88,14 +119,14 @@ class Recorder:
         return found
 
 
-def _wrap(cls: type[torch.nn.Module], instances: list[Instance], where) -> None:
+def _wrap(cls: type[torch.nn.Module], instances: list[Instance], recorder: Recorder) -> None:
     init, forward = cls.__init__, cls.forward  # type: ignore[misc]
     seen: dict[int, Instance] = {}
 
     @functools.wraps(init)
     def recorded_init(self, *args, **kwargs):
         if type(self) is cls:
-            one = Instance(args, kwargs, where())
+            one = Instance(args, kwargs, recorder._where(), recorder.guessing)
             seen[id(self)] = one
             instances.append(one)
         init(self, *args, **kwargs)
@@ -103,11 +134,11 @@ def _wrap(cls: type[torch.nn.Module], instances: list[Instance], where) -> None:
     @functools.wraps(forward)
     def recorded_forward(self, *args, **kwargs):
         one = seen.get(id(self)) if type(self) is cls else None
-        if one is not None:
-            call = _call_spec(args, kwargs)
-            if call is not None:
-                one.calls.setdefault(_shape_key(call), call)
-        return forward(self, *args, **kwargs)
+        call = _call_spec(args, kwargs) if one is not None else None  # before it runs: in place
+        out = forward(self, *args, **kwargs)
+        if one is not None and call is not None:  # a call that raised is no call to optimize
+            one.calls.setdefault(_shape_key(call), call)
+        return out
 
     cls.__init__ = recorded_init  # type: ignore[method-assign]
     cls.forward = recorded_forward  # type: ignore[method-assign]

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 PlainValue = None | bool | int | float | str
 MAX_CALLS = 4  # the largest distinct call shapes kept per class
 MAX_DIMS = 8
+GUESSED = "kernelpilot's guess (nothing in the repository builds it)"
 IMPORT_LINE = r"^from [A-Za-z_][A-Za-z0-9_.]* import [A-Za-z_][A-Za-z0-9_]*$"
 
 
@@ -143,6 +144,11 @@ class CapturedTarget(BaseModel):
         default_factory=list, max_length=32
     )
     calls: list[CallSpec] = Field(default_factory=list, max_length=MAX_CALLS)
+    guessed: bool = Field(
+        default=False,
+        description="Built and called by kernelpilot's guess (harness.capture.guess), not by "
+        "the repository's code: its sizes are small and made up.",
+    )
     problem: str = Field(default="", description="Why it cannot be a target, if it cannot.")
 
 
@@ -151,7 +157,7 @@ class CaptureReport(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ran: Literal["tests", "examples", "tests and examples", "command"]
+    ran: Literal["tests", "examples", "tests and examples", "command", "guesses"]
     source: str = Field(max_length=500)
     targets: list[CapturedTarget] = Field(default_factory=list, max_length=256)
     outcome: str = Field(default="", description="How the tests or command ended.", max_length=2000)

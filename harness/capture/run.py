@@ -56,16 +56,18 @@ def capture(
     examples: list[Example] | None = None,
     limit_s: float = 300.0,
     gpu: bool = False,
+    guess: bool = False,
 ) -> tuple[CaptureReport, Path]:
     """Run the tests and the Markdown examples (or the command) over ``root`` with hooks on
     ``classes`` ((path, class) pairs, paths relative to ``root``); what was seen, and the
     folder its saved files are in.
-    ``gpu``: the worker sees the GPU (a run on cuda: the repository's code may need one)."""
+    ``gpu``: the worker sees the GPU (a run on cuda: the repository's code may need one).
+    ``guess``: then the classes nothing called are built and called from guesses."""
     job_dir = lifetime.scratch("capture-")
     saved = lifetime.scratch("captured-")
     job = CaptureJob(
         root=root, classes=classes, tests=tests or [], examples=examples or [],
-        command=command, limit_s=limit_s,
+        command=command, guess=guess, limit_s=limit_s,
     )  # fmt: skip
     (job_dir / "job.json").write_text(job.model_dump_json())
     view = WorkerView(read_only=[root], writable=[], gpu=gpu)
@@ -74,7 +76,7 @@ def capture(
     memory = None if gpu else config.memory_limit_gb
     outcome = run_worker(job_dir, limit_s + 30.0, memory, view, config.sandbox, entry=CAPTURE_ENTRY)
     results = [message for message in outcome.results() if message.kind == "report"]
-    source = job.source()
+    source = job.source() or "guessing how to build and call them"
     if not results:
         how = "ran past its time limit" if outcome.timed_out else "ended without a report"
         raise UserError(

@@ -3,7 +3,8 @@
 It hooks the requested classes (``harness.capture.hooks``), then runs the repository's tests
 (pytest, in this process) and its Markdown examples (``harness.capture.examples``), or the
 command the user named (``python script.py ARGS`` or ``python -m module ARGS``, in this
-process), and sends what it saw as a ``CaptureReport``. A training
+process), then guesses the classes none of that called (``harness.capture.guess``), and sends
+what it saw as a ``CaptureReport``. A training
 command need not finish: at the job's time limit the worker reports what it has and ends.
 """
 
@@ -34,6 +35,11 @@ class CaptureJob(BaseModel):
     tests: list[str] = Field(default_factory=list, description="Test files, relative to root.")
     examples: list[Example] = Field(default_factory=list, description="Markdown examples.")
     command: str | None = None
+    guess: bool = Field(
+        default=False,
+        description="Then build and call each class nothing was seen calling, from guesses "
+        "(harness.capture.guess).",
+    )
     limit_s: float = Field(description="When to report whatever was seen, and end.")
 
     def source(self) -> str:
@@ -77,15 +83,18 @@ def main(job_dir: Path, channel_fd: int) -> None:
         if job.examples:
             ended.append(_run_examples(job.root, job.examples))
         outcome = "; ".join(ended)
+    if job.guess:
+        recorder.guess_unseen()
     report(outcome)
 
 
 def _ran(job: CaptureJob) -> str:
     if job.command:
         return "command"
-    return " and ".join(
+    ran = " and ".join(
         kind for kind, given in (("tests", job.tests), ("examples", job.examples)) if given
     )
+    return ran or "guesses"
 
 
 def _guarded(what: str, run: Callable[[], str]) -> str:

@@ -1,0 +1,176 @@
+"""Guessed targets, inside the capture worker: a changed class that nothing the repository runs
+was seen building (a training repository's model file, with no tests) is built from its
+constructor's signature and called with inputs shaped for its first layer, so that it still
+gets a target with no configuration. The hooks record the guess like any call; the target says
+it was guessed wherever it is shown.
+
+The constructor: each required parameter from its annotation (a class built with its defaults,
+a config dataclass; ``int`` a size by its name) or, unannotated, from its name (``config``: the
+one config class of the module that builds with its defaults; ``dim``, ``n_head``: sizes).
+The inputs: for each required forward parameter, a tensor shaped for the first layers the
+module holds (``nn.Embedding``: token ids; ``nn.Linear``, norms: ``[8, 64, features]``;
+convolutions: ``[8, channels, 32, 32]``), tried in order until a forward runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+import sys
+from collections.abc import Iterator
+from types import ModuleType
+
+import torch
+from torch import nn
+
+BATCH, TOKENS, SIDE, WIDTH = 8, 64, 32, 64  # the guessed sizes: small, a forward in milliseconds
+LAYERS_TRIED = 3  # the first layers whose inputs are tried
+CONFIG_NAME = re.compile(r"^(config|cfg|conf|args|hparams|params|opt|options|settings)$", re.I)
+SIZE_NAME = re.compile(r"dim|size|channels|features|hidden|width|embd|d_model|n_state|planes", re.I)
+HEAD_NAME = re.compile(r"head", re.I)
+COUNT_NAME = re.compile(r"layers|depth|blocks", re.I)
+
+
+class NoGuess(Exception):
+    """Why a class cannot be guessed: said beside it, as a capture's problem is."""
+
+
+def build(cls: type[nn.Module]) -> nn.Module:
+    """An instance built with guessed constructor arguments; NoGuess where one has no guess."""
+    module = sys.modules.get(cls.__module__)
+    args: list = []
+    kwargs: dict = {}
+    for name, parameter in list(_signature(cls.__init__).parameters.items())[1:]:
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        if parameter.default is not parameter.empty:
+            continue
+        value = _value(name, parameter.annotation, module)
+        if parameter.kind is parameter.KEYWORD_ONLY:
+            kwargs[name] = value
+        else:
+            args.append(value)
+    try:
+        return cls(*args, **kwargs)
+    except Exception as err:  # the repository's constructor, on our guess: said, not hidden
+        raise NoGuess(f"{cls.__name__} built with guessed arguments raised {_said(err)}") from None
+
+
+def call(instance: nn.Module) -> None:
+    """Forward calls with guessed inputs until one runs (the hooks record that one); NoGuess
+    with the last failure where none does."""
+    required = [
+        parameter
+        for parameter in list(_signature(type(instance).forward).parameters.values())[1:]
+        if parameter.default is parameter.empty
+        and parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    if not required:
+        raise NoGuess("its forward takes no input to guess")
+    failed = "no input was tried"
+    for inputs in _inputs(instance):
+        try:
+            with torch.no_grad():
+                instance(*[inputs() for _ in required])
+            return
+        except Exception as err:  # the guess did not fit: the next one may
+            failed = _said(err)
+    raise NoGuess(f"no guessed input ran its forward (the last: {failed})")
+
+
+def _signature(function) -> inspect.Signature:
+    try:
+        return inspect.signature(function, eval_str=True)
+    except Exception:  # an annotation that does not evaluate: the names still guide
+        return inspect.signature(function)
+
+
+def _value(name: str, annotation, module: ModuleType | None):
+    if isinstance(annotation, str):  # an annotation that did not evaluate: its name, looked up
+        annotation = getattr(module, annotation, annotation)
+    if annotation in (int, "int"):
+        return _size(name)
+    if annotation in (float, "float"):
+        return 0.0 if "drop" in name.lower() else 1.0
+    if annotation in (bool, "bool"):
+        return False
+    if annotation is inspect.Parameter.empty:
+        if CONFIG_NAME.match(name):
+            return _defaults(_config_class(module, name), name)
+        if SIZE_NAME.search(name) or HEAD_NAME.search(name) or COUNT_NAME.search(name):
+            return _size(name)
+    elif isinstance(annotation, type) and annotation not in (str, bytes):
+        return _defaults(annotation, name)
+    raise NoGuess(f"no value to guess for its constructor's parameter {name!r}")
+
+
+def _size(name: str) -> int:
+    if HEAD_NAME.search(name):
+        return 4
+    if COUNT_NAME.search(name):
+        return 2
+    return WIDTH
+
+
+def _defaults(cls: type, name: str):
+    try:
+        return cls()
+    except Exception as err:  # a class that needs arguments: no guess for this parameter
+        raise NoGuess(
+            f"its constructor's parameter {name!r} is a {cls.__name__}, which does not build "
+            f"with its defaults ({_said(err)})"
+        ) from None
+
+
+def _config_class(module: ModuleType | None, name: str) -> type:
+    """The module's one config class: defined there, a dataclass or named ``...Config``."""
+    found = [
+        value
+        for value in vars(module or ModuleType("none")).values()
+        if isinstance(value, type)
+        and value.__module__ == getattr(module, "__name__", None)
+        and not issubclass(value, nn.Module)
+        and (dataclasses.is_dataclass(value) or value.__name__.lower().endswith("config"))
+    ]
+    if len(found) != 1:
+        where = "none" if not found else ", ".join(sorted(value.__name__ for value in found))
+        raise NoGuess(
+            f"its constructor's parameter {name!r} needs a config object, and its module "
+            f"defines {'no config class' if not found else f'more than one ({where})'}"
+        )
+    return found[0]
+
+
+def _inputs(instance: nn.Module) -> Iterator:
+    """Makers of one guessed input each, for the first layers the module holds, then shapes
+    for a module with none (a pointwise chain)."""
+    layers = [m for m in instance.modules() if m is not instance and not list(m.children())]
+    for layer in layers[:LAYERS_TRIED]:
+        yield from _for_layer(layer)
+    yield lambda: torch.randn(BATCH, TOKENS, WIDTH)
+    yield lambda: torch.randn(BATCH, WIDTH, SIDE, SIDE)
+
+
+def _for_layer(layer: nn.Module) -> Iterator:
+    if isinstance(layer, nn.Embedding):
+        yield lambda: torch.randint(0, layer.num_embeddings, (BATCH, TOKENS))
+    elif isinstance(layer, nn.Linear):
+        yield lambda: torch.randn(BATCH, TOKENS, layer.in_features)
+        yield lambda: torch.randn(BATCH, layer.in_features)
+    elif isinstance(layer, (nn.LayerNorm, nn.RMSNorm)):
+        shape = list(layer.normalized_shape)
+        yield lambda: torch.randn(BATCH, TOKENS, *shape)
+    elif isinstance(layer, nn.modules.conv._ConvNd):
+        spatial = len(layer.kernel_size)
+        side = {1: SIDE * SIDE, 2: SIDE, 3: SIDE // 2}.get(spatial, SIDE)
+        yield lambda: torch.randn(BATCH, layer.in_channels, *[side] * spatial)
+    elif isinstance(layer, (nn.GroupNorm, nn.modules.batchnorm._BatchNorm)):
+        channels = layer.num_channels if isinstance(layer, nn.GroupNorm) else layer.num_features
+        yield lambda: torch.randn(BATCH, channels, SIDE, SIDE)
+        yield lambda: torch.randn(BATCH, channels, SIDE * SIDE)
+        yield lambda: torch.randn(BATCH, channels)
+
+
+def _said(err: BaseException) -> str:
+    return f"{type(err).__name__}: {str(err)[:200]}"
