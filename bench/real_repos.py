@@ -1,11 +1,12 @@
 """``python -m bench real-repos``: kernelpilot on public repositories of different kinds, as a
-new user meets it: a pull request changes a module, nothing is configured (or one capture line
-where the repository has no tests), and ``review`` runs the whole flow.
+new user meets it: a pull request changes a module, nothing is configured (nanoGPT also with
+one capture line, for its real sizes), and ``review`` runs the whole flow.
 
 Per repository: a clone of a local mirror (``--mirrors DIR``: ``owner+name/repo`` git folders,
 as ``fetch`` leaves them; never committed here), its HEAD as the base, the pull request's edit
 committed on a branch, then ``review_local`` with the offline proposer. Recorded: the changed
-modules, how many got a target with zero configuration (captured from the tests), how many were
+modules, how many got a target with zero configuration (captured from the tests and examples,
+or guessed where nothing builds them), how many were
 verified, their speedups vs eager and torch.compile, the time taken; then the follow-up's files
 written into the clone and its generated test run there (inference and two training steps).
 
