@@ -179,10 +179,11 @@ class CaptureConfig(BaseModel):
     )
     guess: bool = Field(
         default=True,
-        description="Where none of that builds and calls a changed class, guess: build it "
-        "from its constructor's signature (a config object with its defaults, sizes by their "
-        "names) and call it with small inputs shaped for its first layer. A guessed target "
-        "says so; freeze it with kernelpilot targets --write to set real sizes.",
+        description="Where none of that calls a changed class, guess: build it from its "
+        "constructor's signature (a config object with its defaults, sizes by their names; "
+        "not over 2**28 parameter values) unless the repository's code built it, and call it "
+        "with small inputs shaped for its first layer. A guessed target says so; freeze it "
+        "with kernelpilot targets --write to set real sizes.",
     )
     timeout_s: float = Field(
         default=300.0, gt=0, description="How long the tests, examples or command may run."

@@ -116,6 +116,27 @@ DEFENSES: list[Defense] = [
         ("tests/test_isolation.py::test_a_search_path_at_tmp_does_not_show_the_machines_tmp",),
     ),
     Defense(
+        "frozen_comment_one_line",  # the capture worker's text written into pyproject.toml raw
+        "harness/capture/freeze.py",
+        '    return "# " + " ".join(text.split())',
+        '    return "# " + text',
+        ("tests/test_capture.py::test_a_workers_line_breaks_cannot_write_toml_of_their_own",),
+    ),
+    Defense(
+        "shards_sources_own_rows",  # a shard gives the source of another shard's module
+        "bot/pr/shards.py",
+        "            if owner.get(target) != name:",
+        "            if False:",
+        ("tests/test_shards.py::test_shards_that_do_not_belong_to_one_run_are_refused",),
+    ),
+    Defense(
+        "shards_one_answer_per_module",  # two shards' rows for one module, both kept
+        "bot/pr/shards.py",
+        "            if row.target in owner:",
+        "            if False:",
+        ("tests/test_shards.py::test_shards_that_do_not_belong_to_one_run_are_refused",),
+    ),
+    Defense(
         "sandbox_read_only_binds",
         "harness/sandbox/bubblewrap.py",
         '        command += ["--ro-bind-try", str(path), str(path)]',

@@ -187,6 +187,22 @@ def test_only_the_repositorys_own_modules_are_imported_by_the_factories(from_tes
     assert "# init = 'file.py:function'" in entries
 
 
+def test_a_workers_line_breaks_cannot_write_toml_of_their_own(from_tests):
+    """Where the capture ran and where it built the module come from the worker: on --write
+    they are one comment line, whatever line breaks (\\n, \\r, U+2028) they carry."""
+    import tomllib
+
+    from harness.capture.freeze import frozen
+
+    report, _ = from_tests
+    mlp = next(target for target in report.targets if target.class_name == "MLP")
+    planted = '\n[tool.kernelpilot.eval]\nsandbox = "off"\r\n\u2028x = 1'
+    hostile = mlp.model_copy(update={"source": "tests" + planted, "built_at": "t.py:1" + planted})
+    entries, _ = frozen([hostile], "kernelpilot_targets.py", lambda name: name == "model")
+    assert tomllib.loads(entries).keys() == {"tool"}
+    assert tomllib.loads(entries)["tool"]["kernelpilot"].keys() == {"targets"}
+
+
 def test_a_module_in_a_package_is_built_with_its_relative_imports():
     """whisper/model.py does `from .decoding import ...`: a file of a package is imported by
     its dotted name in every worker, not by path (where a relative import fails)."""

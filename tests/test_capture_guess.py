@@ -5,6 +5,7 @@ becomes a target that says it was guessed. Tests and examples still win where th
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 from pathlib import Path
@@ -103,7 +104,70 @@ class TrainConfig:
 class TwoConfigs(nn.Module):
     def __init__(self, config):
         super().__init__()
+
+
+class ConvBN(nn.Module):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int,
+                 eps: float, p: float):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride, kernel_size // 2)
+        self.norm = nn.BatchNorm2d(out_channels, eps=eps)
+        self.p = p
+
+    def forward(self, x):
+        return self.norm(self.conv(x))
+
+
+class Exits(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        raise SystemExit("Exits wants a dict")
+
+
+class Bypassed(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        self.forward = lambda x: self.proj(x)  # calls go around the class's forward
+
+
+@dataclass
+class HugeConfig:
+    width: int = 100_000
+
+
+class Huge(nn.Module):
+    def __init__(self, cfg: HugeConfig):
+        super().__init__()
+        self.proj = nn.Linear(cfg.width, cfg.width)
+
+    def forward(self, x):
+        return self.proj(x)
+
+
+class MLP(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.mlp = MLP(dim)
+
+    def forward(self, x):
+        return x + self.mlp(self.norm(x))
 """
+CLASSES = ["Attention", "ConvBlock", "TwoConfigs", "ConvBN", "Exits", "Bypassed", "Huge", "MLP",
+           "Block"]  # fmt: skip
 
 
 @pytest.fixture
@@ -112,17 +176,21 @@ def recorder(tmp_path, monkeypatch) -> Recorder:
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.delitem(sys.modules, "guessnets", raising=False)
     found = Recorder(tmp_path)
-    for name in ("Attention", "ConvBlock", "TwoConfigs"):
+    for name in CLASSES:
         found.hook("guessnets.py", name)
     yield found
     sys.modules.pop("guessnets", None)
+
+
+def found_by_class(recorder: Recorder, folder: Path) -> dict:
+    return {target.class_name: target for target in recorder.targets("tests", folder)}
 
 
 def test_sizes_come_from_annotations_and_names_and_failed_tries_are_not_recorded(
     recorder, tmp_path
 ):
     recorder.guess_unseen()
-    found = {target.class_name: target for target in recorder.targets("", tmp_path)}
+    found = found_by_class(recorder, tmp_path)
     attention = found["Attention"]
     assert attention.init_args == [64, 4]  # n_state a width, n_head a head count
     # [8, 64, 64] went in first and raised: only the call that ran is recorded
@@ -131,8 +199,55 @@ def test_sizes_come_from_annotations_and_names_and_failed_tries_are_not_recorded
     assert [call.describe() for call in found["ConvBlock"].calls] == ["float32[8, 64, 32, 32]"]
     assert (
         "'config' needs a config object, and its module defines more than one "
-        "(ModelConfig, TrainConfig)" in found["TwoConfigs"].problem
+        "(HugeConfig, ModelConfig, TrainConfig)" in found["TwoConfigs"].problem
     )
+    # A kernel is 3 wide, strides 1; eps and a probability are what layers take, not 1.0
+    assert found["ConvBN"].init_args == [64, 64, 3, 1, 1e-05, 0.0]
+
+
+def test_what_the_repositorys_code_raises_in_a_guess_is_said_and_the_rest_go_on(recorder, tmp_path):
+    recorder.guess_unseen()
+    found = found_by_class(recorder, tmp_path)
+    assert "SystemExit: Exits wants a dict" in found["Exits"].problem
+    assert "its forward ran, but not through Bypassed.forward" in found["Bypassed"].problem
+    assert "would hold 10,000,100,000 parameter and buffer values" in found["Huge"].problem
+    assert not recorder.instances["guessnets.py:Huge"]  # its build on meta is not recorded
+    assert found["MLP"].calls and found["Block"].calls  # guessed after those failed
+
+
+def test_a_call_the_repository_made_wins_over_one_inside_a_guess(recorder, tmp_path):
+    import guessnets
+
+    guessnets.MLP(16)(torch.randn(2, 16))  # as a test would: MLP seen for real, Block not
+    recorder.guess_unseen()  # Block is guessed: its MLP is called at [8, 64, 64] inside it
+    found = found_by_class(recorder, tmp_path)
+    assert found["Block"].guessed
+    mlp = found["MLP"]
+    assert not mlp.guessed and mlp.init_args == [16]
+    assert [call.describe() for call in mlp.calls] == ["float32[2, 16]"]
+
+
+def test_a_module_built_but_never_called_is_called_with_guessed_inputs(recorder, tmp_path):
+    import guessnets
+
+    built = guessnets.MLP(16)  # noqa: F841 - alive, as a test's fixture keeps it
+    recorder.guess_unseen()
+    mlp = found_by_class(recorder, tmp_path)["MLP"]
+    assert mlp.guessed and mlp.init_args == [16]  # its own constructor's arguments, kept
+    assert mlp.source == "tests"  # built by the repository's code, not by the guess
+    assert [call.describe() for call in mlp.calls] == ["float32[8, 64, 16]"]
+
+
+def test_a_call_still_running_when_the_report_is_made_is_reported(recorder, tmp_path):
+    """The worker reports from its timer while the repository's code may be inside a forward
+    (a long generation loop): that call is what there is to report."""
+    import guessnets
+
+    mlp, seen = guessnets.MLP(16), []
+    inner = mlp.fc.forward
+    mlp.fc.forward = lambda x: (seen.append(found_by_class(recorder, tmp_path)), inner(x))[1]
+    mlp(torch.randn(3, 16))
+    assert [call.describe() for call in seen[0]["MLP"].calls] == ["float32[3, 16]"]
 
 
 def test_a_forward_that_no_guess_fits_says_the_last_failure():
@@ -141,7 +256,7 @@ def test_a_forward_that_no_guess_fits_says_the_last_failure():
             raise ValueError("wants a dict of tensors")
 
     with pytest.raises(guess.NoGuess, match="the last: ValueError: wants a dict of tensors"):
-        guess.call(guess.build(Picky))
+        guess.call(guess.build(Picky, contextlib.nullcontext))
 
 
 def _pull(tmp_path: Path, pyproject: str | None = None) -> Path:
@@ -153,7 +268,9 @@ def _pull(tmp_path: Path, pyproject: str | None = None) -> Path:
     commit(repo, {}, "base")
     git(repo, "checkout", "--quiet", "-b", "change")
     model = (repo / "model.py").read_text()
-    changed = model.replace("x = self.c_fc(x)\n", "x = self.c_fc(x) * 0.5\n")
+    changed = model.replace("x = self.c_fc(x)\n", "x = self.c_fc(x) * 0.5\n").replace(
+        "/ self.temperature", "/ (2 * self.temperature)"
+    )
     commit(repo, {"model.py": changed}, "halve the MLP's input")
     return repo
 
@@ -172,6 +289,13 @@ def test_a_pull_request_to_a_repository_without_tests_gets_a_guessed_target(tmp_
         listed.output
     )
     assert "check the sizes (--write freezes them into pyproject.toml to edit)" in listed.output
+    # No guess either: what to name, and the script to start from, as without guessing
+    assert (
+        "model.py:Distiller  no target: no guess: no value to guess for its constructor's "
+        "parameter 'teacher'; no test file imports it and no Markdown example names it: name "
+        'a command in [tool.kernelpilot.capture], e.g. command = "python train.py ..."'
+        in listed.output
+    )
     written = targets(repo, "--write")
     assert written.exit_code == 0, written.output
     assert "GPTConfig(block_size=64" in (repo / "kernelpilot_targets.py").read_text()

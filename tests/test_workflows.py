@@ -201,7 +201,9 @@ def test_action_passes_inputs_through_env_and_keeps_the_token_from_measure():
     assert {"mode", "github-token", "openai-api-key", "openai-base-url", "model", "budget",
             "max-cost", "device", "approval-label", "targets", "python", "results",
             "open-pr", "data-branch", "nightly-issue", "ephemeral-runner"} <= set(action["inputs"])  # fmt: skip
-    assert {"improved", "best-speedup", "followup-pr-url", "run", "sha"} <= set(action["outputs"])
+    assert {"improved", "best-speedup", "followup-pr-url", "run", "sha", "matrix"} <= set(
+        action["outputs"]
+    )
     named = {step.get("id"): step for _, step in steps(action)}
     for measuring in ("measure", "nightly-measure"):  # the steps that run the repository's code
         assert "github-token" not in json.dumps(named[measuring])
@@ -209,7 +211,8 @@ def test_action_passes_inputs_through_env_and_keeps_the_token_from_measure():
     assert (
         named["measure"]["env"]["KERNELPILOT_EPHEMERAL_RUNNER"] == "${{ inputs.ephemeral-runner }}"
     )
-    for mode in ("gate", "measure", "publish", "nightly-measure", "nightly-publish"):
+    for mode in ("gate", "plan", "measure", "merge", "publish", "nightly-measure",
+                 "nightly-publish"):  # fmt: skip
         script = named[mode]["run"]
         assert "::stop-commands::$token" in script and 'echo "::$token::"' in script
         assert f'kernelpilot" github {mode}' in script
@@ -364,6 +367,32 @@ def test_pull_request_flow_gates_and_skips_the_bot():
         assert publish["permissions"] == {"contents": "write", "pull-requests": "write"}
 
 
+def test_the_matrix_plans_without_running_the_pull_request_and_merges_before_publishing():
+    """The plan job checks out the approved head to read which classes changed, with nothing to
+    write with and no secret; each measure job gets its shard and uploads under its own name;
+    publish merges every shard's artifact (the plan says which are missing) before it posts."""
+    workflow = load(ROOT / "examples/workflows/kernelpilot-pr-matrix.yml")
+    plan, measure, publish = (workflow["jobs"][j] for j in ("plan", "measure", "publish"))
+    assert plan["needs"] == "gate" and plan["if"] == "needs.gate.outputs.run == 'true'"
+    assert plan["permissions"] == {"contents": "read"} and "secrets." not in json.dumps(plan)
+    assert "token" not in json.dumps(plan) and plan["runs-on"] == "ubuntu-latest"
+    [checkout] = [s for s in plan["steps"] if is_checkout(s)]
+    assert checkout["with"]["ref"] == "${{ needs.gate.outputs.sha }}"
+    assert measure["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
+    assert measure["strategy"]["fail-fast"] is False
+    [step] = [s for s in measure["steps"] if kernelpilot_mode(s) == "measure"]
+    assert step["with"]["only"] == "${{ matrix.only }}"
+    [upload] = [s for s in measure["steps"] if "upload-artifact" in s.get("uses", "")]
+    assert upload["with"]["name"] == "kernelpilot-results-${{ matrix.shard }}"
+    [download] = [s for s in publish["steps"] if "download-artifact" in s.get("uses", "")]
+    assert download["with"]["pattern"] == "kernelpilot-results-*"
+    assert "merge-multiple" not in download["with"]  # a folder each: merge checks each
+    modes = [kernelpilot_mode(s) for s in publish["steps"] if kernelpilot_mode(s)]
+    assert modes == ["merge", "publish"]
+    [merge] = [s for s in publish["steps"] if kernelpilot_mode(s) == "merge"]
+    assert merge["with"]["plan"] == "${{ needs.plan.outputs.matrix }}"
+
+
 def test_project_workflows_are_the_examples():
     """.github/workflows/kernelpilot-*.yml = examples/workflows/kernelpilot-*.yml, except that
     the action comes from a checkout of this repository (the base branch, trusted) rather than
@@ -403,8 +432,9 @@ class UserRepository:
     pull_request_target and for a dispatch on main)."""
 
     def __init__(
-        self, tmp: Path, fake, workflows: list[str], ephemeral_runner: bool = False
-    ) -> None:
+        self, tmp: Path, fake, workflows: list[str], ephemeral_runner: bool = False,
+        head_files: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         self.fake = fake
         self.act = ActRunner(tmp, fake.base_url)
         self.checkout = tmp / "checkout"
@@ -421,7 +451,7 @@ class UserRepository:
             self.base_files[f".github/workflows/{name}"] = text
         self.base = self.commit(self.base_files, "base")
         git(self.checkout, "checkout", "-q", "-b", "feature")
-        self.head_files = {"models/act.py": CHANGED}
+        self.head_files = head_files or {"models/act.py": CHANGED}
         self.head = self.commit(self.head_files, "a changed activation")
         git(self.checkout, "checkout", "-q", "main")
         git(
@@ -624,3 +654,42 @@ def test_nightly_workflow_records_the_shipped_kernel_and_opens_an_issue_once_it_
     [issue] = [i for i in fake_github.repo(REPO).issues.values() if i.pull is None]
     assert issue.title == "kernelpilot nightly: 0 slower or failing, 1 stale or missing"
     assert "kernelpilot-data/plots/kernel_models_act_verified_kernelpilot.py.png" in issue.body
+
+
+TWO_CLASSES = (
+    CHANGED
+    + """
+
+class Gate(nn.Module):
+    \"\"\"Nothing configures or calls it: kernelpilot guesses its inputs.\"\"\"
+
+    def forward(self, x):
+        return torch.sigmoid(x) * x + 0.5 * torch.tanh(x)
+"""
+)
+
+
+@pytest.mark.slow
+def test_matrix_workflow_measures_shards_on_their_own_runners_and_posts_one_comment(
+    fake_github, tmp_path
+):
+    """The example matrix workflow for a same-repository pull request that changes two modules:
+    plan splits them over two measure jobs, each measures its own, and publish merges both
+    shards' artifacts into one comment and one follow-up pull request."""
+    repo = UserRepository(tmp_path, fake_github, ["kernelpilot-pr-matrix.yml"],
+                          head_files={"models/act.py": TWO_CLASSES})  # fmt: skip
+    fake_github.add_pull(REPO, NUMBER, head_ref="feature", head_sha=repo.head,
+                         head_files=repo.head_files, author="maintainer")  # fmt: skip
+    event = fake_github.pull_event(REPO, NUMBER, "opened")
+    result = repo.run("kernelpilot-pr-matrix.yml", "pull_request_target", event,
+                      actor="maintainer")  # fmt: skip
+    for job in ("Gate", "Plan", "Measure shard 1", "Measure shard 2", "Publish"):
+        assert result.job_succeeded(job), job
+    assert "shard 1: models/act.py:Activation" in result.log
+    assert "shard 2: models/act.py:Gate" in result.log
+    assert "merged 2 shard(s): 2 module(s) measured" in result.log
+    [comment] = repo.comments()
+    assert "models/act.py:Activation" in comment.body and "models/act.py:Gate" in comment.body
+    assert "left no results" not in comment.body
+    [followup] = repo.followups()
+    assert followup.head.ref == f"kernelpilot/pr-{NUMBER}"

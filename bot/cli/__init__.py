@@ -3,7 +3,7 @@
 - ``local``: optimize, evaluate, audit (a module or a problem file, outside any pull request);
 - ``targets``: the changed modules' targets (configured, or captured), frozen with --write;
 - ``github``: review (the pull-request flow on a local repository) and the workflow's jobs,
-  github gate|measure|publish;
+  github gate|measure|publish; ``matrix``: github plan|merge, for a matrix of measuring jobs;
 - ``nightly`` and ``nightly_jobs``: the nightly benchmark, history, and the scheduled
   workflow's github nightly-measure|nightly-publish;
 - ``options``: what they share (options defined once, how a command runs and ends);
@@ -19,6 +19,7 @@ import click
 
 from bot.cli.github import github_group, review
 from bot.cli.local import audit, evaluate, optimize
+from bot.cli.matrix import merge_command, plan_command
 from bot.cli.nightly import history, nightly
 from bot.cli.nightly_jobs import nightly_measure_command, nightly_publish_command
 from bot.cli.targets import targets
@@ -32,5 +33,7 @@ def main() -> None:
 
 github_group.add_command(nightly_measure_command)  # the nightly's jobs, beside the PR's
 github_group.add_command(nightly_publish_command)
+github_group.add_command(plan_command)  # a matrix of measuring jobs, beside the one job
+github_group.add_command(merge_command)
 for command in (optimize, evaluate, audit, review, targets, github_group, nightly, history):
     main.add_command(command)

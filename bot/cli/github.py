@@ -1,5 +1,6 @@
 """``kernelpilot review`` (the pull-request flow on a local repository) and ``kernelpilot
-github gate|measure|publish`` (the three jobs of the GitHub workflow; the action calls them).
+github gate|measure|publish`` (the three jobs of the GitHub workflow; the action calls them;
+a matrix of measuring jobs adds ``bot.cli.matrix``'s plan and merge).
 
 The action passes its inputs as environment variables (``KERNELPILOT_*``), never as text in a
 shell command; each option names its variable in ``--help``.
@@ -198,13 +199,19 @@ def gate_command(approval_label, verbose) -> None:
     "workflow_dispatch input 'targets' wins; none: every configured target "
     "[env: KERNELPILOT_TARGETS].",
 )  # fmt: skip
+@click.option(
+    "--only", default=None, envvar="KERNELPILOT_ONLY",
+    help="This job is one shard of a matrix (kernelpilot github plan): of the changed modules "
+    "(a manual run: of its targets), measure only these, space-separated path.py:Class "
+    "[env: KERNELPILOT_ONLY].",
+)  # fmt: skip
 @SEED
 @NO_COMPILE
 @MAX_TARGETS
 @llm_options(env=True)
 @VERBOSE
 def measure_command(
-    out_dir, repo, device, targets, seed, no_compile_baseline, max_targets,
+    out_dir, repo, device, targets, only, seed, no_compile_baseline, max_targets,
     llm, model, script, budget, max_cost, verbose,
 ) -> None:  # fmt: skip
     """Optimize the modules this event asks for (a pull request's changed modules, or a manual
@@ -226,8 +233,9 @@ def measure_command(
             event.dispatch.targets = targets.split()
         refuse_fork_on_persistent_runner(event, runner_nature(os.environ))
         check_toolchain(options.device)
+        shard = (only or "").split() or None  # empty: the whole event (a plan of nothing)
         with commands_stopped():
-            results = measure(event, actions_env(), repo, options, progress, max_targets)
+            results = measure(event, actions_env(), repo, options, progress, max_targets, shard)
         improved = len(results.report.improved())
         click.echo(f"{len(results.report.targets)} module(s) measured, {improved} improved")
         if any(row.status.failed for row in results.report.targets):

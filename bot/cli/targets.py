@@ -25,8 +25,9 @@ SOURCES = {
     "guess": "guessed",
 }
 GUESSED = (
-    "guessed: nothing in the repository builds them, so kernelpilot built them from their "
-    "constructors' signatures and called them at small sizes of its own; check the sizes "
+    "guessed: nothing in the repository calls them, so kernelpilot called them at small sizes "
+    "of its own (built from their constructors' signatures where nothing built them either); "
+    "check the sizes "
     "(--write freezes them into pyproject.toml to edit), or name a command in "
     "[tool.kernelpilot.capture]"
 )
@@ -53,9 +54,9 @@ def targets(base, head, repo, write, device, dtype, verbose) -> None:
     [tool.kernelpilot], from a get_inputs() beside the class, or captured by running the test
     files that import it and the Python examples of the Markdown files that name it (or the
     command [tool.kernelpilot.capture] names) in the sandbox and recording how it is built and
-    called, or, where none of them builds it, guessed: built from its constructor's signature
-    and called at small sizes of kernelpilot's own ([tool.kernelpilot.capture] guess = false
-    turns that off). Nothing is optimized.
+    called, or, where none of them calls it, guessed: called at small sizes of kernelpilot's own,
+    built from its constructor's signature where nothing built it ([tool.kernelpilot.capture]
+    guess = false turns that off). Nothing is optimized.
 
     Exits 0, or 2 on bad input.
     """

@@ -70,15 +70,19 @@ def capture_targets(
     classes = [(module.path, module.class_name) for module in wanted]
     tests: list[str] = []
     examples: list[Example] = []
+    unrun = ""  # where nothing of the repository's runs: what to name, said beside a failed guess
     if settings.command:
         check_command(settings.command, "pyproject.toml: tool.kernelpilot.capture.command")
     else:
         tests, examples = _code_to_run(classes, settings, code)
-        if not (tests or examples or settings.guess):
+        if not (tests or examples):
+            looked = _nothing_runs(settings)
             hint = _command_hint(code.scripts(sorted({path for path, _ in classes})))
-            for module in wanted:
-                module.capture_note = f"{_nothing_runs(settings)}: {NAME_A_COMMAND}{hint}"
-            return []
+            unrun = f"{looked}: {NAME_A_COMMAND}{hint}" if looked else f"{NAME_A_COMMAND}{hint}"
+            if not settings.guess:
+                for module in wanted:
+                    module.capture_note = unrun
+                return []
     source = settings.command or _describe(tests, examples) or "nothing runs it: guessing"
     progress(f"capturing how {len(wanted)} changed module(s) are built and called: {source}")
     try:
@@ -97,8 +101,8 @@ def capture_targets(
     for module in wanted:
         target = found.get((module.path, module.class_name))
         if target is None or target.problem or not target.calls:
-            why = target.problem if target is not None else "not seen"
-            module.capture_note = "; ".join(filter(None, [why, report.outcome]))[:500]
+            why = target.problem[:250] if target is not None else "not seen"
+            module.capture_note = "; ".join(filter(None, [why, report.outcome, unrun]))[:500]
             continue
         _mark(module, target)
         if len(problems) >= room:  # a target now, over the cap as detection's would be
@@ -203,9 +207,23 @@ def _mark(module: ChangedModule, target: CapturedTarget) -> None:
     module.target = f"{module.path}:{module.class_name}"
     module.target_source = "guess" if target.guessed else "capture"
     called = f"called with {target.calls[0].describe()}"
-    if target.guessed:
-        built = target.init_expression or f"arguments {target.init_args or []}"
-        module.capture_note = f"built with {built[:300]}, {called}"[:500]
-        return
-    seen = f"built at {target.built_at}" if target.built_at else "built"
-    module.capture_note = f"{seen}, {called} ({target.source})"[:500]
+    if target.guessed and target.built_at:  # built by the repository's code, not called by it
+        module.capture_note = (
+            f"built at {target.built_at}, called with guessed {target.calls[0].describe()}"
+        )
+    elif target.guessed:
+        module.capture_note = f"built with {_built_with(target)[:300]}, {called}"[:500]
+    else:
+        seen = f"built at {target.built_at}" if target.built_at else "built"
+        module.capture_note = f"{seen}, {called} ({target.source})"[:500]
+
+
+def _built_with(target: CapturedTarget) -> str:
+    """The constructor's arguments as the guess made them."""
+    if target.init_expression:
+        return target.init_expression
+    if target.init_file:
+        return "arguments that are not plain values (saved by the capture)"
+    args = [repr(value) for value in target.init_args or []]
+    args += [f"{name}={value!r}" for name, value in (target.init_kwargs or {}).items()]
+    return f"({', '.join(args)})"

@@ -53,9 +53,9 @@ def changes(changes: ChangeReport, rest_at: str) -> list[Piece]:
             guessed,
             [
                 "",
-                "**Targets guessed**: nothing in the repository builds them, so kernelpilot built "
-                "them from their constructors' signatures and called them at small sizes of its "
-                "own. Check the sizes (`kernelpilot targets --write` freezes them into "
+                "**Targets guessed**: nothing in the repository calls them, so kernelpilot called "
+                "them at small sizes of its own (built from their constructors' signatures where "
+                "nothing built them either). Check the sizes (`kernelpilot targets --write` freezes them into "
                 "`pyproject.toml` to edit), or name a command in `[tool.kernelpilot.capture]`:",
             ],
             _noted,

@@ -91,14 +91,17 @@ def measure(
     options: RunOptions,
     progress: Progress,
     max_targets: int = DEFAULT_MAX_TARGETS,
+    only: list[str] | None = None,
 ) -> PullResults:
-    """Optimize what this event asks for in the checkout at ``repo``; results.json written."""
+    """Optimize what this event asks for in the checkout at ``repo``; results.json written.
+    ``only``: this job is one shard of a matrix (``bot.pr.shards``): of the changed modules (a
+    manual run: of its targets), only these."""
     mode = event.mode
     repo = repo.resolve()
     head = _checked_out(repo)
     results = PullResults(
         mode=mode, repository=event.repository, commit=head, run_url=env.run_url,
-        environment=Environment.here(), test_dir=_test_dir(repo),
+        environment=Environment.here(), test_dir=_test_dir(repo), shard=only,
     )  # fmt: skip
     if event.pull is not None:
         pull = event.pull
@@ -114,6 +117,8 @@ def measure(
                     "head_ref": pull.head_ref, "fork": pull.fork, "sandbox": options.sandbox}
         )  # fmt: skip
         results.changes = detect_changes(repo, pull.base_sha, pull.head_sha, max_targets)
+        if only is not None:
+            _keep_shard(results.changes, only)
         options, hold = _judged_by_base(results, repo, pull.base_sha, head, options)
         if results.note:  # refused to run at all: say why, measure nothing
             results.report = Report()
@@ -124,6 +129,8 @@ def measure(
         dispatch = event.dispatch
         results.base_ref = event.ref
         targets = list(dispatch.targets) if dispatch else []
+        if only is not None:
+            targets = [target for target in targets if target in only]
         if dispatch is not None:
             options = options.model_copy(
                 update={"attempts": dispatch.budget or options.attempts,
@@ -133,6 +140,20 @@ def measure(
         captured = []
     _optimize(results, repo, targets, options, progress, hold, captured)
     return _write(results, env, repo, options.out_dir)
+
+
+def _keep_shard(changes: ChangeReport, only: list[str]) -> None:
+    """This shard's modules only (the modules over the cap stay: every shard says them, merge
+    joins them); a named module detection did not find is said (the plan was made from another
+    detection: it should not happen)."""
+    keys = {f"{m.path}:{m.class_name}": m for m in changes.modules}
+    changes.modules = [module for key, module in keys.items() if key in only]
+    unknown = [name for name in only if name not in keys]
+    if unknown:
+        changes.notes.append(
+            f"This shard was to measure {', '.join(unknown[:10])}, which this commit's changes "
+            "do not name: the plan was made for another commit."
+        )
 
 
 def _captured(

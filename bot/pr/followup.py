@@ -221,6 +221,19 @@ def _body(results: PullResults, improved: list[tuple[TargetReport, PurePosixPath
             f"| {md.number(row.speedup_vs_eager, '.2f', 'x')} "
             f"| {md.number(row.speedup_vs_compile, '.2f', 'x')} |"
         )
+    guessed = [
+        module.target
+        for module in (results.changes.modules if results.changes else [])
+        if module.target_source == "guess" and module.target in {row.target for row, _ in improved}
+    ]
+    if guessed:
+        named = ", ".join(md.code(target or "") for target in guessed)
+        lines += [
+            "",
+            f"Measured at guessed sizes: nothing in the repository calls {named}, so kernelpilot "
+            "called it with inputs of its own (the test file uses the same). Check the speedup at "
+            "your sizes before you swap it in.",
+        ]
     lines += [
         "",
         "Each kernel file is the drop-in to import; beside it, `*_verified_kernelpilot.py` is "

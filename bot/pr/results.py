@@ -90,6 +90,12 @@ class PullResults(BaseModel):
         default=None,
         description="Where the repository keeps its tests (tests/, test/), if it does.",
     )
+    shard: list[str] | None = Field(
+        default=None,
+        max_length=10_000,
+        description="The modules (or a manual run's targets) this run measured as one shard of "
+        "a matrix (bot.pr.shards); None: all that the event asks for.",
+    )
 
     def save(self, out_dir: Path) -> Path:
         out_dir.mkdir(parents=True, exist_ok=True)

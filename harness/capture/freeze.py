@@ -46,6 +46,12 @@ def frozen(
     return "\n\n".join(entries) + "\n", header + body + "\n\n" + "\n\n".join(functions)
 
 
+def _comment(text: str) -> str:
+    """A TOML comment line of the worker's text: no line break of any kind can end it early
+    and start a line of TOML of the pull request's own."""
+    return "# " + " ".join(text.split())
+
+
 def _entry(
     target: CapturedTarget,
     factory_path: str,
@@ -54,8 +60,8 @@ def _entry(
     local: Callable[[str], bool],
 ) -> str:
     stem = _function_stem(target)
-    seen = f"# seen in {target.source}" + (
-        f", built at {target.built_at}" if target.built_at else ""
+    seen = _comment(
+        f"seen in {target.source}" + (f", built at {target.built_at}" if target.built_at else "")
     )
     lines = [
         seen,

@@ -5,11 +5,16 @@ gets a target with no configuration. The hooks record the guess like any call; t
 it was guessed wherever it is shown.
 
 The constructor: each required parameter from its annotation (a class built with its defaults,
-a config dataclass; ``int`` a size by its name) or, unannotated, from its name (``config``: the
-one config class of the module that builds with its defaults; ``dim``, ``n_head``: sizes).
-The inputs: for each required forward parameter, a tensor shaped for the first layers the
-module holds (``nn.Embedding``: token ids; ``nn.Linear``, norms: ``[8, 64, features]``;
-convolutions: ``[8, channels, 32, 32]``), tried in order until a forward runs.
+a config dataclass; ``int`` and ``float`` by the parameter's name) or, unannotated, from its
+name (``config``: the one config class of the module that builds with its defaults; ``dim``,
+``n_head``, ``kernel_size``: sizes). A build whose parameters and buffers would pass
+``MAX_ELEMENTS`` (counted on the meta device first) is not made. The inputs: for each required
+forward parameter, a tensor shaped for the first layers the module holds (``nn.Embedding``:
+token ids; ``nn.Linear``, norms: ``[8, 64, features]``; convolutions: ``[8, channels, 32,
+32]``), tried in order until a forward runs.
+
+Everything here runs the repository's code: any exception it raises (``SystemExit`` included)
+is a reason the guess failed, never the worker's end.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ import dataclasses
 import inspect
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from types import ModuleType
 
 import torch
@@ -26,18 +32,35 @@ from torch import nn
 
 BATCH, TOKENS, SIDE, WIDTH = 8, 64, 32, 64  # the guessed sizes: small, a forward in milliseconds
 LAYERS_TRIED = 3  # the first layers whose inputs are tried
+MAX_ELEMENTS = 2**28  # a guessed build's parameters and buffers: 1 GiB in float32
 CONFIG_NAME = re.compile(r"^(config|cfg|conf|args|hparams|params|opt|options|settings)$", re.I)
-SIZE_NAME = re.compile(r"dim|size|channels|features|hidden|width|embd|d_model|n_state|planes", re.I)
-HEAD_NAME = re.compile(r"head", re.I)
-COUNT_NAME = re.compile(r"layers|depth|blocks", re.I)
+# An int parameter's value by its name, the first rule that matches; any other int is a width.
+INT_RULES = [
+    (re.compile(r"kernel", re.I), 3),
+    (re.compile(r"stride|dilation|groups", re.I), 1),
+    (re.compile(r"padding|^pad", re.I), 1),
+    (re.compile(r"patch", re.I), 4),
+    (re.compile(r"head_?dim|dim_?head|head_?size", re.I), 16),
+    (re.compile(r"head", re.I), 4),
+    (re.compile(r"layers|depth|blocks", re.I), 2),
+    (re.compile(r"dim|size|channels|features|hidden|width|embd|d_model|n_state|planes", re.I), 64),
+]
+SIZE_NAMES = [rule for rule, _ in INT_RULES]  # an unannotated parameter is a size by these
+FLOAT_RULES = [
+    (re.compile(r"eps", re.I), 1e-5),
+    (re.compile(r"drop|^p$|prob|rate", re.I), 0.0),
+    (re.compile(r"momentum", re.I), 0.1),
+]
+NOT_BUILT = (nn.Module, torch.Tensor)  # an annotation that names one: nothing to guess it from
 
 
 class NoGuess(Exception):
     """Why a class cannot be guessed: said beside it, as a capture's problem is."""
 
 
-def build(cls: type[nn.Module]) -> nn.Module:
-    """An instance built with guessed constructor arguments; NoGuess where one has no guess."""
+def build(cls: type[nn.Module], unrecorded: Callable[[], AbstractContextManager]) -> nn.Module:
+    """An instance built with guessed constructor arguments; NoGuess where one has no guess.
+    ``unrecorded()``: a context in which the hooks record nothing (the build on meta)."""
     module = sys.modules.get(cls.__module__)
     args: list = []
     kwargs: dict = {}
@@ -51,30 +74,56 @@ def build(cls: type[nn.Module]) -> nn.Module:
             kwargs[name] = value
         else:
             args.append(value)
+    _bounded(cls, args, kwargs, unrecorded)
     try:
         return cls(*args, **kwargs)
-    except Exception as err:  # the repository's constructor, on our guess: said, not hidden
+    except BaseException as err:  # the repository's constructor, on our guess: said, not hidden
         raise NoGuess(f"{cls.__name__} built with guessed arguments raised {_said(err)}") from None
+
+
+def _bounded(
+    cls: type[nn.Module], args: list, kwargs: dict, unrecorded: Callable[[], AbstractContextManager]
+) -> None:
+    """NoGuess where the build would hold more than MAX_ELEMENTS (a config's defaults may be a
+    7B model's), counted on the meta device; a constructor meta cannot run is built for real."""
+    try:
+        with unrecorded(), torch.device("meta"):
+            probe = cls(*args, **kwargs)
+        held = sum(t.numel() for t in [*probe.parameters(), *probe.buffers()])
+    except BaseException:  # the real build says what is wrong, if anything
+        return
+    if held > MAX_ELEMENTS:
+        raise NoGuess(
+            f"built with guessed arguments it would hold {held:,} parameter and buffer values, "
+            f"over the guess's {MAX_ELEMENTS:,}"
+        )
 
 
 def call(instance: nn.Module) -> None:
     """Forward calls with guessed inputs until one runs (the hooks record that one); NoGuess
     with the last failure where none does."""
+    parameters = list(_signature(type(instance).forward).parameters.values())[1:]
     required = [
         parameter
-        for parameter in list(_signature(type(instance).forward).parameters.values())[1:]
+        for parameter in parameters
         if parameter.default is parameter.empty
         and parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD)
     ]
+    if not required and any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        required = parameters[:1]  # forward(self, *inputs): one input
     if not required:
         raise NoGuess("its forward takes no input to guess")
     failed = "no input was tried"
-    for inputs in _inputs(instance):
+    try:
+        makers = list(_inputs(instance))
+    except BaseException as err:  # the module's own layers, read: a property may raise
+        raise NoGuess(f"its layers could not be read: {_said(err)}") from None
+    for inputs in makers:
         try:
             with torch.no_grad():
                 instance(*[inputs() for _ in required])
             return
-        except Exception as err:  # the guess did not fit: the next one may
+        except BaseException as err:  # the guess did not fit (SystemExit too): the next may
             failed = _said(err)
     raise NoGuess(f"no guessed input ran its forward (the last: {failed})")
 
@@ -83,7 +132,10 @@ def _signature(function) -> inspect.Signature:
     try:
         return inspect.signature(function, eval_str=True)
     except Exception:  # an annotation that does not evaluate: the names still guide
-        return inspect.signature(function)
+        try:
+            return inspect.signature(function)
+        except (TypeError, ValueError) as err:  # no signature at all (a builtin)
+            raise NoGuess(f"its signature cannot be read: {_said(err)}") from None
 
 
 def _value(name: str, annotation, module: ModuleType | None):
@@ -92,31 +144,31 @@ def _value(name: str, annotation, module: ModuleType | None):
     if annotation in (int, "int"):
         return _size(name)
     if annotation in (float, "float"):
-        return 0.0 if "drop" in name.lower() else 1.0
+        return next((value for rule, value in FLOAT_RULES if rule.search(name)), 1.0)
     if annotation in (bool, "bool"):
         return False
     if annotation is inspect.Parameter.empty:
         if CONFIG_NAME.match(name):
             return _defaults(_config_class(module, name), name)
-        if SIZE_NAME.search(name) or HEAD_NAME.search(name) or COUNT_NAME.search(name):
+        if any(rule.search(name) for rule in SIZE_NAMES):
             return _size(name)
-    elif isinstance(annotation, type) and annotation not in (str, bytes):
+    elif (
+        isinstance(annotation, type)
+        and annotation not in (str, bytes)
+        and not issubclass(annotation, NOT_BUILT)
+    ):
         return _defaults(annotation, name)
     raise NoGuess(f"no value to guess for its constructor's parameter {name!r}")
 
 
 def _size(name: str) -> int:
-    if HEAD_NAME.search(name):
-        return 4
-    if COUNT_NAME.search(name):
-        return 2
-    return WIDTH
+    return next((value for rule, value in INT_RULES if rule.search(name)), WIDTH)
 
 
 def _defaults(cls: type, name: str):
     try:
         return cls()
-    except Exception as err:  # a class that needs arguments: no guess for this parameter
+    except BaseException as err:  # a class that needs arguments: no guess for this parameter
         raise NoGuess(
             f"its constructor's parameter {name!r} is a {cls.__name__}, which does not build "
             f"with its defaults ({_said(err)})"

@@ -8,12 +8,15 @@ value ranges; plain values as they are), never the tensors.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib
 import os
 import sys
 import traceback
+import weakref
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -34,9 +37,25 @@ PLAIN = PLAIN_INPUTS  # what a factory may return beside tensors, a captured cal
 
 
 class Instance:
-    def __init__(self, args: tuple, kwargs: dict, built_at: str, guessed: bool) -> None:
+    def __init__(self, module: torch.nn.Module, args: tuple, kwargs: dict, built_at: str,
+                 guessed: bool) -> None:  # fmt: skip
         self.args, self.kwargs, self.built_at, self.guessed = args, kwargs, built_at, guessed
-        self.calls: dict[str, CallSpec] = {}
+        self.module = weakref.ref(module)  # to call it with guessed inputs, if nothing did
+        self.inputs_guessed = False  # built by the repository, called by the guess
+        self.calls: dict[str, CallSpec] = {}  # the calls that returned, by shape
+        self.running: list[CallSpec] = []  # the calls not returned yet (the report may not wait)
+
+    def seen_calls(self) -> dict[str, CallSpec]:
+        """The calls that returned; where none has, those still running when asked."""
+        return self.calls or {_shape_key(call): call for call in self.running}
+
+    def by_guess(self) -> bool:
+        return self.guessed or self.inputs_guessed
+
+    def provenance(self) -> int:
+        """0: built and called by the repository's code; 1: built by it, called by the guess;
+        2: built by the guess."""
+        return 2 if self.guessed else int(self.inputs_guessed)
 
 
 class Recorder:
@@ -49,6 +68,7 @@ class Recorder:
         self.classes: dict[str, type] = {}
         self.no_guess: dict[str, str] = {}  # why a class could not be guessed
         self.guessing = False  # instances built now are guesses (harness.capture.guess)
+        self.quiet = False  # instances built now are not recorded (a guess's build on meta)
 
     def hook(self, path: str, class_name: str) -> None:
         key = f"{path}:{class_name}"
@@ -79,40 +99,66 @@ class Recorder:
                 return f"{path.relative_to(self.root)}:{frame.lineno}"
         return ""
 
+    @contextlib.contextmanager
+    def unrecorded(self) -> Iterator[None]:
+        self.quiet = True
+        try:
+            yield
+        finally:
+            self.quiet = False
+
     def guess_unseen(self) -> None:
-        """Build and call each hooked class that no instance was seen called of, with guessed
-        arguments and inputs (``harness.capture.guess``); why not, where it cannot be."""
+        """Call each hooked class that no instance was seen called of with guessed inputs: an
+        instance the repository built, or one built with guessed arguments
+        (``harness.capture.guess``); why not, where it cannot be. The repository's code runs
+        here: nothing it raises ends the worker."""
+        argv = sys.argv
         for key, cls in self.classes.items():
-            if any(one.calls for one in self.instances[key]):
+            instances = self.instances[key]
+            if any(one.calls for one in instances):
                 continue  # seen for real, or inside an earlier guess
+            sys.argv = [key.partition(":")[0]]  # a config that parses arguments gets none
             self.guessing = True
             try:
-                guess.call(guess.build(cls))
-            except guess.NoGuess as err:
-                self.no_guess[key] = str(err)
+                built = [(one, module) for one in instances if (module := one.module()) is not None]
+                if built:
+                    built[-1][0].inputs_guessed = True
+                guess.call(built[-1][1] if built else guess.build(cls, self.unrecorded))
+                if not any(one.calls for one in instances):
+                    raise guess.NoGuess(f"its forward ran, but not through {cls.__name__}.forward")
+            except BaseException as err:  # the repository's code, on our guess: said per class
+                self.no_guess[key] = str(err) if isinstance(err, guess.NoGuess) else (
+                    f"guessing raised {type(err).__name__}: {str(err)[:200]}"
+                )  # fmt: skip
             finally:
                 self.guessing = False
+                sys.argv = argv
 
     def targets(self, source: str, saved: Path) -> list[CapturedTarget]:
         found = []
         for number, (key, instances) in enumerate(self.instances.items()):
             path, _, class_name = key.partition(":")
             record = CapturedTarget(path=path, class_name=class_name, source=source)
-            called = [one for one in instances if one.calls]
+            called = [one for one in instances if one.seen_calls()]
+            if called:  # what the repository did wins: its calls, then its builds, then guesses
+                first = min(one.provenance() for one in called)
+                called = [one for one in called if one.provenance() == first]
             if key in self.problems:
                 record.problem = self.problems[key]
             elif not called:
-                built = "built but never called" if instances else "never built"
+                ours = [one for one in instances if not one.guessed]
+                built = "built but never called" if ours else "never built"
                 said = [f"{built} while {source} ran"] if source else []
                 if key in self.no_guess:
                     said.append(f"no guess: {self.no_guess[key]}")
                 record.problem = "; ".join(said)[:1000]
             else:
-                best = max(called, key=lambda one: max(call.size() for call in one.calls.values()))
+                best = max(called, key=lambda one: max(c.size() for c in one.seen_calls().values()))
                 record = _with_init(record, best, saved / f"init-{number}.pt")
+                record.guessed = best.by_guess()
                 if best.guessed:
-                    record.source, record.guessed = GUESSED, True
-                calls = sorted(best.calls.values(), key=lambda call: -call.size())
+                    record.source = GUESSED
+                calls = sorted(best.seen_calls().values(), key=lambda call: -call.size())
                 record.calls = calls[:MAX_CALLS]
                 record.built_at = best.built_at
             found.append(record)
@@ -125,8 +171,8 @@ def _wrap(cls: type[torch.nn.Module], instances: list[Instance], recorder: Recor
 
     @functools.wraps(init)
     def recorded_init(self, *args, **kwargs):
-        if type(self) is cls:
-            one = Instance(args, kwargs, recorder._where(), recorder.guessing)
+        if type(self) is cls and not recorder.quiet:
+            one = Instance(self, args, kwargs, recorder._where(), recorder.guessing)
             seen[id(self)] = one
             instances.append(one)
         init(self, *args, **kwargs)
@@ -135,9 +181,14 @@ def _wrap(cls: type[torch.nn.Module], instances: list[Instance], recorder: Recor
     def recorded_forward(self, *args, **kwargs):
         one = seen.get(id(self)) if type(self) is cls else None
         call = _call_spec(args, kwargs) if one is not None else None  # before it runs: in place
-        out = forward(self, *args, **kwargs)
-        if one is not None and call is not None:  # a call that raised is no call to optimize
-            one.calls.setdefault(_shape_key(call), call)
+        if one is None or call is None:
+            return forward(self, *args, **kwargs)
+        one.running.append(call)
+        try:
+            out = forward(self, *args, **kwargs)
+        finally:
+            one.running.remove(call)
+        one.calls.setdefault(_shape_key(call), call)  # a call that raised is no call to optimize
         return out
 
     cls.__init__ = recorded_init  # type: ignore[method-assign]

@@ -84,7 +84,7 @@ def main(job_dir: Path, channel_fd: int) -> None:
             ended.append(_run_examples(job.root, job.examples))
         outcome = "; ".join(ended)
     if job.guess:
-        recorder.guess_unseen()
+        recorder.guess_unseen()  # says per class what it raised: never the report's end
     report(outcome)
 
 
