@@ -188,7 +188,9 @@ def review(pull: PullRequest, repo: Path, device: str, out: Path) -> dict:
         "repository": pull.name,
         "kind": pull.kind,
         "changed_modules": len(changes.modules),
-        "zero_config_targets": sum(m.target_source in ("capture", "guess") for m in changes.modules),
+        "zero_config_targets": sum(
+            m.target_source in ("capture", "guess") for m in changes.modules
+        ),
         "configured_targets": sum(
             m.target_source in ("config", "get_inputs") for m in changes.modules
         ),
