@@ -69,11 +69,11 @@ def event(project: Project, fake_github: FakeGitHub):
 
 def test_the_shards_results_join_into_one_run(project, event, tmp_path):
     folder = write(tmp_path / "shards", {
-        "kernelpilot-results-1": shard_of(project, TARGET, [TARGET]),
-        "kernelpilot-results-2": shard_of(project, OTHER, [OTHER]),
+        "kernelpilot-results-10": shard_of(project, OTHER, [OTHER]),
+        "kernelpilot-results-9": shard_of(project, TARGET, [TARGET]),
     })  # fmt: skip
     merged = merge(load_shards(folder, event), plan([TARGET, OTHER], 2))
-    assert [row.target for row in merged.report.targets] == [TARGET, OTHER]
+    assert [row.target for row in merged.report.targets] == [TARGET, OTHER]  # the plan's order
     assert set(merged.sources) == {TARGET, OTHER} and merged.shard is None
     assert merged.changes is not None
     assert [m.class_name for m in merged.changes.modules] == ["Activation", "Gate"]

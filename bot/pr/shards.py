@@ -16,6 +16,7 @@ cancelled) is said in the comment, with its modules, never passed over.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -88,7 +89,7 @@ def read_plan(text: str, where: str) -> Plan:
 def load_shards(folder: Path, event: Event) -> dict[str, PullResults]:
     """Each shard's results in ``folder`` (one sub-folder an artifact, as download-artifact
     leaves them), by sub-folder, each checked against this run's event."""
-    found = sorted(path.parent for path in folder.glob(f"*/{RESULTS_FILE}"))
+    found = sorted((path.parent for path in folder.glob(f"*/{RESULTS_FILE}")), key=_natural)
     if not found:
         raise UserError(
             f"no shard's {RESULTS_FILE} in {folder}",
@@ -97,6 +98,12 @@ def load_shards(folder: Path, event: Event) -> dict[str, PullResults]:
             "with pattern: kernelpilot-results-*)",
         )
     return {path.name: load_results(path, event) for path in found}
+
+
+def _natural(path: Path) -> list:
+    """kernelpilot-results-2 before kernelpilot-results-10: the plan's order, kept."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in
+            re.split(r"(\d+)", path.name)]  # fmt: skip
 
 
 AGREED = ("mode", "repository", "pull_number", "commit", "base_ref", "head_ref", "fork",
@@ -131,9 +138,9 @@ def merge(shards: dict[str, PullResults], planned: Plan | None) -> PullResults:
             if owner.get(target) != name:
                 raise _refused(f"shard {name} gives the source of {target}, not one of its rows")
             merged.sources[target] = source
+    merged.note = "" if merged.report.targets else first.note
     if planned is not None:
         _say_missing(merged, planned, [s.shard for s in shards.values()])
-    merged.note = "" if merged.report.targets else first.note
     return merged
 
 
@@ -153,7 +160,6 @@ def _joined_changes(shards: dict[str, PullResults]) -> ChangeReport | None:
         joined.over_cap += [m for m in report.over_cap if module_key(m) not in seen]
         seen |= {module_key(m) for m in report.over_cap}
         joined.notes += [note for note in report.notes if note not in joined.notes]
-    joined.modules.sort(key=lambda m: (m.path, m.class_line))
     return joined
 
 
@@ -171,8 +177,8 @@ def _say_missing(merged: PullResults, planned: Plan, present: list[list[str] | N
             )
             if merged.changes is not None:
                 merged.changes.notes.append(note)
-            else:
-                merged.note = note
+            else:  # a manual run has no list of changes to note it in: it heads the comment
+                merged.note = f"{merged.note} {note}".strip()
 
 
 def _refused(what: str) -> UserError:
