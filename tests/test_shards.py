@@ -16,7 +16,7 @@ from bot.cli import main
 from bot.detect.changes import ChangedModule
 from bot.event import parse_event
 from bot.pr.results import PullResults, TargetSource
-from bot.pr.shards import Plan, load_shards, merge, plan
+from bot.pr.shards import Plan, load_shards, merge, plan, plan_order
 from harness.errors import UserError
 from tests.fake_github import FakeGitHub
 from tests.prflow import NUMBER, REPO, Project
@@ -31,14 +31,22 @@ def project(tmp_path) -> Project:
     return Project(tmp_path / "checkout")
 
 
-def test_a_plan_splits_the_modules_in_order_into_near_equal_shards():
+def test_a_plan_deals_the_modules_over_the_shards_each_once():
     names = [f"m.py:C{i}" for i in range(5)]
-    assert [shard.names() for shard in plan(names, 2).include] == [names[:3], names[3:]]
+    planned = plan(names, 2)
+    # in turn: the first ones (the configured targets) spread over every runner
+    assert [shard.names() for shard in planned.include] == [names[0::2], names[1::2]]
+    assert sorted(plan_order(planned), key=plan_order(planned).get) == names
     assert [shard.shard for shard in plan(names, 9).include] == [1, 2, 3, 4, 5]  # one module each
     [nothing] = plan([], 4).include  # a matrix cannot be empty: one shard of the whole event
     assert nothing.only == ""
+    # a class defined twice in a file is detected twice: one shard measures it
+    assert [s.names() for s in plan(["a.py:B", "a.py:B", "a.py:C"], 3).include] == [
+        ["a.py:B"], ["a.py:C"]]  # fmt: skip
     with pytest.raises(UserError, match="has white space"):
         plan(["my models/a.py:Net"], 2)
+    with pytest.raises(UserError, match="more than an Actions output"):
+        plan([f"models/very/deep/package/module_{i}.py:Block" for i in range(2000)], 4)
 
 
 def shard_of(project: Project, target: str, shard: list[str]) -> PullResults:
@@ -72,7 +80,7 @@ def test_the_shards_results_join_into_one_run(project, event, tmp_path):
         "kernelpilot-results-10": shard_of(project, OTHER, [OTHER]),
         "kernelpilot-results-9": shard_of(project, TARGET, [TARGET]),
     })  # fmt: skip
-    merged = merge(load_shards(folder, event), plan([TARGET, OTHER], 2))
+    merged = merge(*load(folder, event, plan([TARGET, OTHER], 2)))
     assert [row.target for row in merged.report.targets] == [TARGET, OTHER]  # the plan's order
     assert set(merged.sources) == {TARGET, OTHER} and merged.shard is None
     assert merged.changes is not None
@@ -80,11 +88,17 @@ def test_the_shards_results_join_into_one_run(project, event, tmp_path):
     assert merged.changes.notes == []
 
 
+def load(folder: Path, event, planned: Plan | None = None):
+    """merge's arguments as the command gives them."""
+    shards, refused = load_shards(folder, event)
+    return shards, planned, refused
+
+
 def test_a_planned_shard_without_results_is_said_with_its_modules(project, event, tmp_path):
     folder = write(
         tmp_path / "shards", {"kernelpilot-results-1": shard_of(project, TARGET, [TARGET])}
     )
-    merged = merge(load_shards(folder, event), plan([TARGET, OTHER], 2))
+    merged = merge(*load(folder, event, plan([TARGET, OTHER], 2)))
     assert [row.target for row in merged.report.targets] == [TARGET]
     assert merged.changes is not None
     [note] = merged.changes.notes
@@ -107,7 +121,7 @@ def test_shards_that_do_not_belong_to_one_run_are_refused(project, event, tmp_pa
         "2": second(project),
     })  # fmt: skip
     with pytest.raises(UserError, match=refusal):
-        merge(load_shards(folder, event), None)
+        merge(*load(folder, event))
 
 
 def _with_source_of(results: PullResults, target: str) -> PullResults:
@@ -130,14 +144,24 @@ def _other_judge(results: PullResults) -> PullResults:
     return results
 
 
-def test_a_shard_of_another_commit_is_refused_as_one_jobs_results_are(project, event, tmp_path):
+def test_a_shard_of_another_commit_is_refused_and_the_others_still_published(
+    project, event, tmp_path
+):
+    """Each shard is checked as one job's results are: a stale or forged one is left out and
+    said; the shards that pass are published."""
     stale = shard_of(project, OTHER, [OTHER]).model_copy(update={"commit": "f" * 40})
     folder = write(tmp_path / "shards", {
         "kernelpilot-results-1": shard_of(project, TARGET, [TARGET]),
         "kernelpilot-results-2": stale,
     })  # fmt: skip
-    with pytest.raises(UserError, match="results are for commit"):
-        load_shards(folder, event)
+    merged = merge(*load(folder, event, plan([TARGET, OTHER], 2)))
+    assert [row.target for row in merged.report.targets] == [TARGET]
+    assert merged.changes is not None
+    refusal, missing = merged.changes.notes
+    assert "kernelpilot-results-2 were refused: results are for commit" in refusal
+    assert "Shard 2 of 2 left no results" in missing and OTHER in missing
+    with pytest.raises(UserError, match="no measure job's results.json to publish"):
+        load_shards(tmp_path / "nothing-downloaded", event)
 
 
 def test_merged_results_are_published_as_one_comment(project, fake_github, event, tmp_path):
@@ -145,7 +169,7 @@ def test_merged_results_are_published_as_one_comment(project, fake_github, event
         "kernelpilot-results-1": shard_of(project, TARGET, [TARGET]),
         "kernelpilot-results-2": shard_of(project, OTHER, [OTHER]),
     })  # fmt: skip
-    merged = merge(load_shards(folder, event), None)
+    merged = merge(*load(folder, event))
     run_publish(fake_github, tmp_path, merged, open_pr=False)
     body = comment(fake_github)
     assert f"` {TARGET} `" in body and f"` {OTHER} `" in body
@@ -191,3 +215,24 @@ def test_a_module_of_another_shard_is_not_measured_here(tmp_path):
     _keep_shard(changes, ["m.py:B", "m.py:Gone"])
     assert [m.class_name for m in changes.modules] == ["B"]
     assert "m.py:Gone" in changes.notes[0]
+
+
+def test_a_manual_runs_shard_with_none_of_its_targets_measures_nothing(tmp_path):
+    """A manual run's shard whose names are none of the run's targets must not fall back to
+    "every configured target" (what an empty target list means): those are other shards'."""
+    from bot.event import ActionsEnv, Dispatch, Event
+    from bot.pr.flow import measure
+    from bot.run import RunOptions
+    from bot.settings import load_settings
+    from tests.gitrepo import commit, init
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    init(repo)
+    commit(repo, {"m.py": "x = 1\n"}, "base")
+    event = Event(name="workflow_dispatch", repository=REPO,
+                  dispatch=Dispatch(targets=["m.py:A"]))  # fmt: skip
+    options = RunOptions(device="cpu", settings=load_settings(repo), out_dir=tmp_path / "out")
+    results = measure(event, ActionsEnv(repository=REPO), repo, options, lambda m: None,
+                      only=["m.py:B"])  # fmt: skip
+    assert results.report.targets == [] and "m.py:B" in results.note

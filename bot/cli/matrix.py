@@ -17,6 +17,7 @@ from bot.cli.options import VERBOSE, run_command
 from bot.detect.changes import detect_changes
 from bot.event import actions_env, load_event
 from bot.pr.flow import DEFAULT_MAX_TARGETS
+from bot.pr.results import MAX_RESULTS_BYTES
 from bot.pr.shards import MAX_SHARDS, load_shards, matrix_json, merge, module_key, plan, read_plan
 from harness.errors import UserError
 
@@ -84,7 +85,7 @@ def plan_command(repo, shards, targets, max_targets, verbose) -> None:
 
 @click.command(name="merge")
 @click.option(
-    "--shards", "shards_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+    "--shards", "shards_dir", type=click.Path(path_type=Path),
     default=Path("kernelpilot-shards"), show_default=True, envvar="KERNELPILOT_SHARDS_DIR",
     help="A folder of the measuring jobs' results folders, one each (download-artifact with a "
     "pattern and no merge-multiple) [env: KERNELPILOT_SHARDS_DIR].",
@@ -110,18 +111,27 @@ def merge_command(shards_dir, out_dir, plan_text, verbose) -> None:
         with commands_stopped():  # the results' text is the pull request's
             event = load_event()
             planned = read_plan(plan_text, "--plan") if plan_text else None
-            shards = load_shards(shards_dir, event)
-            merged = merge(shards, planned)
-            if out_dir.exists() and any(out_dir.iterdir()):
+            shards, refused = load_shards(shards_dir, event)
+            merged = merge(shards, planned, refused)
+            size = len(merged.model_dump_json(indent=2).encode())
+            if size > MAX_RESULTS_BYTES:
                 raise UserError(
-                    f"{out_dir} is not empty",
+                    f"the joined results are {size:,} bytes, over the {MAX_RESULTS_BYTES:,} "
+                    "publish reads",
+                    where=str(shards_dir),
+                    fix="lower the shards' max-targets: their kernels and reports add up",
+                )
+            if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+                raise UserError(
+                    f"{out_dir} is there and not an empty folder",
                     where=str(out_dir),
                     fix="merge into a new folder: the joined results.json alone goes there",
                 )
             merged.save(out_dir)
+        refusals = f", {len(refused)} refused (said in the comment)" if refused else ""
         click.echo(
-            f"merged {len(shards)} shard(s): {len(merged.report.targets)} module(s) measured, "
-            f"into {out_dir}"
+            f"merged {len(shards)} shard(s){refusals}: {len(merged.report.targets)} module(s) "
+            f"measured, into {out_dir}"
         )
 
     run_command(verbose, action)

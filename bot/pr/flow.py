@@ -131,6 +131,12 @@ def measure(
         targets = list(dispatch.targets) if dispatch else []
         if only is not None:
             targets = [target for target in targets if target in only]
+            if not targets:  # no targets would mean every configured one: another shard's
+                results.note = (
+                    f"This shard was to measure {' '.join(only)[:300]}, which are not this "
+                    "manual run's targets: the plan was made for another run."
+                )
+                return _write(results, env, repo, options.out_dir)
         if dispatch is not None:
             options = options.model_copy(
                 update={"attempts": dispatch.budget or options.attempts,

@@ -129,7 +129,9 @@ def kernel_module(
     nightly check (``bot.nightly.shipped`` finds it by the header's first line)."""
     env = results.environment
     cls = source.class_name
-    versions = f"torch {_line(env.torch)}" + (f", CUDA {_line(env.cuda)}" if env.cuda else "")
+    # The row's own torch: a matrix's shards may have run on other versions (bot.pr.shards)
+    torch = row.torch_version or env.torch
+    versions = f"torch {_line(torch)}" + (f", CUDA {_line(env.cuda)}" if env.cuda else "")
     dropin = (
         str(verified.with_suffix(""))
         .replace("/", ".")

@@ -28,13 +28,14 @@ from bot.report import Report
 from harness.errors import UserError
 
 MAX_SHARDS = 256  # GitHub's own limit on a matrix's jobs
+MAX_PLAN_BYTES = 64 * 1024  # the matrix reaches merge as one environment variable (128 KiB max)
 
 
 class Shard(BaseModel):
     """One job of the matrix: which of the run's modules or targets it measures."""
 
     shard: int = Field(ge=1, le=MAX_SHARDS)
-    only: str = Field(description="Space-separated: measure's --only.", max_length=100_000)
+    only: str = Field(description="Space-separated: measure's --only.", max_length=MAX_PLAN_BYTES)
 
     def names(self) -> list[str]:
         return self.only.split()
@@ -47,9 +48,11 @@ class Plan(BaseModel):
 
 
 def plan(names: list[str], shards: int) -> Plan:
-    """``names`` in at most ``shards`` contiguous parts of near-equal size, in their order (a
-    file's classes stay together, the cap's order is kept); one shard of nothing where there
-    is nothing (a matrix cannot be empty: that shard measures the event as a whole)."""
+    """``names`` (each once) dealt over at most ``shards`` parts in turn, so that the first
+    ones (detection puts the configured targets first) spread over every runner; one shard of
+    nothing where there is nothing (a matrix cannot be empty: that shard measures the event as
+    a whole)."""
+    names = list(dict.fromkeys(names))  # a class defined twice in a file is one module here
     if not 1 <= shards <= MAX_SHARDS:
         raise UserError(
             f"shards is {shards}", where="kernelpilot github plan", fix=f"give 1 to {MAX_SHARDS}"
@@ -62,13 +65,28 @@ def plan(names: list[str], shards: int) -> Plan:
             fix="rename the file, or run this pull request without the matrix (one measure job)",
         )
     count = min(shards, len(names)) or 1
-    size, extra = divmod(len(names), count)
-    parts, start = [], 0
-    for index in range(count):
-        end = start + size + (index < extra)
-        parts.append(Shard(shard=index + 1, only=" ".join(names[start:end])))
-        start = end
-    return Plan(include=parts)
+    planned = Plan(
+        include=[Shard(shard=i + 1, only=" ".join(names[i::count])) for i in range(count)]
+    )
+    if len(matrix_json(planned)) > MAX_PLAN_BYTES:
+        raise UserError(
+            f"{len(names)} changed modules make a matrix over {MAX_PLAN_BYTES // 1024} KiB, "
+            "more than an Actions output passed on as one variable holds",
+            where="kernelpilot github plan",
+            fix="lower max-targets, or run this pull request with one measure job "
+            "(kernelpilot-pr.yml)",
+        )
+    return planned
+
+
+def plan_order(planned: Plan) -> dict[str, int]:
+    """Each planned name's place in the order it was planned in (``plan`` dealt them)."""
+    count = len(planned.include)
+    return {
+        name: place * count + index
+        for index, shard in enumerate(planned.include)
+        for place, name in enumerate(shard.names())
+    }
 
 
 def module_key(module: ChangedModule) -> str:
@@ -86,22 +104,35 @@ def read_plan(text: str, where: str) -> Plan:
         ) from None
 
 
-def load_shards(folder: Path, event: Event) -> dict[str, PullResults]:
+def load_shards(folder: Path, event: Event) -> tuple[dict[str, PullResults], dict[str, str]]:
     """Each shard's results in ``folder`` (one sub-folder an artifact, as download-artifact
-    leaves them), by sub-folder, each checked against this run's event."""
-    found = sorted((path.parent for path in folder.glob(f"*/{RESULTS_FILE}")), key=_natural)
-    if not found:
+    leaves them), by sub-folder, each checked against this run's event; and the shards refused
+    by that check, with why (said in the comment beside the others' results)."""
+    found = (
+        sorted((path.parent for path in folder.glob(f"*/{RESULTS_FILE}")), key=_natural)
+        if folder.is_dir()
+        else []
+    )
+    loaded: dict[str, PullResults] = {}
+    refused: dict[str, str] = {}
+    for path in found:
+        try:
+            loaded[path.name] = load_results(path, event)
+        except UserError as err:
+            refused[path.name] = err.what[:300]
+    if not loaded:
+        why = f": {'; '.join(f'{k}: {v}' for k, v in refused.items())[:1000]}" if refused else ""
         raise UserError(
-            f"no shard's {RESULTS_FILE} in {folder}",
+            f"no measure job's {RESULTS_FILE} to publish in {folder}{why}",
             where=str(folder),
-            fix="download the measuring jobs' artifacts into one folder each (download-artifact "
-            "with pattern: kernelpilot-results-*)",
+            fix="see the measure jobs' logs (each uploads kernelpilot-results-<shard>; the "
+            "publish job downloads them with pattern: kernelpilot-results-*)",
         )
-    return {path.name: load_results(path, event) for path in found}
+    return loaded, refused
 
 
 def _natural(path: Path) -> list:
-    """kernelpilot-results-2 before kernelpilot-results-10: the plan's order, kept."""
+    """kernelpilot-results-2 before kernelpilot-results-10."""
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in
             re.split(r"(\d+)", path.name)]  # fmt: skip
 
@@ -110,10 +141,13 @@ AGREED = ("mode", "repository", "pull_number", "commit", "base_ref", "head_ref",
           "judged_by", "test_dir")  # fmt: skip
 
 
-def merge(shards: dict[str, PullResults], planned: Plan | None) -> PullResults:
-    """One run's results from its shards': their rows, sources and changed modules joined.
-    Refused where they are of different runs, or where two answer for one module; a planned
-    shard without results is said, with its modules."""
+def merge(
+    shards: dict[str, PullResults], planned: Plan | None, refused: dict[str, str] | None = None
+) -> PullResults:
+    """One run's results from its shards': their rows, sources and changed modules joined, in
+    the plan's order. Refused where they are of different runs, or where two answer for one
+    module; a planned shard without results (or whose results were ``refused``) is said, with
+    its modules, and so are shards that ran on other software."""
     names = list(shards)
     first = shards[names[0]]
     for name in names[1:]:
@@ -138,9 +172,18 @@ def merge(shards: dict[str, PullResults], planned: Plan | None) -> PullResults:
             if owner.get(target) != name:
                 raise _refused(f"shard {name} gives the source of {target}, not one of its rows")
             merged.sources[target] = source
-    merged.note = "" if merged.report.targets else first.note
     if planned is not None:
-        _say_missing(merged, planned, [s.shard for s in shards.values()])
+        order = plan_order(planned)
+        merged.report.targets.sort(key=lambda row: order.get(row.target, len(order)))
+        if merged.changes is not None:
+            merged.changes.modules.sort(key=lambda m: order.get(module_key(m), len(order)))
+    merged.note = "" if merged.report.targets else first.note
+    notes = _missing(planned, [s.shard for s in shards.values()], refused or {})
+    notes += _other_software(shards)
+    if merged.changes is not None:
+        merged.changes.notes += notes
+    elif notes:  # a manual run has no list of changes to note it in: it heads the comment
+        merged.note = " ".join([merged.note, *notes]).strip()
     return merged
 
 
@@ -163,30 +206,47 @@ def _joined_changes(shards: dict[str, PullResults]) -> ChangeReport | None:
     return joined
 
 
-def _say_missing(merged: PullResults, planned: Plan, present: list[list[str] | None]) -> None:
-    """A note for each planned shard whose results did not come."""
+def _missing(
+    planned: Plan | None, present: list[list[str] | None], refused: dict[str, str]
+) -> list[str]:
+    """One note for the planned shards whose results did not come or were refused."""
+    notes = [f"The results of {name} were refused: {why}." for name, why in refused.items()]
     came = {" ".join(names) for names in present if names is not None}
-    for shard in planned.include:
-        if shard.only and shard.only not in came:
-            listed = ", ".join(shard.names()[:10]) + (
-                " and more" if len(shard.names()) > 10 else ""
-            )
-            note = (
-                f"Shard {shard.shard} of {len(planned.include)} left no results (its job failed "
-                f"or was cancelled: see the run), so these were not measured: {listed}."
-            )
-            if merged.changes is not None:
-                merged.changes.notes.append(note)
-            else:  # a manual run has no list of changes to note it in: it heads the comment
-                merged.note = f"{merged.note} {note}".strip()
+    lost = [shard for shard in (planned.include if planned else []) if shard.only not in came]
+    lost = [shard for shard in lost if shard.only]
+    if lost:
+        unmeasured = [name for shard in lost for name in shard.names()]
+        listed = ", ".join(unmeasured[:20]) + (
+            f" and {len(unmeasured) - 20} more" if len(unmeasured) > 20 else ""
+        )
+        numbers = ", ".join(str(shard.shard) for shard in lost)
+        notes.append(
+            f"Shard{'s' if len(lost) > 1 else ''} {numbers} of {len(planned.include) if planned else 0} "
+            f"left no results (failed, cancelled or refused: see the run), so "
+            f"{len(unmeasured)} module(s) were not measured: {listed}."
+        )
+    return notes
+
+
+def _other_software(shards: dict[str, PullResults]) -> list[str]:
+    """A note where the shards' runners had other versions: each row names its own device and
+    torch; the follow-up's headers take their torch from the row."""
+    seen = {
+        f"torch {r.environment.torch}, CUDA {r.environment.cuda}, kernelpilot "
+        f"{r.environment.kernelpilot}"
+        for r in shards.values()
+    }
+    if len(seen) < 2:
+        return []
+    return [f"The measure jobs ran on different software: {'; '.join(sorted(seen))}."]
 
 
 def _refused(what: str) -> UserError:
     return UserError(
         f"the shards' results do not join: {what}",
         where="kernelpilot github merge",
-        fix="merge the artifacts of one workflow run, each shard's once; otherwise a measuring "
-        "job's output was tampered with",
+        fix="merge the artifacts of one workflow run, each shard's once, planned by one plan; "
+        "where that was so, a measuring job's output was tampered with",
     )
 
 
