@@ -189,7 +189,7 @@ def found_by_class(recorder: Recorder, folder: Path) -> dict:
 def test_sizes_come_from_annotations_and_names_and_failed_tries_are_not_recorded(
     recorder, tmp_path
 ):
-    recorder.guess_unseen()
+    guess.guess_unseen(recorder)
     found = found_by_class(recorder, tmp_path)
     attention = found["Attention"]
     assert attention.init_args == [64, 4]  # n_state a width, n_head a head count
@@ -206,7 +206,7 @@ def test_sizes_come_from_annotations_and_names_and_failed_tries_are_not_recorded
 
 
 def test_what_the_repositorys_code_raises_in_a_guess_is_said_and_the_rest_go_on(recorder, tmp_path):
-    recorder.guess_unseen()
+    guess.guess_unseen(recorder)
     found = found_by_class(recorder, tmp_path)
     assert "SystemExit: Exits wants a dict" in found["Exits"].problem
     assert "its forward ran, but not through Bypassed.forward" in found["Bypassed"].problem
@@ -219,7 +219,7 @@ def test_a_call_the_repository_made_wins_over_one_inside_a_guess(recorder, tmp_p
     import guessnets
 
     guessnets.MLP(16)(torch.randn(2, 16))  # as a test would: MLP seen for real, Block not
-    recorder.guess_unseen()  # Block is guessed: its MLP is called at [8, 64, 64] inside it
+    guess.guess_unseen(recorder)  # Block is guessed: its MLP is called at [8, 64, 64] inside it
     found = found_by_class(recorder, tmp_path)
     assert found["Block"].guessed
     mlp = found["MLP"]
@@ -231,7 +231,7 @@ def test_a_module_built_but_never_called_is_called_with_guessed_inputs(recorder,
     import guessnets
 
     built = guessnets.MLP(16)  # noqa: F841 - alive, as a test's fixture keeps it
-    recorder.guess_unseen()
+    guess.guess_unseen(recorder)
     mlp = found_by_class(recorder, tmp_path)["MLP"]
     assert mlp.guessed and mlp.init_args == [16]  # its own constructor's arguments, kept
     assert mlp.source == "tests"  # built by the repository's code, not by the guess

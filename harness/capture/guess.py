@@ -13,8 +13,9 @@ forward parameter, a tensor shaped for the first layers the module holds (``nn.E
 token ids; ``nn.Linear``, norms: ``[8, 64, features]``; convolutions: ``[8, channels, 32,
 32]``), tried in order until a forward runs.
 
-Everything here runs the repository's code: any exception it raises (``SystemExit`` included)
-is a reason the guess failed, never the worker's end.
+``guess_unseen`` drives it over a ``Recorder``'s classes after the tests, examples or command
+ran. Everything here runs the repository's code: any exception it raises (``SystemExit``
+included) is a reason the guess failed, never the worker's end.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from types import ModuleType
 
 import torch
 from torch import nn
+
+from harness.capture.hooks import Recorder
 
 BATCH, TOKENS, SIDE, WIDTH = 8, 64, 32, 64  # the guessed sizes: small, a forward in milliseconds
 LAYERS_TRIED = 3  # the first layers whose inputs are tried
@@ -56,6 +59,34 @@ NOT_BUILT = (nn.Module, torch.Tensor)  # an annotation that names one: nothing t
 
 class NoGuess(Exception):
     """Why a class cannot be guessed: said beside it, as a capture's problem is."""
+
+
+def guess_unseen(recorder: Recorder) -> None:
+    """Call each hooked class that no instance was seen called of with guessed inputs: an
+    instance the repository built, or one built with guessed arguments; why not, where it
+    cannot be (``recorder.no_guess``). The repository's code runs here: nothing it raises
+    ends the worker."""
+    argv = sys.argv
+    for key, cls in recorder.classes.items():
+        instances = recorder.instances[key]
+        if any(one.calls for one in instances):
+            continue  # seen for real, or inside an earlier guess
+        sys.argv = [key.partition(":")[0]]  # a config that parses arguments gets none
+        recorder.guessing = True
+        try:
+            built = [(one, module) for one in instances if (module := one.module()) is not None]
+            if built:
+                built[-1][0].inputs_guessed = True
+            call(built[-1][1] if built else build(cls, recorder.unrecorded))
+            if not any(one.calls for one in instances):
+                raise NoGuess(f"its forward ran, but not through {cls.__name__}.forward")
+        except BaseException as err:  # the repository's code, on our guess: said per class
+            recorder.no_guess[key] = str(err) if isinstance(err, NoGuess) else (
+                f"guessing raised {type(err).__name__}: {str(err)[:200]}"
+            )  # fmt: skip
+        finally:
+            recorder.guessing = False
+            sys.argv = argv
 
 
 def build(cls: type[nn.Module], unrecorded: Callable[[], AbstractContextManager]) -> nn.Module:

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import torch
 
-from harness.capture import guess
 from harness.capture.records import (
     GUESSED,
     MAX_CALLS,
@@ -106,33 +105,6 @@ class Recorder:
             yield
         finally:
             self.quiet = False
-
-    def guess_unseen(self) -> None:
-        """Call each hooked class that no instance was seen called of with guessed inputs: an
-        instance the repository built, or one built with guessed arguments
-        (``harness.capture.guess``); why not, where it cannot be. The repository's code runs
-        here: nothing it raises ends the worker."""
-        argv = sys.argv
-        for key, cls in self.classes.items():
-            instances = self.instances[key]
-            if any(one.calls for one in instances):
-                continue  # seen for real, or inside an earlier guess
-            sys.argv = [key.partition(":")[0]]  # a config that parses arguments gets none
-            self.guessing = True
-            try:
-                built = [(one, module) for one in instances if (module := one.module()) is not None]
-                if built:
-                    built[-1][0].inputs_guessed = True
-                guess.call(built[-1][1] if built else guess.build(cls, self.unrecorded))
-                if not any(one.calls for one in instances):
-                    raise guess.NoGuess(f"its forward ran, but not through {cls.__name__}.forward")
-            except BaseException as err:  # the repository's code, on our guess: said per class
-                self.no_guess[key] = str(err) if isinstance(err, guess.NoGuess) else (
-                    f"guessing raised {type(err).__name__}: {str(err)[:200]}"
-                )  # fmt: skip
-            finally:
-                self.guessing = False
-                sys.argv = argv
 
     def targets(self, source: str, saved: Path) -> list[CapturedTarget]:
         found = []

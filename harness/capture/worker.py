@@ -23,6 +23,7 @@ from typing import TextIO
 from pydantic import BaseModel, Field
 
 from harness.capture.examples import Example
+from harness.capture.guess import guess_unseen
 from harness.capture.hooks import Recorder
 from harness.capture.records import CaptureReport
 
@@ -84,7 +85,7 @@ def main(job_dir: Path, channel_fd: int) -> None:
             ended.append(_run_examples(job.root, job.examples))
         outcome = "; ".join(ended)
     if job.guess:
-        recorder.guess_unseen()  # says per class what it raised: never the report's end
+        guess_unseen(recorder)  # says per class what it raised: never the report's end
     report(outcome)
 
 
