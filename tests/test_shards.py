@@ -206,13 +206,13 @@ def test_a_module_of_another_shard_is_not_measured_here(tmp_path):
     """measure --only keeps the shard's modules of what detection found, and says a name it
     did not find."""
     from bot.detect.changes import ChangeReport
-    from bot.pr.flow import _keep_shard
+    from bot.pr.shards import keep_shard
 
     modules = [ChangedModule(path="m.py", class_name=name, class_line=1, lines=[1],
                              reason="class body changed") for name in ("A", "B")]  # fmt: skip
     changes = ChangeReport(base="b", head="h", base_sha="a" * 40, head_sha="b" * 40,
                            merge_base="a" * 40, max_targets=20, modules=modules)  # fmt: skip
-    _keep_shard(changes, ["m.py:B", "m.py:Gone"])
+    keep_shard(changes, ["m.py:B", "m.py:Gone"])
     assert [m.class_name for m in changes.modules] == ["B"]
     assert "m.py:Gone" in changes.notes[0]
 

@@ -18,7 +18,7 @@ from bot.detect.changes import detect_changes
 from bot.event import actions_env, load_event
 from bot.pr.flow import DEFAULT_MAX_TARGETS
 from bot.pr.results import MAX_RESULTS_BYTES
-from bot.pr.shards import MAX_SHARDS, load_shards, matrix_json, merge, module_key, plan, read_plan
+from bot.pr.shards import MAX_SHARDS, load_shards, matrix_json, merge, plan, read_plan
 from harness.errors import UserError
 
 
@@ -61,7 +61,7 @@ def plan_command(repo, shards, targets, max_targets, verbose) -> None:
                 changes = detect_changes(
                     repo.resolve(), event.pull.base_sha, event.pull.head_sha, max_targets
                 )
-                names = [module_key(module) for module in changes.modules]
+                names = [module.key for module in changes.modules]
             elif event.dispatch is not None:
                 names = event.dispatch.targets or targets.split()
             else:
@@ -110,6 +110,12 @@ def merge_command(shards_dir, out_dir, plan_text, verbose) -> None:
     def action() -> None:
         with commands_stopped():  # the results' text is the pull request's
             event = load_event()
+            if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+                raise UserError(
+                    f"{out_dir} is there and not an empty folder",
+                    where=str(out_dir),
+                    fix="merge into a new folder: the joined results.json alone goes there",
+                )
             planned = read_plan(plan_text, "--plan") if plan_text else None
             shards, refused = load_shards(shards_dir, event)
             merged = merge(shards, planned, refused)
@@ -120,12 +126,6 @@ def merge_command(shards_dir, out_dir, plan_text, verbose) -> None:
                     "publish reads",
                     where=str(shards_dir),
                     fix="lower the shards' max-targets: their kernels and reports add up",
-                )
-            if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-                raise UserError(
-                    f"{out_dir} is there and not an empty folder",
-                    where=str(out_dir),
-                    fix="merge into a new folder: the joined results.json alone goes there",
                 )
             merged.save(out_dir)
         refusals = f", {len(refused)} refused (said in the comment)" if refused else ""

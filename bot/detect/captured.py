@@ -204,13 +204,12 @@ def _is_test_file(name: str) -> bool:
 
 
 def _mark(module: ChangedModule, target: CapturedTarget) -> None:
-    module.target = f"{module.path}:{module.class_name}"
+    module.target = module.key
     module.target_source = "guess" if target.guessed else "capture"
-    called = f"called with {target.calls[0].describe()}"
+    inputs = target.calls[0].describe()
+    called = f"called with {inputs}"
     if target.guessed and target.built_at:  # built by the repository's code, not called by it
-        module.capture_note = (
-            f"built at {target.built_at}, called with guessed {target.calls[0].describe()}"
-        )
+        module.capture_note = f"built at {target.built_at}, called with guessed {inputs}"[:500]
     elif target.guessed:
         module.capture_note = f"built with {_built_with(target)[:300]}, {called}"[:500]
     else:

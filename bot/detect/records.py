@@ -65,6 +65,11 @@ class ChangedModule(BaseModel):
         default=None, description="The pyproject.toml that missing_config goes into."
     )
 
+    @property
+    def key(self) -> str:
+        """'path.py:Class': how targets, shards and the comment name it."""
+        return f"{self.path}:{self.class_name}"
+
 
 class ChangeReport(BaseModel):
     """What a PR changed, for the runner (``targets()``) and the comment (everything)."""

@@ -34,7 +34,7 @@ def changes(changes: ChangeReport, rest_at: str) -> list[Piece]:
     unconfigured = [m for m in changes.unconfigured() if m.relation != "user"]
     users = [m for m in changes.unconfigured() if m.relation == "user"]
     cosmetic = [f.path for f in changes.skipped_files if f.kind == "cosmetic"]
-    cosmetic += [f"{m.path}:{m.class_name}" for m in changes.cosmetic]
+    cosmetic += [m.key for m in changes.cosmetic]
     captured = [module for module in changes.modules if module.target_source == "capture"]
     guessed = [module for module in changes.modules if module.target_source == "guess"]
     return [
@@ -75,7 +75,7 @@ def changes(changes: ChangeReport, rest_at: str) -> list[Piece]:
             rest_at,
         ),
         _named(
-            [f"{m.path}:{m.class_name}" for m in users],
+            [m.key for m in users],
             "**Modules that use a changed module**, without inputs (a "
             "`[[tool.kernelpilot.targets]]` entry for one optimizes it too):",
             USERS,

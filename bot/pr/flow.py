@@ -28,6 +28,7 @@ from bot.pr.base_config import hold_to_base
 from bot.pr.comment import render_comment, render_notice
 from bot.pr.results import Environment, PullResults, TargetSource
 from bot.pr.runner_paths import scrubbed
+from bot.pr.shards import keep_shard
 from bot.report import Report, TargetReport
 from bot.run import Progress, RunOptions, resolve_targets, run_targets
 from bot.writer import ReadOnly, RepoWriter, WriteFailed
@@ -118,7 +119,7 @@ def measure(
         )  # fmt: skip
         results.changes = detect_changes(repo, pull.base_sha, pull.head_sha, max_targets)
         if only is not None:
-            _keep_shard(results.changes, only)
+            keep_shard(results.changes, only)
         options, hold = _judged_by_base(results, repo, pull.base_sha, head, options)
         if results.note:  # refused to run at all: say why, measure nothing
             results.report = Report()
@@ -146,20 +147,6 @@ def measure(
         captured = []
     _optimize(results, repo, targets, options, progress, hold, captured)
     return _write(results, env, repo, options.out_dir)
-
-
-def _keep_shard(changes: ChangeReport, only: list[str]) -> None:
-    """This shard's modules only (the modules over the cap stay: every shard says them, merge
-    joins them); a named module detection did not find is said (the plan was made from another
-    detection: it should not happen)."""
-    keys = {f"{m.path}:{m.class_name}": m for m in changes.modules}
-    changes.modules = [module for key, module in keys.items() if key in only]
-    unknown = [name for name in only if name not in keys]
-    if unknown:
-        changes.notes.append(
-            f"This shard was to measure {', '.join(unknown[:10])}, which this commit's changes "
-            "do not name: the plan was made for another commit."
-        )
 
 
 def _captured(

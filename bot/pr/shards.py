@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from bot.detect.records import ChangedModule, ChangeReport
+from bot.detect.records import ChangeReport
 from bot.event import Event
 from bot.pr.results import RESULTS_FILE, PullResults, load_results
 from bot.report import Report
@@ -89,8 +89,18 @@ def plan_order(planned: Plan) -> dict[str, int]:
     }
 
 
-def module_key(module: ChangedModule) -> str:
-    return f"{module.path}:{module.class_name}"
+def keep_shard(changes: ChangeReport, only: list[str]) -> None:
+    """What one measure job keeps of detection's changes: its shard's modules (the modules over
+    the cap stay: every shard says them, merge joins them); a named module detection did not
+    find is said (the plan was made from another detection: it should not happen)."""
+    keys = {module.key: module for module in changes.modules}
+    changes.modules = [module for key, module in keys.items() if key in only]
+    unknown = [name for name in only if name not in keys]
+    if unknown:
+        changes.notes.append(
+            f"This shard was to measure {', '.join(unknown[:10])}, which this commit's changes "
+            "do not name: the plan was made for another commit."
+        )
 
 
 def read_plan(text: str, where: str) -> Plan:
@@ -176,7 +186,7 @@ def merge(
         order = plan_order(planned)
         merged.report.targets.sort(key=lambda row: order.get(row.target, len(order)))
         if merged.changes is not None:
-            merged.changes.modules.sort(key=lambda m: order.get(module_key(m), len(order)))
+            merged.changes.modules.sort(key=lambda m: order.get(m.key, len(order)))
     merged.note = "" if merged.report.targets else first.note
     notes = _missing(planned, [s.shard for s in shards.values()], refused or {})
     notes += _other_software(shards)
@@ -195,13 +205,13 @@ def _joined_changes(shards: dict[str, PullResults]) -> ChangeReport | None:
     joined.modules, joined.over_cap, seen = [], [], set()
     for report in reports:
         for module in report.modules:
-            if module_key(module) in seen:
-                raise _refused(f"{module_key(module)} is a changed module of two shards")
-            seen.add(module_key(module))
+            if module.key in seen:
+                raise _refused(f"{module.key} is a changed module of two shards")
+            seen.add(module.key)
             joined.modules.append(module)
     for report in reports:
-        joined.over_cap += [m for m in report.over_cap if module_key(m) not in seen]
-        seen |= {module_key(m) for m in report.over_cap}
+        joined.over_cap += [m for m in report.over_cap if m.key not in seen]
+        seen |= {m.key for m in report.over_cap}
         joined.notes += [note for note in report.notes if note not in joined.notes]
     return joined
 
