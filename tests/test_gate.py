@@ -62,6 +62,11 @@ def method(header: str, body: str = "return x") -> str:
         (forward("return getattr(x, 'y')"), "getattr"),
         (forward("return x.__class__"), "__class__"),
         (HEAD + "class Lazy(torch.Tensor):\n    pass\n" + CLASS, "derives from torch.Tensor"),
+        # torch.nn's layers may be bases (real code's LayerNorm(nn.LayerNorm)); nothing else.
+        (HEAD + "class G(torch.autograd.Function):\n    pass\n" + CLASS, "from torch.autograd"),
+        (HEAD + "class P(nn.DataParallel):\n    pass\n" + CLASS, "derives from nn.DataParallel"),
+        (HEAD + "class Q(nn.Parameter):\n    pass\n" + CLASS, "derives from nn.Parameter"),
+        (HEAD + "nn = torch\nclass L(nn.Linear):\n    pass\n" + CLASS, "derives from nn.Linear"),
         (forward("return torch.compile(self)(x)"), "torch.compile"),
         (forward("return torch._C._nn.gelu(x)"), "private internals"),
         ("import torch as T\n" + forward("return T._C._nn.gelu(x)"), "private internals"),
@@ -173,6 +178,9 @@ def test_accepts_an_honest_candidate():
         # Tensor and Module attributes named like torch submodules; self's own attribute names.
         forward("return x.cpu().cuda().data.grad, self.modules()"),
         forward("return self.memory, self.f_scale, self.package"),
+        # A layer of torch.nn as a base, by either name.
+        HEAD + "class LayerNorm(nn.LayerNorm):\n    pass\n" + forward("return x"),
+        HEAD + "class Conv(torch.nn.Conv1d):\n    pass\n" + forward("return x"),
     ],
 )
 def test_accepts(source):

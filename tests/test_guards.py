@@ -165,6 +165,14 @@ def test_an_output_reusing_the_previous_calls_memory_fails():
         ),  # more matmuls than the reference
         (["linear", "relu"], ["linear", "relu"], "aten::relu"),
         (["softmax"], ["softmax"], "no work moved"),  # the library op only: nothing of its own
+        # A GPT's positions and its last token's row, kept as the reference takes them...
+        (
+            ["arange", "embedding", "embedding", "index"],
+            ["arange", "embedding", "embedding", "add", "index"],
+            "",
+        ),
+        # ...but no more gathers than the reference makes.
+        (["index", "index"], ["index", "add"], "2 PyTorch embedding op(s)"),
     ],
 )
 def test_pytorch_compute_table(candidate_ops, reference_ops, problem):

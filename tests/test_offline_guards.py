@@ -83,6 +83,48 @@ def guard_lines(source: str) -> list[str]:
     return [line.strip().removeprefix("and ") for line in forward.splitlines()]
 
 
+# A block as whisper writes one: forward reads its input's shape as Python values (unpacked,
+# star-iterated into a view, compared), branches on a mask and a flag left at their defaults,
+# casts through a LayerNorm subclass, and reads a flag set by a guarded import.
+SHAPES = """
+try:
+    from torch.nn.functional import scaled_dot_product_attention
+    FAST = True
+except ImportError:
+    FAST = False
+
+
+class LayerNorm(nn.LayerNorm):
+    def forward(self, x):
+        return super().forward(x.float()).type(x.dtype)
+
+
+class Model(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.norm = LayerNorm(dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x, mask=None, scale=True):
+        n_batch, n_ctx, n_state = x.shape
+        h = self.proj(self.norm(x))
+        h = h.view(*h.shape[:2], self.heads, -1)
+        if mask is not None:
+            h = h + mask
+        if scale and n_ctx > 1 and FAST:
+            h = h * (n_state // self.heads) ** -0.5
+        return torch.sigmoid(h).flatten(2) * x
+
+
+def get_inputs():
+    return [torch.randn(8, 16, 32)]
+
+
+def get_init_inputs():
+    return [32, 4]
+"""
+
 # --- what is guarded (no builds) ---------------------------------------------------------------
 
 
@@ -145,6 +187,112 @@ def test_a_gpt_attention_guards_its_split_size_heads_and_mode(tmp_path: Path) ->
     assert "self.config.dropout == 0.1" not in lines  # not read in eval: not fixed
     assert "if not (len(size) == 3):" not in lines  # x's rank is checked on entry already
     assert check_python(source, "Model", "float32") == []
+
+
+def test_a_forward_using_its_shapes_knows_them_and_guards_what_it_took(tmp_path: Path) -> None:
+    """torch.fx cannot trace SHAPES with proxies alone (it iterates a shape, branches on a
+    size). Traced knowing the inputs' shapes, the shapes stay values of the graph (it holds
+    for another batch), and what Python took from them is checked where it is made: the
+    length iterated, the branch taken; with the arguments left at their defaults and the
+    attribute read, on entry."""
+    source = source_of(problem(tmp_path, "shapes", SHAPES))
+    lines = guard_lines(source)
+    for expected in [
+        "mask is None",
+        "scale is True",
+        "self.heads == 4",
+        "type(self.norm) is LayerNorm",
+        "if not (gt):",  # n_ctx > 1, as traced
+        "if not (len(getitem_3) == 2):",  # h.shape[:2], iterated
+    ]:
+        assert expected in lines, (expected, lines)
+    assert not any(".shape ==" in line for line in lines), lines
+    assert "view(getitem_4, getitem_5, 4, -1)" in source  # the shape, as values
+    assert "FAST = True" in source  # the guarded import's flag, as the reference file set it
+
+
+def test_a_constant_the_file_sets_in_a_branch_is_copied_as_its_value(tmp_path: Path) -> None:
+    """The original forward, copied into the candidate, reads a flag the file sets under an
+    ``if``: it is written as the plain value it held when the reference ran. One that is not a
+    plain value (a list) cannot be written, and there is no candidate."""
+    body = """
+        import sys
+
+        if sys.version_info >= (3, 8):
+            SCALE = 2.0
+        else:
+            SCALE = 1.0
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return torch.relu(x) * SCALE
+
+        def get_inputs():
+            return [torch.randn(4, 8)]
+
+        def get_init_inputs():
+            return []
+        """
+    source = source_of(problem(tmp_path, "branch", body))
+    assert "\nSCALE = 2.0\n" in source
+    listed = body.replace("SCALE = 2.0", "SCALE = [2.0]").replace("* SCALE", "* SCALE[0]")
+    proposal = propose_here(problem(tmp_path, "listed", listed))
+    assert proposal.candidate is None
+    assert "the class needs 'SCALE'" in proposal.reason
+
+
+def test_inputs_passed_by_keyword_are_traced_as_those_arguments(tmp_path: Path) -> None:
+    """A captured call passed ``bias`` by name, after a parameter left at its default: the
+    trace binds each input to its own parameter, as the harness calls the module."""
+    target = problem(
+        tmp_path,
+        "keyword",
+        """
+        class Model(nn.Module):
+            def forward(self, x, mask=None, bias=None):
+                if mask is not None:
+                    x = x * mask
+                return torch.relu(x if bias is None else x + bias)
+
+        def get_inputs():
+            return [torch.randn(4, 8), torch.randn(8)]
+
+        def get_init_inputs():
+            return []
+        """,
+    ).model_copy(update={"input_keywords": ["bias"]})
+    lines = guard_lines(source_of(target))
+    assert "mask is None" in lines  # taken positionally, the bias would have been the mask
+    assert "bias.dim() == 1" in lines and "x.dim() == 2" in lines
+
+
+def test_a_mask_left_at_none_is_traced_as_none_and_the_rest_stays_symbolic(tmp_path: Path):
+    """A proxy is never None: traced with one, ``if mask is not None`` took the masked branch.
+    The argument left out is traced as the None it is, and guarded; the graph, symbolic, holds
+    for any shape (no shape guard)."""
+    source = source_of(
+        problem(
+            tmp_path,
+            "masked",
+            """
+            class Model(nn.Module):
+                def forward(self, x, mask=None):
+                    if mask is not None:
+                        x = x.masked_fill(mask, 0.0)
+                    return torch.relu(x) * 2.0
+
+            def get_inputs():
+                return [torch.randn(4, 8)]
+
+            def get_init_inputs():
+                return []
+            """,
+        )
+    )
+    lines = guard_lines(source)
+    assert "mask is None" in lines
+    assert not any(".shape ==" in line for line in lines), lines
+    assert "masked_fill" not in source[source.index("    def forward(") :]
 
 
 def test_every_field_of_a_namespace_config_counts_as_read(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from harness.evaluate import Evaluator
 from harness.problem.user_code import reference_class
 from harness.records import Candidate, Status
 from tests.conftest import fast_config, write_module
-from tests.test_offline_guards import DROPOUT, SPLIT, problem, source_of
+from tests.test_offline_guards import DROPOUT, SHAPES, SPLIT, problem, source_of
 from tests.test_offline_proposer import assert_same, build_in_parallel
 
 
@@ -77,6 +77,7 @@ def built(tmp_path_factory) -> dict[str, Built]:
     worlds = {
         "split": Built(directory, "split", SPLIT),
         "dropout": Built(directory, "dropout", DROPOUT),
+        "shapes": Built(directory, "shapes", SHAPES),
     }
     build_in_parallel([world.paths[0] for world in worlds.values()])
     build_in_parallel([world.paths[1] for world in worlds.values()])  # the same C++: cached
@@ -157,6 +158,24 @@ def test_dropout_in_train_mode_runs_the_original(built, which: str) -> None:
 
 
 @pytest.mark.slow
+def test_a_trace_knowing_its_shapes_runs_its_kernels_where_its_branches_hold(built) -> None:
+    """SHAPES was traced at [8, 16, 32] with no mask and scale on: its kernels run there and at
+    another batch and width; a single position (``n_ctx > 1`` fails), a mask or scale off each
+    run the original forward, with its result."""
+    world = built["shapes"]
+    reference, fused = world.pair(32, 4)
+    for x in (torch.randn(8, 16, 32), torch.randn(3, 5, 32)):
+        ours, calls = run(world, fused, x)
+        assert calls >= 1
+        assert_same(ours, reference(x))
+    x = torch.randn(8, 16, 32)
+    for args in ([torch.randn(8, 1, 32)], [x, torch.randn(8, 16, 4, 8)], [x, None, False]):
+        ours, calls = run(world, fused, *args)
+        assert calls == 0, [getattr(arg, "shape", arg) for arg in args]
+        assert_same(ours, reference(*args))
+
+
+@pytest.mark.slow
 def test_without_its_guards_the_kernel_computes_something_else(built) -> None:
     """The same candidate with the guards left out: what the tests above catch."""
     split = built["split"]
@@ -172,6 +191,14 @@ def test_without_its_guards_the_kernel_computes_something_else(built) -> None:
     ours, calls = run(dropout, unguarded, x, seed=3)
     theirs, _ = run(dropout, reference, x, seed=3)
     assert calls == 1 and not torch.allclose(ours, theirs)  # no dropout at all
+    shapes = built["shapes"]
+    reference, unguarded = shapes.pair(32, 4, unguarded=True)
+    x = torch.randn(8, 16, 32)
+    ours, calls = run(shapes, unguarded, x, None, False)
+    assert calls >= 1 and not torch.allclose(ours, reference(x, None, False))  # scaled anyway
+    x = torch.randn(8, 1, 32)
+    ours, calls = run(shapes, unguarded, x)
+    assert calls >= 1 and not torch.allclose(ours, reference(x))  # the n_ctx > 1 branch anyway
 
 
 @pytest.mark.slow

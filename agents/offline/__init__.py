@@ -97,6 +97,7 @@ def propose_here(problem: Problem) -> Proposal:
             dtype,
             split_bias=problem.device in conv_bias.SPLIT_DEVICES,
             row_min_width=rows.row_min_width(problem.device),
+            keywords=problem.input_keywords,
         )
     except NotTraceable as err:
         return Proposal(reason=str(err))
@@ -111,7 +112,7 @@ def propose_here(problem: Problem) -> Proposal:
     }
     summary = _summary(list(kernels.values())) + left
     try:
-        guards = guards_for(traced, inputs, reference, problem.device)
+        guards = guards_for(traced, reference, problem.device)
         add_broadcast_checks(guards, kernels)
         copied = copy_class(
             problem.source_path, problem.class_name, reference_class(problem), guards.names

@@ -102,7 +102,9 @@ def fusable_ops(
             del ops[node]
     graph_module.recompile()
     remaining = set(graph_module.graph.nodes)
-    return ops, [node.name for node in recognised if node not in ops and node in remaining]
+    # Left to PyTorch: tensors only (``n_state // n_head`` of a shape is Python arithmetic).
+    left = [node for node in recognised if node not in ops and node in remaining]
+    return ops, [node.name for node in left if "tensor_meta" in node.meta]
 
 
 def _functionalize(

@@ -8,7 +8,7 @@ Python comparisons only (no device work), and runs the original forward where on
 hold: built with another config, put in ``train()``, called on another rank or dtype. Every
 check comes from ``TraceFacts`` (``agents.offline.trace``), none from a list of known names.
 
-    guards = guards_for(traced, inputs, reference, device)
+    guards = guards_for(traced, reference, device)
     guards.entry      # checked first: inputs, types, lengths, values read
     guards.after      # checked right after a value is made: an unpacked sequence's length
     guards.before     # checked before a kernel call: its outputs' broadcast shapes
@@ -64,13 +64,17 @@ class Guards:
     names: set[str] = field(default_factory=set)  # the reference file's definitions named
 
 
-def guards_for(traced: TracedModule, inputs: list, reference: nn.Module, device: str) -> Guards:
+def guards_for(traced: TracedModule, reference: nn.Module, device: str) -> Guards:
     guards = Guards()
     placeholders = [node for node in traced.graph_module.graph.nodes if node.op == "placeholder"]
-    ranked = _input_checks(guards, placeholders, inputs, traced.dtype, device)
+    ranked = _input_checks(guards, placeholders, traced, device)
     _structure_checks(guards, traced, reference)
     for read in [*traced.facts.reads, *traced.facts.replaced_reads]:
         guards.entry.append(_value_check(read, reference, guards))
+    for node, template in traced.facts.conditions:  # what a hinted trace took from a value
+        where = guards.entry if node.op == "placeholder" else guards.after.setdefault(node, [])
+        if Check(template, (node,)) not in where:
+            where.append(Check(template, (node,)))
     for node, counts in traced.facts.unpacked.items():
         if node.graph is not traced.graph_module.graph or _shape_of(node) in ranked:
             continue  # x.size() of an input whose rank is checked already
@@ -131,17 +135,19 @@ def _cone(node: Node, group: set[Node]) -> set[Node]:
 
 
 def _input_checks(
-    guards: Guards, placeholders: list[Node], inputs: list, dtype: torch.dtype, device: str
+    guards: Guards, placeholders: list[Node], traced: TracedModule, device: str
 ) -> set[Node]:
     """Tensor inputs: a tensor, of the traced rank, of a dtype the kernels compute as traced,
-    on the kernels' device. An input traced as None stays None (the graph never saw it).
+    on the kernels' device. An argument the graph holds as a constant (a None left out, a
+    flag) keeps its value.
     Returns the placeholders whose rank is checked."""
+    facts = traced.facts
     ranked: set[Node] = set()
     first_float: Node | None = None
-    for index, node in enumerate(placeholders):
-        value = inputs[index] if index < len(inputs) else (node.args[0] if node.args else None)
-        if value is None:
-            guards.entry.append(Check("{0} is None", (node,)))
+    for node in placeholders:
+        value = facts.arguments[str(node.target)]
+        if str(node.target) in facts.fixed:
+            guards.entry.append(_constant_check(node, value))
             continue
         if not isinstance(value, torch.Tensor):
             continue  # numbers and flags stay graph values: passed to the kernels, not fixed
@@ -151,7 +157,7 @@ def _input_checks(
             Check(f"{{0}}.is_{device}", (node,)),
         ]
         ranked.add(node)
-        if value.dtype != dtype:
+        if value.dtype != traced.dtype:
             guards.entry.append(Check(f"{{0}}.dtype == {value.dtype}", (node,)))
         elif first_float is None:  # the kernels compute every float dtype they take alike
             first_float = node
@@ -163,6 +169,19 @@ def _input_checks(
         else:
             guards.entry.append(Check("{0}.dtype == {1}.dtype", (node, first_float)))
     return ranked
+
+
+def _constant_check(node: Node, value: object) -> Check:
+    """``value`` is a plain constant: None, a bool (by identity: ``1 == True``), a number, a
+    string or a tuple of them; anything else the candidate cannot compare, so no candidate."""
+    if value is None or isinstance(value, bool):
+        return Check(f"{{0}} is {value}", (node,))
+    try:
+        literal = format_value(value, {})
+    except CannotEmit as err:
+        raise CannotGuard(f"the argument {node.target!r} is fixed by the trace: {err}") from None
+    literal = literal.replace("{", "{{").replace("}", "}}")  # a template: {0} is the node
+    return Check(f"type({{0}}) is type({literal}) and {{0}} == {literal}", (node,))
 
 
 def _structure_checks(guards: Guards, traced: TracedModule, reference: nn.Module) -> None:

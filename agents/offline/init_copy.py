@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,7 +61,10 @@ def copy_class(
         if any(isinstance(sub, ast.Name) and sub.id == class_name for sub in ast.walk(node)):
             raise CannotCopy(f"{class_name}'s constructor or forward refers to the class by name")
     forward = _rename_forward(kept, class_name)
-    prelude = _module_dependencies(tree, kept, class_name, names or set())
+    # The reference file's globals as it ran, from any function the class defines (forward).
+    functions = [item for item in vars(reference).values() if isinstance(item, types.FunctionType)]
+    values = functions[0].__globals__ if functions else {}
+    prelude = _module_dependencies(tree, kept, class_name, names or set(), values)
     body = "\n\n".join(ast.unparse(node) for node in kept)
     return CopiedClass(prelude, _indent(body), _call(forward))
 
@@ -151,8 +155,15 @@ class _Cleaner(ast.NodeTransformer):
 
 
 def _module_dependencies(
-    tree: ast.Module, kept: list[ast.stmt], class_name: str, names: set[str]
+    tree: ast.Module,
+    kept: list[ast.stmt],
+    class_name: str,
+    names: set[str],
+    values: dict[str, object],
 ) -> str:
+    """The module-level statements the kept code needs, in source order. A name the file binds
+    in another way (``try: ...; SDPA_AVAILABLE = True except ImportError: ...``) is written as
+    the plain constant it holds in the reference file as it ran, if it holds one."""
     definitions = _module_definitions(tree)
     needed = set(names).union(*(_free_names(node) for node in kept))
     chosen: list[tuple[int, str]] = []
@@ -163,6 +174,9 @@ def _module_dependencies(
         if name == class_name:
             raise CannotCopy(f"the constructor's helpers refer to {class_name} by name")
         if name in PROVIDED or (name not in definitions and hasattr(builtins, name)):
+            continue
+        if name not in definitions and _is_constant(values.get(name, ...)):
+            chosen.append((-1, f"{name} = {values[name]!r}"))
             continue
         if name not in definitions:
             raise CannotCopy(
@@ -181,9 +195,21 @@ def _module_dependencies(
     return "\n".join(text for _, text in sorted(chosen))
 
 
+def _is_constant(value: object) -> bool:
+    return value is None or (type(value) in (bool, int, float, str) and repr(value) != "nan")
+
+
 def _module_definitions(tree: ast.Module) -> dict[str, tuple[int, ast.stmt]]:
+    """Each name the file binds at its top level, with its statement and that statement's
+    place; the body of a top-level ``try`` counts (``try: from torch.nn.functional import
+    scaled_dot_product_attention``), its handlers do not."""
     definitions: dict[str, tuple[int, ast.stmt]] = {}
-    for index, node in enumerate(tree.body):
+    statements = [
+        (index, inner)
+        for index, node in enumerate(tree.body)
+        for inner in (node.body if isinstance(node, ast.Try) else [node])
+    ]
+    for index, node in statements:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             definitions[node.name] = (index, node)
         elif isinstance(node, ast.Assign | ast.AnnAssign):

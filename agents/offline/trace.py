@@ -12,19 +12,27 @@ guards them (``agents.offline.guards``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx import GraphModule, Node, Tracer
+from torch.fx import Graph, GraphModule, Node, Tracer
 from torch.fx.passes.shape_prop import ShapeProp
 from torch.fx.proxy import TraceError
 
 from agents.offline.conv_bias import split_conv_bias
 from agents.offline.fusable import DROPOUT_MODULES, fusable_ops
+from agents.offline.hinted import (
+    HintedTracer,
+    NotFixable,
+    bind_arguments,
+    drop_fixed_checks,
+    trace_hinted,
+)
 from agents.offline.ops import PointwiseOp
 from agents.offline.watch import AttributeWatch, Read, UnpackWatch
 
@@ -51,6 +59,9 @@ _DROPOUT_FUNCTIONS = (
 )
 
 
+_T = TypeVar("_T")
+
+
 class NotTraceable(Exception):
     """The reference cannot be turned into a graph; the message says why, for the report."""
 
@@ -65,6 +76,10 @@ class TraceFacts:
     replaced: list[str]  # torch.nn submodules the proposer removed or fused into a kernel
     split_biases: list[str]  # convolutions called without their bias (agents.offline.conv_bias)
     replaced_reads: list[Read]  # what those submodules' own forward reads
+    arguments: dict[str, object]  # forward's arguments as traced, by name (defaults included)
+    fixed: dict[str, object]  # the arguments the graph holds as constants (agents.offline.hinted)
+    conditions: list[tuple[Node, str]]  # what a value must be for the graph to hold: the hinted
+    # trace's branches ("{0}", "not {0}") and lengths ("len({0}) == 2"), with {0} the value
 
 
 @dataclass
@@ -92,32 +107,58 @@ class _InliningTracer(Tracer):
         return super().call_module(m, forward, args, kwargs)
 
 
+class _HintedInliningTracer(_InliningTracer, HintedTracer):
+    """The same, knowing each value's real shape (``agents.offline.hinted``)."""
+
+
 def trace(
     reference: nn.Module,
     inputs: list,
     dtype: torch.dtype,
     split_bias: bool = False,
     row_min_width: int | None = None,
+    keywords: Sequence[str] = (),
 ) -> TracedModule:
-    """``split_bias``: convolutions' biases added by their epilogue (``agents.offline.conv_bias``);
-    ``row_min_width``: softmaxes over rows this wide or wider fused (``agents.offline.rows``)."""
-    tracer = _InliningTracer()
-    # Leaf modules too: forward may read their attributes (``self.proj.out_features``).
+    """``inputs``: forward's arguments, the last ``len(keywords)`` passed by those names;
+    ``split_bias``: convolutions' biases added by their epilogue (``agents.offline.conv_bias``);
+    ``row_min_width``: softmaxes over rows this wide or wider fused (``agents.offline.rows``).
+
+    The trace is torch.fx's symbolic one where it can be; where forward uses its inputs' shapes
+    as Python values, it knows them (``agents.offline.hinted``) and records the conditions
+    the graph then holds under."""
     try:
-        with (
-            AttributeWatch(reference, list(reference.modules())) as reads,
-            UnpackWatch() as unpacks,
-        ):
-            graph = tracer.trace(reference)
-    except _USER_CODE_ERRORS as err:
-        raise NotTraceable(f"cannot trace: {type(err).__name__}: {_first_line(err)}") from err
+        arguments, unset = bind_arguments(reference, inputs, list(keywords))
+    except NotFixable as err:
+        raise NotTraceable(f"cannot trace: {err}") from err
+    try:
+        tracer: _InliningTracer = _InliningTracer()
+        graph, reads, unpacks = _watched(
+            lambda _: tracer.trace(reference, concrete_args=unset), reference
+        )
+        fixed: dict[str, object] = dict(unset)
+        drop_fixed_checks(graph, set(unset))
+    except _USER_CODE_ERRORS as symbolic:
+        tracer = hinted = _HintedInliningTracer()
+
+        def knowing_shapes(watch: AttributeWatch) -> tuple[Graph, dict[str, object]]:
+            hinted.leaf_calls = watch.paused
+            return trace_hinted(hinted, reference, arguments)
+
+        try:
+            (graph, fixed), reads, unpacks = _watched(knowing_shapes, reference)
+        except _USER_CODE_ERRORS as err:
+            raise NotTraceable(
+                f"cannot trace: {type(symbolic).__name__}: {_first_line(symbolic)}; and knowing "
+                f"the inputs' shapes: {type(err).__name__}: {_first_line(err)}"
+            ) from err
     graph_module = GraphModule(tracer.root, graph, type(reference).__name__)
+    values = [arguments[str(node.target)] for node in graph.nodes if node.op == "placeholder"]
     removed = _remove_identities(graph_module)
-    _propagate_shapes(graph_module, inputs)
+    _propagate_shapes(graph_module, values)
     ops, left = fusable_ops(graph_module, dtype, row_min_width)
     split = split_conv_bias(graph_module, ops) if split_bias else []
     if split:
-        _propagate_shapes(graph_module, inputs)
+        _propagate_shapes(graph_module, values)
         ops, left = fusable_ops(graph_module, dtype, row_min_width)
     _devices_from_operands(graph_module, ops)
     fused = [(str(node.target), node.args[0]) for node in ops if node.op == "call_module"]
@@ -129,8 +170,23 @@ def trace(
         replaced=sorted({path for path, _ in replaced}),
         split_biases=[path for path, _ in split],
         replaced_reads=_replaced_reads(reference, replaced),
+        arguments=arguments,
+        fixed=fixed,
+        conditions=list(getattr(tracer, "conditions", [])),
     )
     return TracedModule(graph_module, ops, dtype, left, facts)
+
+
+def _watched(
+    make: Callable[[AttributeWatch], _T], reference: nn.Module
+) -> tuple[_T, AttributeWatch, UnpackWatch]:
+    """``make(watch)`` (a trace), with the values it reads and the proxies it unpacks watched;
+    leaf modules too, whose attributes forward may read (``self.proj.out_features``)."""
+    with (
+        AttributeWatch(reference, list(reference.modules())) as reads,
+        UnpackWatch() as unpacks,
+    ):
+        return make(reads), reads, unpacks
 
 
 def _devices_from_operands(graph_module: GraphModule, ops: dict[Node, PointwiseOp]) -> None:

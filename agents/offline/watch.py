@@ -20,6 +20,8 @@ import inspect
 import sys
 import types
 from bisect import bisect_left
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -55,6 +57,17 @@ class AttributeWatch:
         self._swapped: list[tuple[object, type]] = []
         self._kept: list[object] = []  # watched objects stay alive, so their ids stay theirs
         self._classes: dict[type, type] = {}
+        self._paused = False
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Reads made meanwhile are not recorded: a layer's own forward, run by a trace at fixed
+        shapes for its output's shape, reads its settings, which its call reads again live."""
+        self._paused, before = True, self._paused
+        try:
+            yield
+        finally:
+            self._paused = before
 
     def __enter__(self) -> AttributeWatch:
         for module in self._modules:
@@ -114,7 +127,11 @@ class AttributeWatch:
         return type(original.__name__, (original,), namespace)
 
     def _saw(self, obj: object, name: str, value: object) -> None:
-        if name.startswith("__") or (isinstance(obj, nn.Module) and name in _MODULE_INTERNALS):
+        if (
+            self._paused
+            or name.startswith("__")
+            or (isinstance(obj, nn.Module) and name in _MODULE_INTERNALS)
+        ):
             return
         if isinstance(value, _NOT_DATA) or (callable(value) and name not in _own_fields(obj)):
             return  # methods, submodules, parameters (proxies while tracing): read live

@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 import importlib
 
+import torch
+
 from harness.bindings import bound_names, names
 from harness.static.python_names import Resolver, import_bindings, module_reached
 from harness.static.python_rules import (
@@ -150,16 +152,30 @@ class _Gate(ast.NodeVisitor):
 
     visit_Nonlocal = visit_Global
 
+    def _is_layer(self, base: ast.expr) -> bool:
+        """nn.Module, or a layer torch.nn defines (real code derives ``LayerNorm(nn.LayerNorm)``
+        to cast its input): nothing a plain module could not do, and never a tensor subclass,
+        an autograd function or a wrapper from elsewhere in torch."""
+        if ast.unparse(base) in ("nn.Module", "torch.nn.Module", "Module"):
+            return True
+        value = self.resolver.resolve(base)
+        return (
+            isinstance(value, type)
+            and issubclass(value, torch.nn.Module)
+            and value.__module__.startswith("torch.nn.modules.")
+        )
+
     def visit_Lambda(self, node: ast.Lambda) -> None:
         self._check_defaults(node.args, "lambda")
         self.generic_visit(node)
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         for base in node.bases:
-            text = ast.unparse(base)
-            if text not in ("nn.Module", "torch.nn.Module", "Module"):
+            if not self._is_layer(base):
                 self.reject(
-                    node, f"class {node.name} derives from {text}; only nn.Module is allowed"
+                    node,
+                    f"class {node.name} derives from {ast.unparse(base)}; only nn.Module and "
+                    "torch.nn's layers (nn.LayerNorm, nn.Linear...) are allowed",
                 )
         for keyword in node.keywords:
             self.reject(node, f"class {node.name} sets {keyword.arg}= (metaclass tricks)")

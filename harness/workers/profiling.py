@@ -24,6 +24,7 @@ LAYOUT_OPS = {
     "new_zeros",
     "full",
     "full_like",
+    "arange",  # positions: torch.arange(0, t) of a GPT
     "view",
     "reshape",
     "_reshape_alias",
@@ -134,7 +135,7 @@ LIBRARY_FAMILIES = {
         "max_pool2d_with_indices",
         "_adaptive_avg_pool2d",
     },
-    "embedding": {"embedding", "index_select", "gather"},
+    "embedding": {"embedding", "index_select", "gather", "index"},  # index: x[:, [-1], :]
     "reduce": {
         "sum",
         "mean",

@@ -1,0 +1,253 @@
+"""A trace that knows each value's real shape, for a forward torch.fx cannot trace with proxies
+alone.
+
+Real modules use their inputs' shapes as Python values: ``q.view(*q.shape[:2], self.n_head, -1)``
+iterates a proxy, ``assert t <= self.block_size`` and ``is_causal=n_ctx > 1`` ask a proxy for a
+bool, ``if targets is not None`` branches on an argument left at its default. torch.fx's
+symbolic trace refuses the first two and takes the wrong branch on the third. This trace
+(``MetaTracer``'s: no memory, no compute) carries beside each proxy the value it has at the
+traced inputs, a meta tensor for a tensor and the number itself for a size. Shapes stay values
+of the graph, so it holds for other shapes, and only what Python needs as a plain value is
+taken from the hint and recorded as a condition: a shape iterated (its length), a comparison
+branched on (its truth), a size used as an index (its value). The arguments that are not
+tensors (flags, ``None`` for a mask or a cache) are the constants they were called with.
+
+The candidate checks each condition where its value is made, and each constant on entry
+(``agents.offline.guards``), and runs the original forward where one does not hold.
+Data-dependent Python (``if x.sum() > 0``, ``x.item()``) still stops the trace: a meta tensor
+has no values.
+
+    arguments, unset = bind_arguments(module, inputs, keywords)  # {"x": tensor, "mask": None}
+    tracer = HintedTracer()
+    graph, fixed = trace_hinted(tracer, module, arguments)      # fixed: {"mask": None, ...}
+    tracer.conditions                                           # [(node, "len({0}) == 2"), ...]
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+import warnings
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx import Graph, Node, Tracer
+from torch.fx._symbolic_trace import _assert_is_none
+from torch.fx.experimental.meta_tracer import MetaProxy, MetaTracer, proxys_to_metas
+from torch.fx.node import map_aggregate
+from torch.fx.proxy import TraceError
+
+# What a layer's forward raises on fake inputs it cannot take (a proxy for a tensor, a shape
+# it refuses): its output then has no known shape.
+_LAYER_ERRORS = (RuntimeError, TypeError, ValueError, AssertionError, IndexError, AttributeError)
+
+
+class _HintedProxy(MetaProxy):
+    """A proxy and its value at the traced inputs (``MetaTracer`` keeps it as ``_tensor_meta``,
+    whatever its type). A shape, a size or a dtype read is a graph value with its own hint;
+    where Python needs a plain value (``bool``, ``len``, iteration, an index), the hint
+    answers and the tracer records the condition under which it holds."""
+
+    def _hint(self) -> Any:
+        return getattr(self, "_tensor_meta", _NO_HINT)
+
+    def _node_value(self, kind: str, target: Any, *args: Any) -> Any:
+        return self.tracer.create_proxy(kind, target, (self, *args), {})
+
+    @property
+    def shape(self) -> Any:
+        return self._node_value("call_function", getattr, "shape")
+
+    @property
+    def dtype(self) -> Any:
+        return self._node_value("call_function", getattr, "dtype")
+
+    def size(self, dim: int | None = None) -> Any:
+        if dim is None:
+            return self._node_value("call_method", "size")
+        return self._node_value("call_method", "size", dim)
+
+    def numel(self) -> Any:
+        return self._node_value("call_method", "numel")
+
+    def _holds(self, template: str) -> None:
+        self.tracer.conditions.append((self.node, template))  # type: ignore[attr-defined]
+
+    def __iter__(self) -> Any:
+        value = self._hint()
+        if not isinstance(value, tuple | list):
+            return super().__iter__()
+        self._holds(f"len({{0}}) == {len(value)}")
+        return iter([self[index] for index in range(len(value))])  # type: ignore[index]
+
+    def __len__(self) -> int:
+        value = self._hint()
+        if isinstance(value, tuple | list):
+            self._holds(f"len({{0}}) == {len(value)}")
+            return len(value)
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            self._holds(f"len({{0}}) == {value.shape[0]}")
+            return int(value.shape[0])
+        return super().__len__()
+
+    def __bool__(self) -> bool:
+        value = self._hint()
+        if type(value) not in (bool, int):
+            return super().__bool__()  # a tensor's truth is its data: not traceable
+        self._holds("{0}" if value else "not {0}")
+        return bool(value)
+
+    def __index__(self) -> int:
+        value = self._hint()
+        if type(value) is not int:
+            raise TraceError(f"a traced value is used as an index: {self.node.name}")
+        self._holds(f"{{0}} == {value}")
+        return value
+
+
+_NO_HINT = object()
+
+
+class HintedTracer(MetaTracer):
+    """torch.fx's ``MetaTracer`` with ``_HintedProxy`` for its values, the conditions they
+    recorded, and a layer's output shape from its own forward run on fake tensors
+    (``MetaTracer`` runs it on meta inputs against the layer's real weights, which fails on the
+    devices' mismatch). ``leaf_calls`` wraps each such run: a trace watching forward's reads
+    pauses there (``AttributeWatch.paused``)."""
+
+    leaf_calls: Callable[[], AbstractContextManager[Any]] = nullcontext
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conditions: list[tuple[Node, str]] = []
+
+    def proxy(self, node: Any) -> _HintedProxy:
+        return _HintedProxy(node, self)
+
+    def create_proxy(  # type: ignore[override]
+        self, kind: str, target: Any, args: Any, kwargs: Any, *rest: Any, **named: Any
+    ) -> Any:
+        if kind != "call_module":
+            return super().create_proxy(kind, target, args, kwargs, *rest, **named)
+        proxy = Tracer.create_proxy(self, kind, target, args, kwargs, *rest, **named)
+        with self.leaf_calls():
+            meta = self._layer_output(args, kwargs)
+        if meta is not None:
+            proxy.install_tensor_meta(meta)
+        return proxy
+
+    def _layer_output(self, args: Any, kwargs: Any) -> torch.Tensor | None:
+        """The layer's output as a meta tensor; None where its inputs have no hint or its
+        forward fails on fakes (its output then has none, and asking it for a plain value
+        stops the trace)."""
+        try:
+            inputs = map_aggregate((args, kwargs), proxys_to_metas)
+        except AssertionError:  # an input with no hint of its own
+            return None
+        self._disable_module_getattr = True  # the layer's own weights, not graph values
+        try:
+            with FakeTensorMode(allow_non_fake_inputs=True):
+                fakes: Any = map_aggregate(inputs, _on_cpu)
+                output = self.orig_forward(*fakes[0], **fakes[1])
+        except _LAYER_ERRORS:
+            return None
+        finally:
+            self._disable_module_getattr = False
+        if not isinstance(output, torch.Tensor):
+            return None
+        return torch.empty_strided(output.shape, output.stride(), dtype=output.dtype, device="meta")
+
+
+def _on_cpu(value: Any) -> Any:
+    """A meta tensor as a fake one on the CPU, where the reference's weights are."""
+    if isinstance(value, torch.Tensor) and value.is_meta:
+        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="cpu")
+    return value
+
+
+class NotFixable(Exception):
+    """The forward's arguments cannot be fixed for a trace; the message says why."""
+
+
+def bind_arguments(
+    module: nn.Module, inputs: list, keywords: list[str]
+) -> tuple[dict[str, object], dict[str, None]]:
+    """Every parameter of forward with its value, in forward's order (``inputs``, the last
+    ``len(keywords)`` of them passed by those names as the harness calls it, and the defaults
+    of the parameters left out); and those left out at a default of None (a mask, a cache,
+    targets), which every trace fixes: a proxy is never None, so ``if mask is not None`` would
+    take the other branch."""
+    signature = inspect.signature(module.forward)
+    for parameter in signature.parameters.values():
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            raise NotFixable(f"forward takes variadic arguments ({parameter})")
+    positional = inputs[: len(inputs) - len(keywords)]
+    named = dict(zip(keywords, inputs[len(positional) :], strict=True))
+    try:
+        bound = signature.bind(*positional, **named)
+    except TypeError as err:
+        raise NotFixable(f"the inputs do not fit forward's parameters: {err}") from None
+    given = set(bound.arguments)
+    bound.apply_defaults()
+    arguments = dict(bound.arguments)
+    return arguments, {
+        name: None for name in arguments if name not in given and arguments[name] is None
+    }
+
+
+def trace_hinted(
+    tracer: HintedTracer, module: nn.Module, arguments: dict[str, object]
+) -> tuple[Graph, dict[str, object]]:
+    """The graph of ``module``'s forward at ``arguments`` (``bind_arguments``), and the
+    arguments that are constants in it, by name: every one that is not a tensor. The
+    conditions the graph holds under are ``tracer.conditions``."""
+    metas = {
+        name: value.to("meta")
+        for name, value in arguments.items()
+        if isinstance(value, torch.Tensor)
+    }
+    fixed = {name: value for name, value in arguments.items() if name not in metas}
+    with warnings.catch_warnings():
+        # MetaTracer warns, and goes on, where it cannot compute a value's hint (the checks
+        # torch.fx inserts for a fixed argument have none): a value that needed one has none,
+        # and asking it for a plain value stops the trace as a symbolic trace stops.
+        warnings.filterwarnings("ignore", "Could not compute metadata", UserWarning)
+        graph = tracer.trace(module, metas, concrete_args=fixed)
+    drop_fixed_checks(graph, set(fixed))
+    return graph, fixed
+
+
+def drop_fixed_checks(graph: Graph, fixed: set[str]) -> None:
+    """Remove the checks torch.fx writes for each fixed argument (``_assert_is_none(mask)``,
+    ``torch._assert(flag == True)``): the candidate's guards check the same values and run
+    the original forward where they differ, rather than raise. A fixed argument's placeholder
+    keeps its own name (torch.fx renames it ``mask_1``), so that callers passing it by name
+    still reach it."""
+    placeholders = {node: node for node in graph.nodes if node.op == "placeholder"}
+    for node in placeholders:
+        original = str(node.target).rsplit("_", 1)[0]
+        if str(node.target) not in fixed and original in fixed:
+            node.target = original
+    for node in list(graph.nodes):
+        if node.op != "call_function":
+            continue
+        if node.target is _assert_is_none and node.args[0] in placeholders:
+            graph.erase_node(node)
+        elif node.target is torch._assert and _compares_a_placeholder(node.args[0], placeholders):
+            comparison = node.args[0]
+            graph.erase_node(node)
+            if isinstance(comparison, Node) and not comparison.users:
+                graph.erase_node(comparison)
+
+
+def _compares_a_placeholder(node: object, placeholders: dict) -> bool:
+    return (
+        isinstance(node, Node)
+        and node.op == "call_function"
+        and node.target is operator.eq
+        and node.args[0] in placeholders
+    )
