@@ -1215,6 +1215,27 @@ DEFENSES: list[Defense] = [
         ("tests/test_offline_guards_run.py",),
     ),
     Defense(
+        "offline_hinted_conditions",  # a branch a hinted trace took, not checked at run time
+        "agents/offline/guards.py",
+        "            where.append(Check(template, (node,)))",
+        "            pass",
+        ("tests/test_offline_guards_run.py", "-k", "knowing"),
+    ),
+    Defense(
+        "offline_none_left_out_fixed",  # an argument left at None traced as a proxy (not None)
+        "agents/offline/hinted.py",
+        "        name: None for name in arguments if name not in given and arguments[name] is None",
+        "        name: None for name in arguments if False",
+        ("tests/test_offline_guards.py", "-k", "mask_left_at_none or keyword"),
+    ),
+    Defense(
+        "gate_bases_torch_nn_layers_only",  # a candidate's class derives from any torch.nn class
+        "harness/static/python.py",
+        '            and value.__module__.startswith("torch.nn.modules.")',
+        "            and True",
+        ("tests/test_gate.py", "-k", "rejects"),
+    ),
+    Defense(
         "dropin_cache_hash_checked",
         "bot/pr/shipped/kernel_cache.py",
         'matches = record["key"] == folder.name and _sha256(library) == record["sha256"]',
