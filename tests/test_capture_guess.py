@@ -148,6 +148,37 @@ class Huge(nn.Module):
         return self.proj(x)
 
 
+class Decoder(nn.Module):
+    # whisper's TextDecoder, reduced: token ids and audio features, two inputs of two kinds.
+
+    def __init__(self, n_vocab: int, n_ctx: int, n_state: int, n_layer: int):
+        super().__init__()
+        self.embed = nn.Embedding(n_vocab, n_state)
+        self.position = nn.Parameter(torch.zeros(n_ctx, n_state))
+        self.cross = nn.ModuleList([nn.Linear(n_state, n_state) for _ in range(n_layer)])
+
+    def forward(self, x, xa, kv_cache=None):
+        h = self.embed(x) + self.position[: x.shape[-1]]
+        for layer in self.cross:
+            h = h + layer(xa).mean(dim=1, keepdim=True)
+        return h
+
+
+class Encoder(nn.Module):
+    # whisper's AudioEncoder, reduced: a sequence twice its context, halved by a stride.
+
+    def __init__(self, n_mels: int, n_ctx: int, n_state: int):
+        super().__init__()
+        self.conv1 = nn.Conv1d(n_mels, n_state, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(n_state, n_state, kernel_size=3, stride=2, padding=1)
+        self.register_buffer("positions", torch.zeros(n_ctx, n_state))
+
+    def forward(self, x):
+        x = self.conv2(torch.relu(self.conv1(x))).permute(0, 2, 1)
+        assert x.shape[1:] == self.positions.shape, "incorrect audio shape"
+        return x + self.positions
+
+
 class MLP(nn.Module):
     def __init__(self, dim):
         super().__init__()
@@ -167,7 +198,7 @@ class Block(nn.Module):
         return x + self.mlp(self.norm(x))
 """
 CLASSES = ["Attention", "ConvBlock", "TwoConfigs", "ConvBN", "Exits", "Bypassed", "Huge", "MLP",
-           "Block"]  # fmt: skip
+           "Block", "Decoder", "Encoder"]  # fmt: skip
 
 
 @pytest.fixture
@@ -203,6 +234,19 @@ def test_sizes_come_from_annotations_and_names_and_failed_tries_are_not_recorded
     )
     # A kernel is 3 wide, strides 1; eps and a probability are what layers take, not 1.0
     assert found["ConvBN"].init_args == [64, 64, 3, 1, 1e-05, 0.0]
+
+
+def test_inputs_of_two_kinds_and_a_sequence_fitting_a_context_are_guessed(recorder, tmp_path):
+    """A decoder's token ids and audio features each get their own kind of input; an encoder's
+    sequence is tried at lengths that fit a guessed context (twice it, halved by a stride)."""
+    guess.guess_unseen(recorder)
+    found = found_by_class(recorder, tmp_path)
+    decoder = found["Decoder"]
+    assert decoder.problem == "" and decoder.init_args == [64, 64, 64, 2]  # n_layer: 2 layers
+    assert [call.describe() for call in decoder.calls] == ["int64[8, 64], float32[8, 64, 64]"]
+    encoder = found["Encoder"]
+    assert encoder.problem == "" and encoder.init_args == [64, 64, 64]
+    assert [call.describe() for call in encoder.calls] == ["float32[8, 64, 128]"]
 
 
 def test_what_the_repositorys_code_raises_in_a_guess_is_said_and_the_rest_go_on(recorder, tmp_path):

@@ -266,6 +266,37 @@ def test_inputs_passed_by_keyword_are_traced_as_those_arguments(tmp_path: Path) 
     assert "bias.dim() == 1" in lines and "x.dim() == 2" in lines
 
 
+def test_numbers_read_from_another_package_are_written_as_their_values(tmp_path: Path) -> None:
+    """A causal mask filled with ``-np.inf`` as whisper builds one (cmath here: no numpy
+    needed): the candidate may import only torch and math, so the number is written."""
+    source = source_of(
+        problem(
+            tmp_path,
+            "numbers",
+            """
+            import cmath
+
+            class Model(nn.Module):
+                def __init__(self, n):
+                    super().__init__()
+                    mask = torch.empty(n, n).fill_(-cmath.inf).triu_(1)
+                    self.register_buffer("mask", mask, persistent=False)
+
+                def forward(self, x):
+                    return torch.relu(x + self.mask) * cmath.pi
+
+            def get_inputs():
+                return [torch.randn(4, 8, 8)]
+
+            def get_init_inputs():
+                return [8]
+            """,
+        )
+    )
+    assert "fill_(-math.inf)" in source and "* 3.141592653589793" in source
+    assert "cmath." not in source and "import cmath" not in source
+
+
 def test_a_mask_left_at_none_is_traced_as_none_and_the_rest_stays_symbolic(tmp_path: Path):
     """A proxy is never None: traced with one, ``if mask is not None`` took the masked branch.
     The argument left out is traced as the None it is, and guarded; the graph, symbolic, holds

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import inspect
 import operator
-import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -35,9 +34,14 @@ from typing import Any
 import torch
 import torch.nn as nn
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx import Graph, Node, Tracer
+from torch.fx import Graph, Node, Proxy, Tracer
 from torch.fx._symbolic_trace import _assert_is_none
-from torch.fx.experimental.meta_tracer import MetaProxy, MetaTracer, proxys_to_metas
+from torch.fx.experimental.meta_tracer import (
+    MetaAttribute,
+    MetaDeviceAttribute,
+    MetaProxy,
+    MetaTracer,
+)
 from torch.fx.node import map_aggregate
 from torch.fx.proxy import TraceError
 
@@ -113,11 +117,12 @@ _NO_HINT = object()
 
 
 class HintedTracer(MetaTracer):
-    """torch.fx's ``MetaTracer`` with ``_HintedProxy`` for its values, the conditions they
-    recorded, and a layer's output shape from its own forward run on fake tensors
-    (``MetaTracer`` runs it on meta inputs against the layer's real weights, which fails on the
-    devices' mismatch). ``leaf_calls`` wraps each such run: a trace watching forward's reads
-    pauses there (``AttributeWatch.paused``)."""
+    """torch.fx's ``MetaTracer`` (its inputs as meta tensors, its constructors patched) with
+    ``_HintedProxy`` for its values and the conditions they recorded. Each value's hint is
+    computed here: the op run on its arguments' hints, a tensor constant (a buffer read in
+    forward) taken to the meta device first, and a layer's output from its own forward run on
+    fake tensors against its real weights. ``leaf_calls`` wraps each such layer run: a trace
+    watching forward's reads pauses there (``AttributeWatch.paused``)."""
 
     leaf_calls: Callable[[], AbstractContextManager[Any]] = nullcontext
 
@@ -131,35 +136,84 @@ class HintedTracer(MetaTracer):
     def create_proxy(  # type: ignore[override]
         self, kind: str, target: Any, args: Any, kwargs: Any, *rest: Any, **named: Any
     ) -> Any:
-        if kind != "call_module":
-            return super().create_proxy(kind, target, args, kwargs, *rest, **named)
         proxy = Tracer.create_proxy(self, kind, target, args, kwargs, *rest, **named)
-        with self.leaf_calls():
-            meta = self._layer_output(args, kwargs)
-        if meta is not None:
-            proxy.install_tensor_meta(meta)
+        if kind == "placeholder":
+            hint = self.meta_args.get(target, _NO_HINT)
+        elif kind == "call_module":
+            with self.leaf_calls():
+                hint = self._layer_output(args, kwargs)
+        else:
+            hint = self._hint_of(kind, target, args, kwargs)
+        if hint is not _NO_HINT:
+            proxy.install_tensor_meta(hint)
         return proxy
 
-    def _layer_output(self, args: Any, kwargs: Any) -> torch.Tensor | None:
-        """The layer's output as a meta tensor; None where its inputs have no hint or its
-        forward fails on fakes (its output then has none, and asking it for a plain value
-        stops the trace)."""
+    def _hint_of(self, kind: str, target: Any, args: Any, kwargs: Any) -> Any:
+        """The op run on its arguments' hints; _NO_HINT where one has none or it fails."""
         try:
-            inputs = map_aggregate((args, kwargs), proxys_to_metas)
-        except AssertionError:  # an input with no hint of its own
-            return None
+            hints: Any = map_aggregate((args, kwargs), _hint)
+        except _NoHint:
+            return _NO_HINT
+        positional, keywords = hints[0], dict(hints[1])
+        if target in self.orig_fns and "device" in keywords:  # torch.arange(..., device=...)
+            keywords["device"] = "meta"
+        self._disable_module_getattr = True  # attributes as they are, not graph values
+        try:
+            if kind == "call_function":
+                return target(*positional, **keywords)
+            if kind == "call_method":
+                return getattr(positional[0], target)(*positional[1:], **keywords)
+            if kind == "get_attr":
+                value = self.root
+                for name in str(target).split("."):
+                    value = getattr(value, name)
+                return value.to("meta") if isinstance(value, torch.Tensor) else value
+        except _LAYER_ERRORS:
+            return _NO_HINT
+        finally:
+            self._disable_module_getattr = False
+        return _NO_HINT
+
+    def _layer_output(self, args: Any, kwargs: Any) -> Any:
+        """The layer's output as a meta tensor; _NO_HINT where its inputs have none or its
+        forward fails on fakes."""
+        try:
+            hints: Any = map_aggregate((args, kwargs), _hint)
+        except _NoHint:
+            return _NO_HINT
         self._disable_module_getattr = True  # the layer's own weights, not graph values
         try:
             with FakeTensorMode(allow_non_fake_inputs=True):
-                fakes: Any = map_aggregate(inputs, _on_cpu)
+                fakes: Any = map_aggregate(hints, _on_cpu)
                 output = self.orig_forward(*fakes[0], **fakes[1])
         except _LAYER_ERRORS:
-            return None
+            return _NO_HINT
         finally:
             self._disable_module_getattr = False
         if not isinstance(output, torch.Tensor):
-            return None
+            return _NO_HINT
         return torch.empty_strided(output.shape, output.stride(), dtype=output.dtype, device="meta")
+
+
+class _NoHint(Exception):
+    """An argument of an op has no hint: neither has the op's value."""
+
+
+def _hint(value: Any) -> Any:
+    """What an op's argument is at the traced inputs: a proxy's hint, a tensor constant on the
+    meta device (an op's other arguments are meta tensors), anything else itself."""
+    if isinstance(value, MetaDeviceAttribute):
+        return "meta"
+    if isinstance(value, MetaAttribute):  # x.T, read lazily: the attribute of its root's hint
+        return getattr(_hint(value.root), value.attr)
+    if isinstance(value, Proxy):
+        found = getattr(value, "_tensor_meta", _NO_HINT)
+        if found is _NO_HINT:
+            raise _NoHint
+        return found
+    if isinstance(value, torch.Tensor) and not value.is_meta:
+        return value.to("meta")
+    return value
 
 
 def _on_cpu(value: Any) -> Any:
@@ -211,12 +265,9 @@ def trace_hinted(
         if isinstance(value, torch.Tensor)
     }
     fixed = {name: value for name, value in arguments.items() if name not in metas}
-    with warnings.catch_warnings():
-        # MetaTracer warns, and goes on, where it cannot compute a value's hint (the checks
-        # torch.fx inserts for a fixed argument have none): a value that needed one has none,
-        # and asking it for a plain value stops the trace as a symbolic trace stops.
-        warnings.filterwarnings("ignore", "Could not compute metadata", UserWarning)
-        graph = tracer.trace(module, metas, concrete_args=fixed)
+    # A value whose hint cannot be computed has none: asking it for a plain value stops the
+    # trace as a symbolic trace stops.
+    graph = tracer.trace(module, metas, concrete_args=fixed)
     drop_fixed_checks(graph, set(fixed))
     return graph, fixed
 

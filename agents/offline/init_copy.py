@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
+import math
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,14 +57,14 @@ def copy_class(
     ]
     if not found or found[0].decorator_list:
         raise CannotCopy(f"{class_name} is not a plain top-level class of {source_path.name}")
-    kept = [_clean(node, class_name) for node in _class_members(found[0])]
+    # The reference file's globals as it ran, from any function the class defines (forward).
+    functions = [item for item in vars(reference).values() if isinstance(item, types.FunctionType)]
+    values = functions[0].__globals__ if functions else {}
+    kept = [_clean(node, class_name, values) for node in _class_members(found[0])]
     for node in kept:
         if any(isinstance(sub, ast.Name) and sub.id == class_name for sub in ast.walk(node)):
             raise CannotCopy(f"{class_name}'s constructor or forward refers to the class by name")
     forward = _rename_forward(kept, class_name)
-    # The reference file's globals as it ran, from any function the class defines (forward).
-    functions = [item for item in vars(reference).values() if isinstance(item, types.FunctionType)]
-    values = functions[0].__globals__ if functions else {}
     prelude = _module_dependencies(tree, kept, class_name, names or set(), values)
     body = "\n\n".join(ast.unparse(node) for node in kept)
     return CopiedClass(prelude, _indent(body), _call(forward))
@@ -121,15 +122,30 @@ def _class_members(cls: ast.ClassDef) -> list[ast.stmt]:
     ]
 
 
-def _clean(node: ast.stmt, class_name: str) -> ast.stmt:
-    return _Cleaner(class_name).visit(copy.deepcopy(node))
+def _clean(node: ast.stmt, class_name: str, values: dict[str, object]) -> ast.stmt:
+    return _Cleaner(class_name, values).visit(copy.deepcopy(node))
 
 
 class _Cleaner(ast.NodeTransformer):
-    """Drop annotations and make ``super(Cls, self)`` plain ``super()``."""
+    """Drop annotations, make ``super(Cls, self)`` plain ``super()``, and write a number read
+    from another package (``np.inf``, ``np.pi``) as its value: a candidate imports only torch
+    and math. ``values``: the reference file's globals."""
 
-    def __init__(self, class_name: str) -> None:
+    def __init__(self, class_name: str, values: dict[str, object]) -> None:
         self.class_name = class_name
+        self.values = values
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        self.generic_visit(node)
+        if not isinstance(node.value, ast.Name) or not isinstance(node.ctx, ast.Load):
+            return node
+        owner = self.values.get(node.value.id)
+        if not isinstance(owner, types.ModuleType) or owner.__name__.split(".")[0] in _MODULES:
+            return node
+        value = vars(owner).get(node.attr)
+        if type(value) not in (int, float, bool):
+            return node
+        return ast.copy_location(_number(value), node)  # type: ignore[arg-type]
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
@@ -187,12 +203,20 @@ def _module_dependencies(
         if isinstance(statement, ast.Import | ast.ImportFrom):
             chosen.append((index, _import_assignment(name, statement)))
             continue
-        cleaned = _clean(statement, class_name)
+        cleaned = _clean(statement, class_name, values)
         text = ast.unparse(cleaned)
         if (index, text) not in chosen:
             chosen.append((index, text))
             needed |= _free_names(cleaned)
     return "\n".join(text for _, text in sorted(chosen))
+
+
+def _number(value: float) -> ast.expr:
+    if math.isnan(value):
+        return ast.parse("math.nan", mode="eval").body
+    if math.isinf(value):
+        return ast.parse("math.inf" if value > 0 else "-math.inf", mode="eval").body
+    return ast.Constant(value)
 
 
 def _is_constant(value: object) -> bool:

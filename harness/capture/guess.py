@@ -11,7 +11,8 @@ name (``config``: the one config class of the module that builds with its defaul
 ``MAX_ELEMENTS`` (counted on the meta device first) is not made. The inputs: for each required
 forward parameter, a tensor shaped for the first layers the module holds (``nn.Embedding``:
 token ids; ``nn.Linear``, norms: ``[8, 64, features]``; convolutions: ``[8, channels, 32,
-32]``), tried in order until a forward runs.
+32]``, a sequence of 1024, 64 or 128), tried in order until a forward runs: the same kind for
+every input first, then one kind each (token ids and audio features).
 
 ``guess_unseen`` drives it over a ``Recorder``'s classes after the tests, examples or command
 ran. Everything here runs the repository's code: any exception it raises (``SystemExit``
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import itertools
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -32,9 +34,11 @@ import torch
 from torch import nn
 
 from harness.capture.hooks import Recorder
+from harness.problem.uninitialized import built
 
 BATCH, TOKENS, SIDE, WIDTH = 8, 64, 32, 64  # the guessed sizes: small, a forward in milliseconds
 LAYERS_TRIED = 3  # the first layers whose inputs are tried
+MAX_TRIES = 32  # forward calls tried per class: each a few milliseconds at the guessed sizes
 MAX_ELEMENTS = 2**28  # a guessed build's parameters and buffers: 1 GiB in float32
 CONFIG_NAME = re.compile(r"^(config|cfg|conf|args|hparams|params|opt|options|settings)$", re.I)
 # An int parameter's value by its name, the first rule that matches; any other int is a width.
@@ -45,7 +49,7 @@ INT_RULES = [
     (re.compile(r"patch", re.I), 4),
     (re.compile(r"head_?dim|dim_?head|head_?size", re.I), 16),
     (re.compile(r"head", re.I), 4),
-    (re.compile(r"layers|depth|blocks", re.I), 2),
+    (re.compile(r"layers?$|depth|blocks", re.I), 2),  # n_layer, num_layers
     (re.compile(r"dim|size|channels|features|hidden|width|embd|d_model|n_state|planes", re.I), 64),
 ]
 SIZE_NAMES = [rule for rule, _ in INT_RULES]  # an unannotated parameter is a size by these
@@ -106,8 +110,8 @@ def build(cls: type[nn.Module], unrecorded: Callable[[], AbstractContextManager]
         else:
             args.append(value)
     _bounded(cls, args, kwargs, unrecorded)
-    try:
-        return cls(*args, **kwargs)
+    try:  # weights it leaves uninitialized drawn, as the harness draws them (``built``)
+        return built(lambda: cls(*args, **kwargs), seed=0)
     except BaseException as err:  # the repository's constructor, on our guess: said, not hidden
         raise NoGuess(f"{cls.__name__} built with guessed arguments raised {_said(err)}") from None
 
@@ -149,14 +153,23 @@ def call(instance: nn.Module) -> None:
         makers = list(_inputs(instance))
     except BaseException as err:  # the module's own layers, read: a property may raise
         raise NoGuess(f"its layers could not be read: {_said(err)}") from None
-    for inputs in makers:
+    for chosen in _combinations(makers, len(required)):
         try:
             with torch.no_grad():
-                instance(*[inputs() for _ in required])
+                instance(*[maker() for maker in chosen])
             return
         except BaseException as err:  # the guess did not fit (SystemExit too): the next may
             failed = _said(err)
     raise NoGuess(f"no guessed input ran its forward (the last: {failed})")
+
+
+def _combinations(makers: list, count: int) -> Iterator[tuple]:
+    """Each maker for every input first (one kind of input); then, for a forward of several
+    inputs, each input its own maker (token ids and audio features: ``TextDecoder(x, xa)``), the
+    first ``MAX_TRIES`` in all."""
+    same = ((maker,) * count for maker in makers)
+    mixed = (chosen for chosen in itertools.product(makers, repeat=count) if len(set(chosen)) > 1)
+    yield from itertools.islice(itertools.chain(same, mixed if count > 1 else ()), MAX_TRIES)
 
 
 def _signature(function) -> inspect.Signature:
@@ -246,8 +259,10 @@ def _for_layer(layer: nn.Module) -> Iterator:
         yield lambda: torch.randn(BATCH, TOKENS, *shape)
     elif isinstance(layer, nn.modules.conv._ConvNd):
         spatial = len(layer.kernel_size)
-        side = {1: SIDE * SIDE, 2: SIDE, 3: SIDE // 2}.get(spatial, SIDE)
-        yield lambda: torch.randn(BATCH, layer.in_channels, *[side] * spatial)
+        # A sequence may have to fit a guessed context (twice it, before a stride of 2).
+        sides = {1: [SIDE * SIDE, TOKENS, 2 * TOKENS], 2: [SIDE], 3: [SIDE // 2]}[spatial]
+        for side in sides:
+            yield lambda side=side: torch.randn(BATCH, layer.in_channels, *[side] * spatial)
     elif isinstance(layer, (nn.GroupNorm, nn.modules.batchnorm._BatchNorm)):
         channels = layer.num_channels if isinstance(layer, nn.GroupNorm) else layer.num_features
         yield lambda: torch.randn(BATCH, channels, SIDE, SIDE)

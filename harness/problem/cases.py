@@ -18,6 +18,7 @@ import torch
 from harness.capture.records import ArgSpec
 from harness.errors import UserError
 from harness.problem.load import DTYPES
+from harness.problem.uninitialized import built
 from harness.problem.user_code import call_user, import_source, init_arguments, reference_class
 from harness.problem.variants import resized_inputs, scaled_inputs, strided_inputs
 from harness.records import Problem
@@ -55,17 +56,18 @@ def build_reference(problem: Problem, seed: int) -> torch.nn.Module:
 
 
 def _construct(cls, args: list, kwargs: dict, seed: int, device: str) -> torch.nn.Module:
+    """Weights the constructor leaves uninitialized are drawn from the seed (``built``)."""
     if device == "cuda":
         torch.manual_seed(seed)
         try:
             with torch.device(device):
-                return cls(*args, **kwargs)
+                return built(lambda: cls(*args, **kwargs), seed)
         except torch.OutOfMemoryError:
             raise  # not a reason to build it otherwise: other workers may not have run out
         except Exception:  # the same in every worker: each takes the host path below alike
             pass
     torch.manual_seed(seed)
-    return cls(*args, **kwargs)
+    return built(lambda: cls(*args, **kwargs), seed)
 
 
 def perturb_parameters(module: torch.nn.Module, seed: int) -> None:
