@@ -67,6 +67,14 @@ def method(header: str, body: str = "return x") -> str:
         (HEAD + "class P(nn.DataParallel):\n    pass\n" + CLASS, "derives from nn.DataParallel"),
         (HEAD + "class Q(nn.Parameter):\n    pass\n" + CLASS, "derives from nn.Parameter"),
         (HEAD + "nn = torch\nclass L(nn.Linear):\n    pass\n" + CLASS, "derives from nn.Linear"),
+        (HEAD + "class L(nn.LazyLinear):\n    pass\n" + CLASS, "derives from nn.LazyLinear"),
+        (
+            HEAD + "Module = torch.Tensor\nclass E(Module):\n    pass\n" + CLASS,
+            "derives from Module",
+        ),
+        # Hooks run outside the candidate's forward (at load_state_dict, around each call).
+        (forward("self.register_forward_pre_hook(print)\nreturn x"), "registers a hook"),
+        (forward("self._register_load_state_dict_pre_hook(print)\nreturn x"), "registers a hook"),
         (forward("return torch.compile(self)(x)"), "torch.compile"),
         (forward("return torch._C._nn.gelu(x)"), "private internals"),
         ("import torch as T\n" + forward("return T._C._nn.gelu(x)"), "private internals"),

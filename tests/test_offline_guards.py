@@ -125,6 +125,25 @@ def get_init_inputs():
     return [32, 4]
 """
 
+# A rank and a length that follow from sizes: x.squeeze(1) keeps a dimension of 2, and len(y)
+# is the size transposed to the front. Traced at [4, 1, 6, 8]: the rank is 3, the length 6.
+RANKS = """
+class Model(nn.Module):
+    def forward(self, x):
+        y = torch.sigmoid(x.squeeze(1).transpose(0, 1))
+        if y.dim() == 3:
+            return y * len(y)
+        return torch.relu(y) * 3.0
+
+
+def get_inputs():
+    return [torch.randn(4, 1, 6, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
+
 # --- what is guarded (no builds) ---------------------------------------------------------------
 
 
@@ -295,6 +314,68 @@ def test_numbers_read_from_another_package_are_written_as_their_values(tmp_path:
     )
     assert "fill_(-math.inf)" in source and "* 3.141592653589793" in source
     assert "cmath." not in source and "import cmath" not in source
+
+
+def test_what_the_file_bound_when_it_ran_is_what_the_candidate_binds(tmp_path: Path) -> None:
+    """A flag set in a ``try`` whose import failed holds the handler's value; an infinity is
+    written as math.inf; an import in a ``try`` that failed, with the handler binding another
+    function, is not copied as the try body wrote it."""
+    body = """
+        try:
+            FAST = True
+            from torch.nn.functional import no_such_function
+        except ImportError:
+            FAST = False
+
+        LIMIT = float("inf")
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = torch.clamp(torch.relu(x), max=LIMIT)
+                return y * 2.0 if FAST else y * 3.0
+
+        def get_inputs():
+            return [torch.randn(4, 8)]
+
+        def get_init_inputs():
+            return []
+        """
+    source = source_of(problem(tmp_path, "bound", body))
+    assert "\nFAST = False\n" in source and "\nLIMIT = math.inf\n" in source
+    act = body.replace(
+        "from torch.nn.functional import no_such_function",
+        "from torch.nn.functional import no_such_function as act",
+    ).replace(
+        "FAST = False", "FAST = False\n            from torch.nn.functional import relu as act"
+    )
+    act = act.replace("torch.relu(x)", "act(x)")
+    proposal = propose_here(problem(tmp_path, "rebound", act))
+    assert proposal.candidate is None
+    assert "'act' was bound otherwise when the reference file ran" in proposal.reason
+
+
+def test_parameters_named_alike_keep_their_names(tmp_path: Path) -> None:
+    """``mask`` is left at None and fixed; ``mask_value`` is a parameter of its own."""
+    source = source_of(
+        problem(
+            tmp_path,
+            "alike",
+            """
+            class Model(nn.Module):
+                def forward(self, x, mask=None, mask_value=0.5):
+                    if mask is not None:
+                        x = x.masked_fill(mask, mask_value)
+                    return torch.relu(x) * mask_value
+
+            def get_inputs():
+                return [torch.randn(4, 8)]
+
+            def get_init_inputs():
+                return []
+            """,
+        )
+    )
+    assert "def forward(self, x, mask=None, mask_value=0.5):" in source
 
 
 def test_a_mask_left_at_none_is_traced_as_none_and_the_rest_stays_symbolic(tmp_path: Path):

@@ -22,7 +22,7 @@ from harness.evaluate import Evaluator
 from harness.problem.user_code import reference_class
 from harness.records import Candidate, Status
 from tests.conftest import fast_config, write_module
-from tests.test_offline_guards import DROPOUT, SHAPES, SPLIT, problem, source_of
+from tests.test_offline_guards import DROPOUT, RANKS, SHAPES, SPLIT, problem, source_of
 from tests.test_offline_proposer import assert_same, build_in_parallel
 
 
@@ -78,6 +78,7 @@ def built(tmp_path_factory) -> dict[str, Built]:
         "split": Built(directory, "split", SPLIT),
         "dropout": Built(directory, "dropout", DROPOUT),
         "shapes": Built(directory, "shapes", SHAPES),
+        "ranks": Built(directory, "ranks", RANKS),
     }
     build_in_parallel([world.paths[0] for world in worlds.values()])
     build_in_parallel([world.paths[1] for world in worlds.values()])  # the same C++: cached
@@ -173,6 +174,25 @@ def test_a_trace_knowing_its_shapes_runs_its_kernels_where_its_branches_hold(bui
         ours, calls = run(world, fused, *args)
         assert calls == 0, [getattr(arg, "shape", arg) for arg in args]
         assert_same(ours, reference(*args))
+
+
+@pytest.mark.slow
+def test_a_rank_and_a_length_taken_from_sizes_are_checked(built) -> None:
+    """RANKS took its rank (3) and a length (6) from the traced sizes, each checked right
+    after it is made (after the kernel that makes it): another batch keeps both, and the
+    kernel's result is returned; a kept dimension (rank 4) or another length return the
+    original forward's, where the same kernel without its checks returns another."""
+    world = built["ranks"]
+    reference, fused = world.pair()
+    _, unguarded = world.pair(unguarded=True)
+    for shape, holds in [((4, 1, 6, 8), True), ((3, 1, 6, 8), True), ((4, 2, 6, 8), False),
+                         ((4, 1, 5, 8), False)]:  # fmt: skip
+        x = torch.randn(*shape)
+        ours, calls = run(world, fused, x)
+        assert calls == 1, shape
+        assert_same(ours, reference(x))
+        theirs, _ = run(world, unguarded, x)
+        assert (theirs.shape == ours.shape and torch.allclose(theirs, ours)) is holds, shape
 
 
 @pytest.mark.slow

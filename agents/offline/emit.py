@@ -82,6 +82,7 @@ def forward_source(
     params: list[str] = []
     body = _guard(guards.entry, names, fallback, None)
     wrote: Node | None = None
+    checked: set[Node] = set()
     for step in steps:
         if isinstance(step, tuple):
             body += _guard(guards.before.get(step, []), names, fallback, wrote)
@@ -96,6 +97,12 @@ def forward_source(
             made = [step]
         for node in made:
             body += _guard(guards.after.get(node, []), names, fallback, wrote)
+            checked.add(node)
+    if unchecked := [
+        node.name for node, checks in guards.after.items() if checks and node not in checked
+    ]:
+        # A value made inside a kernel (or removed): its checks would silently not run.
+        raise CannotEmit(f"no place to check {', '.join(unchecked)} after it is made")
     lines = [f"def forward(self, {', '.join(params)}):" if params else "def forward(self):"]
     lines += [f"    {line}" for line in body]
     return "\n".join(f"    {line}" for line in lines)

@@ -146,7 +146,7 @@ def _input_checks(
     first_float: Node | None = None
     for node in placeholders:
         value = facts.arguments[str(node.target)]
-        if str(node.target) in facts.fixed:
+        if str(node.target) in facts.fixed or value is None:  # None: its branches were taken
             guards.entry.append(_constant_check(node, value))
             continue
         if not isinstance(value, torch.Tensor):

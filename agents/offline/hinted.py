@@ -78,6 +78,13 @@ class _HintedProxy(MetaProxy):
     def numel(self) -> Any:
         return self._node_value("call_method", "numel")
 
+    def dim(self) -> Any:  # a rank may follow from sizes (x.squeeze(1)): a value, not a constant
+        return self._node_value("call_method", "dim")
+
+    @property
+    def ndim(self) -> Any:
+        return self._node_value("call_function", getattr, "ndim")
+
     def _holds(self, template: str) -> None:
         self.tracer.conditions.append((self.node, template))  # type: ignore[attr-defined]
 
@@ -94,7 +101,9 @@ class _HintedProxy(MetaProxy):
             self._holds(f"len({{0}}) == {len(value)}")
             return len(value)
         if isinstance(value, torch.Tensor) and value.dim() > 0:
-            self._holds(f"len({{0}}) == {value.shape[0]}")
+            # On a value of its own: the tensor's node may be fused away or replaced.
+            length = self.tracer.create_proxy("call_function", len, (self,), {})
+            length._holds(f"{{0}} == {value.shape[0]}")
             return int(value.shape[0])
         return super().__len__()
 
@@ -268,37 +277,39 @@ def trace_hinted(
     # A value whose hint cannot be computed has none: asking it for a plain value stops the
     # trace as a symbolic trace stops.
     graph = tracer.trace(module, metas, concrete_args=fixed)
-    drop_fixed_checks(graph, set(fixed))
+    drop_fixed_checks(graph, list(arguments), set(fixed))
     return graph, fixed
 
 
-def drop_fixed_checks(graph: Graph, fixed: set[str]) -> None:
+def drop_fixed_checks(graph: Graph, parameters: list[str], fixed: set[str]) -> None:
     """Remove the checks torch.fx writes for each fixed argument (``_assert_is_none(mask)``,
     ``torch._assert(flag == True)``): the candidate's guards check the same values and run
-    the original forward where they differ, rather than raise. A fixed argument's placeholder
-    keeps its own name (torch.fx renames it ``mask_1``), so that callers passing it by name
-    still reach it."""
-    placeholders = {node: node for node in graph.nodes if node.op == "placeholder"}
-    for node in placeholders:
-        original = str(node.target).rsplit("_", 1)[0]
-        if str(node.target) not in fixed and original in fixed:
-            node.target = original
+    the original forward where they differ, rather than raise. The placeholders, one per
+    parameter in order, keep the parameters' own names (a tracer may rename a fixed one
+    ``mask_1``), so that callers passing one by name still reach it."""
+    placeholders = [node for node in graph.nodes if node.op == "placeholder"]
+    if len(placeholders) != len(parameters):
+        raise NotFixable(f"the trace made {len(placeholders)} inputs of {len(parameters)}")
+    for node, name in zip(placeholders, parameters, strict=True):
+        node.target = name
+    held = {node for node in placeholders if node.target in fixed}
     for node in list(graph.nodes):
         if node.op != "call_function":
             continue
-        if node.target is _assert_is_none and node.args[0] in placeholders:
+        if node.target is _assert_is_none and node.args[0] in held:
             graph.erase_node(node)
-        elif node.target is torch._assert and _compares_a_placeholder(node.args[0], placeholders):
+        elif node.target is torch._assert and _compares(node.args[0], held):
             comparison = node.args[0]
             graph.erase_node(node)
             if isinstance(comparison, Node) and not comparison.users:
                 graph.erase_node(comparison)
 
 
-def _compares_a_placeholder(node: object, placeholders: dict) -> bool:
+def _compares(node: object, held: set[Node]) -> bool:
+    """``node`` is torch.fx's ``argument == value`` for a fixed argument."""
     return (
         isinstance(node, Node)
         and node.op == "call_function"
         and node.target is operator.eq
-        and node.args[0] in placeholders
+        and node.args[0] in held
     )

@@ -16,10 +16,13 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
+import importlib
 import math
+import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 import torch.nn as nn
 
@@ -57,9 +60,7 @@ def copy_class(
     ]
     if not found or found[0].decorator_list:
         raise CannotCopy(f"{class_name} is not a plain top-level class of {source_path.name}")
-    # The reference file's globals as it ran, from any function the class defines (forward).
-    functions = [item for item in vars(reference).values() if isinstance(item, types.FunctionType)]
-    values = functions[0].__globals__ if functions else {}
+    values = _globals(reference)
     kept = [_clean(node, class_name, values) for node in _class_members(found[0])]
     for node in kept:
         if any(isinstance(sub, ast.Name) and sub.id == class_name for sub in ast.walk(node)):
@@ -68,6 +69,15 @@ def copy_class(
     prelude = _module_dependencies(tree, kept, class_name, names or set(), values)
     body = "\n\n".join(ast.unparse(node) for node in kept)
     return CopiedClass(prelude, _indent(body), _call(forward))
+
+
+def _globals(reference: type) -> dict[str, object]:
+    """The reference file's globals as it ran: its module's, or its forward's."""
+    module = sys.modules.get(reference.__module__)
+    if module is not None and getattr(module, reference.__name__, None) is reference:
+        return vars(module)
+    forward = vars(reference).get("forward")
+    return getattr(forward, "__globals__", {})
 
 
 def _rename_forward(kept: list[ast.stmt], class_name: str) -> ast.FunctionDef:
@@ -177,9 +187,10 @@ def _module_dependencies(
     names: set[str],
     values: dict[str, object],
 ) -> str:
-    """The module-level statements the kept code needs, in source order. A name the file binds
-    in another way (``try: ...; SDPA_AVAILABLE = True except ImportError: ...``) is written as
-    the plain constant it holds in the reference file as it ran, if it holds one."""
+    """The module-level statements the kept code needs, in source order. A name holding a plain
+    constant when the reference file ran is written as that value (``SDPA_AVAILABLE = True``,
+    bound in a ``try`` or under an ``if``); an import must bind what the file's run bound
+    (the ``try`` body's, not its handler's)."""
     definitions = _module_definitions(tree)
     needed = set(names).union(*(_free_names(node) for node in kept))
     chosen: list[tuple[int, str]] = []
@@ -191,8 +202,8 @@ def _module_dependencies(
             raise CannotCopy(f"the constructor's helpers refer to {class_name} by name")
         if name in PROVIDED or (name not in definitions and hasattr(builtins, name)):
             continue
-        if name not in definitions and _is_constant(values.get(name, ...)):
-            chosen.append((-1, f"{name} = {values[name]!r}"))
+        if _is_constant(value := values.get(name, ...)):  # as the reference file ran
+            chosen.append((-1, f"{name} = {ast.unparse(_literal(value))}"))
             continue
         if name not in definitions:
             raise CannotCopy(
@@ -201,7 +212,10 @@ def _module_dependencies(
             )
         index, statement = definitions[name]
         if isinstance(statement, ast.Import | ast.ImportFrom):
-            chosen.append((index, _import_assignment(name, statement)))
+            assignment = _import_assignment(name, statement)
+            if name in values and _bound(assignment) is not values[name]:
+                raise CannotCopy(f"{name!r} was bound otherwise when the reference file ran")
+            chosen.append((index, assignment))
             continue
         cleaned = _clean(statement, class_name, values)
         text = ast.unparse(cleaned)
@@ -209,6 +223,21 @@ def _module_dependencies(
             chosen.append((index, text))
             needed |= _free_names(cleaned)
     return "\n".join(text for _, text in sorted(chosen))
+
+
+def _bound(assignment: str) -> object:
+    """What ``name = torch.<path>`` (an import, rewritten) binds."""
+    path = assignment.split(" = ", 1)[1].split(".")
+    owner: object = {"nn": nn, "F": nn.functional, "math": math}.get(path[0])
+    if owner is None:
+        owner = importlib.import_module(path[0])
+    for part in path[1:]:
+        owner = getattr(owner, part, None)
+    return owner
+
+
+def _literal(value: None | bool | int | float | str) -> ast.expr:
+    return _number(value) if isinstance(value, float) else ast.Constant(value)
 
 
 def _number(value: float) -> ast.expr:
@@ -219,8 +248,8 @@ def _number(value: float) -> ast.expr:
     return ast.Constant(value)
 
 
-def _is_constant(value: object) -> bool:
-    return value is None or (type(value) in (bool, int, float, str) and repr(value) != "nan")
+def _is_constant(value: object) -> TypeGuard[None | bool | int | float | str]:
+    return value is None or type(value) in (bool, int, float, str)
 
 
 def _module_definitions(tree: ast.Module) -> dict[str, tuple[int, ast.stmt]]:

@@ -136,8 +136,8 @@ def trace(
             lambda _: tracer.trace(reference, concrete_args=unset), reference
         )
         fixed: dict[str, object] = dict(unset)
-        drop_fixed_checks(graph, set(unset))
-    except _USER_CODE_ERRORS as symbolic:
+        drop_fixed_checks(graph, list(arguments), set(unset))
+    except (*_USER_CODE_ERRORS, NotFixable) as symbolic:
         tracer = hinted = _HintedInliningTracer()
 
         def knowing_shapes(watch: AttributeWatch) -> tuple[Graph, dict[str, object]]:
@@ -146,12 +146,15 @@ def trace(
 
         try:
             (graph, fixed), reads, unpacks = _watched(knowing_shapes, reference)
-        except _USER_CODE_ERRORS as err:
+        except (*_USER_CODE_ERRORS, NotFixable) as err:
             raise NotTraceable(
                 f"cannot trace: {type(symbolic).__name__}: {_first_line(symbolic)}; and knowing "
                 f"the inputs' shapes: {type(err).__name__}: {_first_line(err)}"
             ) from err
-    graph_module = GraphModule(tracer.root, graph, type(reference).__name__)
+    try:
+        graph_module = GraphModule(tracer.root, graph, type(reference).__name__)
+    except SyntaxError as err:  # torch.fx's code for a signature it cannot write
+        raise NotTraceable(f"cannot trace: torch.fx wrote invalid code: {err.msg}") from err
     values = [arguments[str(node.target)] for node in graph.nodes if node.op == "placeholder"]
     removed = _remove_identities(graph_module)
     _propagate_shapes(graph_module, values)

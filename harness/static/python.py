@@ -11,6 +11,7 @@ import ast
 import importlib
 
 import torch
+from torch.nn.modules.lazy import LazyModuleMixin
 
 from harness.bindings import bound_names, names
 from harness.static.python_names import Resolver, import_bindings, module_reached
@@ -154,15 +155,17 @@ class _Gate(ast.NodeVisitor):
 
     def _is_layer(self, base: ast.expr) -> bool:
         """nn.Module, or a layer torch.nn defines (real code derives ``LayerNorm(nn.LayerNorm)``
-        to cast its input): nothing a plain module could not do, and never a tensor subclass,
-        an autograd function or a wrapper from elsewhere in torch."""
-        if ast.unparse(base) in ("nn.Module", "torch.nn.Module", "Module"):
-            return True
+        to cast its input), each as the imports name it: nothing a plain module could not do,
+        never a tensor subclass, an autograd function, a wrapper from elsewhere in torch, or a
+        lazy layer (its hooks run candidate methods at load_state_dict, outside forward)."""
         value = self.resolver.resolve(base)
+        if value is torch.nn.Module:
+            return True
         return (
             isinstance(value, type)
             and issubclass(value, torch.nn.Module)
             and value.__module__.startswith("torch.nn.modules.")
+            and not issubclass(value, LazyModuleMixin)
         )
 
     def visit_Lambda(self, node: ast.Lambda) -> None:
@@ -244,6 +247,10 @@ class _Gate(ast.NodeVisitor):
             self.reject(node, f".{name}: {FORBIDDEN_ATTRIBUTES[name]}")
         elif name in STDLIB_MODULES:
             self.reject(node, f".{name}: reaches the {name} module through an attribute")
+        elif "register" in name and "hook" in name:  # self's own: nn.Module's hooks all the same
+            self.reject(
+                node, f".{name}: registers a hook that runs outside the candidate's forward"
+            )
         elif name.startswith("_") and not name.endswith("__") and root_name(node) != "self":
             self.reject(node, f".{name}: private internals (only self's own may be used)")
         elif root_name(node) != "self" and (why := forbidden_name(name)):
