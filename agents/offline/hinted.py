@@ -47,7 +47,15 @@ from torch.fx.proxy import TraceError
 
 # What a layer's forward raises on fake inputs it cannot take (a proxy for a tensor, a shape
 # it refuses): its output then has no known shape.
-_LAYER_ERRORS = (RuntimeError, TypeError, ValueError, AssertionError, IndexError, AttributeError)
+_LAYER_ERRORS = (
+    RuntimeError,
+    TypeError,
+    ValueError,
+    AssertionError,
+    IndexError,
+    AttributeError,
+    ArithmeticError,  # ZeroDivisionError, OverflowError
+)
 
 
 class _HintedProxy(MetaProxy):
@@ -164,7 +172,7 @@ class HintedTracer(MetaTracer):
         except _NoHint:
             return _NO_HINT
         positional, keywords = hints[0], dict(hints[1])
-        if target in self.orig_fns and "device" in keywords:  # torch.arange(..., device=...)
+        if target in self.orig_fns:  # torch.arange(t), torch.zeros(B, T, C): made on meta
             keywords["device"] = "meta"
         self._disable_module_getattr = True  # attributes as they are, not graph values
         try:
@@ -214,7 +222,10 @@ def _hint(value: Any) -> Any:
     if isinstance(value, MetaDeviceAttribute):
         return "meta"
     if isinstance(value, MetaAttribute):  # x.T, read lazily: the attribute of its root's hint
-        return getattr(_hint(value.root), value.attr)
+        try:
+            return getattr(_hint(value.root), value.attr)
+        except AttributeError:
+            raise _NoHint from None
     if isinstance(value, Proxy):
         found = getattr(value, "_tensor_meta", _NO_HINT)
         if found is _NO_HINT:

@@ -47,6 +47,7 @@ _USER_CODE_ERRORS = (
     AssertionError,
     IndexError,
     KeyError,
+    ArithmeticError,  # ZeroDivisionError, OverflowError: a size divided by another
 )
 _DROPOUT_FUNCTIONS = (
     F.dropout,

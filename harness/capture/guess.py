@@ -49,7 +49,7 @@ INT_RULES = [
     (re.compile(r"patch", re.I), 4),
     (re.compile(r"head_?dim|dim_?head|head_?size", re.I), 16),
     (re.compile(r"head", re.I), 4),
-    (re.compile(r"layers?$|depth|blocks", re.I), 2),  # n_layer, num_layers
+    (re.compile(r"layers|layer$|depth|blocks", re.I), 2),  # n_layer, layers_per_block
     (re.compile(r"dim|size|channels|features|hidden|width|embd|d_model|n_state|planes", re.I), 64),
 ]
 SIZE_NAMES = [rule for rule, _ in INT_RULES]  # an unannotated parameter is a size by these
@@ -150,7 +150,7 @@ def call(instance: nn.Module) -> None:
         raise NoGuess("its forward takes no input to guess")
     failed = "no input was tried"
     try:
-        makers = list(_inputs(instance))
+        makers = _distinct(list(_inputs(instance)))
     except BaseException as err:  # the module's own layers, read: a property may raise
         raise NoGuess(f"its layers could not be read: {_said(err)}") from None
     for chosen in _combinations(makers, len(required)):
@@ -161,6 +161,16 @@ def call(instance: nn.Module) -> None:
         except BaseException as err:  # the guess did not fit (SystemExit too): the next may
             failed = _said(err)
     raise NoGuess(f"no guessed input ran its forward (the last: {failed})")
+
+
+def _distinct(makers: list) -> list:
+    """One maker per kind of input (shape and dtype), in order: three ``Linear(64, 64)`` layers
+    make one kind, and the tries go to other kinds."""
+    kinds: dict[tuple, Callable] = {}
+    for maker in makers:
+        made = maker()
+        kinds.setdefault((tuple(made.shape), made.dtype), maker)
+    return list(kinds.values())
 
 
 def _combinations(makers: list, count: int) -> Iterator[tuple]:
@@ -260,7 +270,7 @@ def _for_layer(layer: nn.Module) -> Iterator:
     elif isinstance(layer, nn.modules.conv._ConvNd):
         spatial = len(layer.kernel_size)
         # A sequence may have to fit a guessed context (twice it, before a stride of 2).
-        sides = {1: [SIDE * SIDE, TOKENS, 2 * TOKENS], 2: [SIDE], 3: [SIDE // 2]}[spatial]
+        sides = {1: [SIDE * SIDE, TOKENS, 2 * TOKENS], 3: [SIDE // 2]}.get(spatial, [SIDE])
         for side in sides:
             yield lambda side=side: torch.randn(BATCH, layer.in_channels, *[side] * spatial)
     elif isinstance(layer, (nn.GroupNorm, nn.modules.batchnorm._BatchNorm)):

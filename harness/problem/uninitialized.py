@@ -6,13 +6,15 @@ worker (so a reference and a candidate built apart disagree), and often huge or 
 output is). Built here, PyTorch fills uninitialized memory with NaN
 (``torch.utils.deterministic.fill_uninitialized_memory``), and a floating weight that is NaN
 throughout is then drawn as a trained one might be, normal with a spread of 0.02, from the
-build's seed: the same in every process, and ordinary values.
+build's seed: the same in every process, and ordinary values. A weight the constructor set to
+NaN throughout on purpose (a "not yet seen" marker) is drawn too: it cannot be told apart.
 
     module = built(lambda: cls(*args, **kwargs), seed)
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -20,6 +22,9 @@ import torch
 from torch import nn
 
 SPREAD = 0.02  # a trained transformer's weights' typical spread
+SEED_SALT = 0x5EED  # drawn apart from the constructor's own stream, which starts at the seed
+CHUNK = 1 << 24  # elements scanned for NaN at a time: no copy the size of a large weight
+DRAWN = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def built(make: Callable[[], nn.Module], seed: int) -> nn.Module:
@@ -31,34 +36,52 @@ def built(make: Callable[[], nn.Module], seed: int) -> nn.Module:
 
 
 def fill_uninitialized(module: nn.Module, seed: int) -> None:
-    """Each floating parameter or buffer that is NaN throughout, drawn from ``seed``."""
+    """Each floating parameter or buffer that is NaN throughout, drawn from ``seed`` in place."""
     generators: dict[torch.device, torch.Generator] = {}
     with torch.no_grad():
         for tensor in [*module.parameters(), *module.buffers()]:
-            if not tensor.is_floating_point() or not tensor.numel() or tensor.is_meta:
-                continue
-            flat = tensor.detach().reshape(-1)
-            if not bool(flat[0].isnan()) or not bool(flat.isnan().all()):  # the first: cheap
+            if not _all_nan(tensor):
                 continue
             if tensor.device not in generators:
-                generators[tensor.device] = torch.Generator(tensor.device).manual_seed(seed)
-            drawn = torch.randn(
-                tensor.shape, generator=generators[tensor.device], device=tensor.device
-            )
-            tensor.copy_(drawn * SPREAD)
+                generator = torch.Generator(tensor.device)
+                generators[tensor.device] = generator.manual_seed(seed ^ SEED_SALT)
+            tensor.normal_(0.0, SPREAD, generator=generators[tensor.device])
+
+
+def _all_nan(tensor: torch.Tensor) -> bool:
+    """A plain floating tensor holding NaN throughout (lazy, sparse and meta ones are not)."""
+    if (
+        nn.parameter.is_lazy(tensor)
+        or tensor.dtype not in DRAWN
+        or tensor.layout != torch.strided
+        or tensor.is_meta
+        or not tensor.numel()
+        or not bool(tensor[(0,) * tensor.dim()].isnan())  # the first value: cheap
+    ):
+        return False
+    values = tensor.detach()
+    if not values.is_contiguous():  # a strided view: scanned whole (a bool copy of its size)
+        return bool(values.isnan().all())
+    flat = values.view(-1)
+    return all(
+        bool(flat[start : start + CHUNK].isnan().all()) for start in range(0, flat.numel(), CHUNK)
+    )
 
 
 @contextmanager
 def _uninitialized_as_nan() -> Iterator[None]:
-    """Deterministic mode, warnings only (a constructor's nondeterministic op still runs), with
-    uninitialized memory filled; the settings as they were afterwards."""
+    """Deterministic mode, warnings only (a constructor's nondeterministic op still runs, and
+    its alert is not shown), with uninitialized memory filled; the settings as they were
+    afterwards."""
     enabled = torch.are_deterministic_algorithms_enabled()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     fill = torch.utils.deterministic.fill_uninitialized_memory  # type: ignore[attr-defined]
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = True  # type: ignore[attr-defined]
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", r"(?i).*determinis", UserWarning)
+            yield
     finally:
         torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
         torch.utils.deterministic.fill_uninitialized_memory = fill  # type: ignore[attr-defined]
