@@ -1236,6 +1236,20 @@ DEFENSES: list[Defense] = [
         ("tests/test_gate.py", "-k", "rejects"),
     ),
     Defense(
+        "uninitialized_weights_drawn",  # torch.empty weights left as the memory held them
+        "harness/problem/uninitialized.py",
+        "    fill_uninitialized(module, seed)",
+        "    pass",
+        ("tests/test_uninitialized.py",),
+    ),
+    Defense(
+        "guess_inputs_of_several_kinds",  # every input of a forward guessed as one kind
+        "harness/capture/guess.py",
+        "itertools.chain(same, mixed if count > 1 else ())",
+        "itertools.chain(same, ())",
+        ("tests/test_capture_guess.py", "-k", "two_kinds"),
+    ),
+    Defense(
         "dropin_cache_hash_checked",
         "bot/pr/shipped/kernel_cache.py",
         'matches = record["key"] == folder.name and _sha256(library) == record["sha256"]',
