@@ -72,9 +72,11 @@ def method(header: str, body: str = "return x") -> str:
             HEAD + "Module = torch.Tensor\nclass E(Module):\n    pass\n" + CLASS,
             "derives from Module",
         ),
-        # Hooks run outside the candidate's forward (at load_state_dict, around each call).
-        (forward("self.register_forward_pre_hook(print)\nreturn x"), "registers a hook"),
-        (forward("self._register_load_state_dict_pre_hook(print)\nreturn x"), "registers a hook"),
+        # Hooks that run at load_state_dict, outside any call the harness times or checks (a
+        # forward hook runs inside the call: the reference's own may be copied).
+        (forward("self._register_load_state_dict_pre_hook(print)\nreturn x"), "runs at load"),
+        (forward("self.register_load_state_dict_post_hook(print)\nreturn x"), "runs at load"),
+        (forward("self._register_state_dict_hook(print)\nreturn x"), "runs at load"),
         (forward("return torch.compile(self)(x)"), "torch.compile"),
         (forward("return torch._C._nn.gelu(x)"), "private internals"),
         ("import torch as T\n" + forward("return T._C._nn.gelu(x)"), "private internals"),
@@ -186,6 +188,7 @@ def test_accepts_an_honest_candidate():
         # Tensor and Module attributes named like torch submodules; self's own attribute names.
         forward("return x.cpu().cuda().data.grad, self.modules()"),
         forward("return self.memory, self.f_scale, self.package"),
+        forward("self.register_forward_pre_hook(print)\nreturn x"),  # inside the timed call
         # A layer of torch.nn as a base, by either name.
         HEAD + "class LayerNorm(nn.LayerNorm):\n    pass\n" + forward("return x"),
         HEAD + "class Conv(torch.nn.Conv1d):\n    pass\n" + forward("return x"),

@@ -247,10 +247,8 @@ class _Gate(ast.NodeVisitor):
             self.reject(node, f".{name}: {FORBIDDEN_ATTRIBUTES[name]}")
         elif name in STDLIB_MODULES:
             self.reject(node, f".{name}: reaches the {name} module through an attribute")
-        elif "register" in name and "hook" in name:  # self's own: nn.Module's hooks all the same
-            self.reject(
-                node, f".{name}: registers a hook that runs outside the candidate's forward"
-            )
+        elif "hook" in name and ("state_dict" in name or "load" in name):  # self's own too
+            self.reject(node, f".{name}: registers a hook that runs at load, outside any call")
         elif name.startswith("_") and not name.endswith("__") and root_name(node) != "self":
             self.reject(node, f".{name}: private internals (only self's own may be used)")
         elif root_name(node) != "self" and (why := forbidden_name(name)):
