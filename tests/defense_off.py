@@ -1223,7 +1223,7 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "offline_none_left_out_fixed",  # an argument left at None traced as a proxy (not None)
-        "agents/offline/hinted.py",
+        "agents/offline/arguments.py",
         "        name: None for name in arguments if name not in given and arguments[name] is None",
         "        name: None for name in arguments if False",
         ("tests/test_offline_guards.py", "-k", "mask_left_at_none or keyword"),

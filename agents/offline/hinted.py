@@ -17,7 +17,7 @@ The candidate checks each condition where its value is made, and each constant o
 Data-dependent Python (``if x.sum() > 0``, ``x.item()``) still stops the trace: a meta tensor
 has no values.
 
-    arguments, unset = bind_arguments(module, inputs, keywords)  # {"x": tensor, "mask": None}
+    arguments, unset = bind_arguments(module, inputs, keywords)  # agents.offline.arguments
     tracer = HintedTracer()
     graph, fixed = trace_hinted(tracer, module, arguments)      # fixed: {"mask": None, ...}
     tracer.conditions                                           # [(node, "len({0}) == 2"), ...]
@@ -25,8 +25,6 @@ has no values.
 
 from __future__ import annotations
 
-import inspect
-import operator
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -35,7 +33,6 @@ import torch
 import torch.nn as nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx import Graph, Node, Proxy, Tracer
-from torch.fx._symbolic_trace import _assert_is_none
 from torch.fx.experimental.meta_tracer import (
     MetaAttribute,
     MetaDeviceAttribute,
@@ -44,6 +41,8 @@ from torch.fx.experimental.meta_tracer import (
 )
 from torch.fx.node import map_aggregate
 from torch.fx.proxy import TraceError
+
+from agents.offline.arguments import drop_fixed_checks
 
 # What a layer's forward raises on fake inputs it cannot take (a proxy for a tensor, a shape
 # it refuses): its output then has no known shape.
@@ -243,36 +242,6 @@ def _on_cpu(value: Any) -> Any:
     return value
 
 
-class NotFixable(Exception):
-    """The forward's arguments cannot be fixed for a trace; the message says why."""
-
-
-def bind_arguments(
-    module: nn.Module, inputs: list, keywords: list[str]
-) -> tuple[dict[str, object], dict[str, None]]:
-    """Every parameter of forward with its value, in forward's order (``inputs``, the last
-    ``len(keywords)`` of them passed by those names as the harness calls it, and the defaults
-    of the parameters left out); and those left out at a default of None (a mask, a cache,
-    targets), which every trace fixes: a proxy is never None, so ``if mask is not None`` would
-    take the other branch."""
-    signature = inspect.signature(module.forward)
-    for parameter in signature.parameters.values():
-        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
-            raise NotFixable(f"forward takes variadic arguments ({parameter})")
-    positional = inputs[: len(inputs) - len(keywords)]
-    named = dict(zip(keywords, inputs[len(positional) :], strict=True))
-    try:
-        bound = signature.bind(*positional, **named)
-    except TypeError as err:
-        raise NotFixable(f"the inputs do not fit forward's parameters: {err}") from None
-    given = set(bound.arguments)
-    bound.apply_defaults()
-    arguments = dict(bound.arguments)
-    return arguments, {
-        name: None for name in arguments if name not in given and arguments[name] is None
-    }
-
-
 def trace_hinted(
     tracer: HintedTracer, module: nn.Module, arguments: dict[str, object]
 ) -> tuple[Graph, dict[str, object]]:
@@ -290,37 +259,3 @@ def trace_hinted(
     graph = tracer.trace(module, metas, concrete_args=fixed)
     drop_fixed_checks(graph, list(arguments), set(fixed))
     return graph, fixed
-
-
-def drop_fixed_checks(graph: Graph, parameters: list[str], fixed: set[str]) -> None:
-    """Remove the checks torch.fx writes for each fixed argument (``_assert_is_none(mask)``,
-    ``torch._assert(flag == True)``): the candidate's guards check the same values and run
-    the original forward where they differ, rather than raise. The placeholders, one per
-    parameter in order, keep the parameters' own names (a tracer may rename a fixed one
-    ``mask_1``), so that callers passing one by name still reach it."""
-    placeholders = [node for node in graph.nodes if node.op == "placeholder"]
-    if len(placeholders) != len(parameters):
-        raise NotFixable(f"the trace made {len(placeholders)} inputs of {len(parameters)}")
-    for node, name in zip(placeholders, parameters, strict=True):
-        node.target = name
-    held = {node for node in placeholders if node.target in fixed}
-    for node in list(graph.nodes):
-        if node.op != "call_function":
-            continue
-        if node.target is _assert_is_none and node.args[0] in held:
-            graph.erase_node(node)
-        elif node.target is torch._assert and _compares(node.args[0], held):
-            comparison = node.args[0]
-            graph.erase_node(node)
-            if isinstance(comparison, Node) and not comparison.users:
-                graph.erase_node(comparison)
-
-
-def _compares(node: object, held: set[Node]) -> bool:
-    """``node`` is torch.fx's ``argument == value`` for a fixed argument."""
-    return (
-        isinstance(node, Node)
-        and node.op == "call_function"
-        and node.target is operator.eq
-        and node.args[0] in held
-    )

@@ -24,15 +24,10 @@ from torch.fx import Graph, GraphModule, Node, Tracer
 from torch.fx.passes.shape_prop import ShapeProp
 from torch.fx.proxy import TraceError
 
+from agents.offline.arguments import NotFixable, bind_arguments, drop_fixed_checks
 from agents.offline.conv_bias import split_conv_bias
 from agents.offline.fusable import DROPOUT_MODULES, fusable_ops
-from agents.offline.hinted import (
-    HintedTracer,
-    NotFixable,
-    bind_arguments,
-    drop_fixed_checks,
-    trace_hinted,
-)
+from agents.offline.hinted import HintedTracer, trace_hinted
 from agents.offline.ops import PointwiseOp
 from agents.offline.watch import AttributeWatch, Read, UnpackWatch
 
