@@ -26,6 +26,7 @@ from typing import TypeGuard
 
 import torch.nn as nn
 
+from agents.offline.emit import format_value
 from harness.files import read_user_text
 
 PROVIDED = {"torch", "nn", "F", "math", "load_inline"}
@@ -155,7 +156,8 @@ class _Cleaner(ast.NodeTransformer):
         value = vars(owner).get(node.attr)
         if type(value) not in (int, float, bool):
             return node
-        return ast.copy_location(_number(value), node)  # type: ignore[arg-type]
+        written = ast.parse(format_value(value, {}), mode="eval").body  # math.inf for inf
+        return ast.copy_location(written, node)
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
@@ -203,7 +205,7 @@ def _module_dependencies(
         if name in PROVIDED or (name not in definitions and hasattr(builtins, name)):
             continue
         if _is_constant(value := values.get(name, ...)):  # as the reference file ran
-            chosen.append((-1, f"{name} = {ast.unparse(_literal(value))}"))
+            chosen.append((-1, f"{name} = {format_value(value, {})}"))
             continue
         if name not in definitions:
             raise CannotCopy(
@@ -234,18 +236,6 @@ def _bound(assignment: str) -> object:
     for part in path[1:]:
         owner = getattr(owner, part, None)
     return owner
-
-
-def _literal(value: None | bool | int | float | str) -> ast.expr:
-    return _number(value) if isinstance(value, float) else ast.Constant(value)
-
-
-def _number(value: float) -> ast.expr:
-    if math.isnan(value):
-        return ast.parse("math.nan", mode="eval").body
-    if math.isinf(value):
-        return ast.parse("math.inf" if value > 0 else "-math.inf", mode="eval").body
-    return ast.Constant(value)
 
 
 def _is_constant(value: object) -> TypeGuard[None | bool | int | float | str]:
