@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
-import pytest
-import torch
+# torch.compile's C++ builds precompile torch's headers into one folder per machine user
+# (/tmp/torchinductor_<user>/precompiled_headers: TORCHINDUCTOR_CACHE_DIR does not move it),
+# shared by every process on the machine. The tests compile in this process too, and a compile
+# must not depend on what other runs left there (a fresh clone's suite once failed such a build
+# with a C++ compile error). Set before torch is imported: its config reads it then; workers
+# inherit it. (kernelpilot's own precompiled headers for candidate builds are another thing.)
+os.environ.setdefault("TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS", "0")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 from harness.config import EvalConfig
 

@@ -78,7 +78,8 @@ def test_eager_alone_after_and_beside_the_candidate_run_the_same_calls_and_check
     state = build_reference(job.problem, 0).state_dict()
     candidate = build_reference(job.problem, 0)  # an honest "candidate": the reference itself
     compiled = worker_timing.make_compiled(job, state)
-    assert (compiled is None) is not compile_baseline and not isinstance(compiled, str)
+    assert not isinstance(compiled, str), compiled  # the whole compile error, if any
+    assert (compiled is None) is not compile_baseline
     windows = _phase_calls(
         monkeypatch, lambda: worker_timing.time_stand_ins(job, state, "alone", compiled)
     )
