@@ -98,7 +98,7 @@ kbref() {  # kbref SIDE OPTIONS...: bench_reference on .kb/problems, one column 
     --out "$OUT/kbref-$side.json"
 }
 for what in "$@"; do
-  if [ "$what" != build ] && [ "$what" != pack ] && [ "$what" != kbref ] && [ "$what" != kbsweep ] && [ "$what" != kbfiles ] && [ "$what" != layouts ] && [ "$what" != scripted ] && [ "$what" != prflow ] && [ "$what" != nightly ] && [ "$what" != sandbox ] && [ "$what" != sandboxcost ] && [ "$what" != offline ] && [ ! -d .kp-cache ]; then
+  if [ "$what" != build ] && [ "$what" != pack ] && [ "$what" != kbref ] && [ "$what" != kbsweep ] && [ "$what" != kbfiles ] && [ "$what" != layouts ] && [ "$what" != scripted ] && [ "$what" != prflow ] && [ "$what" != nightly ] && [ "$what" != sandbox ] && [ "$what" != sandboxcost ] && [ "$what" != offline ] && [ "$what" != realrepos ] && [ ! -d .kp-cache ]; then
     echo "no build cache (.kp-cache): run the build stage or bring .kp-cache-parts from the pack stage"; exit 3
   fi
   case $what in
@@ -184,8 +184,32 @@ for what in "$@"; do
     nightly)  # the nightly run over a shipped kernel and the examples, three nights (the same file)
       flows nightly 540 three_nights
       tar -czf "$OUT/nightly.tgz" -C "$OUT" nightly && rm -rf "$OUT/nightly" ;;
+    realrepos)  # python -m bench real-repos on cuda over the repositories in .rr/ (owner+name/repo
+      # git folders: each one's HEAD, files over 400 KB left out), KP_RR_ONLY: name prefixes,
+      # ';'-separated (default: every pull request). The packages the repositories import come as
+      # wheels in .whl-repos/ (einops; tiktoken, regex, tqdm, more-itertools for whisper) and
+      # .whl-tv/ (torchvision, installed only where the machine has none: vit_pytorch imports it).
+      # numba (whisper imports it at import, for its word-timing DTW, which no module under test
+      # calls) is a stand-in whose jit returns the function where the machine has none: its
+      # llvmlite wheel alone is 60 MB, more than the machine's copy of the checkout may carry.
+      [ -d .rr ] || { echo "no .rr: the repositories' mirrors (bench/real_repos.py) must come along"; exit 3; }
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+        .whl-repos/*.whl || exit 1
+      python3 -c "import torchvision" 2>/dev/null || python3 -m pip install -q --no-index --no-deps \
+        --no-compile --no-cache-dir --target /tmp/site .whl-tv/*.whl || exit 1
+      if ! python3 -c "import numba" 2>/dev/null; then
+        mkdir -p /tmp/site-shim/numba
+        printf 'def jit(*args, **kwargs):\n    if args and callable(args[0]):\n        return args[0]\n    return lambda fn: fn\n' \
+          > /tmp/site-shim/numba/__init__.py
+        export PYTHONPATH=$PYTHONPATH:/tmp/site-shim
+      fi
+      only=()
+      IFS=';' read -ra prefixes <<< "${KP_RR_ONLY:-}"
+      for prefix in "${prefixes[@]}"; do only+=(--only "$prefix"); done
+      stage real_repos "${KP_RR_LIMIT:-540}" python3 -m bench real-repos --mirrors .rr --device cuda \
+        "${only[@]}" --out "$OUT/rr-cuda.json" ;;
     pack) tar -czf - .kp-cache | split -b 15m - "$OUT/kp-cache.tgz.part-"
           ls -la "$OUT"/kp-cache.tgz.part-* ;;
-    *) echo "unknown stage $what (build, gpu, offline, redteam, honest, corpus, select, sandbox, sandboxcost, bench, overhead, timer, kbref, kbsweep, kbfiles, layouts, streamgate, scripted, prflow, nightly, pack)"; exit 2 ;;
+    *) echo "unknown stage $what (build, gpu, offline, redteam, honest, corpus, select, sandbox, sandboxcost, bench, overhead, timer, kbref, kbsweep, kbfiles, layouts, streamgate, scripted, prflow, nightly, realrepos, pack)"; exit 2 ;;
   esac
 done
