@@ -77,6 +77,10 @@ def candidate_contract(device: str, dtype: str) -> str:
         ),
         "layout_ops": ", ".join(sorted(public_ops(profiling.LAYOUT_OPS))),
         "allowed_imports": _lines(allowed_import_lines()),
+        "library_imports": _lines(
+            f"from {module} import {', '.join(sorted(names))}"
+            for module, names in sorted(gate_rules.LIBRARY_NAMES.items())
+        ),
         "allowed_modules": _names(sorted(gate_rules.ALLOWED_MODULES)),
         "torch_submodules": _names(
             name for name in TORCH_SUBMODULE_SAMPLES if name in gate_rules.TORCH_SUBMODULE_NAMES

@@ -1236,6 +1236,34 @@ DEFENSES: list[Defense] = [
         ("tests/test_gate.py", "-k", "rejects"),
     ),
     Defense(
+        "gate_library_names_only",  # any name of einops imported (asnumpy, its backends)
+        "harness/static/python.py",
+        "                if alias.name not in LIBRARY_NAMES[module]:",
+        "                if False:",
+        ("tests/test_gate.py", "-k", "rejects"),
+    ),
+    Defense(
+        "offline_einops_sees_proxies",  # einops refuses the hinted trace's proxies
+        "agents/offline/hinted.py",
+        "    backends._type2backend[_HintedProxy] = backends.TorchBackend()",
+        "    pass",
+        ("tests/test_offline_einops.py", "-k", "gate_accepts"),
+    ),
+    Defense(
+        "offline_library_layers_called",  # einops' Rearrange traced into: its dict of recipes
+        "agents/offline/trace.py",
+        "        library_layer = kind.__name__ in LIBRARY_NAMES.get(kind.__module__, ())",
+        "        library_layer = False",
+        ("tests/test_offline_einops.py", "-k", "layer_is_called"),
+    ),
+    Defense(
+        "init_copy_bases_through_nn",  # `class F(Module)` copied as written: the gate refuses it
+        "agents/offline/init_copy.py",
+        "                node.bases[index] = ast.copy_location(written, base)",
+        "                pass",
+        ("tests/test_offline_einops.py", "-k", "gate_accepts"),
+    ),
+    Defense(
         "uninitialized_weights_drawn",  # torch.empty weights left as the memory held them
         "harness/problem/uninitialized.py",
         "    fill_uninitialized(module, seed)",

@@ -142,6 +142,20 @@ def method(header: str, body: str = "return x") -> str:
         (method("@torch.enable_grad()\ndef forward(self, x):"), "decorates forward"),
         (method("@torch.inference_mode(False)\ndef forward(self, x):"), "decorates forward"),
         (method("@torch.no_grad\ndef forward(self, x):"), "decorates forward"),
+        # einops: its functions and layers by name only, never the module or its internals.
+        ("import einops\n" + forward("return einops.rearrange(x, 'a b -> b a')"), "einops whole"),
+        ("from einops import asnumpy\n" + forward("return x"), "imports einops.asnumpy"),
+        ("from einops import _backends\n" + forward("return x"), "imports einops._backends"),
+        ("from einops._backends import TorchBackend\n" + forward("return x"), "einops._backends"),
+        ("from einops.layers.torch import EinMix\n" + forward("return x"), "EinMix"),
+        ("from einops import rearrange\n" + forward("return rearrange.__globals__"), "__globals__"),
+        (
+            "from einops.layers.torch import Rearrange\n"
+            + HEAD
+            + "class R(Rearrange):\n    pass\n"
+            + forward("return x"),
+            "class R derives from Rearrange",
+        ),
         (
             HEAD + "staticmethod = torch.no_grad\n" + method("@staticmethod\ndef f(x):"),
             "decorates f",
@@ -189,6 +203,11 @@ def test_accepts_an_honest_candidate():
         forward("return x.cpu().cuda().data.grad, self.modules()"),
         forward("return self.memory, self.f_scale, self.package"),
         forward("self.register_forward_pre_hook(print)\nreturn x"),  # inside the timed call
+        # einops' functions and layers, by name.
+        "from einops import rearrange, repeat as rep\n"
+        + forward("return rep(rearrange(x, 'b (h d) -> b h d', h=2), 'b h d -> b h d')"),
+        "from einops.layers.torch import Rearrange\n"
+        + forward("return Rearrange('a b -> b a')(x)"),
         # A layer of torch.nn as a base, by either name.
         HEAD + "class LayerNorm(nn.LayerNorm):\n    pass\n" + forward("return x"),
         HEAD + "class Conv(torch.nn.Conv1d):\n    pass\n" + forward("return x"),

@@ -25,8 +25,9 @@ has no values.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -256,6 +257,26 @@ def trace_hinted(
     fixed = {name: value for name, value in arguments.items() if name not in metas}
     # A value whose hint cannot be computed has none: asking it for a plain value stops the
     # trace as a symbolic trace stops.
-    graph = tracer.trace(module, metas, concrete_args=fixed)
+    with _einops_sees_proxies():
+        graph = tracer.trace(module, metas, concrete_args=fixed)
     drop_fixed_checks(graph, list(arguments), set(fixed))
     return graph, fixed
+
+
+@contextmanager
+def _einops_sees_proxies() -> Iterator[None]:
+    """Where the traced code uses einops (``rearrange(q, 'b n (h d) -> b h n d', h=8)``), einops
+    takes a hinted proxy as a torch tensor while the trace runs: the trace goes through it into
+    the reshapes and permutes it makes, and the sizes it checks are recorded as conditions.
+    einops keeps the backend of each tensor type in ``_type2backend``; its torch backend is
+    entered there for the proxy's type, and taken out after. Nothing is imported where the
+    reference did not import einops."""
+    backends = sys.modules.get("einops._backends")
+    if backends is None:
+        yield
+        return
+    backends._type2backend[_HintedProxy] = backends.TorchBackend()
+    try:
+        yield
+    finally:
+        backends._type2backend.pop(_HintedProxy, None)

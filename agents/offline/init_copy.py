@@ -7,8 +7,9 @@ no calls into it). The class is therefore rebuilt from the reference's source wi
 ``__init__``, ``forward`` and the methods they call, annotations dropped, ``super(Model, self)``
 made ``super()``, plus the module-level definitions those need (the submodules' classes with
 their own forwards among them). Imports of ``torch``/``math`` names
-become plain assignments (``Linear = nn.Linear``); anything else the constructor needs from
-another package stops the proposal, since a candidate may import only torch and math.
+become plain assignments (``Linear = nn.Linear``), the functions of einops stay imports (the
+gate's ``LIBRARY_NAMES``); anything else the constructor needs from another package stops the
+proposal, since a candidate may import nothing else.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
-import importlib
-import math
 import sys
 import types
 from dataclasses import dataclass
@@ -26,16 +25,12 @@ from typing import TypeGuard
 
 import torch.nn as nn
 
+from agents.offline.copy_imports import MODULES, CannotCopy, import_binding
 from agents.offline.emit import format_value
 from harness.files import read_user_text
 
 PROVIDED = {"torch", "nn", "F", "math", "load_inline"}
 ORIGINAL_FORWARD = "_original_forward"
-_MODULES = {"torch": "torch", "torch.nn": "nn", "torch.nn.functional": "F", "math": "math"}
-
-
-class CannotCopy(Exception):
-    """The constructor cannot be rebuilt without the reference class; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -151,13 +146,26 @@ class _Cleaner(ast.NodeTransformer):
         if not isinstance(node.value, ast.Name) or not isinstance(node.ctx, ast.Load):
             return node
         owner = self.values.get(node.value.id)
-        if not isinstance(owner, types.ModuleType) or owner.__name__.split(".")[0] in _MODULES:
+        if not isinstance(owner, types.ModuleType) or owner.__name__.split(".")[0] in MODULES:
             return node
         value = vars(owner).get(node.attr)
         if type(value) not in (int, float, bool):
             return node
         written = ast.parse(format_value(value, {}), mode="eval").body  # math.inf for inf
         return ast.copy_location(written, node)
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> ast.AST:
+        """A base named by an alias of torch.nn's (``from torch.nn import Module``, written
+        ``Module = nn.Module`` here) is written ``nn.Module``: the gate resolves a class's bases
+        through imports only."""
+        self.generic_visit(node)
+        for index, base in enumerate(node.bases):
+            value = self.values.get(base.id) if isinstance(base, ast.Name) else None
+            name = getattr(value, "__name__", None)
+            if isinstance(value, type) and name and getattr(nn, name, None) is value:
+                written = ast.Attribute(ast.Name("nn", ast.Load()), name, ast.Load())
+                node.bases[index] = ast.copy_location(written, base)
+        return node
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
@@ -214,10 +222,10 @@ def _module_dependencies(
             )
         index, statement = definitions[name]
         if isinstance(statement, ast.Import | ast.ImportFrom):
-            assignment = _import_assignment(name, statement)
-            if name in values and _bound(assignment) is not values[name]:
+            text, bound = import_binding(name, statement)
+            if name in values and bound is not values[name]:
                 raise CannotCopy(f"{name!r} was bound otherwise when the reference file ran")
-            chosen.append((index, assignment))
+            chosen.append((index, text))
             continue
         cleaned = _clean(statement, class_name, values)
         text = ast.unparse(cleaned)
@@ -225,17 +233,6 @@ def _module_dependencies(
             chosen.append((index, text))
             needed |= _free_names(cleaned)
     return "\n".join(text for _, text in sorted(chosen))
-
-
-def _bound(assignment: str) -> object:
-    """What ``name = torch.<path>`` (an import, rewritten) binds."""
-    path = assignment.split(" = ", 1)[1].split(".")
-    owner: object = {"nn": nn, "F": nn.functional, "math": math}.get(path[0])
-    if owner is None:
-        owner = importlib.import_module(path[0])
-    for part in path[1:]:
-        owner = getattr(owner, part, None)
-    return owner
 
 
 def _is_constant(value: object) -> TypeGuard[None | bool | int | float | str]:
@@ -265,33 +262,6 @@ def _module_definitions(tree: ast.Module) -> dict[str, tuple[int, ast.stmt]]:
             for alias in node.names:
                 definitions[(alias.asname or alias.name).split(".")[0]] = (index, node)
     return definitions
-
-
-def _import_assignment(name: str, statement: ast.Import | ast.ImportFrom) -> str:
-    for alias in statement.names:
-        if (alias.asname or alias.name).split(".")[0] != name:
-            continue
-        if isinstance(statement, ast.Import):
-            source = _module_expression(alias.name if alias.asname else name)
-        elif statement.level == 0 and statement.module is not None:
-            module = _module_expression(statement.module)
-            source = f"{module}.{alias.name}" if module else None
-        else:
-            source = None
-        if source is None:
-            module = getattr(statement, "module", None) or alias.name
-            raise CannotCopy(
-                f"the class needs {name!r} from {module!r}; a candidate may "
-                "import only torch and math"
-            )
-        return f"{name} = {source}"
-    raise CannotCopy(f"{name!r} is not bound by its import statement")
-
-
-def _module_expression(module: str) -> str | None:
-    if module in _MODULES:
-        return _MODULES[module]
-    return module if module.startswith("torch.") else None
 
 
 def _free_names(node: ast.AST) -> set[str]:

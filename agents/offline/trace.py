@@ -30,6 +30,7 @@ from agents.offline.fusable import DROPOUT_MODULES, fusable_ops
 from agents.offline.hinted import HintedTracer, trace_hinted
 from agents.offline.ops import PointwiseOp
 from agents.offline.watch import AttributeWatch, Read, UnpackWatch
+from harness.static.python_rules import LIBRARY_NAMES
 
 # What tracing or fake execution of user code raises when a module is beyond torch.fx.
 _USER_CODE_ERRORS = (
@@ -95,6 +96,13 @@ class _InliningTracer(Tracer):
     def __init__(self) -> None:
         super().__init__()
         self.inlined: list[str] = []
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        """torch.nn's layers, as torch.fx has them, and the layers of a library a candidate may
+        import (einops' ``Rearrange``: the candidate calls it as the reference does)."""
+        kind = type(m)
+        library_layer = kind.__name__ in LIBRARY_NAMES.get(kind.__module__, ())
+        return library_layer or super().is_leaf_module(m, module_qualified_name)
 
     def call_module(self, m, forward, args, kwargs):  # type: ignore[no-untyped-def]
         path = self.path_of_module(m)

@@ -19,6 +19,7 @@ from harness.static.python_rules import (
     ALLOWED_IMPORTS,
     FORBIDDEN_ATTRIBUTES,
     FORBIDDEN_CALLS,
+    LIBRARY_NAMES,
     LOW_PRECISION_PY,
     MODULE_METHODS,
     MUTATORS,
@@ -117,13 +118,20 @@ class _Gate(ast.NodeVisitor):
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
-            if alias.name not in ALLOWED_IMPORTS:
+            if alias.name in LIBRARY_NAMES:
+                self.reject(node, f"imports {alias.name} whole ({_library_names(alias.name)})")
+            elif alias.name not in ALLOWED_IMPORTS:
                 self.reject(
                     node, f"imports {alias.name} (allowed: {', '.join(sorted(ALLOWED_IMPORTS))})"
                 )
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = node.module or ""
+        if not node.level and module in LIBRARY_NAMES:
+            for alias in node.names:
+                if alias.name not in LIBRARY_NAMES[module]:
+                    self.reject(node, f"imports {module}.{alias.name} ({_library_names(module)})")
+            return
         if node.level or module not in ALLOWED_IMPORTS:
             self.reject(
                 node,
@@ -353,6 +361,10 @@ class _Gate(ast.NodeVisitor):
                 self.reject(
                     target, f"assigns to {ast.unparse(target)} (monkeypatching or shared state)"
                 )
+
+
+def _library_names(module: str) -> str:
+    return f"from {module} import {', '.join(sorted(LIBRARY_NAMES[module]))} only"
 
 
 def _is_plain_name(name: str) -> bool:

@@ -17,6 +17,18 @@ ALLOWED_IMPORTS = {
     "dataclasses",  # a forward that returns a dataclass: the candidate returns one alike
     "__future__",
 }
+# Libraries whose named functions and layers a candidate may import, as ``from M import name``
+# and only those names: their calls are tensor operations written another way (einops'
+# ``rearrange`` is a reshape and a permute), and a module written with them (vit-pytorch's
+# attention) keeps them in its copied forward. The gate never imports these modules (a trusted
+# job need not have them, and runs none of their code): the names are opaque to it, checked as
+# a local's are.
+LIBRARY_NAMES = {
+    "einops": frozenset(
+        {"rearrange", "repeat", "reduce", "einsum", "pack", "unpack", "parse_shape"}
+    ),
+    "einops.layers.torch": frozenset({"Rearrange", "Reduce"}),
+}
 # The modules an attribute chain from an allowed import may pass through (``torch.nn.init``,
 # ``torch.cuda``); any other module it reaches (``torch.package``, ``torch.testing``) is a way
 # around the import allow-list.
