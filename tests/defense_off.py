@@ -1236,6 +1236,48 @@ DEFENSES: list[Defense] = [
         ("tests/test_gate.py", "-k", "rejects"),
     ),
     Defense(
+        "gate_attributes_on_self_only",  # sets an attribute of an argument or a call's result
+        "harness/static/python.py",
+        "            if isinstance(target, ast.Attribute) and (root is None or root != owner):",
+        "            if False:",
+        ("tests/test_gate.py", "-k", "rejects"),
+    ),
+    Defense(
+        "gate_self_bound_only_as_parameter",  # `self = nn.functional` in __init__, then self.gelu set
+        "harness/static/python.py",
+        '        if node.id == "self" and not isinstance(node.ctx, ast.Load):',
+        "        if False:",
+        ("tests/test_gate.py", "-k", "rejects"),
+    ),
+    Defense(
+        "gate_arguments_are_shared",  # a module-level cache filled through a function's argument
+        "harness/static/python.py",
+        "        return name in aliases or not local or (self.stateless and name in parameters)",
+        "        return name in aliases or not local",
+        ("tests/test_gate.py", "-k", "rejects"),
+    ),
+    Defense(
+        "gate_init_only_on_bases",  # a shared object's constructor run again in forward
+        "harness/static/python.py",
+        '        if _is_dunder(name) and (name != "__init__" or not self._is_base_init(node.value)):',
+        '        if _is_dunder(name) and name != "__init__":',
+        ("tests/test_gate.py", "-k", "rejects"),
+    ),
+    Defense(
+        "gate_class_body_imports_are_members",  # `from typing import cast as load_state_dict`
+        "harness/static/python.py",
+        '            for name in {getattr(item, "name", None), *bound_names(item)} - {None}:',
+        '            for name in {getattr(item, "name", None)} - {None}:',
+        ("tests/test_gate.py", "-k", "rejects"),
+    ),
+    Defense(
+        "gate_import_aliases_checked",  # `import torch as self`, an import bound to a dunder
+        "harness/static/python.py",
+        '        if bound == "self" or _is_dunder(bound):',
+        "        if False:",
+        ("tests/test_gate.py", "-k", "rejects"),
+    ),
+    Defense(
         "gate_library_names_only",  # any name of einops imported (asnumpy, its backends)
         "harness/static/python.py",
         "                if alias.name not in LIBRARY_NAMES[module]:",

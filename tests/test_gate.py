@@ -142,7 +142,57 @@ def method(header: str, body: str = "return x") -> str:
         (method("@torch.enable_grad()\ndef forward(self, x):"), "decorates forward"),
         (method("@torch.inference_mode(False)\ndef forward(self, x):"), "decorates forward"),
         (method("@torch.no_grad\ndef forward(self, x):"), "decorates forward"),
+        # Attributes set on anything but a method's own self: monkeypatching through an
+        # argument, through a call's result, or through a name that only looks like self.
+        (
+            HEAD + "def f(m):\n    m.gelu = lambda t: t\nf(nn.functional)\n" + forward("return x"),
+            "sets m.gelu",
+        ),
+        (forward("type(x).relu = lambda t: t\nreturn x"), "sets type(x).relu"),
+        (
+            HEAD
+            + "def __init__(self):\n    self.gelu = abs\n__init__(nn.functional)\n"
+            + forward("return x"),
+            "sets self.gelu",
+        ),
+        (
+            HEAD
+            + "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+            "        self = nn.functional\n        self.gelu = abs\n"
+            "    def forward(self, x):\n        return x\n",
+            "binds the name self",
+        ),
+        ("import torch as self\n" + forward("return x"), "imports torch as self"),
+        ("from torch import relu as __getattr__\n" + forward("return x"), "as __getattr__"),
+        # An argument is the caller's object: filled in a function that keeps no state, it is
+        # the module-level cache the caller passed.
+        (
+            HEAD
+            + "CACHE = {}\ndef keep(d, x):\n    d[0] = x\n"
+            + forward("keep(CACHE, x)\nreturn x"),
+            "assigns to d[0]",
+        ),
+        (
+            HEAD
+            + "CACHE = {}\ndef keep(d, x):\n    d.update(a=x)\n"
+            + forward("keep(CACHE, x)\nreturn x"),
+            "mutates d",
+        ),
+        # A constructor run again on an object that outlives the call keeps what it is given.
+        (HEAD + "S = nn.Identity()\n" + forward("S.__init__()\nreturn x"), "accesses __init__"),
+        # A class body's import binds a member as a def does.
+        (
+            HEAD + "class ModelNew(nn.Module):\n    from typing import cast as load_state_dict\n"
+            "    def forward(self, x):\n        return x\n",
+            "redefines nn.Module.load_state_dict",
+        ),
+        (forward("x.numpy().tofile('/tmp/out')\nreturn x"), "writes a file"),
         # einops: its functions and layers by name only, never the module or its internals.
+        (
+            "from einops.layers.torch import Rearrange\n"
+            + forward("Rearrange('a -> a').multirecipe()[1].kept = x\nreturn x"),
+            "recipe cache",
+        ),
         ("import einops\n" + forward("return einops.rearrange(x, 'a b -> b a')"), "einops whole"),
         ("from einops import asnumpy\n" + forward("return x"), "imports einops.asnumpy"),
         ("from einops import _backends\n" + forward("return x"), "imports einops._backends"),
@@ -203,6 +253,13 @@ def test_accepts_an_honest_candidate():
         forward("return x.cpu().cuda().data.grad, self.modules()"),
         forward("return self.memory, self.f_scale, self.package"),
         forward("self.register_forward_pre_hook(print)\nreturn x"),  # inside the timed call
+        # A base's constructor; a local's contents.
+        HEAD
+        + CLASS.replace("super().__init__()", "nn.Module.__init__(self)")
+        + "    def forward(self, x):\n        return x\n",
+        forward(
+            "shape = list(x.shape)\nshape[-1] = 3\nout = x.new_empty(shape)\nout[..., 0] = 1\nreturn out"
+        ),
         # einops' functions and layers, by name.
         "from einops import rearrange, repeat as rep\n"
         + forward("return rep(rearrange(x, 'b (h d) -> b h d', h=2), 'b h d -> b h d')"),

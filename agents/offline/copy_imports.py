@@ -1,6 +1,6 @@
 """How the copied class (``agents.offline.init_copy``) binds a name the reference file imports:
 a name of torch or math as an assignment (``Linear = nn.Linear``: the candidate's own imports
-provide ``torch``, ``nn``, ``F`` and ``math``), a function of einops as the import it was
+provide ``torch``, ``nn``, ``F`` and ``math``), a function or layer of einops as the import it was
 (the static gate lets a candidate import those by name: ``LIBRARY_NAMES``); anything else
 cannot be copied."""
 

@@ -267,7 +267,10 @@ def trace_hinted(
 def _einops_sees_proxies() -> Iterator[None]:
     """Where the traced code uses einops (``rearrange(q, 'b n (h d) -> b h n d', h=8)``), einops
     takes a hinted proxy as a torch tensor while the trace runs: the trace goes through it into
-    the reshapes and permutes it makes, and the sizes it checks are recorded as conditions.
+    the reshapes and permutes it makes, and the lengths it takes are recorded as conditions.
+    einops checks an axis's size only where it is a plain int, never a traced one: an input the
+    reference refuses with its ``EinopsError`` (``h=4`` of a width 5) fails in the kernel path's
+    reshape instead, or, where no reshape follows, is computed.
     einops keeps the backend of each tensor type in ``_type2backend``; its torch backend is
     entered there for the proxy's type, and taken out after. Nothing is imported where the
     reference did not import einops."""

@@ -155,15 +155,18 @@ class _Cleaner(ast.NodeTransformer):
         return ast.copy_location(written, node)
 
     def visit_ClassDef(self, node: ast.ClassDef) -> ast.AST:
-        """A base named by an alias of torch.nn's (``from torch.nn import Module``, written
-        ``Module = nn.Module`` here) is written ``nn.Module``: the gate resolves a class's bases
-        through imports only."""
+        """A base that is a class of torch.nn's, named by an alias (``from torch.nn import
+        Module``, written ``Module = nn.Module`` here), is written ``nn.Module``: the gate
+        resolves a class's bases through imports only. Which class it is comes from the class
+        the file's run made, not from what the alias names at the end of the run."""
         self.generic_visit(node)
-        for index, base in enumerate(node.bases):
-            value = self.values.get(base.id) if isinstance(base, ast.Name) else None
-            name = getattr(value, "__name__", None)
-            if isinstance(value, type) and name and getattr(nn, name, None) is value:
-                written = ast.Attribute(ast.Name("nn", ast.Load()), name, ast.Load())
+        made = self.values.get(node.name)
+        bases = made.__bases__ if isinstance(made, type) else ()
+        if len(bases) != len(node.bases):
+            return node
+        for index, (base, value) in enumerate(zip(node.bases, bases, strict=True)):
+            if isinstance(base, ast.Name) and getattr(nn, value.__name__, None) is value:
+                written = ast.Attribute(ast.Name("nn", ast.Load()), value.__name__, ast.Load())
                 node.bases[index] = ast.copy_location(written, base)
         return node
 

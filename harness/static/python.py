@@ -89,7 +89,10 @@ class _Gate(ast.NodeVisitor):
         self.low_precision_allowed = low_precision_allowed
         self.reasons: list[str] = []
         self.shared: set[str] = set()  # module-level names: state shared across calls
-        self.scopes: list[tuple[bool, set[str]]] = []  # (keeps no state, shared-alias locals)
+        # Per function: (keeps no state, shared-alias locals, its parameters, the name of the
+        # instance it is a method of: ``self``, or None for any other function)
+        self.scopes: list[tuple[bool, set[str], set[str], str | None]] = []
+        self.methods: set[int] = set()  # ids of the functions defined directly in a class
         self.resolver = Resolver({}, set())  # what attribute chains from imports name
 
     def visit_Module(self, node: ast.Module) -> None:
@@ -105,19 +108,30 @@ class _Gate(ast.NodeVisitor):
         return bool(self.scopes) and self.scopes[-1][0]
 
     def _is_shared(self, name: str | None) -> bool:
+        """May ``name`` hold an object that outlives the call: a module-level name, an alias
+        of one, or (in a function that keeps no state) an argument, which is the caller's
+        (``def f(cache, x): cache[0] = x`` called with a module-level dict)."""
         if name is None:
             return True
         if name == "self":
             return self.stateless
-        aliases = self.scopes[-1][1] if self.scopes else set()
+        _, aliases, parameters, _ = self.scopes[-1] if self.scopes else (0, set(), set(), 0)
         local = bool(self.scopes) and name not in self.shared
-        return name in aliases or not local
+        return name in aliases or not local or (self.stateless and name in parameters)
 
     def reject(self, node: ast.AST, why: str) -> None:
         self.reasons.append(f"line {getattr(node, 'lineno', '?')}: {why}")
 
+    def _check_alias(self, node: ast.AST, alias: ast.alias) -> None:
+        """An import binds its alias as an assignment would (``from typing import cast as
+        load_state_dict`` in a class body redefines a method the harness calls)."""
+        bound = alias.asname or alias.name.split(".")[0]
+        if bound == "self" or _is_dunder(bound):
+            self.reject(node, f"imports {alias.name} as {bound}")
+
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
+            self._check_alias(node, alias)
             if alias.name in LIBRARY_NAMES:
                 self.reject(node, f"imports {alias.name} whole ({_library_names(alias.name)})")
             elif alias.name not in ALLOWED_IMPORTS:
@@ -127,6 +141,8 @@ class _Gate(ast.NodeVisitor):
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = node.module or ""
+        for alias in node.names:
+            self._check_alias(node, alias)
         if not node.level and module in LIBRARY_NAMES:
             for alias in node.names:
                 if alias.name not in LIBRARY_NAMES[module]:
@@ -191,13 +207,13 @@ class _Gate(ast.NodeVisitor):
         for keyword in node.keywords:
             self.reject(node, f"class {node.name} sets {keyword.arg}= (metaclass tricks)")
         for item in node.body:
-            name = getattr(item, "name", None) or "".join(
-                target.id for target in getattr(item, "targets", []) if isinstance(target, ast.Name)
-            )
-            if name in MODULE_METHODS:
-                self.reject(
-                    item, f"{node.name} redefines nn.Module.{name}, which the harness calls"
-                )
+            for name in {getattr(item, "name", None), *bound_names(item)} - {None}:
+                if name in MODULE_METHODS:
+                    self.reject(
+                        item, f"{node.name} redefines nn.Module.{name}, which the harness calls"
+                    )
+            if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                self.methods.add(id(item))
         self.generic_visit(node)
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
@@ -221,7 +237,15 @@ class _Gate(ast.NodeVisitor):
             for parameter, default in defaults(node.args)
             if is_reference_to(default, self.shared)
         }
-        self.scopes.append((node.name != "__init__", aliases))
+        positional = [*node.args.posonlyargs, *node.args.args]
+        static = any(
+            isinstance(d, ast.Name) and d.id == "staticmethod" for d in node.decorator_list
+        )
+        owner = (
+            positional[0].arg if id(node) in self.methods and positional and not static else None
+        )
+        parameters = {item.arg for item in ast.walk(node.args) if isinstance(item, ast.arg)}
+        self.scopes.append((node.name != "__init__", aliases, parameters - {owner}, owner))
         self.generic_visit(node)
         self.scopes.pop()
 
@@ -237,6 +261,8 @@ class _Gate(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
+        if node.id == "self" and not isinstance(node.ctx, ast.Load):
+            self.reject(node, "binds the name self other than as a method's first parameter")
         if node.id == "load_inline":
             self.reject(node, "uses load_inline other than by calling it")
         if node.id == self.reference_class:
@@ -249,7 +275,7 @@ class _Gate(ast.NodeVisitor):
         name = node.attr
         if name == "load_inline":
             self.reject(node, "uses load_inline other than by calling it")
-        if _is_dunder(name) and name != "__init__":
+        if _is_dunder(name) and (name != "__init__" or not self._is_base_init(node.value)):
             self.reject(node, f"accesses {name}")
         elif name in FORBIDDEN_ATTRIBUTES and FORBIDDEN_ATTRIBUTES[name]:
             self.reject(node, f".{name}: {FORBIDDEN_ATTRIBUTES[name]}")
@@ -343,6 +369,14 @@ class _Gate(ast.NodeVisitor):
                 if isinstance(arg, ast.Attribute) and arg.attr in LOW_PRECISION_PY:
                     self.reject(node, "casts to reduced precision in a float32 problem")
 
+    def _is_base_init(self, owner: ast.expr) -> bool:
+        """``super().__init__`` or a torch.nn class's (``nn.Module.__init__(self)``): a
+        constructor run again on any other object resets its state (einops' layers keep what
+        they were built with), state kept across calls."""
+        if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name):
+            return owner.func.id == "super"
+        return self._is_layer(owner)
+
     def _check_target(self, target: ast.expr) -> None:
         if isinstance(target, ast.Tuple | ast.List):
             for element in target.elts:
@@ -353,11 +387,22 @@ class _Gate(ast.NodeVisitor):
             return
         if isinstance(target, ast.Attribute | ast.Subscript):
             root = root_name(target)
-            if root == "self" and self.stateless:
+            scope = self.scopes[-1] if self.scopes else None
+            owner = scope[3] if scope else None
+            if isinstance(target, ast.Attribute) and (root is None or root != owner):
+                # Only a method's own instance gets attributes: any other object may be a module,
+                # a class or an object shared by the reference (``def f(m): m.gelu = ...;
+                # f(F)``, ``type(x).relu = ...``).
+                self.reject(
+                    target,
+                    f"sets {ast.unparse(target)}: only a method's own self may have attributes "
+                    "set (monkeypatching or shared state)",
+                )
+            elif root == owner and root is not None and self.stateless:
                 self.reject(
                     target, f"assigns {ast.unparse(target)} outside __init__ (state across calls)"
                 )
-            elif root != "self" and self._is_shared(root):
+            elif root != owner and self._is_shared(root):
                 self.reject(
                     target, f"assigns to {ast.unparse(target)} (monkeypatching or shared state)"
                 )

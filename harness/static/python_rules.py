@@ -21,8 +21,9 @@ ALLOWED_IMPORTS = {
 # and only those names: their calls are tensor operations written another way (einops'
 # ``rearrange`` is a reshape and a permute), and a module written with them (vit-pytorch's
 # attention) keeps them in its copied forward. The gate never imports these modules (a trusted
-# job need not have them, and runs none of their code): the names are opaque to it, checked as
-# a local's are.
+# job need not have them, and runs none of their code): it cannot resolve the names, and
+# checks them as it checks any name it cannot resolve (their attributes by name: no dunders,
+# no recipes, nothing set on them).
 LIBRARY_NAMES = {
     "einops": frozenset(
         {"rearrange", "repeat", "reduce", "einsum", "pack", "unpack", "parse_shape"}
@@ -90,6 +91,11 @@ FORBIDDEN_ATTRIBUTES = {
     "TorchFunctionMode": "intercepts every torch function",
     "TorchDispatchMode": "intercepts every operator",
     "DataLoader": "starts worker processes",
+    # einops' layers hand out the recipes of its module-wide cache: one object for every call
+    # and instance with that pattern, which takes any attribute (state across calls).
+    "recipe": "reaches einops' recipe cache, shared across calls",
+    "multirecipe": "reaches einops' recipe cache, shared across calls",
+    "tofile": "writes a file",
     "distributed": "starts or joins other processes",
 }
 # Attribute names that reach the import system, the builtins that the gate refuses by name, or
