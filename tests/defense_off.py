@@ -260,8 +260,8 @@ DEFENSES: list[Defense] = [
     Defense(
         "gate_import_allow_list",
         "harness/static/python.py",
-        "            if alias.name not in ALLOWED_IMPORTS:",
-        "            if False:",
+        "            elif alias.name not in ALLOWED_IMPORTS:",
+        "            elif False:",
         ("tests/test_gate.py::test_rejects",),
     ),
     Defense(
