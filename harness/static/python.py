@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+from typing import NamedTuple
 
 import torch
 from torch.nn.modules.lazy import LazyModuleMixin
@@ -83,15 +84,22 @@ def _defines_forward(cls: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> boo
     return False
 
 
+class _Scope(NamedTuple):
+    """A function the gate's visit is in."""
+
+    stateless: bool  # keeps no state across calls: any function but __init__
+    aliases: set[str]  # its locals that name shared state
+    parameters: set[str]  # its parameters but the method's own instance
+    owner: str | None  # the name of the instance it is a method of (``self``), else None
+
+
 class _Gate(ast.NodeVisitor):
     def __init__(self, reference_class: str, low_precision_allowed: bool) -> None:
         self.reference_class = reference_class
         self.low_precision_allowed = low_precision_allowed
         self.reasons: list[str] = []
         self.shared: set[str] = set()  # module-level names: state shared across calls
-        # Per function: (keeps no state, shared-alias locals, its parameters, the name of the
-        # instance it is a method of: ``self``, or None for any other function)
-        self.scopes: list[tuple[bool, set[str], set[str], str | None]] = []
+        self.scopes: list[_Scope] = []  # the functions the visit is in, innermost last
         self.methods: set[int] = set()  # ids of the functions defined directly in a class
         self.resolver = Resolver({}, set())  # what attribute chains from imports name
 
@@ -105,7 +113,7 @@ class _Gate(ast.NodeVisitor):
     @property
     def stateless(self) -> bool:
         """Inside a function other than __init__: it must not keep state across calls."""
-        return bool(self.scopes) and self.scopes[-1][0]
+        return bool(self.scopes) and self.scopes[-1].stateless
 
     def _is_shared(self, name: str | None) -> bool:
         """May ``name`` hold an object that outlives the call: a module-level name, an alias
@@ -115,7 +123,8 @@ class _Gate(ast.NodeVisitor):
             return True
         if name == "self":
             return self.stateless
-        _, aliases, parameters, _ = self.scopes[-1] if self.scopes else (0, set(), set(), 0)
+        scope = self.scopes[-1] if self.scopes else _Scope(False, set(), set(), None)
+        aliases, parameters = scope.aliases, scope.parameters
         local = bool(self.scopes) and name not in self.shared
         return name in aliases or not local or (self.stateless and name in parameters)
 
@@ -245,7 +254,7 @@ class _Gate(ast.NodeVisitor):
             positional[0].arg if id(node) in self.methods and positional and not static else None
         )
         parameters = {item.arg for item in ast.walk(node.args) if isinstance(item, ast.arg)}
-        self.scopes.append((node.name != "__init__", aliases, parameters - {owner}, owner))
+        self.scopes.append(_Scope(node.name != "__init__", aliases, parameters - {owner}, owner))
         self.generic_visit(node)
         self.scopes.pop()
 
@@ -387,8 +396,7 @@ class _Gate(ast.NodeVisitor):
             return
         if isinstance(target, ast.Attribute | ast.Subscript):
             root = root_name(target)
-            scope = self.scopes[-1] if self.scopes else None
-            owner = scope[3] if scope else None
+            owner = self.scopes[-1].owner if self.scopes else None
             if isinstance(target, ast.Attribute) and (root is None or root != owner):
                 # Only a method's own instance gets attributes: any other object may be a module,
                 # a class or an object shared by the reference (``def f(m): m.gelu = ...;
