@@ -19,9 +19,10 @@
 #   and ninja then finds every build up to date.
 # Each stage runs under a time limit (timeout; SIGINT first, so a run keeps what it measured).
 #
-# Stages: build (parallel prebuild of every CUDA candidate), gpu (tests/test_gpu.py: the
+# Stages: build (parallel prebuild of every CUDA candidate), builds (python -m bench builds on
+# cuda: build times by candidate form and precompiled headers, KP_BUILDS_ARGS), gpu (tests/test_gpu.py: the
 # examples end to end, a sticky CUDA error), offline (the offline proposer's GPU tests: its
-# generated kernels against their references on cuda), redteam / honest / corpus (the CUDA red-team
+# generated kernels against their references on cuda, row kernels and every pointwise path), redteam / honest / corpus (the CUDA red-team
 # kernels, the honest ones, both; select: the entries matching KP_SELECT, a pytest -k
 # expression), sandbox (the sandbox's tests), sandboxcost (python -m bench sandbox),
 # bench (python -m bench offline on cuda, KP_BENCH_ARGS), overhead (python -m bench
@@ -98,11 +99,16 @@ kbref() {  # kbref SIDE OPTIONS...: bench_reference on .kb/problems, one column 
     --out "$OUT/kbref-$side.json"
 }
 for what in "$@"; do
-  if [ "$what" != build ] && [ "$what" != pack ] && [ "$what" != kbref ] && [ "$what" != kbsweep ] && [ "$what" != kbfiles ] && [ "$what" != layouts ] && [ "$what" != scripted ] && [ "$what" != prflow ] && [ "$what" != nightly ] && [ "$what" != sandbox ] && [ "$what" != sandboxcost ] && [ "$what" != offline ] && [ "$what" != realrepos ] && [ ! -d .kp-cache ]; then
+  if [ "$what" != build ] && [ "$what" != pack ] && [ "$what" != kbref ] && [ "$what" != kbsweep ] && [ "$what" != kbfiles ] && [ "$what" != layouts ] && [ "$what" != scripted ] && [ "$what" != prflow ] && [ "$what" != nightly ] && [ "$what" != sandbox ] && [ "$what" != sandboxcost ] && [ "$what" != offline ] && [ "$what" != builds ] && [ "$what" != realrepos ] && [ ! -d .kp-cache ]; then
     echo "no build cache (.kp-cache): run the build stage or bring .kp-cache-parts from the pack stage"; exit 3
   fi
   case $what in
     build) stage prebuild 450 python3 -m bench.prebuild_gpu ;;  # 56 candidates cold: over 300 s
+    builds)  # python -m bench builds on cuda: a candidate's build time by form and headers;
+      # KP_BUILDS_ARGS: its options (default: both forms, 3 builds a side)
+      # shellcheck disable=SC2086  # KP_BUILDS_ARGS: options (word-split)
+      stage builds "${KP_BUILDS_LIMIT:-300}" python3 -m bench builds --device cuda \
+        ${KP_BUILDS_ARGS:---count 3 --form torch --form split} --out "$OUT/builds.json" ;;
     sandbox) stage sandbox_tests 150 python3 -m pytest -q -p no:cacheprovider -rA \
                tests/test_isolation.py tests/test_buildstore.py tests/test_trust_levels.py \
                -k "not failures_are_contained and not planted_library_with" ;;
@@ -110,8 +116,8 @@ for what in "$@"; do
                    --rounds "${KP_SANDBOX_ROUNDS:-3}" --out "$OUT/sandbox_cost.json" ;;
     gpu) stage gpu_tests 280 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py -rA \
            --durations=0 --junitxml="$OUT/gpu_tests.xml" ;;
-    offline) stage offline_tests 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rA \
-               tests/test_offline_rows.py --junitxml="$OUT/offline_tests.xml" ;;
+    offline) stage offline_tests 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rA \
+               tests/test_offline_rows.py tests/test_offline_cuda.py --junitxml="$OUT/offline_tests.xml" ;;
     redteam) corpus redteam_tests 520 "redteam" ;;
     honest) corpus honest_tests 200 "honest" ;;
     corpus) corpus corpus_tests 560 "redteam or honest" ;;

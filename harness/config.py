@@ -83,8 +83,9 @@ class EvalConfig(BaseModel):
     )
     precompiled_headers: bool = Field(
         default=True,
-        description="On cpu, precompile torch's headers once (after the first build) for the "
-        "builds after it: a candidate's C++ then builds 1.4-2.8x faster.",
+        description="Precompile torch's headers once (after the first build of a device) for "
+        "the builds after it: a CPU candidate's C++ then builds 1.4-2.8x faster, and so does a "
+        "CUDA candidate's C++ file (the whole build where its .cu file has no torch headers).",
     )
     cache_dir: Path | None = Field(
         default=None, description="Build cache; default $KERNELPILOT_CACHE or ~/.cache/kernelpilot."

@@ -7,8 +7,13 @@ from __future__ import annotations
 
 import builtins
 import keyword
+import shutil
+import subprocess
 import textwrap
 from pathlib import Path
+
+import pytest
+import torch
 
 from agents.offline import propose_here
 from agents.offline.emit import RESERVED
@@ -139,22 +144,51 @@ def test_cuda_candidate_source(tmp_path: Path) -> None:
     proposal = propose_here(problem)
     source = proposal.candidate.source
     assert "cuda_sources=[_CUDA_SOURCE]" in source and "extra_cuda_cflags=['-O3']" in source
+    assert "no_implicit_headers=True" in source
     cuda = embedded_source(source, "_CUDA_SOURCE")
     for expected in (
         "__global__ void fused_0_fast",
         "__global__ void fused_0_general",
-        "<<<blocks, kp::kThreads, 0, stream>>>",
-        "at::cuda::getCurrentCUDAStream()",
-        "C10_CUDA_KERNEL_LAUNCH_CHECK();",
-        "#include <ATen/cuda/CUDAContext.h>",
+        "<<<l.blocks, l.threads, l.shared, l.stream>>>",
+        "int fused_0_launch(const kp::Launch& l)",
         "kp::load_vec<VEC>",
         "tanhf(x)",
     ):
         assert expected in cuda, expected
-    declarations = embedded_source(source, "_CPP_SOURCE")
-    assert "at::Tensor fused_0(" in declarations and "__global__" not in declarations
-    assert check_native(declarations + cuda, "float32") == []
+    host = embedded_source(source, "_CPP_SOURCE")
+    for expected in (
+        "#include <torch/extension.h>",
+        "at::Tensor fused_0(",
+        "at::cuda::getCurrentCUDAStream()",
+        "C10_CUDA_CHECK(static_cast<cudaError_t>(fused_0_launch(l)));",
+    ):
+        assert expected in host, expected
+    assert "__global__" not in host and "<<<" not in host
+    assert check_native(host, "float32") == [] and check_native(cuda, "float32") == []
     assert check_python(source, problem.class_name, "float32") == []
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (no GPU)")
+def test_cuda_kernel_file_reads_no_torch_headers(tmp_path: Path) -> None:
+    """nvcc's pass over torch's headers was a CUDA candidate's whole build (26-40 s): the .cu
+    file the proposer writes includes c10's 16-bit types only, whatever its kernels are."""
+    problem = problem_from_target(str(ROOT / EXAMPLES["fused_gelu_block"]), "cuda", None)
+    cuda = embedded_source(propose_here(problem).candidate.source, "_CUDA_SOURCE")
+    (tmp_path / "k.cu").write_text(cuda)
+    include = Path(torch.__file__).parent / "include"
+    done = subprocess.run(
+        ["nvcc", "-std=c++17", "-I", str(include), "-M", "k.cu"],
+        cwd=tmp_path, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    read = {
+        Path(word).relative_to(include).parts[0:2]
+        for line in done.stdout.splitlines()
+        for word in line.split()
+        if word.startswith(str(include))
+    }
+    # c10's types and the header-only part of torch they are made of; no ATen, no torch API
+    assert read and read <= {("c10", "util"), ("c10", "macros"), ("torch", "headeronly")}, read
 
 
 def test_constructor_needing_another_package_is_reported(tmp_path: Path) -> None:

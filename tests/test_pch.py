@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.builds.cache import CPU_CFLAGS, CPU_LDFLAGS, spec_key
-from harness.builds.pch import HEADER, pch_key
+from harness.builds.pch import CUDA_HOST_CFLAGS, HEADER, pch_key
 from harness.builds.requests import ParentBuilder
 from harness.builds.store import BuildSpec
 from harness.config import EvalConfig
@@ -47,11 +47,13 @@ def test_builds_after_the_first_use_the_precompiled_headers(tmp_path):
     assert f"-include {folder / HEADER}" in (entry / "build.ninja").read_text()
     assert not read_torch_headers(entry)
 
-    # a candidate's own define could change what the headers mean: built as before; on cuda
-    # nvcc's pass over torch's headers is the build's length, and it takes no precompiled ones
+    # a candidate's own define could change what the headers mean: built as before
     defined = spec(4, [*CPU_CFLAGS, "-DKP_FACTOR=4"])
     assert pch_key(defined) is None and store.headers(defined) is None
-    assert pch_key(BuildSpec(cpp="", cflags=["-O3"], device="cuda", arch="9.0")) is None
+    # a CUDA build's C++ file takes them too (its .cu file is nvcc's), with a header of its own
+    cuda = BuildSpec(cpp="", cflags=CUDA_HOST_CFLAGS, device="cuda", arch="9.0")
+    assert pch_key(cuda) not in (None, pch_key(first))
+    assert pch_key(cuda.model_copy(update={"cflags": [*CUDA_HOST_CFLAGS, "-DN=1"]})) is None
 
     # changed after it was made: not used (the build reads torch's headers as text)
     with (folder / f"{HEADER}.gch").open("r+b") as handle:

@@ -1,41 +1,59 @@
-"""CUDA source for the GPU backend.
+"""CUDA source for the GPU backend: a ``.cu`` file of kernels with no ATen header, and a host
+file of wrappers (``agents.offline.cuda_launch`` says how they meet).
 
 One ``__global__`` fast kernel per group, a grid-stride loop over 16-byte vectors (4 floats, 8
 halves) when every row-read input is 16-byte aligned and rows hold whole vectors, with a scalar
 tail; ``FLAT`` instantiations (one row) skip the row/column split. A second, general kernel
 indexes inputs by broadcast strides. A group with a row reduction gets a row kernel instead
-(``agents.offline.rows``, ``agents.offline.rows_cuda``). Launches go on the current stream and are checked.
+(``agents.offline.rows``, ``agents.offline.rows_cuda``). Launches go on the current stream and
+are checked.
 """
 
 from __future__ import annotations
 
+from agents.offline import cuda_launch
+from agents.offline.cuda_launch import GENERAL, HOST_LAUNCH, LAUNCH, SCALAR, VECTORIZED
 from agents.offline.cxx_common import (
     element_type,
     op_call,
     op_function,
-    pointer_args,
     pointer_params,
-    signature,
     wrapper,
 )
-from agents.offline.cxx_helpers import ELEMENT_HELPERS, HOST_HELPERS
+from agents.offline.cxx_helpers import ELEMENT_HELPERS, INDEX_HELPERS, PLAN_HELPERS
 from agents.offline.kernel import FusedKernel
-from agents.offline.rows import ROW_HELPERS, row_functions
-from agents.offline.rows_cuda import CUDA_ROW_HELPERS, cuda_row_kernel, cuda_row_launch
+from agents.offline.rows import ROW_SPLIT, ROW_STATS, row_functions
+from agents.offline.rows_cuda import (
+    CUDA_ROW_HELPERS,
+    CUDA_ROW_HOST,
+    cuda_row_host,
+    cuda_row_kernel,
+    cuda_row_launcher,
+)
 
 CUDA_FLAGS = ["-O3"]
 
-_PRELUDE = r"""
-#include <ATen/ATen.h>
-#include <ATen/Dispatch.h>
+_HOST_PRELUDE = r"""
+#include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
+
+#define KP_INLINE inline
+#define KP_HD
+"""
+
+_DEVICE_PRELUDE = r"""
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
 
 #define KP_INLINE __host__ __device__ __forceinline__
 #define KP_HD __host__ __device__
@@ -69,36 +87,34 @@ __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
   *reinterpret_cast<Vec<T, N>*>(p) = v;
 }
 
-inline bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-constexpr int kThreads = 256;
-
-inline int64_t blocks_for(int64_t work) {
-  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  return std::max<int64_t>(1, std::min<int64_t>((work + kThreads - 1) / kThreads, sms * 8));
-}
-
 }  // namespace kp
 """
 
 
 def cuda_sources(kernels: list[FusedKernel]) -> tuple[str, str]:
-    """(C++ declarations for the bindings, the .cu source with kernels and wrappers)."""
-    declarations = "\n".join(f"{signature(kernel)};" for kernel in kernels) + "\n"
-    parts = [_PRELUDE, ELEMENT_HELPERS, HOST_HELPERS]
-    if any(kernel.row is not None for kernel in kernels):
-        parts += [ROW_HELPERS, CUDA_ROW_HELPERS]
+    """(the host file: wrappers, the bindings' functions; the .cu file: kernels, launchers)."""
+    rows = any(kernel.row is not None for kernel in kernels)
+    host = [_HOST_PRELUDE, LAUNCH, INDEX_HELPERS, PLAN_HELPERS, HOST_LAUNCH]
+    device = [_DEVICE_PRELUDE, LAUNCH, ELEMENT_HELPERS, INDEX_HELPERS]
+    if rows:
+        host += [ROW_SPLIT, CUDA_ROW_HOST]
+        device += [ROW_STATS, CUDA_ROW_HELPERS]
     for kernel in kernels:
+        host.append(cuda_launch.declaration(kernel))
         if kernel.row is not None:
-            parts += [row_functions(kernel), cuda_row_kernel(kernel)]
-            parts.append(wrapper(kernel, cuda_row_launch(kernel)))
+            device += [row_functions(kernel), cuda_row_kernel(kernel), cuda_row_launcher(kernel)]
+            host.append(wrapper(kernel, cuda_row_host(kernel), dispatch=False))
             continue
-        parts.append(op_function(kernel))
+        device.append(op_function(kernel))
         if kernel.fast_path:
-            parts.append(_fast(kernel))
-        parts.append(_general(kernel))
-        parts.append(wrapper(kernel, _launch(kernel)))
-    return declarations, "\n".join(part.strip("\n") + "\n" for part in parts)
+            device.append(_fast(kernel))
+        device += [_general(kernel), _launcher(kernel)]
+        host.append(wrapper(kernel, _host(kernel), dispatch=False))
+    return _joined(host), _joined(device)
+
+
+def _joined(parts: list[str]) -> str:
+    return "\n".join(part.strip("\n") + "\n" for part in parts)
 
 
 def _fast(kernel: FusedKernel) -> str:
@@ -187,41 +203,56 @@ def _general(kernel: FusedKernel) -> str:
     return "\n".join(lines)
 
 
-def _launch(kernel: FusedKernel) -> list[str]:
-    name = kernel.name
+def _launcher(kernel: FusedKernel) -> str:
+    launch = "<<<l.blocks, l.threads, l.shared, l.stream>>>"
     general = (
-        f"{name}_general<scalar_t><<<kp::blocks_for(numel), kp::kThreads, 0, stream>>>("
-        f"{', '.join(pointer_args(kernel))}, "
-        f"kp::geometry<{len(kernel.inputs)}>(ins, sizes), numel);"
-    )
-    lines = [
-        "const c10::cuda::CUDAGuard guard(in0.device());",
-        "const cudaStream_t stream = at::cuda::getCurrentCUDAStream();",
+        f"{kernel.name}_general<scalar_t>{launch}("
+        + cuda_launch.kernel_args(
+            kernel, False, [f"*static_cast<const kp::Geometry<{len(kernel.inputs)}>*>(l.geometry)",
+                            "l.numel"],
+        )
+        + ")"
+    )  # fmt: skip
+    if not kernel.fast_path:
+        return cuda_launch.launcher(kernel, [], general)
+    args = cuda_launch.kernel_args(kernel, True, ["l.numel", "l.cols"])
+    variants = SCALAR if kernel.has_bool else VECTORIZED + SCALAR
+    cases = [
+        (variant, f"{kernel.name}_fast<scalar_t, {width}, {flat}>{launch}({args})")
+        for variant, width, flat in variants
+    ]
+    return cuda_launch.launcher(kernel, cases, general)
+
+
+def _host(kernel: FusedKernel) -> list[str]:
+    """The wrapper's launch: the fast path's variant where the plan allows, else the general."""
+    lines = cuda_launch.host_start(kernel, "ins")
+    count = len(kernel.inputs)
+    general = [
+        f"kp::Geometry<{count}> geo = kp::geometry<{count}>(ins, sizes);",
+        f"l.variant = {GENERAL};",
+        "l.geometry = &geo;",
+        "l.numel = numel;",
+        "l.blocks = kp::blocks_for(numel);",
+        cuda_launch.host_finish(kernel),
     ]
     if not kernel.fast_path:
-        return [*lines, general, "C10_CUDA_KERNEL_LAUNCH_CHECK();"]
-    args = ", ".join([*pointer_args(kernel, row_strides=True), "numel", "plan.cols"])
-    launch = "<<<blocks, kp::kThreads, 0, stream>>>"
+        return [*lines, *general]
     lines += [
         "if (plan.fast) {",
         "  const bool flat = plan.rows == 1;",
-        "  constexpr int kVec = 16 / sizeof(scalar_t);",
+        "  const int64_t kVec = kp::vector_width(dtype);",
         f"  const bool vectorize = {_vectorizable(kernel)};",
-        "  const int64_t blocks = kp::blocks_for(vectorize ? numel / kVec : numel);",
+        "  l.variant = (vectorize ? 0 : 2) + (flat ? 0 : 1);",
+        "  l.blocks = kp::blocks_for(vectorize ? numel / kVec : numel);",
+        "  l.numel = numel;",
+        "  l.cols = plan.cols;",
+        *[f"  {line}" for line in cuda_launch.host_rows("plan")],
+        f"  {cuda_launch.host_finish(kernel)}",
+        "} else {",
+        *[f"  {line}" for line in general],
+        "}",
     ]
-    if kernel.has_bool:  # bool tensors are read and written one element at a time
-        lines += [
-            f"  if (flat) {{ {name}_fast<scalar_t, 1, true>{launch}({args}); }}",
-            f"  else {{ {name}_fast<scalar_t, 1, false>{launch}({args}); }}",
-        ]
-    else:
-        lines += [
-            f"  if (vectorize && flat) {{ {name}_fast<scalar_t, kVec, true>{launch}({args}); }}",
-            f"  else if (vectorize) {{ {name}_fast<scalar_t, kVec, false>{launch}({args}); }}",
-            f"  else if (flat) {{ {name}_fast<scalar_t, 1, true>{launch}({args}); }}",
-            f"  else {{ {name}_fast<scalar_t, 1, false>{launch}({args}); }}",
-        ]
-    lines += ["} else {", f"  {general}", "}", "C10_CUDA_KERNEL_LAUNCH_CHECK();"]
     return lines
 
 

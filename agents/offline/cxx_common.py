@@ -32,14 +32,23 @@ def pointer_params(kernel: FusedKernel, row_strides: bool = False) -> list[str]:
     return params
 
 
-def pointer_args(kernel: FusedKernel, row_strides: bool = False) -> list[str]:
+def pointer_args(
+    kernel: FusedKernel,
+    inputs: str = "in{k}.data_ptr<{type}>()",
+    rows: str | None = None,
+    scalars: str = "s{k}",
+    outputs: str = "out{k}.data_ptr<{type}>()",
+) -> list[str]:
+    """A kernel's arguments in ``pointer_params``' order, each a format of the item's number
+    ``k`` and element ``type``; ``rows`` (of ``k`` and ``field``: strides, divs, mods), where
+    given, follows each input with its row map."""
     args = []
     for k, item in enumerate(kernel.inputs):
-        args.append(f"in{k}.data_ptr<{element_type(item)}>()")
-        if row_strides:
-            args += [f"plan.row_strides[{k}]", f"plan.row_divs[{k}]", f"plan.row_mods[{k}]"]
-    args += [f"s{k}" for k in range(len(kernel.scalars))]
-    args += [f"out{j}.data_ptr<{element_type(item)}>()" for j, item in enumerate(kernel.outputs)]
+        args.append(inputs.format(k=k, type=element_type(item)))
+        if rows is not None:
+            args += [rows.format(k=k, field=field) for field in ("strides", "divs", "mods")]
+    args += [scalars.format(k=k) for k in range(len(kernel.scalars))]
+    args += [outputs.format(k=j, type=element_type(item)) for j, item in enumerate(kernel.outputs)]
     return args
 
 
@@ -74,8 +83,9 @@ def signature(kernel: FusedKernel) -> str:
     return f"{returns} {kernel.name}({', '.join(params)})"
 
 
-def wrapper(kernel: FusedKernel, launch: list[str]) -> str:
-    """The host function: broadcast, check, allocate, plan, then ``launch`` per dtype."""
+def wrapper(kernel: FusedKernel, launch: list[str], dispatch: bool = True) -> str:
+    """The host function: broadcast, check, allocate, plan, then ``launch``: per dtype
+    (``scalar_t``) where ``dispatch``, else once (it reads ``dtype``)."""
     name = kernel.name
     tensors = ", ".join(f"in{k}" for k in range(len(kernel.inputs)))
     flags = ", ".join("true" if item.is_bool else "false" for item in kernel.inputs)
@@ -113,13 +123,17 @@ def wrapper(kernel: FusedKernel, launch: list[str]) -> str:
         f"    return {_returned(kernel)};",
         "  }",
         plan,
-        "  AT_DISPATCH_FLOATING_TYPES_AND2(at::ScalarType::Half, at::ScalarType::BFloat16, dtype, "
-        f'"{name}", [&] {{',
-        *[f"    {line}" if line else "" for line in launch],
-        "  });",
-        f"  return {_returned(kernel)};",
-        "}",
     ]
+    if dispatch:
+        lines += [
+            "  AT_DISPATCH_FLOATING_TYPES_AND2(at::ScalarType::Half, at::ScalarType::BFloat16, "
+            f'dtype, "{name}", [&] {{',
+            *[f"    {line}" if line else "" for line in launch],
+            "  });",
+        ]
+    else:
+        lines += [f"  {line}" if line else "" for line in launch]
+    lines += [f"  return {_returned(kernel)};", "}"]
     return "\n".join(lines)
 
 

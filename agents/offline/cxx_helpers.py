@@ -1,7 +1,9 @@
 """The fixed C++ of every fused kernel, shared by the CPU and CUDA backends: element loads and
-stores (``ELEMENT_HELPERS``), and the host-side planning (``HOST_HELPERS``): broadcast sizes,
-input checks, how each input is read as rows x columns (``kp::row_map``), the fast path's
-plan, and the general path's broadcast strides.
+stores (``ELEMENT_HELPERS``), what kernels index with (``INDEX_HELPERS``: a row's place in a
+broadcast input, the general path's broadcast strides), and the host-side planning
+(``PLAN_HELPERS``, with ATen: broadcast sizes, input checks, how each input is read as rows x
+columns, ``kp::row_map``, and the fast path's plan). A CPU kernel's one file has them all
+(``HOST_HELPERS``); a CUDA candidate's ``.cu`` file has no ATen (``agents.offline.codegen_cuda``).
 
 Each backend defines ``KP_INLINE`` (an always-inlined function, ``__host__ __device__`` on
 CUDA), ``KP_HD`` and the ``kp::`` math functions before this code.
@@ -36,10 +38,53 @@ KP_INLINE float maximum(float a, float b) { return (a > b || a != a) ? a : b; }
 }  // namespace kp
 """
 
-HOST_HELPERS = r"""
+INDEX_HELPERS = r"""
 namespace kp {
 
 constexpr int kMaxDims = 8;
+
+// Row r's place in a RowMap's run: (r / div) % mod, in 32-bit arithmetic where it fits.
+KP_INLINE int64_t row_in_run(int64_t r, int64_t div, int64_t mod) {
+  if (div == 1 && r < mod) return r;
+  if (((r | div | mod) >> 31) == 0) {
+    return static_cast<int64_t>(static_cast<uint32_t>(r) / static_cast<uint32_t>(div) %
+                                static_cast<uint32_t>(mod));
+  }
+  return r / div % mod;
+}
+
+// a / b for non-negative a and positive b, in 32-bit arithmetic where both fit (a 64-bit
+// division is dozens of instructions on a GPU: the fast path splits every vector's index).
+KP_INLINE int64_t quotient(int64_t a, int64_t b) {
+  if (((a | b) >> 31) == 0) {
+    return static_cast<int64_t>(static_cast<uint32_t>(a) / static_cast<uint32_t>(b));
+  }
+  return a / b;
+}
+
+// Every input's strides broadcast to the output shape (0 along broadcast dimensions).
+template <int N>
+struct Geometry {
+  int ndim = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t strides[N][kMaxDims] = {};
+
+  // Offsets into each input of element `index` of the row-major dimensions 0..last.
+  KP_HD void offsets(int64_t index, int last, int64_t* out) const {
+    for (int k = 0; k < N; ++k) out[k] = 0;
+    for (int d = last; d >= 0; --d) {
+      const int64_t i = index % sizes[d];
+      index /= sizes[d];
+      for (int k = 0; k < N; ++k) out[k] += i * strides[k][d];
+    }
+  }
+};
+
+}  // namespace kp
+"""
+
+PLAN_HELPERS = r"""
+namespace kp {
 
 inline std::vector<int64_t> broadcast_sizes(const std::vector<at::Tensor>& tensors) {
   std::vector<int64_t> sizes = tensors[0].sizes().vec();
@@ -117,25 +162,6 @@ inline RowMap row_map(const at::Tensor& t, at::IntArrayRef out, int64_t m,
   return map;
 }
 
-// Row r's place in a RowMap's run: (r / div) % mod, in 32-bit arithmetic where it fits.
-KP_INLINE int64_t row_in_run(int64_t r, int64_t div, int64_t mod) {
-  if (div == 1 && r < mod) return r;
-  if (((r | div | mod) >> 31) == 0) {
-    return static_cast<int64_t>(static_cast<uint32_t>(r) / static_cast<uint32_t>(div) %
-                                static_cast<uint32_t>(mod));
-  }
-  return r / div % mod;
-}
-
-// a / b for non-negative a and positive b, in 32-bit arithmetic where both fit (a 64-bit
-// division is dozens of instructions on a GPU: the fast path splits every vector's index).
-KP_INLINE int64_t quotient(int64_t a, int64_t b) {
-  if (((a | b) >> 31) == 0) {
-    return static_cast<int64_t>(static_cast<uint32_t>(a) / static_cast<uint32_t>(b));
-  }
-  return a / b;
-}
-
 struct Plan {
   bool fast = false;
   int64_t rows = 1;
@@ -173,24 +199,6 @@ inline Plan plan_fast(const std::vector<at::Tensor>& tensors,
   return Plan{};
 }
 
-// Every input's strides broadcast to the output shape (0 along broadcast dimensions).
-template <int N>
-struct Geometry {
-  int ndim = 0;
-  int64_t sizes[kMaxDims] = {};
-  int64_t strides[N][kMaxDims] = {};
-
-  // Offsets into each input of element `index` of the row-major dimensions 0..last.
-  KP_HD void offsets(int64_t index, int last, int64_t* out) const {
-    for (int k = 0; k < N; ++k) out[k] = 0;
-    for (int d = last; d >= 0; --d) {
-      const int64_t i = index % sizes[d];
-      index /= sizes[d];
-      for (int k = 0; k < N; ++k) out[k] += i * strides[k][d];
-    }
-  }
-};
-
 template <int N>
 Geometry<N> geometry(const std::vector<at::Tensor>& tensors, at::IntArrayRef out) {
   TORCH_CHECK(out.size() <= static_cast<size_t>(kMaxDims), "fused kernels support up to ",
@@ -207,3 +215,5 @@ Geometry<N> geometry(const std::vector<at::Tensor>& tensors, at::IntArrayRef out
 
 }  // namespace kp
 """
+
+HOST_HELPERS = INDEX_HELPERS + PLAN_HELPERS

@@ -12,6 +12,7 @@ from agents.offline.codegen_cpp import CPU_FLAGS, cpu_source
 from agents.offline.codegen_cuda import CUDA_FLAGS, cuda_sources
 from agents.offline.init_copy import CopiedClass
 from agents.offline.kernel import FusedKernel
+from harness.builds.cache import HAS_NO_IMPLICIT_HEADERS
 
 _IMPORTS = """import math
 
@@ -31,9 +32,11 @@ def module_source(
 ) -> str:
     functions = [kernel.name for kernel in kernels]
     if device == "cuda":
-        declarations, cuda = cuda_sources(kernels)
-        sources = {"_CPP_SOURCE": declarations, "_CUDA_SOURCE": cuda}
+        host, cuda = cuda_sources(kernels)
+        sources = {"_CPP_SOURCE": host, "_CUDA_SOURCE": cuda}
         flags = f"extra_cflags={CUDA_FLAGS!r},\n    extra_cuda_cflags={CUDA_FLAGS!r},"
+        if HAS_NO_IMPLICIT_HEADERS:  # each file includes what it uses: the .cu none of torch's
+            flags += "\n    no_implicit_headers=True,"
     else:
         sources = {"_CPP_SOURCE": cpu_source(kernels)}
         flags = f"extra_cflags={CPU_FLAGS!r},\n    extra_ldflags=['-fopenmp'],"

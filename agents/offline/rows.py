@@ -4,7 +4,7 @@ Per row of the group's iteration shape (``rows x cols``, split at the last dimen
 before the reduction give each element's value (``<name>_pre``), the row's maximum and sum of
 exponentials are reduced, and the ops after it (``<name>_post``, handed the reduced value) give
 the outputs. This module has what both backends share: those two functions, the row statistics
-(``ROW_HELPERS``), the reduced value, and the host's plan of the inputs (their dense copies
+(``ROW_STATS``, ``ROW_SPLIT``), the reduced value, and the host's plan of the inputs (their dense copies
 where their strides cannot be read a row at a time). The kernels: ``agents.offline.rows_cuda``
 and ``agents.offline.rows_cpu``.
 
@@ -14,7 +14,7 @@ is NaN; a -inf among finite values is 0 (softmax) or -inf (log-softmax).
 
 from __future__ import annotations
 
-from agents.offline.cxx_common import element_type
+from agents.offline.cxx_common import pointer_args
 from agents.offline.kernel import ROW_VALUE, FusedKernel
 
 # Where the proposer makes row kernels: the devices and row widths they were measured to win at
@@ -31,7 +31,7 @@ def row_min_width(device: str) -> int | None:
     return ROW_MIN_WIDTH if device in ROW_DEVICES else None
 
 
-ROW_HELPERS = r"""
+ROW_STATS = r"""
 namespace kp {
 
 // A row's maximum m and sum s of exp(x - m).
@@ -46,6 +46,12 @@ KP_INLINE RowStats finished(RowStats st) {
   return st;
 }
 
+}  // namespace kp
+"""
+
+ROW_SPLIT = r"""
+namespace kp {
+
 // A row kernel's rows: the last dimension of the shape it is called with (one row if 0-d).
 inline int64_t last_split(const std::vector<int64_t>& sizes) {
   return std::max<int64_t>(0, static_cast<int64_t>(sizes.size()) - 1);
@@ -53,6 +59,9 @@ inline int64_t last_split(const std::vector<int64_t>& sizes) {
 
 }  // namespace kp
 """
+
+# A CPU kernel's file has both; a CUDA candidate's .cu the stats, its host file the split.
+ROW_HELPERS = ROW_STATS + ROW_SPLIT
 
 
 def row_functions(kernel: FusedKernel) -> str:
@@ -121,16 +130,6 @@ def dense_plan(kernel: FusedKernel) -> list[str]:
     ]
 
 
-def dense_args(kernel: FusedKernel, row_strides: bool = False) -> list[str]:
-    args = []
-    for k, item in enumerate(kernel.inputs):
-        args.append(f"dense[{k}].data_ptr<{element_type(item)}>()")
-        if row_strides:
-            args += [
-                f"rows_plan.row_strides[{k}]",
-                f"rows_plan.row_divs[{k}]",
-                f"rows_plan.row_mods[{k}]",
-            ]
-    args += [f"s{k}" for k in range(len(kernel.scalars))]
-    args += [f"out{j}.data_ptr<{element_type(item)}>()" for j, item in enumerate(kernel.outputs)]
-    return args
+def dense_args(kernel: FusedKernel) -> list[str]:
+    """A row kernel's arguments from the inputs as it reads them (``dense_plan``)."""
+    return pointer_args(kernel, inputs="dense[{k}].data_ptr<{type}>()")

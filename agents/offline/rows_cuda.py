@@ -14,9 +14,11 @@ slower than this at every width measured and are not here.
 
 from __future__ import annotations
 
+from agents.offline import cuda_launch
+from agents.offline.cuda_launch import SCALAR, VECTORIZED
 from agents.offline.cxx_common import element_type, pointer_params
 from agents.offline.kernel import FusedKernel
-from agents.offline.rows import dense_args, dense_plan, row_constant, row_value
+from agents.offline.rows import dense_plan, row_constant, row_value
 
 CUDA_ROW_HELPERS = r"""
 namespace kp {
@@ -43,21 +45,6 @@ KP_INLINE RowStats merge(RowStats a, RowStats b) {
   return RowStats{a.m, a.s + b.s * scale};
 }
 
-// Floats of a row kept in shared memory: 47 KiB, with the 256 bytes of kp_partial under the
-// 48 KiB a block may have without asking.
-constexpr int64_t kRowCache = 47 * 1024 / sizeof(float);
-
-inline int row_threads(int64_t vectors) {
-  int threads = 32;
-  while (threads < 512 && threads < vectors) threads *= 2;
-  return threads;
-}
-
-inline int64_t row_blocks(int64_t rows, int threads) {
-  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  return std::max<int64_t>(1, std::min<int64_t>(rows, sms * (2048 / threads)));
-}
-
 __device__ __forceinline__ RowStats warp_stats(RowStats st) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) {
@@ -77,6 +64,29 @@ __device__ __forceinline__ RowStats block_stats(RowStats st, RowStats* partial) 
   __syncthreads();
   st = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : empty_stats();
   return finished(warp_stats(st));
+}
+
+}  // namespace kp
+"""
+
+
+# The host file's part: the launch's shape.
+CUDA_ROW_HOST = r"""
+namespace kp {
+
+// Floats of a row kept in shared memory: 47 KiB, with the 256 bytes of kp_partial under the
+// 48 KiB a block may have without asking.
+constexpr int64_t kRowCache = 47 * 1024 / sizeof(float);
+
+inline int row_threads(int64_t vectors) {
+  int threads = 32;
+  while (threads < 512 && threads < vectors) threads *= 2;
+  return threads;
+}
+
+inline int64_t row_blocks(int64_t rows, int threads) {
+  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  return std::max<int64_t>(1, std::min<int64_t>(rows, sms * (2048 / threads)));
 }
 
 }  // namespace kp
@@ -149,9 +159,20 @@ def cuda_row_kernel(kernel: FusedKernel) -> str:
     return "\n".join(lines)
 
 
-def cuda_row_launch(kernel: FusedKernel) -> list[str]:
-    name = kernel.name
-    args = ", ".join([*dense_args(kernel, row_strides=True), "rows", "cols"])
+def cuda_row_launcher(kernel: FusedKernel) -> str:
+    """The ``.cu`` side: variant 0-3 is (vectorized or not) x (row cached or not)."""
+    args = cuda_launch.kernel_args(kernel, True, ["l.rows", "l.cols"])
+    launch = "<<<l.blocks, l.threads, l.shared, l.stream>>>"
+    variants = SCALAR if kernel.has_bool else VECTORIZED + SCALAR
+    calls = {
+        variant: f"{kernel.name}_rows<scalar_t, {width}, {cached}>{launch}({args})"
+        for variant, width, cached in variants
+    }
+    return cuda_launch.launcher(kernel, list(calls.items()), calls[SCALAR[-1][0]])
+
+
+def cuda_row_host(kernel: FusedKernel) -> list[str]:
+    """The wrapper's launch: the inputs as the kernel reads them, the block size, the cache."""
     vector_terms = ["cols % kVec == 0"]
     for k, item in enumerate(kernel.inputs):
         if item.contiguous_columns:
@@ -159,22 +180,20 @@ def cuda_row_launch(kernel: FusedKernel) -> list[str]:
             vector_terms.append(f"rows_plan.row_strides[{k}] % kVec == 0")
     vector_terms += [f"kp::aligned(out{j}.data_ptr())" for j in range(len(kernel.outputs))]
     vectorize = "false" if kernel.has_bool else " && ".join(vector_terms)
-    launch = "<<<blocks, threads, shared, stream>>>"
     return [
-        "const c10::cuda::CUDAGuard guard(in0.device());",
-        "const cudaStream_t stream = at::cuda::getCurrentCUDAStream();",
         *dense_plan(kernel),
-        "constexpr int kVec = 16 / sizeof(scalar_t);",
+        *cuda_launch.host_start(kernel, "dense"),
+        "const int64_t kVec = kp::vector_width(dtype);",
         f"const bool vectorize = {vectorize};",
-        "const int threads = kp::row_threads(vectorize ? cols / kVec : cols);",
-        "const int64_t blocks = kp::row_blocks(rows, threads);",
+        "l.threads = kp::row_threads(vectorize ? cols / kVec : cols);",
+        "l.blocks = kp::row_blocks(rows, l.threads);",
         "const bool cached = cols <= kp::kRowCache;",
-        "const size_t shared = cached ? static_cast<size_t>(cols) * sizeof(float) : 0;",
-        f"if (vectorize && cached) {{ {name}_rows<scalar_t, kVec, true>{launch}({args}); }}",
-        f"else if (vectorize) {{ {name}_rows<scalar_t, kVec, false>{launch}({args}); }}",
-        f"else if (cached) {{ {name}_rows<scalar_t, 1, true>{launch}({args}); }}",
-        f"else {{ {name}_rows<scalar_t, 1, false>{launch}({args}); }}",
-        "C10_CUDA_KERNEL_LAUNCH_CHECK();",
+        "l.shared = cached ? static_cast<size_t>(cols) * sizeof(float) : 0;",
+        "l.variant = (vectorize ? 0 : 2) + (cached ? 0 : 1);",
+        *cuda_launch.host_rows("rows_plan"),
+        "l.rows = rows;",
+        "l.cols = cols;",
+        cuda_launch.host_finish(kernel),
     ]
 
 

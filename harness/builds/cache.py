@@ -13,6 +13,7 @@ loaded: loading runs its static initializers, which are the candidate's code too
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 import re
 import threading
@@ -24,7 +25,7 @@ from pathlib import Path
 import torch
 from torch.utils import cpp_extension
 
-from harness.builds.pch import CPU_CFLAGS, include_flags, precompile
+from harness.builds.pch import CPU_CFLAGS, CUDA_HOST_CFLAGS, include_flags, precompile
 from harness.builds.store import BuildSpec, BuildStore, Built, file_sha256, spec_key
 from harness.sandbox.environment import tools_first
 from harness.static.native import check_native
@@ -45,6 +46,9 @@ ALLOWED_FLAG = re.compile(
 
 # Held before a worker swaps ``cpp_extension.load_inline`` for a CachedLoader.
 _load_inline = cpp_extension.load_inline
+# Whether load_inline can leave torch's headers out of the sources (torch >= 2.8): a .cu file
+# without them compiles in seconds (bench/BENCHMARKS.md, "Candidate builds").
+HAS_NO_IMPLICIT_HEADERS = "no_implicit_headers" in inspect.signature(_load_inline).parameters
 
 
 class BuildFailed(Exception):
@@ -87,6 +91,7 @@ class CachedLoader:
         extra_cflags=None,
         extra_cuda_cflags=None,
         extra_ldflags=None,
+        no_implicit_headers=False,
         **_ignored,
     ):
         cpp = _joined(cpp_sources)
@@ -106,15 +111,20 @@ class CachedLoader:
         if self.device == "cpu":
             cflags, cuda_flags, ldflags = [*CPU_CFLAGS, *defines], [], CPU_LDFLAGS
         else:
-            cflags = ["-O3", *defines]
+            cflags = [*CUDA_HOST_CFLAGS, *defines]
             cuda_flags = [*CUDA_BASE_FLAGS, *(extra_cuda_cflags or [])]
             ldflags = list(extra_ldflags or [])
-        key = build_key(cpp, cuda, functions, cflags, cuda_flags, ldflags, self.device)
-        module = self._build(key, cpp, cuda, functions, cflags, cuda_flags, ldflags)
-        return CountingModule(module, self.calls)
+        if no_implicit_headers and not HAS_NO_IMPLICIT_HEADERS:
+            raise BuildFailed(
+                f"load_inline of torch {torch.__version__} has no no_implicit_headers argument "
+                "(torch 2.8 added it): leave it out, and torch's headers are put first"
+            )
+        spec = _spec(cpp, cuda, functions, cflags, cuda_flags, ldflags, self.device,
+                     implicit_headers=not no_implicit_headers)  # fmt: skip
+        return CountingModule(self._build(spec), self.calls)
 
-    def _build(self, key, cpp, cuda, functions, cflags, cuda_flags, ldflags):
-        spec = _spec(cpp, cuda, functions, cflags, cuda_flags, ldflags, self.device)
+    def _build(self, spec: BuildSpec):
+        key = spec_key(spec)
         self.builds.append(key)
         built = self.builder(spec, key)
         if built.error is not None or built.library is None:
@@ -169,6 +179,7 @@ def build_library(
     # No use_pch: torch keeps one precompiled header in site-packages and deletes it
     # whenever any load_inline call runs without use_pch, so builds would race on it.
     cflags = [*spec.cflags, *(include_flags(headers) if headers is not None else [])]
+    implicit = {} if spec.implicit_headers else {"no_implicit_headers": True}
     with _build_only():
         library = _load_inline(
             name=module_name,
@@ -181,6 +192,7 @@ def build_library(
             build_directory=str(build_dir),
             with_cuda=bool(spec.cuda),
             verbose=False,
+            **implicit,
         )
     return Path(library)
 
@@ -254,11 +266,14 @@ def build_key(cpp, cuda, functions, cflags, cuda_flags, ldflags, device) -> str:
     return spec_key(_spec(cpp, cuda, functions, cflags, cuda_flags, ldflags, device))
 
 
-def _spec(cpp, cuda, functions, cflags, cuda_flags, ldflags, device) -> BuildSpec:
+def _spec(
+    cpp, cuda, functions, cflags, cuda_flags, ldflags, device, implicit_headers=True
+) -> BuildSpec:
     arch = os.environ.get("TORCH_CUDA_ARCH_LIST", "") if device == "cuda" else ""
     return BuildSpec(
         cpp=cpp, cuda=cuda, functions=functions, cflags=list(cflags),
         cuda_flags=list(cuda_flags), ldflags=list(ldflags), device=device, arch=arch,
+        implicit_headers=implicit_headers,
     )  # fmt: skip
 
 

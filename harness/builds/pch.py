@@ -3,19 +3,20 @@ machine and flag set, not once per candidate.
 
 A CPU candidate's C++ translation unit is mostly torch's headers: on a 2-core machine 54 s of
 a 55 s build, 19 s with the header precompiled (the precompiled header itself takes 75 s, once);
-on a 16-core machine 21.9 s, 15.4 s (bench/BENCHMARKS.md, "builds"). A CUDA candidate's build is
-as long as nvcc's pass over its ``.cu`` file (torch's headers too, which nvcc cannot take
-precompiled), with the C++ beside it: measured 26.5 s without and 28.6 s with, so CUDA builds
-use none.
+on a 16-core machine 21.9 s, 15.4 s (bench/BENCHMARKS.md, "builds"). A CUDA candidate's C++
+file (its bindings, and its host code where its ``.cu`` file has none of torch's headers) is
+served the same way. nvcc cannot take a GCC precompiled header, so a ``.cu`` file that includes
+torch's headers still costs what it did (26.5 s without, 28.6 s with: the C++ file beside it
+was not the long pole).
 torch's own ``use_pch`` keeps one header in site-packages that any build without it deletes, so
 builds running side by side would race on it; this one lives in the build cache instead, under
 ``.pch/KEY/``, made by the trusted side only (``harness.builds.store``: from kernelpilot's own
 one-line header and the flags torch's first build of that kind used, never a candidate's source),
 hash-checked before a build uses it, and given to the compiler's sandbox read-only.
 
-Only CPU builds with the base flags use one (a candidate's ``-D``/``-U``/``-std`` flags change
+Only builds with the base host flags use one (a candidate's ``-D``/``-U``/``-std`` flags change
 what the header means; those build as before). The header goes in with ``-include``: where GCC finds
-the precompiled file unusable it reads the one-line header as text, so a build never depends on
+the precompiled file unusable it reads the header as text, so a build never depends on
 the precompiled one being right, only its time does.
 """
 
@@ -41,12 +42,14 @@ NINJA_FILE = "build.ninja"
 # candidate then always hashes to the same build (harness.builds.cache), and a spec with exactly
 # these has no flag of the candidate's that could change what the header means.
 CPU_CFLAGS = ["-O3", "-fopenmp", "-march=native", "-fno-math-errno", "-fno-trapping-math"]
+CUDA_HOST_CFLAGS = ["-O3"]  # a CUDA build's C++ file; the candidate's nvcc flags are its own
+BASE_CFLAGS = {"cpu": CPU_CFLAGS, "cuda": CUDA_HOST_CFLAGS}
 
 
 def pch_key(spec: BuildSpec) -> str | None:
-    """The precompiled header ``spec`` can use, by its flags and this torch and Python; None
-    on cuda, and where the candidate added host flags of its own."""
-    if spec.device != "cpu" or spec.cflags != CPU_CFLAGS:
+    """The precompiled header ``spec`` can use, by its device and flags and this torch and
+    Python; None where the candidate added host flags of its own."""
+    if spec.cflags != BASE_CFLAGS.get(spec.device):
         return None
     payload = json.dumps(
         [torch.__version__, os.path.dirname(torch.__file__), sys.version_info[:2], spec.device,

@@ -49,6 +49,11 @@ class BuildSpec(BaseModel):
     ldflags: list[str] = Field(default_factory=list)
     device: str = "cpu"
     arch: str = Field(default="", description="TORCH_CUDA_ARCH_LIST on cuda, e.g. 9.0.")
+    implicit_headers: bool = Field(
+        default=True,
+        description="load_inline puts torch's headers first in each source (False: the "
+        "candidate passed no_implicit_headers=True and includes what it uses).",
+    )
 
 
 class Built(BaseModel):
@@ -203,6 +208,7 @@ def spec_key(spec: BuildSpec) -> str:
             "python": sys.version_info[:2],
             "device": spec.device,
             "arch": spec.arch,
+            "implicit_headers": spec.implicit_headers,
             "machine": platform.machine(),
         },
         sort_keys=True,
