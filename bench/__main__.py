@@ -32,6 +32,7 @@ BENCHMARKS = {
     "busy": "bench.bench_busy",
     "layouts": "bench.bench_layouts",
     "rows": "bench.bench_rows",
+    "variants": "bench.bench_variants",
 }
 
 

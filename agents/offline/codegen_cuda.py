@@ -72,6 +72,9 @@ KP_INLINE float sin(float x) { return sinf(x); }
 KP_INLINE float cos(float x) { return cosf(x); }
 KP_INLINE float pow(float x, float y) { return powf(x, y); }
 
+// Vectors a thread of the fast kernel loads at once (bench/BENCHMARKS.md, section 24).
+constexpr int kUnroll = 2;
+
 template <typename T, int N>
 struct alignas(sizeof(T) * N) Vec {
   T val[N];
@@ -126,37 +129,47 @@ def _fast(kernel: FusedKernel) -> str:
         "  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;",
         "  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;",
         "  const int64_t vectors = numel / VEC;",
-        "  for (int64_t v = first; v < vectors; v += step) {",
+        # kUnroll vectors a thread per pass, a grid's width apart: their loads are issued
+        # together (the pointers are __restrict__), so more bytes are in flight per thread.
+        "  for (int64_t pass = first; pass < vectors; pass += step * kp::kUnroll) {",
+        "#pragma unroll",
+        "    for (int u = 0; u < kp::kUnroll; ++u) {",
+        "      const int64_t v = pass + u * step;",
+        "      if (v >= vectors) break;",
+    ]
+    body = [
         "    const int64_t base = v * VEC;",
         "    const int64_t row = FLAT ? 0 : kp::quotient(base, cols);",
         "    const int64_t col = FLAT ? base : base - row * cols;",
+        *_row_offsets(kernel),
     ]
-    lines += _row_offsets(kernel)
     lane_loads, tail_loads = [], []
     for k, item in enumerate(kernel.inputs):
         kind = element_type(item)
         if item.contiguous_columns:
-            lines.append(
+            body.append(
                 f"    const kp::Vec<{kind}, VEC> x{k} = kp::load_vec<VEC>(in{k} + r{k} + col);"
             )
             lane_loads.append(f"kp::load(x{k}.val[i])")
             tail_loads.append(f"kp::load(in{k}[r{k} + col])")
         else:
-            lines.append(f"    const float b{k} = kp::load(in{k}[r{k}]);")
+            body.append(f"    const float b{k} = kp::load(in{k}[r{k}]);")
             lane_loads.append(f"b{k}")
             tail_loads.append(f"kp::load(in{k}[r{k}])")
-    lines += [
+    body += [
         f"    kp::Vec<{element_type(item)}, VEC> y{j};" for j, item in enumerate(kernel.outputs)
     ]
-    lines += ["#pragma unroll", "    for (int i = 0; i < VEC; ++i) {"]
-    lines += op_call(kernel, lane_loads, "      ")
-    lines += [
+    body += ["#pragma unroll", "    for (int i = 0; i < VEC; ++i) {"]
+    body += op_call(kernel, lane_loads, "      ")
+    body += [
         f"      y{j}.val[i] = kp::store<{element_type(item)}>(o{j});"
         for j, item in enumerate(kernel.outputs)
     ]
-    lines.append("    }")
-    lines += [f"    kp::store_vec<VEC>(out{j} + base, y{j});" for j in range(len(kernel.outputs))]
+    body.append("    }")
+    body += [f"    kp::store_vec<VEC>(out{j} + base, y{j});" for j in range(len(kernel.outputs))]
+    lines += [line if line.startswith("#") else f"  {line}" for line in body]
     lines += [
+        "    }",
         "  }",
         "  for (int64_t i = vectors * VEC + first; i < numel; i += step) {",
         "    const int64_t row = FLAT ? 0 : kp::quotient(i, cols);",
