@@ -72,8 +72,9 @@ KP_INLINE float sin(float x) { return sinf(x); }
 KP_INLINE float cos(float x) { return cosf(x); }
 KP_INLINE float pow(float x, float y) { return powf(x, y); }
 
-// Vectors a thread of the fast kernel loads at once (bench/BENCHMARKS.md, section 24).
-constexpr int kUnroll = 2;
+// Vectors a thread of the fast kernel takes per pass. Measured on an H200 (bench/BENCHMARKS.md,
+// section 24: python -m bench variants): 2 no faster than 1, 4 slower (0.84x).
+constexpr int kUnroll = 1;
 
 template <typename T, int N>
 struct alignas(sizeof(T) * N) Vec {
@@ -129,8 +130,8 @@ def _fast(kernel: FusedKernel) -> str:
         "  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;",
         "  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;",
         "  const int64_t vectors = numel / VEC;",
-        # kUnroll vectors a thread per pass, a grid's width apart: their loads are issued
-        # together (the pointers are __restrict__), so more bytes are in flight per thread.
+        # kUnroll vectors a thread per pass, a grid's width apart, their loads issued together
+        # (the pointers are __restrict__): more bytes in flight per thread, where that helps.
         "  for (int64_t pass = first; pass < vectors; pass += step * kp::kUnroll) {",
         "#pragma unroll",
         "    for (int u = 0; u < kp::kUnroll; ++u) {",
