@@ -331,6 +331,14 @@ DEFENSES: list[Defense] = [
         ),
     ),
     Defense(
+        "pch_only_where_the_file_begins_with_it",  # else the header decides whether it compiles
+        "harness/builds/pch.py",
+        "    if not spec.implicit_headers and not spec.cpp.lstrip().startswith(HEADER_LINE):\n"
+        "        return None\n",
+        "",
+        ("tests/test_pch.py::test_builds_after_the_first_use_the_precompiled_headers",),
+    ),
+    Defense(
         "build_requests_gated_again",
         "harness/builds/requests.py",
         '        reasons += check_native(spec.cpp + "\\n" + spec.cuda, dtype)\n'

@@ -17,10 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from harness.builds.cache import CPU_CFLAGS, CPU_LDFLAGS, CachedLoader, build_key, spec_key
+from harness.builds import cache as buildcache
+from harness.builds import requests
+from harness.builds.cache import (
+    CPU_CFLAGS,
+    CPU_LDFLAGS,
+    BuildFailed,
+    CachedLoader,
+    build_key,
+    spec_key,
+)
 from harness.builds.compile_worker import compile_here
 from harness.builds.requests import ParentBuilder
-from harness.builds.store import MANIFEST, BuildSpec, BuildStore
+from harness.builds.store import MANIFEST, BuildSpec, BuildStore, Built
 from harness.evaluate import candidate_view
 from harness.problem.load import problem_from_target
 from harness.sandbox.run import run_worker
@@ -151,6 +160,38 @@ def test_the_parent_keys_a_build_itself():
     spec = BuildSpec(cpp="int f();", cflags=list(CPU_CFLAGS), ldflags=list(CPU_LDFLAGS))
     assert spec_key(spec) == build_key("int f();", "", None, CPU_CFLAGS, [], CPU_LDFLAGS, "cpu")
     assert spec_key(spec) != spec_key(spec.model_copy(update={"cpp": "int g();"}))
+
+
+def test_no_implicit_headers_reaches_the_build_and_its_key(tmp_path):
+    """A candidate that includes what it uses (no_implicit_headers=True) is built so, under a
+    key of its own: the same sources with torch's headers put first are another build."""
+    asked: list[BuildSpec] = []
+
+    def builder(spec: BuildSpec, key: str) -> Built:
+        asked.append(spec)
+        return Built(key=key, error="not built here")
+
+    loader = CachedLoader(tmp_path, "cpu", "float32", builder=builder)
+    for flag in (True, False):
+        with pytest.raises(BuildFailed):
+            loader("m", "#include <torch/extension.h>\nint f();", functions=["f"],
+                   no_implicit_headers=flag)  # fmt: skip
+    assert [spec.implicit_headers for spec in asked] == [False, True]
+    assert spec_key(asked[0]) != spec_key(asked[1])
+
+
+def test_no_implicit_headers_on_a_torch_without_it_is_refused_with_the_reason(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(buildcache, "HAS_NO_IMPLICIT_HEADERS", False)
+    monkeypatch.setattr(requests, "HAS_NO_IMPLICIT_HEADERS", False)
+    loader = CachedLoader(tmp_path, "cpu", "float32", builder=lambda spec, key: pytest.fail())
+    with pytest.raises(BuildFailed, match="no no_implicit_headers argument"):
+        loader("m", "int f();", functions=["f"], no_implicit_headers=True)
+    spec = SPEC.model_copy(update={"implicit_headers": False})
+    assert any(
+        "no_implicit_headers" in reason for reason in ParentBuilder.problems(spec, "cpu", "float32")
+    )
 
 
 # --- the attacks, for real ------------------------------------------------------------------------

@@ -300,3 +300,34 @@ def test_the_generated_test_passes_and_fails_without_the_fallback(checkout, cach
     assert broken.returncode == 1, broken.stdout[-3000:]
     assert "1 failed, 1 passed" in broken.stdout
     assert "test_model_kernelpilot_trains_like_the_original" in broken.stdout
+
+
+def test_a_torch_without_no_implicit_headers_builds_the_kernel_with_its_headers(
+    tmp_path, monkeypatch
+):
+    """torch before 2.8 has no ``no_implicit_headers``; the shipped cache builds a candidate
+    that passes it (kernelpilot's CUDA kernels, which include what they use) with torch's
+    headers put first, instead of failing on the argument."""
+    from bot.pr.shipped import kernel_cache
+
+    received: dict = {}
+
+    class Called(Exception):
+        pass
+
+    def load_inline_of_torch_2_7(
+        name, cpp_sources, cuda_sources=None, functions=None, extra_cflags=None,
+        extra_cuda_cflags=None, extra_ldflags=None, extra_include_paths=None,
+        build_directory=None, verbose=False, with_cuda=None, is_python_module=True,
+        with_pytorch_error_handling=True, keep_intermediates=True, use_pch=False,
+    ):  # fmt: skip
+        received.update(name=name, functions=functions, build_directory=build_directory)
+        raise Called
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    serve = kernel_cache._CachedLoadInline(load_inline_of_torch_2_7)
+    with pytest.raises(Called):
+        serve("m", "#include <torch/extension.h>\nint f();", functions=["f"],
+              no_implicit_headers=True)  # fmt: skip
+    assert received["name"] == "m" and received["functions"] == ["f"]
+    assert str(tmp_path) in received["build_directory"]

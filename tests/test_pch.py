@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.builds.cache import CPU_CFLAGS, CPU_LDFLAGS, spec_key
-from harness.builds.pch import CUDA_HOST_CFLAGS, HEADER, pch_key
+from harness.builds.pch import CUDA_HOST_CFLAGS, HEADER, HEADER_LINE, pch_key
 from harness.builds.requests import ParentBuilder
 from harness.builds.store import BuildSpec
 from harness.config import EvalConfig
@@ -54,6 +54,17 @@ def test_builds_after_the_first_use_the_precompiled_headers(tmp_path):
     cuda = BuildSpec(cpp="", cflags=CUDA_HOST_CFLAGS, device="cuda", arch="9.0")
     assert pch_key(cuda) not in (None, pch_key(first))
     assert pch_key(cuda.model_copy(update={"cflags": [*CUDA_HOST_CFLAGS, "-DN=1"]})) is None
+
+    # a C++ file that includes what it uses is served only where it begins with the header's
+    # line: otherwise the precompiled header would decide whether it compiles at all
+    bare = spec(5).model_copy(update={"implicit_headers": False})
+    assert pch_key(bare) is None and store.headers(bare) is None
+    assert "was not declared" in (store.library(bare, spec_key(bare)).error or "")
+    own = bare.model_copy(update={"cpp": f"\n{HEADER_LINE}{bare.cpp}"})
+    assert pch_key(own) == pch_key(first)
+    built = store.library(own, spec_key(own))
+    assert built.error is None, built.error
+    assert f"-include {folder / HEADER}" in (tmp_path / built.key / "build.ninja").read_text()
 
     # changed after it was made: not used (the build reads torch's headers as text)
     with (folder / f"{HEADER}.gch").open("r+b") as handle:

@@ -15,9 +15,10 @@ one-line header and the flags torch's first build of that kind used, never a can
 hash-checked before a build uses it, and given to the compiler's sandbox read-only.
 
 Only builds with the base host flags use one (a candidate's ``-D``/``-U``/``-std`` flags change
-what the header means; those build as before). The header goes in with ``-include``: where GCC finds
-the precompiled file unusable it reads the header as text, so a build never depends on
-the precompiled one being right, only its time does.
+what the header means; those build as before), and of a candidate that includes its own headers
+(``no_implicit_headers``) only a C++ file that begins with the header's line. The header goes
+in with ``-include``: where GCC finds the precompiled file unusable it reads the header as
+text, so a build never depends on the precompiled one being right, only its time does.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ if TYPE_CHECKING:  # the store imports this module
     from harness.builds.store import BuildSpec
 
 HEADER = "kp_torch.h"
+HEADER_LINE = "#include <torch/extension.h>\n"  # the header's one line, as load_inline puts it
 NINJA_FILE = "build.ninja"
 # Fixed on cpu, whatever the candidate asks (it may only ask for allowed flags): the same
 # candidate then always hashes to the same build (harness.builds.cache), and a spec with exactly
@@ -48,8 +50,12 @@ BASE_CFLAGS = {"cpu": CPU_CFLAGS, "cuda": CUDA_HOST_CFLAGS}
 
 def pch_key(spec: BuildSpec) -> str | None:
     """The precompiled header ``spec`` can use, by its device and flags and this torch and
-    Python; None where the candidate added host flags of its own."""
+    Python; None where the candidate added host flags of its own, or where its C++ file does not
+    begin with what the header holds: with ``no_implicit_headers`` it may define a macro before
+    torch's headers, or not include them at all, and the build would then depend on the header."""
     if spec.cflags != BASE_CFLAGS.get(spec.device):
+        return None
+    if not spec.implicit_headers and not spec.cpp.lstrip().startswith(HEADER_LINE):
         return None
     payload = json.dumps(
         [torch.__version__, os.path.dirname(torch.__file__), sys.version_info[:2], spec.device,
@@ -82,7 +88,7 @@ def ninja_command(build_dir: Path) -> tuple[str, list[str]] | None:
 def precompile(compiler: str, flags: list[str], folder: Path) -> str | None:
     """Compile the header into ``folder`` (``HEADER`` and ``HEADER.gch``); the compiler's
     output where it failed."""
-    (folder / HEADER).write_text("#include <torch/extension.h>\n")
+    (folder / HEADER).write_text(HEADER_LINE)
     command = [*shlex.split(compiler), "-x", "c++-header", HEADER, "-o", f"{HEADER}.gch", *flags]
     done = subprocess.run(command, cwd=folder, capture_output=True, text=True)
     if done.returncode != 0:

@@ -14,9 +14,15 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
 from pydantic import ValidationError
 
-from harness.builds.cache import cuda_flag_problems, flag_problems, spec_key
+from harness.builds.cache import (
+    HAS_NO_IMPLICIT_HEADERS,
+    cuda_flag_problems,
+    flag_problems,
+    spec_key,
+)
 from harness.builds.compile_worker import CompileJob
 from harness.builds.store import BuildSpec, BuildStore, Built
 from harness.sandbox import lifetime
@@ -70,6 +76,10 @@ class ParentBuilder:
         reasons += check_native(spec.cpp + "\n" + spec.cuda, dtype)
         reasons += flag_problems([*spec.cflags, *spec.cuda_flags, *spec.ldflags])
         reasons += cuda_flag_problems(spec.cuda_flags)
+        if not spec.implicit_headers and not HAS_NO_IMPLICIT_HEADERS:
+            reasons.append(
+                f"no_implicit_headers: load_inline of torch {torch.__version__} has none"
+            )
         return reasons
 
     def _compile(
