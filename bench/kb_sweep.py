@@ -33,8 +33,8 @@ seconds, so a run under a time limit ends on its own.
 
     python -m bench kb-sweep [PROBLEM.py ...] [--device cuda|cpu] [--out FILE] [--resume]
         [--limit-s S] [--scale-down N] [--candidate copy|offline] [--prebuild] [--verbose]
-        [--beside N] [--work-dir DIR]
-    python -m bench kb-sweep --table OUT.json ...   # a markdown table of what ran
+        [--beside N] [--work-dir DIR] [--plot PNG]
+    python -m bench kb-sweep --table OUT.json ... [--plot PNG]   # a markdown table of what ran
 
 Its parts: ``kb_problem.py`` (one problem's steps, the prebuild), ``kb_copy_candidate.py``
 (the copy candidate), ``device_memory.py`` (the peaks), ``kb_sweep_rows.py`` (the rows, the
@@ -62,6 +62,7 @@ import click
 
 from bench.device_memory import MemoryPeak
 from bench.kb_files import kill_children, problem_name, scaled_copy
+from bench.kb_plot import plot_speedups
 from bench.kb_problem import prebuild, sweep_problem
 from bench.kb_sweep_rows import (
     SweepRow,
@@ -217,6 +218,9 @@ def sweep(args: SweepOptions) -> list[SweepRow]:
               metavar="JSON",
               help="Run nothing: print the rows of this --out file (repeatable) as a markdown "
               "table, then the summary.")  # fmt: skip
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), metavar="PNG",
+              help="Also draw the ok candidates' speedups (vs torch.compile, sorted; vs eager "
+              "as dots) into this PNG, with their geometric means.")  # fmt: skip
 @click.option("--verbose", is_flag=True,
               help="Print the evaluator's progress lines as they come.")  # fmt: skip
 @click.option("--beside", type=click.IntRange(min=0), default=0, metavar="N",
@@ -224,7 +228,7 @@ def sweep(args: SweepOptions) -> list[SweepRow]:
               "out of memory then is run again by --resume).")  # fmt: skip
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="Where the case files go (default: the system temp).")  # fmt: skip
-def cli(problems: tuple[Path, ...], tables: tuple[Path, ...], **options) -> None:
+def cli(problems: tuple[Path, ...], tables: tuple[Path, ...], plot: Path | None, **options) -> None:
     """Every KernelBench level-1 and level-2 problem through the harness, one at a time."""
     # SIGTERM as SIGINT: the sweep ends through its finally blocks, workers stopped, rows kept.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -233,6 +237,7 @@ def cli(problems: tuple[Path, ...], tables: tuple[Path, ...], **options) -> None
         print(table(rows))
         print()
         print(summary(rows))
+        _plot(rows, plot)
         return
     if options["resume"] and options["out"] is None:
         raise click.UsageError("--resume reads the rows of --out: give --out FILE")
@@ -243,3 +248,11 @@ def cli(problems: tuple[Path, ...], tables: tuple[Path, ...], **options) -> None
         print(table(rows))
         print()
     print(summary(rows))
+    _plot(rows, plot)
+
+
+def _plot(rows: list[SweepRow], path: Path | None) -> None:
+    if path is None:
+        return
+    count = plot_speedups(rows, path)
+    print(f"plotted {count} problems into {path}" if count else "no ok candidate to plot")
