@@ -51,6 +51,9 @@ def node_feedback(tree: Tree, node: Node) -> str:
         if breakdown:
             lines.append(f"One profiled call of {name}, what the kernel is up against ({unit}):")
             lines += _breakdown(breakdown)
+    if result.device_us:
+        summed = ", ".join(f"{name} {us:.1f} us" for name, us in result.device_us.items())
+        lines.append(f"Device time of those calls, kernels summed: {summed}.")
     if kernel and eager:
         lines += baseline_rates(result, {"eager": eager, "torch.compile": compiled})
     failed = [f"{check.name}: {check.detail}" for check in result.checks if not check.passed]

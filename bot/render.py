@@ -48,6 +48,39 @@ def _speedup(verdict: Verdict | None, review: bool) -> str:
     return f"{verdict.speedup:.2f}x{beyond_noise(verdict)}"
 
 
+# Device time "differs" from call time beyond this share of the call (issue 27, goal 4).
+DEVICE_TIME_GAP = 0.10
+
+
+def device_time_line(row: TargetReport) -> str | None:
+    """cuda: one profiled call's device time (its kernels summed) beside the median call time,
+    for kernelpilot and each baseline, where any of them differ by more than DEVICE_TIME_GAP;
+    and which of the two the verdicts were judged on."""
+    device_us = row.result.device_us if row.result else {}
+    calls = {
+        "kernelpilot": row.timings.candidate,
+        "eager": row.timings.eager,
+        "torch.compile": row.timings.compiled,
+    }
+    pairs = [
+        (name, device_us[name], stats.median_ms * 1e3)
+        for name, stats in calls.items()
+        if name in device_us and stats is not None and stats.median_ms > 0
+    ]
+    if all(abs(device / call - 1) <= DEVICE_TIME_GAP for _, device, call in pairs):
+        return None  # no pair, or none that differs
+    shown = ", ".join(f"{name} {_us(device)} (call {_us(call)})" for name, device, call in pairs)
+    return (
+        f"Device time of one profiled call, its kernels summed: {shown}. The speedups are "
+        "judged on call time: the harness's timer, the median call, launches and host work "
+        "included."
+    )
+
+
+def _us(microseconds: float) -> str:
+    return f"{microseconds:,.1f} µs" if microseconds < 100 else f"{microseconds:,.0f} µs"
+
+
 def _error(row: TargetReport) -> str:
     error = row.result.max_abs_error if row.result else None
     return "-" if error is None else f"{error:.2e}"
@@ -80,6 +113,8 @@ def render_terminal(report: Report) -> str:
     for row in report.targets:
         if row.reason:
             lines.append(f"{row.target}: {row.reason}")
+        if device := device_time_line(row):
+            lines.append(f"{row.target}: {device}")
         if row.timings.compile_baseline_error:
             lines.append(
                 f"{row.target}: torch.compile baseline not measured: "
@@ -119,6 +154,8 @@ def render_markdown(report: Report) -> str:
         lines += ["", f"### {md.plain(row.target, 200)}: {md.plain(row.status.value, 40)}"]
         if row.reason:
             lines += ["", *md.fenced(row.reason, "text", limit=8000)]
+        if device := device_time_line(row):
+            lines += ["", device]
         if row.needs_review:
             lines.append(
                 "**Speedup above 10x: a human should review this kernel before trusting it.**"

@@ -161,6 +161,12 @@ class EvalResult(BaseModel):
         description="The same for one call of each baseline: eager, torch.compile (what a plan "
         "is up against).",
     )
+    device_us: dict[str, float] = Field(
+        default_factory=dict,
+        description="cuda: the device time of one profiled call, its kernels summed "
+        "(microseconds), by who ran it: kernelpilot, eager, torch.compile. The verdicts are "
+        "judged on call time (timings), not on these.",
+    )
     phase_seconds: dict[str, float] = Field(
         default_factory=dict,
         description="Where its evaluation's wall time went: build, check, timing, ...",

@@ -303,3 +303,53 @@ def test_the_spend_survives_report_json_and_refuses_what_is_not_a_count():
     data["spend"]["total"]["cost_usd"], data["spend"]["total"]["cached_tokens"] = 0.1, -5
     with pytest.raises(ValueError):
         TargetReport.model_validate_json(json.dumps(data))
+
+
+def test_device_time_stands_beside_call_time_where_they_differ_and_the_report_says_which_judged():
+    """cuda (issue 27, goal 4): a small problem's call is mostly launches and host work; the
+    report shows each one's device time beside its call time, and that call time judged."""
+    from bot.pr.comment import render_comment
+    from tests.rows import measured_row
+    from tests.test_comment import results
+
+    def row(**device_us: float) -> TargetReport:
+        fields = {
+            "device": "cuda",
+            "device_us": {k.replace("_", "."): v for k, v in device_us.items()},
+        }
+        return measured_row("m.py:Block", result_fields=fields, device="cuda")
+
+    launch_bound = row(kernelpilot=40.0, eager=310.0, torch_compile=120.0)
+    line = render.device_time_line(launch_bound)
+    assert line is not None
+    # the rows' calls: kernelpilot 0.5 ms, eager 1.0 ms, torch.compile 0.8 ms
+    assert "kernelpilot 40.0 µs (call 500 µs)" in line and "eager 310 µs (call 1,000 µs)" in line
+    assert "torch.compile 120 µs (call 800 µs)" in line and "judged on call time" in line
+    report = Report(targets=[launch_bound])
+    for shown in (render_terminal(report), render_markdown(report)):
+        assert line in shown
+    assert line in render_comment(results(launch_bound))
+
+    close = row(kernelpilot=480.0, eager=960.0, torch_compile=790.0)  # within 10%
+    assert render.device_time_line(close) is None
+    assert render.device_time_line(row()) is None  # cpu, or no profile: nothing to say
+
+
+def test_device_time_is_the_kernels_summed_without_the_forwards_own_range():
+    """The profile holds the forward's range as a span on the device too (from its first
+    kernel to its last, gaps included): summed with the kernels it would count them twice."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from harness.workers.profiling import FORWARD_RANGE, device_total_us
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    events = [
+        SimpleNamespace(key=FORWARD_RANGE, device_type=cuda, device_time_total=3315.6),
+        SimpleNamespace(key="conv", device_type=cuda, device_time_total=1212.4),
+        SimpleNamespace(key="fused_0_fast", device_type=cuda, device_time_total=904.1),
+        SimpleNamespace(key="aten::empty", device_type=cpu, device_time_total=50.0),
+        SimpleNamespace(key="memset", device_type=cuda, device_time_total=0.0),
+    ]
+    assert device_total_us(events) == pytest.approx(2116.5)

@@ -187,6 +187,13 @@ def test_the_planner_is_told_how_close_the_kernel_is_to_the_devices_ceilings():
     assert "One profiled call of eager, what the kernel is up against" in text
     assert "900.0 us  aten::gelu" in text and "700.0 us  triton_poi_fused_gelu_0" in text
     assert "On the same bytes: eager 1000 GB/s, torch.compile 1250 GB/s." in text
+    assert "Device time" not in text  # measured on cuda only
+    result.device_us = {"kernelpilot": 480.0, "eager": 900.0, "torch.compile": 700.0}
+    text = node_feedback(tree, tree.nodes["0.1"])
+    assert (
+        "Device time of those calls, kernels summed: kernelpilot 480.0 us, eager 900.0 us, "
+        "torch.compile 700.0 us." in text
+    )
 
 
 def test_on_cuda_a_candidate_is_checked_while_the_next_ones_still_build():

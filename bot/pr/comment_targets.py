@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bot import markdown as md
 from bot.pr.fit import Noun, Piece, Stage, Version
-from bot.render import Column, beyond_noise, markdown_table
+from bot.render import Column, beyond_noise, device_time_line, markdown_table
 from bot.report import Report, TargetReport, TargetStatus
 from harness.records import TimingStats, Verdict
 
@@ -94,6 +94,8 @@ def _section(
     lines = ["", "<details>", f"<summary>{summary}</summary>", ""]
     if row.reason:
         lines += md.fenced(row.reason, "text", limit=4000)
+    if device := device_time_line(row):
+        lines += [device, ""]
     if plan_and_checks:
         if row.plan:
             lines += ["**Plan**", "", *md.fenced(row.plan, "text", limit=4000)]

@@ -89,6 +89,7 @@ def timed_result(
     result.timings = report.timings
     result.time_breakdown = report.time_breakdown
     result.baseline_breakdowns = report.baseline_breakdowns
+    result.device_us = report.device_us
     if result.status is Status.ok:
         judge_timing(result, config)
     # Each worker that got as far as to check counts; a timing worker that died does not.

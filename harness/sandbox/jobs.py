@@ -160,6 +160,11 @@ class CandidateReport(BaseModel):
         default_factory=dict,
         description="The same for one call of each baseline (eager, torch.compile), after timing.",
     )
+    device_us: dict[str, float] = Field(
+        default_factory=dict,
+        description="cuda: the device time of those profiled calls, their kernels summed "
+        "(microseconds), for the candidate and each baseline.",
+    )
 
 
 class CompileReport(BaseModel):

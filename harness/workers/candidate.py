@@ -186,7 +186,7 @@ def run_time(job: WorkerJob, job_dir: Path, builder: Builder) -> CandidateReport
         # attached unless kineto is told to tear it down): taken before timing, a CUDA one
         # made eager beside the candidate 1.6-2x slower than eager alone on an H100.
         _check_profile(job, model, report)
-        report.baseline_breakdowns = _baseline_profiles(job, state, compiled)
+        report.baseline_breakdowns = _baseline_profiles(job, state, compiled, report.device_us)
         clock.lap("profile")
         report.phase_seconds = phases
         return report
@@ -258,11 +258,11 @@ def _failed(
 
 
 def _baseline_profiles(
-    job: WorkerJob, state: dict, compiled: Callable | str | None
+    job: WorkerJob, state: dict, compiled: Callable | str | None, device_us: dict[str, float]
 ) -> dict[str, list[tuple[str, float]]]:
     """Where one call of eager and of the compiled baseline spends its time (kernels on cuda,
     operators on cpu), profiled after the timing like the candidate's: what a plan is up
-    against."""
+    against. On cuda each one's device time goes into ``device_us`` too."""
     baselines: dict[str, Callable] = {"eager": reference_copy(job, state)}
     if callable(compiled):
         baselines["torch.compile"] = compiled
@@ -277,6 +277,8 @@ def _baseline_profiles(
             except Exception:  # a baseline's own failure: no breakdown of it, nothing judged
                 continue
             found[name] = profile.breakdown
+            if profile.device_us is not None:
+                device_us[name] = profile.device_us
     return found
 
 
@@ -291,6 +293,8 @@ def _check_profile(job: WorkerJob, model, report: CandidateReport) -> None:
             bound(model, job.problem.input_keywords), inputs, job.problem.device
         )
     report.time_breakdown = profile.breakdown
+    if profile.device_us is not None:
+        report.device_us["kernelpilot"] = profile.device_us
     report.cuda_kernels = sorted(set(profile.cuda_kernels))
     problem = profiling.pytorch_compute_problems(profile.aten_ops, job.reference_ops)
     if problem:

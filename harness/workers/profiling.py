@@ -170,10 +170,12 @@ class OpProfile:
         aten_ops: list[str],
         cuda_kernels: list[str],
         breakdown: list[tuple[str, float]] | None = None,
+        device_us: float | None = None,
     ) -> None:
         self.aten_ops = aten_ops
         self.cuda_kernels = cuda_kernels
         self.breakdown = breakdown or []
+        self.device_us = device_us  # the call's kernels' device time summed (cuda only)
 
 
 BREAKDOWN_ROWS = 8
@@ -200,6 +202,21 @@ def time_breakdown(prof, device: str) -> list[tuple[str, float]]:
 FORWARD_RANGE = "kernelpilot::forward"
 
 
+def device_total_us(events) -> float:
+    """The device time of a profiled call's kernels, summed (µs): what the GPU spent on it,
+    without the launches, the host's work or the gaps between kernels. ``events``: a profile's
+    ``key_averages()``; the forward's own range is a span, not a kernel, and is left out."""
+    return float(
+        sum(
+            event.device_time_total
+            for event in events
+            if event.device_type == torch.autograd.DeviceType.CUDA
+            and event.key != FORWARD_RANGE
+            and event.device_time_total > 0
+        )
+    )
+
+
 def profile_forward(fn, inputs: list, device: str, kernels: bool = True) -> OpProfile:
     """One call of ``fn`` profiled: its aten ops, and on cuda (with ``kernels``) its CUDA
     kernels. CUDA activity starts CUPTI (seconds, once per process) and leaves it attached."""
@@ -212,7 +229,8 @@ def profile_forward(fn, inputs: list, device: str, kernels: bool = True) -> OpPr
         if device == "cuda":
             torch.cuda.synchronize()
     launched = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return OpProfile(forward_ops(prof), launched, time_breakdown(prof, device))
+    device_us = device_total_us(prof.key_averages()) if device == "cuda" and kernels else None
+    return OpProfile(forward_ops(prof), launched, time_breakdown(prof, device), device_us)
 
 
 def forward_ops(prof) -> list[str]:
