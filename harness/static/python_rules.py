@@ -71,7 +71,8 @@ FORBIDDEN_CALLS = {
 }
 # Attribute names whose use means reaching around the harness or under the hood of tensors.
 FORBIDDEN_ATTRIBUTES = {
-    "data_ptr": "reads a raw pointer in Python (caching keyed on addresses)",
+    "data_ptr": "reads a raw pointer in Python (caching keyed on addresses; C++'s in kernel "
+    "sources is fine)",
     "untyped_storage": "reaches tensor storage directly",
     "storage": "reaches tensor storage directly",
     "set_": "swaps tensor storage",
