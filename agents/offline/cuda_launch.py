@@ -2,8 +2,8 @@
 kernel's launcher in the ``.cu`` file, which picks the kernel variant and the element type.
 
 The ``.cu`` file includes no ATen or torch header (c10's ``Half`` and ``BFloat16`` only), so
-nvcc compiles the kernels alone: 2-3 s on the 2-core machine, against 40 s with ATen's headers
-(bench/BENCHMARKS.md, "Candidate builds"). The host wrapper, with ATen, is the C++ file, which
+nvcc compiles the kernels alone: 3-4 s on the 2-core machine, against 38-40 s with ATen's
+headers (bench/BENCHMARKS.md, section 24). The host wrapper, with ATen, is the C++ file, which
 torch's headers precompiled serve (``harness.builds.pch``). The two files share ``LAUNCH`` as
 text; pointers cross as ``void*`` and the element type as a ``kp::DType``, so no ATen type is
 named on both sides.
