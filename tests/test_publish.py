@@ -288,7 +288,8 @@ VERDICT = {"speedup": 2.0, "noise_floor": 0.05, "faster": True, "slower": False,
     ("field", "value"),
     [("vs_eager.speedup", 48.0), ("timings.eager_beside.median_ms", float("nan")),
      ("timings.candidate.median_ms", -1.0), ("timings.eager_beside.iqr_ms", float("inf")),
-     ("vs_compile", VERDICT), ("max_abs_error", -1.0)],
+     ("vs_compile", VERDICT), ("max_abs_error", -1.0), ("device_us.eager", -5.0),
+     ("device_us.eager", float("nan"))],
 )  # fmt: skip
 def test_numbers_that_are_not_finite_or_contradict_the_times_are_refused(
     project, fake_github, tmp_path, field, value

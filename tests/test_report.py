@@ -336,8 +336,9 @@ def test_device_time_stands_beside_call_time_where_they_differ_and_the_report_sa
 
 
 def test_device_time_is_the_kernels_summed_without_the_forwards_own_range():
-    """The profile holds the forward's range as a span on the device too (from its first
-    kernel to its last, gaps included): summed with the kernels it would count them twice."""
+    """The profile holds user ranges as spans on the device too (the forward's, and
+    torch.compile's around each graph call; from the first kernel to the last, gaps included):
+    summed with the kernels they would count them twice."""
     from types import SimpleNamespace
 
     import torch
@@ -346,10 +347,20 @@ def test_device_time_is_the_kernels_summed_without_the_forwards_own_range():
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
     events = [
-        SimpleNamespace(key=FORWARD_RANGE, device_type=cuda, device_time_total=3315.6),
+        SimpleNamespace(
+            key=FORWARD_RANGE, device_type=cuda, device_time_total=3315.6, is_user_annotation=True
+        ),
+        # torch.compile's graph call: a user annotation of another name, a span on the device
+        SimpleNamespace(
+            key="## Call CompiledFxGraph fx1 ##",
+            device_type=cuda,
+            device_time_total=2116.0,
+            is_user_annotation=True,
+        ),
         SimpleNamespace(key="conv", device_type=cuda, device_time_total=1212.4),
         SimpleNamespace(key="fused_0_fast", device_type=cuda, device_time_total=904.1),
         SimpleNamespace(key="aten::empty", device_type=cpu, device_time_total=50.0),
         SimpleNamespace(key="memset", device_type=cuda, device_time_total=0.0),
     ]
     assert device_total_us(events) == pytest.approx(2116.5)
+    assert device_total_us(events[:1]) is None  # no kernel recorded: nothing to say

@@ -202,6 +202,8 @@ def _numbers(row: TargetReport) -> dict[str, float | None]:
         "rel_error": result.rel_error if result else None,
         "cost_usd": row.cost_usd,
     }
+    if result is not None:
+        numbers |= {f"device_us.{name}": value for name, value in result.device_us.items()}
     for name in Timings.model_fields:
         stats = getattr(row.timings, name)
         if isinstance(stats, TimingStats):

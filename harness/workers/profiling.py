@@ -187,7 +187,7 @@ def time_breakdown(prof, device: str) -> list[tuple[str, float]]:
     rows = []
     for event in prof.key_averages():
         if device == "cuda":
-            if event.device_type != torch.autograd.DeviceType.CUDA:
+            if not _is_kernel(event):
                 continue
             spent = event.device_time_total
         else:
@@ -202,18 +202,23 @@ def time_breakdown(prof, device: str) -> list[tuple[str, float]]:
 FORWARD_RANGE = "kernelpilot::forward"
 
 
-def device_total_us(events) -> float:
+def device_total_us(events) -> float | None:
     """The device time of a profiled call's kernels, summed (µs): what the GPU spent on it,
-    without the launches, the host's work or the gaps between kernels. ``events``: a profile's
-    ``key_averages()``; the forward's own range is a span, not a kernel, and is left out."""
-    return float(
-        sum(
-            event.device_time_total
-            for event in events
-            if event.device_type == torch.autograd.DeviceType.CUDA
-            and event.key != FORWARD_RANGE
-            and event.device_time_total > 0
-        )
+    without the launches, the host's work or the gaps between kernels; None where no kernel
+    was recorded. ``events``: a profile's ``key_averages()``."""
+    total = sum(event.device_time_total for event in events if _is_kernel(event))
+    return float(total) if total > 0 else None
+
+
+def _is_kernel(event) -> bool:
+    """A kernel's (or a copy's) device time, not a range's: the forward's own range and
+    torch.compile's "## Call CompiledFxGraph ##" are user annotations, which the profiler shows
+    on the device too, as spans from their first kernel to their last."""
+    return (
+        event.device_type == torch.autograd.DeviceType.CUDA
+        and not getattr(event, "is_user_annotation", False)
+        and event.key != FORWARD_RANGE
+        and event.device_time_total > 0
     )
 
 
