@@ -1,6 +1,7 @@
 """The KernelBench sweep's speedups as a PNG (issue 27, goal 6): one bar per problem whose
 candidate was ok, its speedup over torch.compile, sorted, on a log scale with 1.0x marked, and
-eager's speedup as a dot on the same problem; the title holds the geometric means.
+eager's speedup as a dot on the same problem; the title holds the geometric means, both over
+those problems (an ok candidate without a torch.compile time is not shown, nor counted).
 
     python -m bench kb-sweep --table OUT.json --plot speedups.png
 """
