@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.builds.cache import CPU_CFLAGS, CPU_LDFLAGS, CachedLoader, build_key
+from harness.builds.cache import CPU_CFLAGS, CPU_LDFLAGS, CachedLoader
+from harness.builds.store import BuildSpec
 from harness.static.python import GateRejection
 from harness.static.symbols import symbol_problems
 
@@ -153,11 +154,12 @@ def test_a_library_is_checked_before_it_is_loaded(tmp_path):
         "torch::Tensor same(torch::Tensor x) { return x; }\n"
     )
     loader = CachedLoader(tmp_path, "cpu", "float32")
-    key = build_key(cpp, "", ["same"], CPU_CFLAGS, [], CPU_LDFLAGS, "cpu")
+    spec = BuildSpec(cpp=cpp, functions=["same"], cflags=list(CPU_CFLAGS),
+                     ldflags=list(CPU_LDFLAGS), device="cpu")  # fmt: skip
     # _build is below the source check (which would catch setenv by name): the binary's
     # imported symbols alone must stop it.
     with pytest.raises(GateRejection, match="setenv"):
-        loader._build(key, cpp, "", ["same"], CPU_CFLAGS, [], CPU_LDFLAGS)
+        loader._build(spec)
     assert _libc_getenv(marker) is None
 
 
