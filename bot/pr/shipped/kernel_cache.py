@@ -80,11 +80,12 @@ class _CachedLoadInline:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         real = self._kernelpilot_real
-        if "no_implicit_headers" not in inspect.signature(real).parameters:
+        signature = inspect.signature(real)
+        if "no_implicit_headers" not in signature.parameters:
             # torch before 2.8: its headers go first in each source, which sources that include
             # what they use still build with (kernelpilot's CUDA kernels are written so)
             kwargs.pop("no_implicit_headers", None)
-        bound = inspect.signature(real).bind(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         arguments = dict(bound.arguments)
         if not arguments.get("is_python_module", True):
