@@ -115,7 +115,7 @@ def table(record: BenchmarkRecord) -> str:
     "--set",
     "setting",
     required=True,
-    help="NAME=V1,V2,...: a kp:: constant of the candidate's .cu file and the values to try.",
+    help="NAME=V1,V2,...: a `constexpr int` of the candidate's sources and the values to try.",
 )
 @click.option("--calls", default=5, show_default=True, help="Profiled calls per variant.")
 @out_option

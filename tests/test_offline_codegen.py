@@ -150,6 +150,7 @@ def test_cuda_candidate_source(tmp_path: Path) -> None:
         "__global__ void fused_0_fast",
         "__global__ void fused_0_general",
         "<<<l.blocks, l.threads, l.shared, l.stream>>>",
+        "__global__ void fused_0_rowwise",
         "int fused_0_launch(const kp::Launch& l)",
         "kp::load_vec<VEC>",
         "tanhf(x)",

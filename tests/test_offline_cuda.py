@@ -35,6 +35,11 @@ from tests.test_offline_proposer import (
 
 pytestmark = pytest.mark.gpu
 
+# The per-channel epilogue on larger images, whose rows (a channel's image, in vectors of 4
+# floats) are long enough for the rowwise kernel: one row's threads outrun it in its one block
+# (915 vectors in 256 threads' 1024), the other's spread over three blocks, the last part empty.
+LONG_ROWS = {"channel_rows_61": (60, 61), "channel_rows_100": (100, 100)}
+
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Callable[[str], tuple[Problem, types.ModuleType]]:
@@ -43,6 +48,9 @@ def built(tmp_path_factory) -> Callable[[str], tuple[Problem, types.ModuleType]]
     targets = {name: str(ROOT / target) for name, target in EXAMPLES.items()}
     targets["kitchen_sink"] = str(write_module(directory, "kitchen_sink", KITCHEN_SINK))
     targets["channel_epilogue"] = str(write_module(directory, "channel_epilogue", CHANNEL_EPILOGUE))
+    for name, (height, width) in LONG_ROWS.items():
+        source = CHANNEL_EPILOGUE.replace("12, 12", f"{height}, {width}")
+        targets[name] = str(write_module(directory, name, source))
     loader = CachedLoader(directory / "cache", "cuda", "float32")
 
     @functools.cache
@@ -115,5 +123,26 @@ def test_per_channel_operands_on_cuda(built) -> None:
     }
     with torch.no_grad():
         for name, inputs in cases.items():
-            torch.testing.assert_close(fused(inputs), reference(inputs), rtol=1e-5, atol=1e-5,
-                                       msg=name)  # fmt: skip
+            got, kernels = _profiled(fused, inputs)
+            torch.testing.assert_close(got, reference(inputs), rtol=1e-5, atol=1e-5, msg=name)
+            assert "_rowwise" not in kernels, (name, kernels)  # rows of 36 vectors
+
+
+@pytest.mark.parametrize("name", list(LONG_ROWS))
+def test_per_channel_operands_on_long_rows_take_the_rowwise_kernel(built, name: str) -> None:
+    problem, candidate = built(name)
+    reference, fused = _on_cuda(problem, candidate, seed=9)
+    (x,) = _cuda(make_inputs(problem.model_copy(update={"device": "cpu"}), seed=9))
+    with torch.no_grad():
+        for images in (x, x[:1], torch.cat([x, x, x])):
+            got, kernels = _profiled(fused, images)
+            torch.testing.assert_close(got, reference(images), rtol=1e-5, atol=1e-5)
+            assert "_rowwise" in kernels, kernels
+
+
+def _profiled(module: torch.nn.Module, inputs: torch.Tensor) -> tuple[torch.Tensor, str]:
+    """The module's output, and the names of the CUDA kernels its call ran."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        got = module(inputs)
+        torch.cuda.synchronize()
+    return got, " ".join(event.name for event in prof.events())

@@ -12,7 +12,15 @@ are checked.
 from __future__ import annotations
 
 from agents.offline import cuda_launch
-from agents.offline.cuda_launch import GENERAL, HOST_LAUNCH, LAUNCH, SCALAR, VECTORIZED
+from agents.offline.cuda_launch import (
+    GENERAL,
+    GRID,
+    HOST_LAUNCH,
+    LAUNCH,
+    ROWWISE,
+    SCALAR,
+    VECTORIZED,
+)
 from agents.offline.cxx_common import (
     element_type,
     op_call,
@@ -86,9 +94,11 @@ __device__ __forceinline__ Vec<T, N> load_vec(const T* p) {
   return *reinterpret_cast<const Vec<T, N>*>(p);
 }
 
+// Vector number `vector` of `p`, indexed as vectors: nvcc then stores it in one instruction
+// (a store at `p + offset` it may split into N, where it cannot tell the offset's alignment).
 template <int N, typename T>
-__device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
-  *reinterpret_cast<Vec<T, N>*>(p) = v;
+__device__ __forceinline__ void store_vec(T* p, int64_t vector, const Vec<T, N>& v) {
+  reinterpret_cast<Vec<T, N>*>(p)[vector] = v;
 }
 
 }  // namespace kp
@@ -112,6 +122,8 @@ def cuda_sources(kernels: list[FusedKernel]) -> tuple[str, str]:
         device.append(op_function(kernel))
         if kernel.fast_path:
             device.append(_fast(kernel))
+            if not kernel.has_bool:
+                device.append(_rowwise(kernel))
         device += [_general(kernel), _launcher(kernel)]
         host.append(wrapper(kernel, _host(kernel), dispatch=False))
     return _joined(host), _joined(device)
@@ -143,32 +155,13 @@ def _fast(kernel: FusedKernel) -> str:
         "    const int64_t row = FLAT ? 0 : kp::quotient(base, cols);",
         "    const int64_t col = FLAT ? base : base - row * cols;",
         *_row_offsets(kernel),
+        *_vector(kernel),
     ]
-    lane_loads, tail_loads = [], []
-    for k, item in enumerate(kernel.inputs):
-        kind = element_type(item)
-        if item.contiguous_columns:
-            body.append(
-                f"    const kp::Vec<{kind}, VEC> x{k} = kp::load_vec<VEC>(in{k} + r{k} + col);"
-            )
-            lane_loads.append(f"kp::load(x{k}.val[i])")
-            tail_loads.append(f"kp::load(in{k}[r{k} + col])")
-        else:
-            body.append(f"    const float b{k} = kp::load(in{k}[r{k}]);")
-            lane_loads.append(f"b{k}")
-            tail_loads.append(f"kp::load(in{k}[r{k}])")
-    body += [
-        f"    kp::Vec<{element_type(item)}, VEC> y{j};" for j, item in enumerate(kernel.outputs)
-    ]
-    body += ["#pragma unroll", "    for (int i = 0; i < VEC; ++i) {"]
-    body += op_call(kernel, lane_loads, "      ")
-    body += [
-        f"      y{j}.val[i] = kp::store<{element_type(item)}>(o{j});"
-        for j, item in enumerate(kernel.outputs)
-    ]
-    body.append("    }")
-    body += [f"    kp::store_vec<VEC>(out{j} + base, y{j});" for j in range(len(kernel.outputs))]
     lines += [line if line.startswith("#") else f"  {line}" for line in body]
+    tail_loads = [
+        f"kp::load(in{k}[r{k} + col])" if item.contiguous_columns else f"kp::load(in{k}[r{k}])"
+        for k, item in enumerate(kernel.inputs)
+    ]
     lines += [
         "    }",
         "  }",
@@ -185,6 +178,94 @@ def _fast(kernel: FusedKernel) -> str:
         "}",
     ]
     return "\n".join(lines)
+
+
+def _rowwise(kernel: FusedKernel) -> str:
+    """The fast path for long rows: a block takes a stretch of one row, a thread
+    ``kp::kRowwiseItems`` vectors of it, a block's width apart, all loaded before any is
+    computed. The row, and each operand's offset in it, is found once per thread; the
+    grid-stride kernel finds them per vector, and took 1.2-1.7x Inductor's device time on conv
+    epilogues (bench/BENCHMARKS.md, section 24)."""
+    params = pointer_params(kernel, row_strides=True)
+    params += ["const int64_t cols", "const int64_t across"]
+    items = "kp::kRowwiseItems"
+    vector_loads = [
+        (k, element_type(item)) for k, item in enumerate(kernel.inputs) if item.contiguous_columns
+    ]
+    lines = [
+        "template <typename scalar_t, int VEC>",
+        f"__global__ void {kernel.name}_rowwise({', '.join(params)}) {{",
+        "  constexpr bool FLAT = false;",
+        "  const int64_t row = kp::quotient(blockIdx.x, across);",
+        "  const int64_t stretch = blockIdx.x - row * across;",
+        *_outdented(_row_offsets(kernel)),
+        *_outdented(_row_values(kernel)),
+        "  const int64_t vcols = cols / VEC;",
+        f"  const int64_t first = stretch * {items} * blockDim.x + threadIdx.x;",
+        *[f"  kp::Vec<{kind}, VEC> x{k}[{items}];" for k, kind in vector_loads],
+        "#pragma unroll",
+        f"  for (int item = 0; item < {items}; ++item) {{",
+        "    const int64_t col = (first + static_cast<int64_t>(item) * blockDim.x) * VEC;",
+        "    if (col >= cols) break;",
+        *[f"    x{k}[item] = kp::load_vec<VEC>(in{k} + r{k} + col);" for k, _ in vector_loads],
+        "  }",
+        "#pragma unroll",
+        f"  for (int item = 0; item < {items}; ++item) {{",
+        "    const int64_t vcol = first + static_cast<int64_t>(item) * blockDim.x;",
+        "    if (vcol >= vcols) break;",
+        *_computed(kernel, "[item]", "row * vcols + vcol"),
+        "  }",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
+def _outdented(lines: list[str]) -> list[str]:
+    """A loop body's lines (4 spaces in) at a function body's indentation."""
+    return [line.removeprefix("  ") for line in lines]
+
+
+def _row_values(kernel: FusedKernel) -> list[str]:
+    """The one value per row of each operand read that way, at its row offset ``r<k>``."""
+    return [
+        f"    const float b{k} = kp::load(in{k}[r{k}]);"
+        for k, item in enumerate(kernel.inputs)
+        if not item.contiguous_columns
+    ]
+
+
+def _vector(kernel: FusedKernel) -> list[str]:
+    """One vector's loads (at row offsets ``r<k>`` and column ``col``), ops and store (vector
+    ``v`` of each output), indented for a loop's body."""
+    body = _row_values(kernel)
+    for k, item in enumerate(kernel.inputs):
+        if item.contiguous_columns:
+            body.append(
+                f"    const kp::Vec<{element_type(item)}, VEC> x{k} = "
+                f"kp::load_vec<VEC>(in{k} + r{k} + col);"
+            )
+    return body + _computed(kernel, "", "v")
+
+
+def _computed(kernel: FusedKernel, which: str, vector: str) -> list[str]:
+    """The ops over loaded vectors ``x<k><which>`` (and row values ``b<k>``), and their
+    results stored as vector number ``vector`` of each output."""
+    lane_loads = [
+        f"kp::load(x{k}{which}.val[i])" if item.contiguous_columns else f"b{k}"
+        for k, item in enumerate(kernel.inputs)
+    ]
+    body = [
+        f"    kp::Vec<{element_type(item)}, VEC> y{j};" for j, item in enumerate(kernel.outputs)
+    ]
+    body += ["#pragma unroll", "    for (int i = 0; i < VEC; ++i) {"]
+    body += op_call(kernel, lane_loads, "      ")
+    body += [
+        f"      y{j}.val[i] = kp::store<{element_type(item)}>(o{j});"
+        for j, item in enumerate(kernel.outputs)
+    ]
+    body.append("    }")
+    body += [f"    kp::store_vec<VEC>(out{j}, {vector}, y{j});" for j in range(len(kernel.outputs))]
+    return body
 
 
 def _row_offsets(kernel: FusedKernel) -> list[str]:
@@ -218,9 +299,8 @@ def _general(kernel: FusedKernel) -> str:
 
 
 def _launcher(kernel: FusedKernel) -> str:
-    launch = "<<<l.blocks, l.threads, l.shared, l.stream>>>"
     general = (
-        f"{kernel.name}_general<scalar_t>{launch}("
+        f"{kernel.name}_general<scalar_t>{GRID}("
         + cuda_launch.kernel_args(
             kernel, False, [f"*static_cast<const kp::Geometry<{len(kernel.inputs)}>*>(l.geometry)",
                             "l.numel"],
@@ -232,9 +312,12 @@ def _launcher(kernel: FusedKernel) -> str:
     args = cuda_launch.kernel_args(kernel, True, ["l.numel", "l.cols"])
     variants = SCALAR if kernel.has_bool else VECTORIZED + SCALAR
     cases = [
-        (variant, f"{kernel.name}_fast<scalar_t, {width}, {flat}>{launch}({args})")
+        (variant, f"{kernel.name}_fast<scalar_t, {width}, {flat}>{GRID}({args})")
         for variant, width, flat in variants
     ]
+    if not kernel.has_bool:
+        rowwise = cuda_launch.kernel_args(kernel, True, ["l.cols", "l.across"])
+        cases.append((ROWWISE, f"{kernel.name}_rowwise<scalar_t, kVec>{GRID}({rowwise})"))
     return cuda_launch.launcher(kernel, cases, general)
 
 
@@ -259,6 +342,8 @@ def _host(kernel: FusedKernel) -> list[str]:
         f"  const bool vectorize = {_vectorizable(kernel)};",
         "  l.variant = (vectorize ? 0 : 2) + (flat ? 0 : 1);",
         "  l.blocks = kp::blocks_for(vectorize ? numel / kVec : numel);",
+        f"  if (!flat && vectorize && kp::rowwise_grid(plan.rows, plan.cols / kVec, l)) "
+        f"l.variant = {ROWWISE};",
         "  l.numel = numel;",
         "  l.cols = plan.cols;",
         *[f"  {line}" for line in cuda_launch.host_rows("plan")],

@@ -19,6 +19,9 @@ namespace kp {
 
 constexpr int kThreads = 256;
 
+// Vectors a thread of the rowwise variant takes, a block's width apart along its row.
+constexpr int kRowwiseItems = 4;
+
 // The element types a launcher is built for; the host wrapper passes its inputs' (dtype_code).
 enum DType : int { kF32 = 0, kF64 = 1, kF16 = 2, kBF16 = 3 };
 
@@ -39,6 +42,7 @@ struct Launch {
   int64_t numel = 0;
   int64_t rows = 0;
   int64_t cols = 0;
+  int64_t across = 1;  // the rowwise variant: blocks per row
   const void* geometry = nullptr;
 };
 
@@ -71,6 +75,24 @@ inline int64_t blocks_for(int64_t work) {
   return std::max<int64_t>(1, std::min<int64_t>((work + kThreads - 1) / kThreads, sms * 8));
 }
 
+// Rows of at least this many vectors get blocks of their own (the rowwise variant): a thread's
+// row, and so each operand's row offset, is found once for kRowwiseItems vectors.
+constexpr int kRowwiseVectors = 128;
+
+// The rowwise variant's grid for `rows` rows of `row_vectors` vectors: the fewest blocks across
+// a row, their threads a whole number of warps spread evenly over it. False where rows are too
+// short for it, or the grid too large.
+inline bool rowwise_grid(int64_t rows, int64_t row_vectors, Launch& l) {
+  const int64_t per_block = static_cast<int64_t>(kThreads) * kRowwiseItems;
+  const int64_t across = (row_vectors + per_block - 1) / per_block;
+  if (row_vectors < kRowwiseVectors || rows * across > 2147483647) return false;
+  const int64_t threads = ((row_vectors + across - 1) / across + kRowwiseItems - 1) / kRowwiseItems;
+  l.threads = static_cast<int>((threads + 31) / 32 * 32);
+  l.blocks = rows * across;
+  l.across = across;
+  return true;
+}
+
 }  // namespace kp
 """
 
@@ -78,6 +100,10 @@ inline int64_t blocks_for(int64_t work) {
 VECTORIZED = ((0, "kVec", "true"), (1, "kVec", "false"))
 SCALAR = ((2, "1", "true"), (3, "1", "false"))
 GENERAL = 4
+ROWWISE = 5  # pointwise, vectorized, blocks of their own per row (``kp::rowwise_grid``)
+
+# A kernel's launch as the Launch ``l`` says.
+GRID = "<<<l.blocks, l.threads, l.shared, l.stream>>>"
 
 
 def declaration(kernel: FusedKernel) -> str:

@@ -148,7 +148,7 @@ def cuda_row_kernel(kernel: FusedKernel) -> str:
         ],
         "      }",
         *[
-            f"      kp::store_vec<VEC>(out{j} + row * cols + col, y{j});"
+            f"      kp::store_vec<VEC>(out{j}, (row * cols + col) / VEC, y{j});"
             for j in range(len(kernel.outputs))
         ],
         "    }",
@@ -162,7 +162,7 @@ def cuda_row_kernel(kernel: FusedKernel) -> str:
 def cuda_row_launcher(kernel: FusedKernel) -> str:
     """The ``.cu`` side: variant 0-3 is (vectorized or not) x (row cached or not)."""
     args = cuda_launch.kernel_args(kernel, True, ["l.rows", "l.cols"])
-    launch = "<<<l.blocks, l.threads, l.shared, l.stream>>>"
+    launch = cuda_launch.GRID
     variants = SCALAR if kernel.has_bool else VECTORIZED + SCALAR
     calls = {
         variant: f"{kernel.name}_rows<scalar_t, {width}, {cached}>{launch}({args})"
