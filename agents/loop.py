@@ -2,10 +2,11 @@
 
 A tree rooted at the reference; the offline proposer's kernel, when there is one, is the
 root's first child. Each step the strategy selects a node, the team proposes ``width``
-children (planner and coder on a verified node, the debugger on a failed one), the new
-candidates are built in parallel and then checked and timed one at a time, and the trajectory
-is written. It ends when a budget runs out (attempts, wall time, tokens, cost: the spend caps
-of ``agents.search.budget``, on by default). The wall time is also every model call's deadline:
+children (planner and coder on a verified node, the debugger on a failed one; by default one
+per GPU the evaluator checks and times on), the new candidates are built in parallel and then
+checked and timed, one at a time on each GPU, and the trajectory is written. It ends when a
+budget runs out (attempts, wall time, tokens, cost: the spend caps of ``agents.search.budget``,
+on by default). The wall time is also every model call's deadline:
 a call it cuts short ends the search at once, so ``--max-time`` holds while a call runs.
 
 What enters the tree from outside kernelpilot (the harness's verdicts, which quote worker logs
@@ -49,6 +50,11 @@ class CandidateEvaluator(Protocol):
 
     def evaluate(self, problem: Problem, candidate: Candidate) -> EvalResult: ...
 
+    def parallel(self, problem: Problem) -> int:
+        """How many of the problem's candidates ``evaluate`` can check and time at once (from
+        as many threads): one per GPU on cuda."""
+        ...
+
 
 # Default spend caps. A step asks the planner and the coder (about 20-30k prompt tokens and a
 # few thousand completion tokens each): at gpt-4.1's list price a full 30-attempt search costs
@@ -68,7 +74,12 @@ class SearchConfig(BaseModel):
 
     strategy: Literal["greedy", "epsilon-greedy"] = "epsilon-greedy"
     epsilon: float = Field(default=0.3, ge=0, le=1, description="Chance of a random leaf.")
-    width: int = Field(default=1, ge=1, description="Candidates per step, built in parallel.")
+    width: int | None = Field(
+        default=None,
+        ge=1,
+        description="Candidates per step, built in parallel and checked and timed one per GPU; "
+        "default: one per GPU the evaluation uses (eval.gpus), 1 on cpu.",
+    )
     seed_offline: bool = Field(
         default=True, description="The offline proposer's kernel is the root's first child."
     )
@@ -125,6 +136,8 @@ def search(
     progress: Callable[[str], None],
 ) -> Trajectory:
     tree, budget = trajectory.tree, trajectory.budget
+    width = config.width or trajectory.width or evaluator.parallel(problem)
+    trajectory.width = width
     resumed_at = budget.spent_seconds
     deadline = budget.deadline(resumed_at)  # every call of the model ends by then
     evaluator.deadline = deadline.at if deadline else None  # and every candidate's run
@@ -138,7 +151,7 @@ def search(
             node = strategy.select(tree)
             children: list[Node] = []
             out_of_time = False
-            while len(children) < config.width and not out_of_time:
+            while len(children) < width and not out_of_time:
                 proposal = team.propose(tree, node, budget, deadline)
                 children.append(grow(tree, node, proposal, trajectory))  # charged as it grows
                 out_of_time = proposal.out_of_time
@@ -191,20 +204,25 @@ def grow(tree: Tree, parent: Node, proposal: Proposal, trajectory: Trajectory) -
 def evaluate_children(
     problem: Problem, evaluator: CandidateEvaluator, tree: Tree, children: list[Node]
 ) -> None:
-    """Build the new candidates in parallel; check and time them one at a time (one device).
+    """Build the new candidates in parallel; check and time them, one at a time per device.
 
-    On cuda the device does not wait for the slowest build: each candidate is checked and timed
-    as soon as its own build is done, while the others are still building on the host's cores.
-    On cpu the builds would take the cores the timing runs on, so all are built first.
+    On cuda a GPU does not wait for the slowest build: each candidate is checked and timed as
+    soon as its own build is done and a GPU is free (``CandidateEvaluator.parallel``), while the
+    others are still building on the host's cores. On cpu the builds would take the cores the
+    timing runs on, so all are built first, then checked and timed one after another.
     """
     fresh = [(child, child.candidate) for child in children
              if child.candidate and child.result is None and not child.failure]  # fmt: skip
     if len(fresh) > 1 and problem.device == "cuda":
+
+        def built_then_evaluated(child: Node, candidate: Candidate) -> None:
+            evaluator.build(problem, candidate)
+            _evaluate(problem, evaluator, tree, child, candidate)
+
         with ThreadPoolExecutor(max_workers=len(fresh)) as pool:
-            builds = [pool.submit(evaluator.build, problem, candidate) for _, candidate in fresh]
-            for (child, candidate), build in zip(fresh, builds, strict=True):
-                build.result()  # this one's build; the later ones go on meanwhile
-                _evaluate(problem, evaluator, tree, child, candidate)
+            runs = [pool.submit(built_then_evaluated, *pair) for pair in fresh]
+            for run in runs:
+                run.result()  # the first failure (OutOfTime) once every run has ended
         return
     if len(fresh) > 1:
         started = time.perf_counter()

@@ -46,6 +46,9 @@ class RecordedEvaluator:
     def prebuild(self, problem: Problem, candidates: list[Candidate]) -> None:
         pass
 
+    def parallel(self, problem: Problem) -> int:
+        return 1
+
     def build(self, problem: Problem, candidate: Candidate) -> None:
         pass
 

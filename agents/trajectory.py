@@ -96,6 +96,11 @@ class Trajectory(BaseModel):
     budget: Budget
     tree: Tree
     steps: int = 0
+    width: int | None = Field(
+        default=None,
+        description="Candidates per step (set when the search starts: a resumed or replayed "
+        "search grows as many, whatever GPUs it has).",
+    )
     stopped: str = Field(default="", description="Why the search ended; empty while it runs.")
 
     def spend(self) -> SearchSpend:

@@ -33,6 +33,7 @@ BENCHMARKS = {
     "layouts": "bench.bench_layouts",
     "rows": "bench.bench_rows",
     "variants": "bench.bench_variants",
+    "throughput": "bench.bench_throughput",
 }
 
 

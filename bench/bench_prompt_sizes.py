@@ -86,6 +86,9 @@ class TableEvaluator:
 
     def prebuild(self, problem, candidates) -> None: ...
 
+    def parallel(self, problem) -> int:
+        return 1
+
     def build(self, problem, candidate) -> None: ...
 
     def evaluate(self, problem, candidate):

@@ -60,6 +60,9 @@ class SimEvaluator:
     def prebuild(self, problem: Problem, candidates: list[Candidate]) -> None:
         pass
 
+    def parallel(self, problem: Problem) -> int:
+        return 1
+
     def build(self, problem: Problem, candidate: Candidate) -> None:
         pass
 

@@ -81,6 +81,12 @@ class EvalConfig(BaseModel):
     build_jobs: int = Field(
         default=0, ge=0, description="Parallel builds; 0 means one per CPU core."
     )
+    gpus: int = Field(
+        default=0,
+        ge=0,
+        description="cuda: GPUs to check and time candidates on, one candidate at a time on "
+        "each (a search's step of several candidates spreads over them); 0: every visible GPU.",
+    )
     precompiled_headers: bool = Field(
         default=True,
         description="Precompile torch's headers once (after the first build of a device) for "

@@ -11,9 +11,11 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -22,6 +24,7 @@ from harness.builds.requests import ParentBuilder
 from harness.config import EvalConfig
 from harness.errors import UserError
 from harness.files import read_user_text
+from harness.gpus import GpuPool, chosen_gpus, environment
 from harness.judge.accept import measure_until_judged
 from harness.judge.baseline import seed_compiled_baseline
 from harness.judge.comparator import Comparator, ComparatorStopped
@@ -52,7 +55,10 @@ class WeakSpecError(UserError):
 
 
 class Evaluator:
-    """Evaluates candidates for problems; keeps each problem's reference cases for reuse."""
+    """Evaluates candidates for problems; keeps each problem's reference cases for reuse.
+
+    On cuda, ``evaluate`` may be called from several threads at once: each call checks and
+    times its candidate on a GPU of its own (``harness.gpus``), waiting for one to be free."""
 
     def __init__(
         self,
@@ -86,10 +92,14 @@ class Evaluator:
         # and builds land in it while candidates' workers run.
         self.builder.store.root.mkdir(parents=True, exist_ok=True)
         self._references: dict[str, ReferenceData] = {}
-        # Per problem where reference outputs are made again per candidate (on cuda): its
-        # comparator worker, kept for the problem's candidates; stopped with the evaluator.
-        self._comparators: dict[str, Comparator] = {}
+        # Per problem where reference outputs are made again per candidate (on cuda), per GPU:
+        # its comparator worker, kept for the problem's candidates; stopped with the evaluator.
+        self._comparators: dict[str, dict[str, Comparator]] = {}
         weakref.finalize(self, _close_all, self._comparators)
+        # What threads evaluating at once share: the references, comparators and baselines
+        # are made under it, once; the GPUs (on cuda) are lent one evaluation at a time.
+        self._lock = threading.RLock()
+        self._pool: GpuPool | None = None
         # Per candidate (by content): the gate's reasons and the build's outcome, each found
         # once. A failed build is never built again; a built one is in the build cache.
         self._gate: dict[str, list[str]] = {}
@@ -99,16 +109,42 @@ class Evaluator:
         self._timed: dict[str, int] = {}
         self._compiled: dict[str, dict[str, str]] = {}
 
+    def gpus(self) -> GpuPool:
+        """The GPUs cuda candidates are checked and timed on (``eval.gpus``), chosen when
+        first asked for."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = GpuPool(chosen_gpus(self.config.gpus))
+            return self._pool
+
+    def parallel(self, problem: Problem) -> int:
+        """How many of ``problem``'s candidates can be checked and timed at once."""
+        return len(self.gpus()) if problem.device == "cuda" else 1
+
+    @contextmanager
+    def _device(self, problem: Problem) -> Iterator[str | None]:
+        """A GPU of the pool for one candidate's checks and timing (None on cpu)."""
+        if problem.device != "cuda":
+            yield None
+            return
+        with self.gpus().lease() as gpu:
+            yield gpu
+
     def reference(self, problem: Problem) -> ReferenceData:
         """Reference cases and audit; raises WeakSpecError on a spec a null answer passes.
         Where the comparator makes reference outputs again per candidate, it starts beside the
-        reference worker and is up when this returns."""
+        reference worker, on the first GPU, and is up when this returns."""
+        with self._lock:
+            return self._reference(problem)
+
+    def _reference(self, problem: Problem) -> ReferenceData:
         key = problem.model_dump_json()
         if key not in self._references:
             self.progress(f"{problem.name}: computing reference outputs and auditing the spec")
             seeds = draw_seeds(self.config, self.seed)
             recompute = self.config.recomputes(problem.device)
-            comparator = self._start_comparator(problem, seeds) if recompute else None
+            first = self.gpus().gpus[0] if problem.device == "cuda" else None
+            comparator = self._start_comparator(problem, seeds, first) if recompute else None
             try:
                 data = reference_data(problem, self.config, work_dir=self.work_dir, seeds=seeds)
                 audit = data.report.audit
@@ -122,11 +158,13 @@ class Evaluator:
                 raise
             self._references[key] = data
             if comparator is not None:
-                self._comparators[key] = comparator
+                self._comparators[key] = {str(first): comparator}
         return self._references[key]
 
-    def _start_comparator(self, problem: Problem, seeds: list[int]) -> Comparator:
-        return Comparator(problem, self.config, seeds, self.work_dir, self.cache_dir)
+    def _start_comparator(self, problem: Problem, seeds: list[int], gpu: str | None) -> Comparator:
+        return Comparator(
+            problem, self.config, seeds, self.work_dir, self.cache_dir, environment(gpu)
+        )
 
     def _set_up(self, comparator: Comparator, data: ReferenceData) -> None:
         try:
@@ -140,25 +178,28 @@ class Evaluator:
                 "in the parent instead, and report this log",
             ) from err
 
-    def _comparator(self, problem: Problem, data: ReferenceData) -> Comparator:
-        """The problem's comparator, started again if a candidate's outputs ended it."""
-        key = problem.model_dump_json()
-        comparator = self._comparators[key]
-        if not comparator.alive():
-            comparator.close()
-            comparator = self._start_comparator(problem, data.seeds)
-            self._set_up(comparator, data)
-            self._comparators[key] = comparator
-        return comparator
+    def _comparator(self, problem: Problem, data: ReferenceData, gpu: str | None) -> Comparator:
+        """The problem's comparator on ``gpu``: started there when first asked for, and again
+        if a candidate's outputs ended it."""
+        with self._lock:
+            on_gpus = self._comparators.setdefault(problem.model_dump_json(), {})
+            comparator = on_gpus.get(str(gpu))
+            if comparator is None or not comparator.alive():
+                if comparator is not None:
+                    comparator.close()
+                comparator = self._start_comparator(problem, data.seeds, gpu)
+                self._set_up(comparator, data)
+                on_gpus[str(gpu)] = comparator
+            return comparator
 
     def release(self, problem: Problem) -> None:
         """Done with ``problem``: stop its comparator (which holds the reference's parameters
         on the device) and drop its reference data; asking again starts afresh."""
         key = problem.model_dump_json()
-        comparator = self._comparators.pop(key, None)
-        if comparator is not None:
-            comparator.close()
-        data = self._references.pop(key, None)
+        with self._lock:
+            for comparator in self._comparators.pop(key, {}).values():
+                comparator.close()
+            data = self._references.pop(key, None)
         for handle in data.files.values() if data else []:
             handle.close()
 
@@ -215,53 +256,60 @@ class Evaluator:
                 torch_version=built.torch_version,
             )
         data = self.reference(problem)
-        self.progress(f"{problem.name}: building, checking and timing a candidate")
-        checked, reference_ops, kernels = self._check(problem, candidate, data)
-        if checked.status is not Status.ok:
-            return checked
-        self.progress(f"{problem.name}: checks passed; timing in a fresh worker")
-        return measure_until_judged(
-            lambda: timed_result(
-                checked,
-                self._run_candidate(problem, candidate, "time", data, reference_ops=reference_ops),
-                self.config,
-                kernels,
-            ),
-            self.config.busy_retries,
-            lambda why: self.progress(f"{problem.name}: {why}; timing again in a fresh worker"),
-        )
+        with self._device(problem) as gpu:
+            on = f" on GPU {gpu}" if gpu is not None and len(self.gpus()) > 1 else ""
+            self.progress(f"{problem.name}: building, checking and timing a candidate{on}")
+            checked, reference_ops, kernels = self._check(problem, candidate, data, gpu)
+            if checked.status is not Status.ok:
+                return checked
+            self.progress(f"{problem.name}: checks passed; timing in a fresh worker{on}")
+            return measure_until_judged(
+                lambda: timed_result(
+                    checked,
+                    self._run_candidate(
+                        problem, candidate, "time", data, reference_ops=reference_ops, gpu=gpu
+                    ),
+                    self.config,
+                    kernels,
+                ),  # fmt: skip
+                self.config.busy_retries,
+                lambda why: self.progress(f"{problem.name}: {why}; timing again in a fresh worker"),
+            )
 
-    def _compiled_baseline(self, problem: Problem) -> dict[str, str]:
+    def _compiled_baseline(self, problem: Problem, gpu: str | None) -> dict[str, str]:
         """The environment of the problem's next timing worker for its compiled baseline. The
         first timing worker compiles torch.compile itself; from the second on, the baseline is
         compiled once more, in a worker of its own, and every later timing worker starts from
         it: a target timed once pays for one compile, as before, and one timed N times for two,
         not N."""
         key = hashlib.sha256(problem.model_dump_json().encode()).hexdigest()[:16]
-        self._timed[key] = self._timed.get(key, 0) + 1
-        if self._timed[key] == 1:
-            return {}
-        if key not in self._compiled:
-            if self.config.compile_baseline and self.config.sandbox == "bubblewrap":
-                self.progress(f"{problem.name}: compiling the torch.compile baseline once")
-            folder = self.work_dir / "compiled" / key
-            self._compiled[key] = seed_compiled_baseline(problem, self.config, folder)
-        return self._compiled[key]
+        with self._lock:
+            self._timed[key] = self._timed.get(key, 0) + 1
+            if self._timed[key] == 1:
+                return {}
+            if key not in self._compiled:
+                if self.config.compile_baseline and self.config.sandbox == "bubblewrap":
+                    self.progress(f"{problem.name}: compiling the torch.compile baseline once")
+                folder = self.work_dir / "compiled" / key
+                self._compiled[key] = seed_compiled_baseline(
+                    problem, self.config, folder, environment(gpu)
+                )
+            return self._compiled[key]
 
     def _check(
-        self, problem: Problem, candidate: Candidate, data: ReferenceData
+        self, problem: Problem, candidate: Candidate, data: ReferenceData, gpu: str | None
     ) -> tuple[EvalResult, list[str], Callable[[], list[str]]]:
         """The checks' worker and the trusted comparison of its outputs: the verdict so far,
         the reference's ops as that worker profiled them, and the reference's CUDA kernels
         (asked for only if the candidate launched any)."""
         receiver: Receiver
         if data.recomputed:
-            comparator = self._comparator(problem, data)
+            comparator = self._comparator(problem, data, gpu)
             receiver, kernels = comparator.begin(), comparator.reference_kernels
         else:
             comparer = CaseComparer(problem, len(data.cases), data.report.bitwise_deterministic)
             receiver, kernels = CaseReceiver(data, comparer), data.report.cuda_kernels.copy
-        report = self._run_candidate(problem, candidate, "evaluate", data, receiver)
+        report = self._run_candidate(problem, candidate, "evaluate", data, receiver, gpu=gpu)
         checked = checked_result(problem, self.config, data, report, receiver.result())
         return checked, report.reference_ops, kernels
 
@@ -273,6 +321,7 @@ class Evaluator:
         data: ReferenceData | None,
         receiver: Receiver | None = None,
         reference_ops: list[str] | None = None,
+        gpu: str | None = None,
     ) -> CandidateReport:
         config = self.config
         job = WorkerJob(
@@ -296,10 +345,12 @@ class Evaluator:
         timeout = config.run_timeout_s
         # The checks' worker on cuda holds other streams' work back (harness.workers.stream_hold).
         gated = mode == "evaluate" and problem.device == "cuda" and config.stream_gate
-        extra_env = stream_hold.worker_environment(self.cache_dir) if gated else None
+        extra_env = environment(gpu)
+        if gated:
+            extra_env |= stream_hold.worker_environment(self.cache_dir)
         view = candidate_view(problem, self.cache_dir)
-        if mode == "time" and (compiled := self._compiled_baseline(problem)):
-            extra_env = compiled  # its own copy of the compiled baseline (read-only here)
+        if mode == "time" and (compiled := self._compiled_baseline(problem, gpu)):
+            extra_env |= compiled  # its own copy of the compiled baseline (read-only here)
             view.read_only.append(Path(compiled[INDUCTOR_SEED]))
         outcome = run_worker(
             job_dir, timeout, memory, view, config.sandbox,
@@ -319,9 +370,10 @@ def candidate_view(problem: Problem, cache_dir: Path) -> WorkerView:
     return problem_view(problem, cache_dir)
 
 
-def _close_all(comparators: dict[str, Comparator]) -> None:
-    for comparator in comparators.values():
-        comparator.close()
+def _close_all(comparators: dict[str, dict[str, Comparator]]) -> None:
+    for on_gpus in comparators.values():
+        for comparator in on_gpus.values():
+            comparator.close()
     comparators.clear()
 
 

@@ -50,11 +50,11 @@ def test_recomputed_reference_outputs_give_the_same_verdicts(evaluators):
 def test_a_dead_comparator_fails_its_candidate_and_is_started_again(evaluators):
     _, recomputed = evaluators
     assert recomputed.evaluate(PROBLEM, HONEST).status is Status.ok
-    (comparator,) = recomputed._comparators.values()
+    (comparator,) = _running(recomputed)
     _kill(comparator)
     # Killed before the candidate's first case: a fresh comparator answers it.
     assert recomputed.evaluate(PROBLEM, HONEST).status is Status.ok
-    assert next(iter(recomputed._comparators.values())) is not comparator
+    assert _running(recomputed) != [comparator]
 
 
 @pytest.fixture
@@ -62,9 +62,14 @@ def one_candidate(tmp_path: Path):
     """The reference data, the comparator, and one candidate's receiver (its files in tmp)."""
     evaluator = Evaluator(fast_config(reference_outputs="recomputed"), seed=5, work_dir=tmp_path)
     data = evaluator.reference(PROBLEM)
-    (comparator,) = evaluator._comparators.values()
+    (comparator,) = _running(evaluator)
     yield data, comparator, comparator.begin().at(tmp_path)
     evaluator.close()
+
+
+def _running(evaluator: Evaluator) -> list:
+    """The evaluator's comparator workers, of every problem and GPU."""
+    return [c for on_gpus in evaluator._comparators.values() for c in on_gpus.values()]
 
 
 def _kill(comparator) -> None:
@@ -224,10 +229,10 @@ def test_releasing_a_problem_stops_its_comparator(tmp_path: Path):
     evaluator = Evaluator(fast_config(reference_outputs="recomputed"), seed=2, work_dir=tmp_path)
     try:
         evaluator.reference(PROBLEM)
-        (comparator,) = evaluator._comparators.values()
+        (comparator,) = _running(evaluator)
         evaluator.release(PROBLEM)
-        assert comparator.process.poll() is not None and not evaluator._comparators
+        assert comparator.process.poll() is not None and not _running(evaluator)
         assert evaluator.reference(PROBLEM).recomputed  # asked again: a fresh one
-        assert next(iter(evaluator._comparators.values())).alive()
+        assert [c.alive() for c in _running(evaluator)] == [True]
     finally:
         evaluator.close()

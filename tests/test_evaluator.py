@@ -137,8 +137,8 @@ def test_a_candidate_cannot_write_the_compiled_baseline_its_target_shares(tmp_pa
     changes nothing for the candidates timed after it."""
     evaluator = Evaluator(fast_config(compile_baseline=True), seed=1, work_dir=tmp_path)
     data = evaluator.reference(PROBLEM)
-    assert evaluator._compiled_baseline(PROBLEM) == {}  # a first timing worker compiles alone
-    seed = Path(evaluator._compiled_baseline(PROBLEM)[INDUCTOR_SEED])  # made for the second
+    assert evaluator._compiled_baseline(PROBLEM, None) == {}  # a first timing worker compiles alone
+    seed = Path(evaluator._compiled_baseline(PROBLEM, None)[INDUCTOR_SEED])  # made for the second
     planted = seed / "planted.py"
     writer = (FIXTURES / "isolation_honest.py").read_text() + (
         f"\ntry:\n    open({str(planted)!r}, 'w').write('slow = True')\nexcept OSError:\n    pass\n"

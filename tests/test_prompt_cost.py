@@ -74,6 +74,9 @@ class TaggedEvaluator:
     def prebuild(self, problem: Problem, candidates: list[Candidate]) -> None:
         pass
 
+    def parallel(self, problem: Problem) -> int:
+        return 1
+
     def build(self, problem: Problem, candidate: Candidate) -> None:
         pass
 

@@ -109,6 +109,9 @@ class Evaluator:
 
     def prebuild(self, problem, candidates) -> None: ...
 
+    def parallel(self, problem) -> int:
+        return 1
+
     def build(self, problem, candidate) -> None: ...
 
     def evaluate(self, problem: Problem, candidate: Candidate) -> EvalResult:

@@ -221,6 +221,9 @@ class RecordedVerdicts:
     def prebuild(self, problem: Problem, candidates: list[Candidate]) -> None:
         pass
 
+    def parallel(self, problem: Problem) -> int:
+        return 1
+
     def build(self, problem: Problem, candidate: Candidate) -> None:
         pass
 

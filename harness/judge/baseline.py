@@ -101,7 +101,9 @@ def _run(
         shutil.rmtree(job_dir, ignore_errors=True)
 
 
-def seed_compiled_baseline(problem: Problem, config: EvalConfig, folder: Path) -> dict[str, str]:
+def seed_compiled_baseline(
+    problem: Problem, config: EvalConfig, folder: Path, environment: dict[str, str] | None = None
+) -> dict[str, str]:
     """Compile the target's ``torch.compile`` baseline once, in a worker of its own (the
     reference's code only, sandboxed, ``folder`` its Inductor cache), for its candidates'
     timing workers to start from: each gets a private copy and finds the baseline compiled
@@ -110,12 +112,13 @@ def seed_compiled_baseline(problem: Problem, config: EvalConfig, folder: Path) -
     The environment a timing worker is given for it (``folder`` must also be shown to it,
     read-only); empty where there is nothing to share: compile off, no sandbox (workers then
     share torch's own cache), or the compile failed (each timing worker compiles, and says
-    why it could not)."""
+    why it could not). ``environment``: the worker's additions (the GPU it may use)."""
     if not config.compile_baseline or config.sandbox != "bubblewrap":
         return {}
     folder.mkdir(parents=True, exist_ok=True)
     job = _job("compile", problem, config, None)
-    outcome = _run(job, folder.parent, [folder], {"TORCHINDUCTOR_CACHE_DIR": str(folder)})
+    env = {**(environment or {}), "TORCHINDUCTOR_CACHE_DIR": str(folder)}
+    outcome = _run(job, folder.parent, [folder], env)
     try:
         report = CompileReport.model_validate(worker_result(outcome, problem))
     except UserError:  # the reference itself fails: its checks say so, with the details

@@ -38,7 +38,9 @@ class Comparator:
         seeds: list[int],
         work_dir: Path,
         cache_dir: Path,
+        extra_env: dict[str, str] | None = None,
     ) -> None:
+        """``extra_env``: the worker's environment's additions (the GPU it may use)."""
         self.problem, self.timeout = problem, config.run_timeout_s
         job = WorkerJob(
             mode="compare",
@@ -54,7 +56,9 @@ class Comparator:
         # The reference is the user's own code: no limits beyond the machine's, as its worker.
         # It reads candidates' outputs from their job folders (harness.workers.handover), in work_dir.
         view = problem_view(problem, cache_dir, writable=[work_dir])
-        self.process, self.reader = start_worker(self.job_dir, None, view, config.sandbox)
+        self.process, self.reader = start_worker(
+            self.job_dir, None, view, config.sandbox, extra_env
+        )
         self.read = 0  # messages taken so far
         self.kernels: list[str] | None = None
         self.report: ReferenceReport | None = None

@@ -1,0 +1,147 @@
+"""``python -m bench throughput``: candidates judged per hour, kernelpilot's way against a serial
+KernelBench-style loop, on the same candidates in one run (issue 27, goals 3 and 5).
+
+    python -m bench throughput PROBLEM [--device cuda] [--candidates 4] [--gpus 1,2] [--out FILE]
+
+The candidates are the offline proposer's kernel for PROBLEM, each made a build of its own by a
+comment in its native source, so that every one is built, checked and timed in full. One more is
+evaluated first and not counted (what a machine's first evaluation pays once: the workers'
+bytecode, torch.compile's cache). Each way then starts from a fresh build cache and a fresh
+evaluator (its first build precompiles torch's headers, as a run's first does), with every
+check and the torch.compile baseline on:
+
+- serial: one candidate after another, built, checked and timed (KernelBench's loop), on one GPU;
+- kernelpilot on N GPUs: the candidates as one step of a search (``agents.loop
+  .evaluate_children``): built in parallel, each checked and timed as soon as its build is done
+  and one of N GPUs is free (``eval.gpus``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import click
+import torch
+
+from agents.loop import evaluate_children
+from agents.offline import propose_here
+from agents.search.tree import Tree
+from bench.results_format import BenchmarkRecord, finish, new_record, out_option
+from harness.config import EvalConfig
+from harness.evaluate import Evaluator
+from harness.gpus import visible_gpus
+from harness.problem.load import problem_from_target
+from harness.records import Candidate, Problem
+
+SOURCES = ('_CUDA_SOURCE = r"""', '_CPP_SOURCE = r"""')
+
+
+def candidates(problem: Problem, labels: list[str]) -> list[Candidate]:
+    """The offline proposer's candidate once per label, each with its label as a comment at the
+    top of its first native source: the same kernel, a build each."""
+    proposal = propose_here(problem)
+    if proposal.candidate is None:
+        raise click.ClickException(f"{problem.name}: no offline candidate ({proposal.reason})")
+    source = proposal.candidate.source
+    opening = next(marker for marker in SOURCES if marker in source)
+    return [
+        Candidate(source=source.replace(opening, f"{opening}\n// {label}\n", 1), origin="offline")
+        for label in labels
+    ]
+
+
+def serial(problem: Problem, batch: list[Candidate], config: EvalConfig) -> list[str]:
+    """Build, check and time each candidate in turn."""
+    evaluator = Evaluator(config.model_copy(update={"gpus": 1}), seed=0)
+    try:
+        return [evaluator.evaluate(problem, candidate).status.value for candidate in batch]
+    finally:
+        evaluator.close()
+
+
+def pipelined(problem: Problem, batch: list[Candidate], config: EvalConfig, gpus: int) -> list[str]:
+    """The candidates as one search step over ``gpus`` GPUs."""
+    evaluator = Evaluator(config.model_copy(update={"gpus": gpus}), seed=0)
+    tree = Tree.rooted()
+    children = [tree.add(tree.root, "improve", source=c.source) for c in batch]
+    try:
+        evaluate_children(problem, evaluator, tree, children)
+    finally:
+        evaluator.close()
+    return [child.result.status.value if child.result else "none" for child in children]
+
+
+def measure(target: str, device: str, count: int, gpu_counts: list[int]) -> list[dict]:
+    problem = problem_from_target(target, device, None)
+    warm_up, *batch = candidates(problem, ["warm-up", *(f"candidate {n}" for n in range(count))])
+    # Not counted: what the first evaluation on a machine pays once for all (the sandboxed
+    # workers' bytecode, torch.compile's own cache of the baseline), so that no way pays it.
+    with tempfile.TemporaryDirectory(prefix="kp-throughput-") as cache:
+        print(f"warm-up: {serial(problem, [warm_up], EvalConfig(cache_dir=Path(cache)))}")
+    ways: list[tuple[str, int]] = [("serial", 1)] + [("kernelpilot", n) for n in gpu_counts]
+    rows = []
+    for way, gpus in ways:
+        with tempfile.TemporaryDirectory(prefix="kp-throughput-") as cache:
+            config = EvalConfig(cache_dir=Path(cache))
+            started = time.perf_counter()
+            if way == "serial":
+                statuses = serial(problem, batch, config)
+            else:
+                statuses = pipelined(problem, batch, config, gpus)
+            seconds = time.perf_counter() - started
+        row = {
+            "way": way,
+            "gpus": gpus if device == "cuda" else 0,
+            "candidates": count,
+            "seconds": round(seconds, 1),
+            "per_hour": round(count / seconds * 3600, 1),
+            "statuses": statuses,
+        }
+        print(f"{way} on {row['gpus']} GPU(s): {count} candidates in {seconds:.1f} s "
+              f"({row['per_hour']:.0f}/hour): {', '.join(statuses)}", flush=True)  # fmt: skip
+        rows.append(row)
+    return rows
+
+
+def table(record: BenchmarkRecord) -> str:
+    serial_rate = next(row["per_hour"] for row in record.rows if row["way"] == "serial")
+    lines = [
+        "| way | GPUs | candidates | wall (s) | candidates per hour | vs serial | verdicts |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in record.rows:
+        verdicts = ", ".join(sorted(set(row["statuses"])))
+        lines.append(
+            f"| {row['way']} | {row['gpus']} | {row['candidates']} | {row['seconds']} | "
+            f"{row['per_hour']} | {row['per_hour'] / serial_rate:.2f}x | {verdicts} |"
+        )
+    return "\n".join(lines)
+
+
+@click.command(name="throughput")
+@click.argument("problem")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cuda", show_default=True)
+@click.option(
+    "--candidates", "count", default=4, show_default=True, help="Candidates judged each way."
+)
+@click.option(
+    "--gpus",
+    default="",
+    help="Comma-separated GPU counts for kernelpilot's way, e.g. 1,2 [default: 1 and, where "
+    "more are visible, all of them; cpu: one way].",
+)
+@out_option
+def cli(problem: str, device: str, count: int, gpus: str, out: Path | None) -> None:
+    """Candidates per hour: a serial build-check-time loop against kernelpilot's pipeline."""
+    if device == "cuda" and not torch.cuda.is_available():
+        raise click.ClickException("--device cuda, but PyTorch sees no CUDA GPU")
+    if gpus:
+        counts = [int(n) for n in gpus.split(",")]
+    else:
+        visible = len(visible_gpus()) if device == "cuda" else 1
+        counts = sorted({1, visible})
+    record = new_record("throughput", device, context={"problem": problem})
+    record.rows = measure(problem, device, count, counts)
+    finish(record, out, table)

@@ -1,0 +1,154 @@
+"""Several GPUs: which ones a run uses, one candidate at a time on each, and a search's step
+spread over them (``harness.gpus``, ``Evaluator.gpus``, ``agents.loop``). The GPU count is
+torch's, set here: the machine these tests run on may have none. That the workers of a leased
+GPU see it alone is measured on a two-GPU machine (bench/BENCHMARKS.md, the throughput bench).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from agents.context import Reference
+from agents.llm.scripted import ScriptedClient
+from agents.loop import SearchConfig, evaluate_children, new_trajectory, search
+from agents.search.tree import Tree
+from agents.team import Team, TeamConfig
+from harness.errors import UserError
+from harness.evaluate import Evaluator
+from harness.gpus import GpuPool, chosen_gpus, visible_gpus
+from harness.records import EvalResult, Problem, Status
+from tests.conftest import fast_config
+from tests.test_untrusted import CANDIDATE, LLM, REFERENCE, code_reply, plan_reply, reply
+
+
+@pytest.fixture
+def two_gpus(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def test_the_visible_gpus_are_named_as_a_child_process_would_see_them(two_gpus, monkeypatch):
+    assert visible_gpus() == ["0", "1"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3, 1")
+    assert visible_gpus() == ["3", "1"]  # physical names, so a child's own list is one of them
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8d1e,2,9")  # CUDA stopped at "9"
+    assert visible_gpus() == ["GPU-8d1e", "2"]
+
+
+def test_asking_for_more_gpus_than_are_visible_says_how_many_there_are(two_gpus):
+    assert chosen_gpus(0) == ["0", "1"] and chosen_gpus(1) == ["0"]
+    with pytest.raises(UserError, match="3 GPUs asked for, 2 visible") as caught:
+        chosen_gpus(3)
+    assert "eval.gpus" in caught.value.where
+
+
+def test_no_visible_gpu_is_an_error_naming_the_variable(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(UserError, match="no CUDA GPU") as caught:
+        chosen_gpus(0)
+    assert "CUDA_VISIBLE_DEVICES=" in caught.value.where
+
+
+@pytest.mark.parametrize("gpus", [["0"], ["0", "1"]])
+def test_a_gpu_is_lent_to_one_evaluation_at_a_time(gpus):
+    pool, holding, most, lock = GpuPool(gpus), set(), [0], threading.Lock()
+
+    def evaluation() -> None:
+        with pool.lease() as gpu:
+            with lock:
+                assert gpu not in holding, f"GPU {gpu} lent twice"
+                holding.add(gpu)
+                most[0] = max(most[0], len(holding))
+            time.sleep(0.05)
+            with lock:
+                holding.discard(gpu)
+
+    threads = [threading.Thread(target=evaluation) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most[0] == len(gpus)  # as many at once as there are GPUs, and no more
+
+
+def test_the_evaluator_checks_and_times_one_candidate_per_gpu(two_gpus, tmp_path):
+    evaluator = Evaluator(fast_config(), work_dir=tmp_path)
+    cuda = _problem(tmp_path, "cuda")
+    assert evaluator.parallel(cuda) == 2 and evaluator.parallel(_problem(tmp_path, "cpu")) == 1
+    with evaluator._device(cuda) as first, evaluator._device(cuda) as second:
+        assert {first, second} == {"0", "1"}
+    narrowed = Evaluator(fast_config(gpus=1), work_dir=tmp_path)
+    assert narrowed.parallel(cuda) == 1 and narrowed.gpus().gpus == ["0"]
+
+
+class LeasingEvaluator:
+    """The loop's evaluator interface over a real pool: ``evaluate`` holds a GPU while it
+    runs, and records which and when."""
+
+    def __init__(self, gpus: list[str], hold_s: float = 0.3) -> None:
+        self.pool, self.hold_s, self.deadline = GpuPool(gpus), hold_s, None
+        self.runs: list[tuple[str, str, float, float]] = []
+
+    def prebuild(self, problem: Problem, candidates) -> None:
+        raise AssertionError("on cuda the builds are not all awaited first")
+
+    def parallel(self, problem: Problem) -> int:
+        return len(self.pool)
+
+    def build(self, problem: Problem, candidate) -> None:
+        pass
+
+    def evaluate(self, problem: Problem, candidate) -> EvalResult:
+        with self.pool.lease() as gpu:
+            started = time.monotonic()
+            time.sleep(self.hold_s)
+            self.runs.append((candidate.source, gpu, started, time.monotonic()))
+        return EvalResult(status=Status.incorrect, reason="wrong")
+
+
+@pytest.mark.parametrize("gpus", [["0"], ["0", "1"]])
+def test_a_steps_candidates_are_checked_and_timed_on_every_gpu_at_once(tmp_path, gpus):
+    evaluator = LeasingEvaluator(gpus)
+    tree = Tree.rooted()
+    children = [tree.add(tree.root, "improve", source=source) for source in ("A", "B")]
+    evaluate_children(_problem(tmp_path, "cuda"), evaluator, tree, children)
+    assert all(child.result is not None for child in children)
+    (a, a_gpu, a_start, a_end), (b, b_gpu, b_start, b_end) = sorted(evaluator.runs)
+    overlapped = a_start < b_end and b_start < a_end
+    assert overlapped == (len(gpus) == 2)
+    assert (a_gpu != b_gpu) == (len(gpus) == 2)
+
+
+def test_a_search_grows_one_candidate_per_gpu_each_step_unless_told(tmp_path):
+    def run(width: int | None) -> tuple[int, int]:
+        client = ScriptedClient([
+            reply(plan_reply("        return torch.tanh(x) * self.scale + x")),
+            reply(code_reply(CANDIDATE)),
+            reply(plan_reply("        return torch.tanh(x) * self.scale + x")),
+            reply(code_reply(CANDIDATE + "\n# another candidate\n")),
+        ] * 2)  # fmt: skip
+        problem = _problem(tmp_path, "cuda")
+        # the prompts describe a cpu: this machine may have no GPU to describe
+        team = Team(client, LLM, Reference(source=REFERENCE, device="cpu"), TeamConfig())
+        config = SearchConfig(epsilon=1.0, seed_offline=False, root_first=4, attempts=2,
+                              width=width)  # fmt: skip
+        trajectory = new_trajectory(problem, "m", config, seed=1)
+        evaluator = LeasingEvaluator(["0", "1"], hold_s=0.0)
+        search(problem, evaluator, team, trajectory, tmp_path / "t.json", config, lambda _: None)
+        assert trajectory.width == (width or 2)  # recorded: a resumed search grows as many
+        return trajectory.steps, len(evaluator.runs)
+
+    assert run(None) == (1, 2)  # one step of two candidates, one for each GPU
+    assert run(1) == (2, 2)  # the same two attempts, a step each
+
+
+def _problem(tmp_path, device: str) -> Problem:
+    source = tmp_path / "problem.py"
+    source.write_text(REFERENCE)
+    return Problem(name="problem", source_path=source, class_name="Model", device=device,
+                   dtype="float32")  # fmt: skip
