@@ -136,7 +136,9 @@ def search(
     progress: Callable[[str], None],
 ) -> Trajectory:
     tree, budget = trajectory.tree, trajectory.budget
-    width = config.width or trajectory.width or evaluator.parallel(problem)
+    # A trajectory from before widths were recorded, resumed, grew one a step.
+    recorded = trajectory.width or (1 if trajectory.steps else None)
+    width = config.width or recorded or evaluator.parallel(problem)
     trajectory.width = width
     resumed_at = budget.spent_seconds
     deadline = budget.deadline(resumed_at)  # every call of the model ends by then
@@ -151,7 +153,8 @@ def search(
             node = strategy.select(tree)
             children: list[Node] = []
             out_of_time = False
-            while len(children) < width and not out_of_time:
+            step = min(width, budget.attempts - budget.spent_attempts)  # never past the cap
+            while len(children) < step and not out_of_time:
                 proposal = team.propose(tree, node, budget, deadline)
                 children.append(grow(tree, node, proposal, trajectory))  # charged as it grows
                 out_of_time = proposal.out_of_time
@@ -217,12 +220,14 @@ def evaluate_children(
 
         def built_then_evaluated(child: Node, candidate: Candidate) -> None:
             evaluator.build(problem, candidate)
-            _evaluate(problem, evaluator, tree, child, candidate)
+            _evaluate(problem, evaluator, tree, child, candidate, record_eager=False)
 
         with ThreadPoolExecutor(max_workers=len(fresh)) as pool:
             runs = [pool.submit(built_then_evaluated, *pair) for pair in fresh]
             for run in runs:
                 run.result()  # the first failure (OutOfTime) once every run has ended
+        for child, _ in fresh:  # in the children's order, whichever finished first
+            _record_eager(tree, child)
         return
     if len(fresh) > 1:
         started = time.perf_counter()
@@ -234,14 +239,25 @@ def evaluate_children(
 
 
 def _evaluate(
-    problem: Problem, evaluator: CandidateEvaluator, tree: Tree, child: Node, candidate: Candidate
+    problem: Problem,
+    evaluator: CandidateEvaluator,
+    tree: Tree,
+    child: Node,
+    candidate: Candidate,
+    record_eager: bool = True,
 ) -> None:
     started = time.perf_counter()
     # Scrubbed on the way in: the verdict quotes worker logs and the user's errors.
     child.result = scrub_record(evaluator.evaluate(problem, candidate))
     child.seconds["evaluate"] = time.perf_counter() - started
     child.seconds.update(child.result.phase_seconds)
-    eager = child.result.timings.eager
+    if record_eager:
+        _record_eager(tree, child)
+
+
+def _record_eager(tree: Tree, child: Node) -> None:
+    """The loop's latest eager median, from ``child``'s run if it timed eager."""
+    eager = child.result.timings.eager if child.result else None
     if eager is not None:
         tree.root_ms = eager.median_ms
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -52,9 +53,19 @@ def candidates(problem: Problem, labels: list[str]) -> list[Candidate]:
     ]
 
 
-def serial(problem: Problem, batch: list[Candidate], config: EvalConfig) -> list[str]:
+def _progress(way: str) -> Callable[[str], None]:
+    """The evaluator's progress lines, timed from now: a run cut short still says how far each
+    way got."""
+    started = time.perf_counter()
+    return lambda message: print(f"{time.perf_counter() - started:7.1f} s  {way}: {message}",
+                                 flush=True)  # fmt: skip
+
+
+def serial(
+    problem: Problem, batch: list[Candidate], config: EvalConfig, way: str = "serial"
+) -> list[str]:
     """Build, check and time each candidate in turn."""
-    evaluator = Evaluator(config.model_copy(update={"gpus": 1}), seed=0)
+    evaluator = Evaluator(config.model_copy(update={"gpus": 1}), seed=0, progress=_progress(way))
     try:
         return [evaluator.evaluate(problem, candidate).status.value for candidate in batch]
     finally:
@@ -63,7 +74,8 @@ def serial(problem: Problem, batch: list[Candidate], config: EvalConfig) -> list
 
 def pipelined(problem: Problem, batch: list[Candidate], config: EvalConfig, gpus: int) -> list[str]:
     """The candidates as one search step over ``gpus`` GPUs."""
-    evaluator = Evaluator(config.model_copy(update={"gpus": gpus}), seed=0)
+    evaluator = Evaluator(config.model_copy(update={"gpus": gpus}), seed=0,
+                          progress=_progress(f"kernelpilot on {gpus}"))  # fmt: skip
     tree = Tree.rooted()
     children = [tree.add(tree.root, "improve", source=c.source) for c in batch]
     try:
@@ -79,7 +91,8 @@ def measure(target: str, device: str, count: int, gpu_counts: list[int]) -> list
     # Not counted: what the first evaluation on a machine pays once for all (the sandboxed
     # workers' bytecode, torch.compile's own cache of the baseline), so that no way pays it.
     with tempfile.TemporaryDirectory(prefix="kp-throughput-") as cache:
-        print(f"warm-up: {serial(problem, [warm_up], EvalConfig(cache_dir=Path(cache)))}")
+        statuses = serial(problem, [warm_up], EvalConfig(cache_dir=Path(cache)), "warm-up")
+        print(f"warm-up: {', '.join(statuses)}", flush=True)
     ways: list[tuple[str, int]] = [("serial", 1)] + [("kernelpilot", n) for n in gpu_counts]
     rows = []
     for way, gpus in ways:

@@ -35,6 +35,8 @@
 # resumed run after run from .kb/sweep/), kbfiles (kb-sweep on the files in KP_KB_FILES),
 # layouts (python -m bench layouts on KP_KB_FILES: where eager's and compile's time goes),
 # busy (python -m bench busy: the honest corpus quiet and under CPU load, KP_BUSY_ARGS),
+# throughput (python -m bench throughput: candidates per hour, serial loop against kernelpilot
+# on 1 and every visible GPU, KP_THROUGHPUT_ARGS),
 # streamgate (bench/gpu_stream_gate.py: the stream entries, the gate on and off), scripted (the
 # agent team with scripted replies), prflow (the pull-request flow against the fake GitHub on a
 # cuda module: tests/test_gpu_flows.py -k pull_request_flow, its comment, review and follow-up
@@ -109,6 +111,11 @@ for what in "$@"; do
       # shellcheck disable=SC2086  # KP_BUILDS_ARGS: options (word-split)
       stage builds "${KP_BUILDS_LIMIT:-300}" python3 -m bench builds --device cuda \
         ${KP_BUILDS_ARGS:---count 3 --form torch --form split} --out "$OUT/builds.json" ;;
+    throughput)  # python -m bench throughput: candidates per hour, a serial loop against
+      # kernelpilot's pipeline on 1 and every visible GPU; KP_THROUGHPUT_ARGS: its options
+      # shellcheck disable=SC2086  # KP_THROUGHPUT_ARGS: options (word-split)
+      stage throughput "${KP_THROUGHPUT_LIMIT:-900}" python3 -m bench throughput \
+        ${KP_THROUGHPUT_ARGS:-examples/fused_gelu_block.py --candidates 4} --out "$OUT/throughput.json" ;;
     sandbox) stage sandbox_tests 150 python3 -m pytest -q -p no:cacheprovider -rA \
                tests/test_isolation.py tests/test_buildstore.py tests/test_trust_levels.py \
                -k "not failures_are_contained and not planted_library_with" ;;

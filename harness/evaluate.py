@@ -22,7 +22,7 @@ from typing import Literal
 from harness.builds.cache import default_cache_dir
 from harness.builds.requests import ParentBuilder
 from harness.config import EvalConfig
-from harness.errors import UserError
+from harness.errors import HarnessError, UserError
 from harness.files import read_user_text
 from harness.gpus import GpuPool, chosen_gpus, environment
 from harness.judge.accept import measure_until_judged
@@ -96,10 +96,17 @@ class Evaluator:
         # its comparator worker, kept for the problem's candidates; stopped with the evaluator.
         self._comparators: dict[str, dict[str, Comparator]] = {}
         weakref.finalize(self, _close_all, self._comparators)
-        # What threads evaluating at once share: the references, comparators and baselines
-        # are made under it, once; the GPUs (on cuda) are lent one evaluation at a time.
+        # What threads evaluating at once share. The references are made under ``_lock``, once
+        # (every candidate waits for its problem's); a comparator or a compiled baseline under
+        # a lock of its own (``_once``), so that one GPU's does not hold up the others. The
+        # GPUs (on cuda) are lent one evaluation at a time. A lease is never asked for while a
+        # lock is held.
         self._lock = threading.RLock()
+        self._locks: dict[str, threading.Lock] = {}
         self._pool: GpuPool | None = None
+        # A problem whose reference failed (a weak spec, an error in the user's code): every
+        # candidate asking again gets the same error, not another run of the reference.
+        self._failed: dict[str, UserError | HarnessError] = {}
         # Per candidate (by content): the gate's reasons and the build's outcome, each found
         # once. A failed build is never built again; a built one is in the build cache.
         self._gate: dict[str, list[str]] = {}
@@ -112,10 +119,16 @@ class Evaluator:
     def gpus(self) -> GpuPool:
         """The GPUs cuda candidates are checked and timed on (``eval.gpus``), chosen when
         first asked for."""
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = GpuPool(chosen_gpus(self.config.gpus))
+        return self._pool
+
+    def _once(self, key: str) -> threading.Lock:
+        """The lock of one thing made once (``key``), made when first asked for."""
         with self._lock:
-            if self._pool is None:
-                self._pool = GpuPool(chosen_gpus(self.config.gpus))
-            return self._pool
+            return self._locks.setdefault(key, threading.Lock())
 
     def parallel(self, problem: Problem) -> int:
         """How many of ``problem``'s candidates can be checked and timed at once."""
@@ -134,11 +147,17 @@ class Evaluator:
         """Reference cases and audit; raises WeakSpecError on a spec a null answer passes.
         Where the comparator makes reference outputs again per candidate, it starts beside the
         reference worker, on the first GPU, and is up when this returns."""
-        with self._lock:
-            return self._reference(problem)
-
-    def _reference(self, problem: Problem) -> ReferenceData:
         key = problem.model_dump_json()
+        with self._lock:
+            if key in self._failed:
+                raise self._failed[key]
+            try:
+                return self._reference(problem, key)
+            except (UserError, HarnessError) as err:
+                self._failed[key] = err
+                raise
+
+    def _reference(self, problem: Problem, key: str) -> ReferenceData:
         if key not in self._references:
             self.progress(f"{problem.name}: computing reference outputs and auditing the spec")
             seeds = draw_seeds(self.config, self.seed)
@@ -181,30 +200,35 @@ class Evaluator:
     def _comparator(self, problem: Problem, data: ReferenceData, gpu: str | None) -> Comparator:
         """The problem's comparator on ``gpu``: started there when first asked for, and again
         if a candidate's outputs ended it."""
-        with self._lock:
-            on_gpus = self._comparators.setdefault(problem.model_dump_json(), {})
-            comparator = on_gpus.get(str(gpu))
+        key = problem.model_dump_json()
+        with self._once(f"comparator\0{key}\0{gpu}"):
+            with self._lock:
+                comparator = self._comparators.setdefault(key, {}).get(str(gpu))
             if comparator is None or not comparator.alive():
                 if comparator is not None:
                     comparator.close()
                 comparator = self._start_comparator(problem, data.seeds, gpu)
                 self._set_up(comparator, data)
-                on_gpus[str(gpu)] = comparator
+                with self._lock:
+                    self._comparators.setdefault(key, {})[str(gpu)] = comparator
             return comparator
 
     def release(self, problem: Problem) -> None:
-        """Done with ``problem``: stop its comparator (which holds the reference's parameters
-        on the device) and drop its reference data; asking again starts afresh."""
+        """Done with ``problem``: stop its comparators (which hold the reference's parameters
+        on the devices) and drop its reference data; asking again starts afresh. Not while a
+        thread still evaluates one of its candidates."""
         key = problem.model_dump_json()
         with self._lock:
             for comparator in self._comparators.pop(key, {}).values():
                 comparator.close()
             data = self._references.pop(key, None)
+            self._failed.pop(key, None)
         for handle in data.files.values() if data else []:
             handle.close()
 
     def close(self) -> None:
-        """Stop the comparator workers (also done when the evaluator is collected)."""
+        """Stop the comparator workers (also done when the evaluator is collected); not while
+        a thread still evaluates."""
         _close_all(self._comparators)
 
     def prebuild(self, problem: Problem, candidates: list[Candidate]) -> None:
@@ -287,6 +311,7 @@ class Evaluator:
             self._timed[key] = self._timed.get(key, 0) + 1
             if self._timed[key] == 1:
                 return {}
+        with self._once(f"compiled\0{key}"):  # the other GPUs go on meanwhile
             if key not in self._compiled:
                 if self.config.compile_baseline and self.config.sandbox == "bubblewrap":
                     self.progress(f"{problem.name}: compiling the torch.compile baseline once")

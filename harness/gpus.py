@@ -5,6 +5,11 @@ compiled baseline's worker see one GPU only, through ``CUDA_VISIBLE_DEVICES``: c
 "cuda" runs there, and the CUDA IPC handles between a candidate's worker and the comparator
 name the same device. Builds are the parent's and serve every GPU (GPUs of one kind: a build is
 for the architecture of the first). The reference worker runs once per problem, on the first.
+
+Two limits (README, Limitations): the sandbox shows a worker every GPU's device node, so the
+variable is what keeps it on its GPU; and while one GPU's candidate is timed, builds pause
+(``harness.sandbox.quiet``) but the other GPUs' checks and comparators go on, which on a host
+with few cores per GPU can make a timing window busy (``harness.judge.busy``: timed again).
 """
 
 from __future__ import annotations

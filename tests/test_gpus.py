@@ -20,9 +20,27 @@ from agents.team import Team, TeamConfig
 from harness.errors import UserError
 from harness.evaluate import Evaluator
 from harness.gpus import GpuPool, chosen_gpus, visible_gpus
-from harness.records import EvalResult, Problem, Status
-from tests.conftest import fast_config
+from harness.records import Candidate, EvalResult, Problem, Status
+from tests.conftest import fast_config, write_module
 from tests.test_untrusted import CANDIDATE, LLM, REFERENCE, code_reply, plan_reply, reply
+
+BROKEN = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        raise ValueError("broken")
+
+
+def get_inputs():
+    return [torch.randn(4, 4)]
+
+
+def get_init_inputs():
+    return []
+"""
 
 
 @pytest.fixture
@@ -56,23 +74,28 @@ def test_no_visible_gpu_is_an_error_naming_the_variable(monkeypatch):
 
 @pytest.mark.parametrize("gpus", [["0"], ["0", "1"]])
 def test_a_gpu_is_lent_to_one_evaluation_at_a_time(gpus):
-    pool, holding, most, lock = GpuPool(gpus), set(), [0], threading.Lock()
+    pool, lock = GpuPool(gpus), threading.Lock()
+    holding: list[str] = []
+    most, errors = [0], []
 
     def evaluation() -> None:
         with pool.lease() as gpu:
             with lock:
-                assert gpu not in holding, f"GPU {gpu} lent twice"
-                holding.add(gpu)
+                if gpu in holding:
+                    errors.append(f"GPU {gpu} lent twice")
+                holding.append(gpu)
                 most[0] = max(most[0], len(holding))
             time.sleep(0.05)
             with lock:
-                holding.discard(gpu)
+                holding.remove(gpu)
 
     threads = [threading.Thread(target=evaluation) for _ in range(6)]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        thread.join(timeout=30)
+    assert not any(thread.is_alive() for thread in threads), "a lease was never given back"
+    assert errors == []
     assert most[0] == len(gpus)  # as many at once as there are GPUs, and no more
 
 
@@ -84,6 +107,67 @@ def test_the_evaluator_checks_and_times_one_candidate_per_gpu(two_gpus, tmp_path
         assert {first, second} == {"0", "1"}
     narrowed = Evaluator(fast_config(gpus=1), work_dir=tmp_path)
     assert narrowed.parallel(cuda) == 1 and narrowed.gpus().gpus == ["0"]
+
+
+def test_every_worker_of_a_candidate_sees_only_the_gpu_it_was_lent(two_gpus, tmp_path, monkeypatch):
+    """The checks and timing workers, the comparator beside them and the worker compiling the
+    shared torch.compile baseline: each is started with the leased GPU as its only one."""
+    import harness.evaluate as evaluate
+
+    seen: dict[str, str | None] = {}
+
+    class Started(Exception):
+        pass
+
+    def worker(job_dir, *args, **kwargs):
+        seen[job_dir.name.split("-")[0]] = args[5].get("CUDA_VISIBLE_DEVICES")  # extra_env
+        raise Started
+
+    def seeded(problem, config, folder, environment=None):
+        seen["baseline"] = (environment or {}).get("CUDA_VISIBLE_DEVICES")
+        return {}
+
+    def comparator(problem, config, seeds, work_dir, cache_dir, extra_env=None):
+        seen["comparator"] = (extra_env or {}).get("CUDA_VISIBLE_DEVICES")
+
+    monkeypatch.setattr(evaluate, "run_worker", worker)
+    monkeypatch.setattr(evaluate, "seed_compiled_baseline", seeded)
+    monkeypatch.setattr(evaluate, "Comparator", comparator)
+    evaluator = Evaluator(fast_config(stream_gate=False), work_dir=tmp_path)
+    problem, candidate = _problem(tmp_path, "cuda"), Candidate(source="x", origin="user")
+    for mode in ("evaluate", "time", "time"):  # the second timing worker seeds the baseline
+        with pytest.raises(Started):
+            evaluator._run_candidate(problem, candidate, mode, None, gpu="1")
+    evaluator._start_comparator(problem, [1], "1")
+    assert seen == {"evaluate": "1", "time": "1", "baseline": "1", "comparator": "1"}
+    with pytest.raises(Started):  # on cpu, nothing is added
+        evaluator._run_candidate(_problem(tmp_path, "cpu"), candidate, "build", None)
+    assert seen["build"] is None
+
+
+def test_a_reference_that_fails_runs_once_for_every_candidate_asking(tmp_path):
+    """A step's candidates on several GPUs all ask for the reference: where the user's module
+    fails, each gets the error, and the reference worker ran once."""
+    source = write_module(tmp_path, "broken", BROKEN)
+    problem = Problem(name="broken", source_path=source, class_name="Model", device="cpu",
+                      dtype="float32")  # fmt: skip
+    said: list[str] = []
+    evaluator = Evaluator(fast_config(), work_dir=tmp_path, progress=said.append)
+    errors: list[Exception] = []
+
+    def ask() -> None:
+        try:
+            evaluator.reference(problem)
+        except UserError as err:
+            errors.append(err)
+
+    threads = [threading.Thread(target=ask) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert len(errors) == 3 and all("broken" in str(err) for err in errors)
+    assert sum("computing reference outputs" in line for line in said) == 1
 
 
 class LeasingEvaluator:
@@ -125,7 +209,7 @@ def test_a_steps_candidates_are_checked_and_timed_on_every_gpu_at_once(tmp_path,
 
 
 def test_a_search_grows_one_candidate_per_gpu_each_step_unless_told(tmp_path):
-    def run(width: int | None) -> tuple[int, int]:
+    def run(width: int | None, attempts: int = 2) -> tuple[int, int]:
         client = ScriptedClient([
             reply(plan_reply("        return torch.tanh(x) * self.scale + x")),
             reply(code_reply(CANDIDATE)),
@@ -135,16 +219,17 @@ def test_a_search_grows_one_candidate_per_gpu_each_step_unless_told(tmp_path):
         problem = _problem(tmp_path, "cuda")
         # the prompts describe a cpu: this machine may have no GPU to describe
         team = Team(client, LLM, Reference(source=REFERENCE, device="cpu"), TeamConfig())
-        config = SearchConfig(epsilon=1.0, seed_offline=False, root_first=4, attempts=2,
+        config = SearchConfig(epsilon=1.0, seed_offline=False, root_first=4, attempts=attempts,
                               width=width)  # fmt: skip
         trajectory = new_trajectory(problem, "m", config, seed=1)
         evaluator = LeasingEvaluator(["0", "1"], hold_s=0.0)
         search(problem, evaluator, team, trajectory, tmp_path / "t.json", config, lambda _: None)
         assert trajectory.width == (width or 2)  # recorded: a resumed search grows as many
-        return trajectory.steps, len(evaluator.runs)
+        return trajectory.steps, trajectory.budget.spent_attempts
 
     assert run(None) == (1, 2)  # one step of two candidates, one for each GPU
     assert run(1) == (2, 2)  # the same two attempts, a step each
+    assert run(None, attempts=3) == (2, 3)  # the last step stops at the attempts cap
 
 
 def _problem(tmp_path, device: str) -> Problem:

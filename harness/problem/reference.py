@@ -6,6 +6,7 @@ import os
 import random
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -42,16 +43,19 @@ class ReferenceData:
     seeds: list[int]
     files: dict[int, BinaryIO] = field(default_factory=dict)
     recomputed: bool = False  # no files: a comparator makes the outputs again per candidate
+    _reading: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def cases(self) -> list[CaseSpec]:
         return self.report.cases
 
     def outputs(self, spec: CaseSpec) -> list[torch.Tensor]:
-        """The reference outputs of a case (loaded now, dropped by the caller after use)."""
-        handle = self.files[spec.reference_case]
-        handle.seek(0)
-        return torch.load(handle, weights_only=True)
+        """The reference outputs of a case (loaded now, dropped by the caller after use). One
+        reader at a time: candidates checked at once on several GPUs share the handles."""
+        with self._reading:
+            handle = self.files[spec.reference_case]
+            handle.seek(0)
+            return torch.load(handle, weights_only=True)
 
 
 def draw_seeds(config: EvalConfig, seed: int | None) -> list[int]:

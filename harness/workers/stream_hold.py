@@ -56,12 +56,16 @@ def build(cache_dir: Path, strict: bool = False) -> Path:
             "install one, or set CC"
         )
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(f".{os.getpid()}.tmp")
+    # Its own name per build: threads of one process (several GPUs) may build it at once.
+    handle, name = tempfile.mkstemp(prefix=f".{target.stem}-", suffix=".tmp", dir=target.parent)
+    os.close(handle)
+    partial = Path(name)
     command = [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra"]
     command += ["-Werror"] if strict else []
     command += ["-o", str(partial), *map(str, SOURCES), "-ldl", "-lpthread"]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
+        partial.unlink(missing_ok=True)
         raise RuntimeError(f"building the stream gate failed ({' '.join(command)}):\n{done.stderr}")
     partial.replace(target)  # atomic: workers building at once each rename a whole file
     return target

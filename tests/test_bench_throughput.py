@@ -1,0 +1,33 @@
+"""The throughput bench's candidates: the offline proposer's kernel, a build each, every one a
+candidate the gate passes (bench/bench_throughput.py; the bench itself runs on a GPU machine)."""
+
+from __future__ import annotations
+
+from bench.bench_throughput import candidates, table
+from bench.results_format import new_record
+from harness.problem.load import problem_from_target
+from harness.static.python import check_python
+from tests.conftest import EXAMPLES, ROOT
+
+
+def test_each_candidate_is_the_same_kernel_built_apart():
+    problem = problem_from_target(str(ROOT / EXAMPLES["fused_gelu_block"]), "cpu", None)
+    batch = candidates(problem, ["warm-up", "candidate 0", "candidate 1"])
+    assert len({candidate.source for candidate in batch}) == 3  # a build each
+    for candidate in batch:
+        assert check_python(candidate.source, problem.class_name, problem.dtype) == []
+    first, second = (candidate.source.splitlines() for candidate in batch[1:])
+    assert [a for a, b in zip(first, second, strict=True) if a != b] == ["// candidate 0"]
+
+
+def test_the_table_sets_each_way_against_the_serial_loop():
+    record = new_record("throughput", "cpu")
+    record.rows = [
+        {"way": "serial", "gpus": 1, "candidates": 4, "seconds": 240.0, "per_hour": 60.0,
+         "statuses": ["ok"] * 4},
+        {"way": "kernelpilot", "gpus": 2, "candidates": 4, "seconds": 80.0, "per_hour": 180.0,
+         "statuses": ["ok", "incorrect", "ok", "ok"]},
+    ]  # fmt: skip
+    lines = table(record).splitlines()
+    assert lines[2] == "| serial | 1 | 4 | 240.0 | 60.0 | 1.00x | ok |"
+    assert lines[3] == "| kernelpilot | 2 | 4 | 80.0 | 180.0 | 3.00x | incorrect, ok |"
