@@ -3,14 +3,15 @@
 Times against eager and torch.compile, the share of the device's ceilings the kernel reaches
 (its bytes against a copy of as many bytes, its matmul/conv work against a large matmul, both
 timed by the kernel's timer), where one call of the kernel, of eager and of torch.compile each
-spends its time (kernels on cuda, operators on cpu) and the baselines' rates on the same bytes,
-and the verdicts. A share over 100% is not a kernel beating the
+spends its time (kernels on cuda, operators on cpu, with the memory layouts their names say)
+and the baselines' rates on the same bytes, and the verdicts. A share over 100% is not a kernel beating the
 device but a ceiling measured too low (or bytes counted too high): it is named as that and not
 shown, since every plan built on a false figure is misled by it.
 """
 
 from __future__ import annotations
 
+from agents.kernel_layouts import layout_line
 from agents.search.tree import Node, Tree
 from harness.records import EvalResult, TimingStats
 
@@ -63,7 +64,10 @@ def node_feedback(tree: Tree, node: Node) -> str:
 
 
 def _breakdown(rows: list[tuple[str, float]]) -> list[str]:
-    return [f"  {microseconds:10.1f} us  {name}" for name, microseconds in rows]
+    """Each kernel's time, then what their names say of layouts (``agents.kernel_layouts``)."""
+    lines = [f"  {microseconds:10.1f} us  {name}" for name, microseconds in rows]
+    layouts = layout_line(rows)
+    return lines + ([layouts] if layouts else [])
 
 
 def baseline_rates(result: EvalResult, baselines: dict[str, TimingStats | None]) -> list[str]:

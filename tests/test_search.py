@@ -244,3 +244,35 @@ def test_the_search_has_one_eager_baseline_the_median_of_its_runs():
     assert (baseline.eager_ms, baseline.measurements) == (1.0, 3)  # 3.0 was one slow run
     assert baseline.eager_min_ms == pytest.approx(0.81) and baseline.compiled_ms == 0.7
     assert tree.score(tree.root) == 1.0  # the reference competes with the one baseline
+
+
+def test_the_planner_is_told_the_layouts_the_kernels_names_say():
+    """KernelBench level 2 54 on an H200 (bench/BENCHMARKS.md, section 25): eager and the
+    candidate pay cuDNN's conversions around an NHWC convolution, torch.compile does not."""
+    from agents.feedback import node_feedback
+
+    conv = ("sm90_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x64x32_"
+            "warpgroupsize1x1x1_g1_execute_segment_k")  # fmt: skip
+    to_nhwc = "void cudnn::engines_precompiled::nchwToNhwcKernel<float, float, float, false, true>"
+    to_nchw = "void cudnn::engines_precompiled::nhwcToNchwKernel<float, float, float, true, false>"
+    tree = tree_with(("a", Status.ok, 0.8))
+    result = tree.nodes["0.1"].result
+    result.time_breakdown = [(conv, 1214.3), (to_nhwc, 627.0), (to_nchw, 564.3),
+                             ("void fused_0_rowwise<float, 4>(float const*)", 511.9)]  # fmt: skip
+    result.baseline_breakdowns = {
+        "torch.compile": [(conv, 1216.2), ("triton_poi_fused_convolution_gelu_leaky_relu_mul_2",
+                                           564.3), ("triton_poi_fused_convolution_0", 515.8)],
+    }  # fmt: skip
+    text = node_feedback(tree, tree.nodes["0.1"])
+    assert (
+        "Layouts, as the kernels' names say: the convolution runs NHWC; layout conversions take "
+        "1191.3 us (NCHW to NHWC 627.0 us, NHWC to NCHW 564.3 us)." in text
+    )
+    assert (
+        "Layouts, as the kernels' names say: the convolution runs NHWC; no layout conversion "
+        "kernel." in text
+    )
+    result.time_breakdown = [("void fused_0_fast<float, 4, true>(float const*)", 10.0)]
+    text = node_feedback(tree, tree.nodes["0.1"])
+    own = text.split("One profiled call (")[1].split("One profiled call of")[0]
+    assert "fused_0_fast" in own and "Layouts" not in own  # names that say no layout: no line
