@@ -49,6 +49,11 @@ class RunOptions(BaseModel):
     time_budget_s: float | None = Field(
         default=None, description="Override eval.time_budget_s (None: the project's)."
     )
+    gpus: int | None = Field(
+        default=None,
+        description="Override eval.gpus: a property of the machine (--gpus, KERNELPILOT_GPUS), "
+        "not of the project.",
+    )
     llm: str = Field(default="auto", description="auto, offline, openai or scripted.")
     model: str | None = Field(default=None, description="Override llm.model.")
     script: Path | None = Field(default=None, description="Replies for the scripted model.")
@@ -117,6 +122,8 @@ def project_eval_config(options: RunOptions) -> EvalConfig:
                 fix="give the seconds of timing per implementation, e.g. --time-budget 1.5",
             )
         updates["time_budget_s"] = options.time_budget_s
+    if options.gpus is not None:
+        updates["gpus"] = options.gpus
     updates["sandbox"] = options.sandbox
     updates["cache_dir"] = (config.cache_dir or default_cache_dir()) / options.cache_scope
     return config.model_copy(update=updates)

@@ -343,6 +343,7 @@ def test_a_search_time_of_zero_is_refused(tmp_path, monkeypatch):
          "--time-budget"),
         (["optimize", PROBLEM, "--max-cost", "0"], "--max-cost"),
         (["optimize", PROBLEM, "--max-time", "-1"], "--max-time"),
+        (["optimize", PROBLEM, "--gpus", "-1"], "--gpus"),
     ],
 )  # fmt: skip
 def test_zero_or_negative_budgets_are_refused_by_click(args, option):

@@ -170,6 +170,18 @@ def test_a_reference_that_fails_runs_once_for_every_candidate_asking(tmp_path):
     assert sum("computing reference outputs" in line for line in said) == 1
 
 
+def test_the_machines_gpu_count_overrides_the_projects(tmp_path):
+    """``--gpus`` (or KERNELPILOT_GPUS) is the runner's to say; without it, eval.gpus holds."""
+    from bot.cli.options import run_options
+    from bot.run import project_eval_config
+
+    (tmp_path / "pyproject.toml").write_text("[tool.kernelpilot.eval]\ngpus = 1\n")
+    for given, used in ((None, 1), (2, 2), (0, 0)):
+        options = run_options("cpu", None, tmp_path / "out", None, False, None, start=tmp_path,
+                              gpus=given)  # fmt: skip
+        assert project_eval_config(options).gpus == used
+
+
 class LeasingEvaluator:
     """The loop's evaluator interface over a real pool: ``evaluate`` holds a GPU while it
     runs, and records which and when."""

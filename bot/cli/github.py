@@ -21,6 +21,7 @@ from bot.cli.options import (
     DEVICE,
     DEVICE_ENV,
     DTYPE,
+    GPUS,
     HEAD_REF,
     NO_COMPILE,
     SEED,
@@ -57,9 +58,10 @@ MAX_TARGETS = click.option(
 
 
 def _run_options(
-    device, dtype, out_dir, seed, no_compile, llm, model, script, budget, max_cost, repo
+    device, dtype, out_dir, seed, no_compile, llm, model, script, budget, max_cost, repo, gpus
 ):  # fmt: skip
-    options = run_options(device, dtype, out_dir, seed, no_compile, None, start=repo.resolve())
+    options = run_options(device, dtype, out_dir, seed, no_compile, None, start=repo.resolve(),
+                          gpus=gpus)  # fmt: skip
     return options.model_copy(
         update={"llm": llm, "model": model, "script": script, "attempts": budget,
                 "max_cost_usd": max_cost}
@@ -103,11 +105,12 @@ def _run_options(
 @SEED
 @NO_COMPILE
 @MAX_TARGETS
+@GPUS
 @llm_options(env=True)
 @VERBOSE
 def review(
     base, head, repo, device, dtype, out_dir, followup_dir, force, seed, no_compile_baseline,
-    max_targets, llm, model, script, budget, max_cost, verbose,
+    max_targets, gpus, llm, model, script, budget, max_cost, verbose,
 ) -> None:  # fmt: skip
     """Run the pull-request flow locally: find the nn.Modules changed between BASE and HEAD,
     optimize them, and print the comment kernelpilot would post. Touches no GitHub, and writes
@@ -120,7 +123,7 @@ def review(
     def action() -> None:
         options = _run_options(
             device, dtype, out_dir, seed, no_compile_baseline, llm, model, script, budget, max_cost,
-            repo,
+            repo, gpus,
         )  # fmt: skip
         check_toolchain(options.device)
         warn_uncommitted(repo.resolve())
@@ -208,10 +211,11 @@ def gate_command(approval_label, verbose) -> None:
 @SEED
 @NO_COMPILE
 @MAX_TARGETS
+@GPUS
 @llm_options(env=True)
 @VERBOSE
 def measure_command(
-    out_dir, repo, device, targets, only, seed, no_compile_baseline, max_targets,
+    out_dir, repo, device, targets, only, seed, no_compile_baseline, max_targets, gpus,
     llm, model, script, budget, max_cost, verbose,
 ) -> None:  # fmt: skip
     """Optimize the modules this event asks for (a pull request's changed modules, or a manual
@@ -222,7 +226,7 @@ def measure_command(
     def action() -> None:
         options = _run_options(
             device, None, out_dir, seed, no_compile_baseline, llm, model, script, budget, max_cost,
-            repo,
+            repo, gpus,
         )  # fmt: skip
         event = load_event()
         if event.mode == "schedule":  # not a failure: nothing was asked that this version does

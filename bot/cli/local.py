@@ -14,6 +14,7 @@ from bot.cli.options import (
     BUDGET,
     DEVICE,
     DTYPE,
+    GPUS,
     NO_COMPILE,
     OUT,
     SEED,
@@ -42,6 +43,7 @@ from harness.records import Candidate, Problem, Status
 @SEED
 @NO_COMPILE
 @BUDGET
+@GPUS
 @llm_options(resumable=True)
 @VERBOSE
 def optimize(
@@ -52,6 +54,7 @@ def optimize(
     seed,
     no_compile_baseline,
     time_budget,
+    gpus,
     llm,
     model,
     script,
@@ -72,7 +75,9 @@ def optimize(
     started = time.time()
 
     def action() -> None:
-        options = run_options(device, dtype, out_dir, seed, no_compile_baseline, time_budget)
+        options = run_options(
+            device, dtype, out_dir, seed, no_compile_baseline, time_budget, gpus=gpus
+        )
         options = options.model_copy(
             update={"llm": llm, "model": model, "script": script, "attempts": budget,
                     "max_cost_usd": max_cost, "max_seconds": max_time, "resume": resume}

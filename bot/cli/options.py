@@ -71,6 +71,15 @@ NO_COMPILE = click.option(
     is_flag=True,
     help="Skip timing torch.compile (it can take minutes on cpu).",
 )
+GPUS = click.option(
+    "--gpus",
+    type=click.IntRange(min=0),
+    default=None,
+    envvar="KERNELPILOT_GPUS",
+    help="cuda: GPUs to check and time candidates on, one candidate at a time on each (a search "
+    "step proposes one candidate per GPU); 0: every visible one [default: the project's "
+    "eval.gpus, 0; env: KERNELPILOT_GPUS].",
+)
 BUDGET = click.option(
     "--time-budget",
     type=click.FloatRange(min=0, min_open=True),
@@ -175,7 +184,9 @@ def run_command(verbose: bool, action, interrupted: Callable[[], str] | None = N
         sys.exit(3)
 
 
-def run_options(device, dtype, out_dir, seed, no_compile: bool, budget, start=None) -> RunOptions:
+def run_options(
+    device, dtype, out_dir, seed, no_compile: bool, budget, start=None, gpus: int | None = None
+) -> RunOptions:
     """The run's options, with the project's settings read once (the nearest pyproject.toml at
     or above ``start``, default here); ``--device auto`` defers to the project's ``device``
     setting (which is itself auto by default)."""
@@ -188,4 +199,5 @@ def run_options(device, dtype, out_dir, seed, no_compile: bool, budget, start=No
         seed=seed,
         compile_baseline=False if no_compile else None,
         time_budget_s=budget,
+        gpus=gpus,
     )
