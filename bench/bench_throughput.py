@@ -18,6 +18,7 @@ check and the torch.compile baseline on:
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from harness.config import EvalConfig
 from harness.evaluate import Evaluator
 from harness.gpus import visible_gpus
 from harness.problem.load import problem_from_target
-from harness.records import Candidate, Problem
+from harness.records import Candidate, EvalResult, Problem
 
 SOURCES = ('_CUDA_SOURCE = r"""', '_CPP_SOURCE = r"""')
 
@@ -63,16 +64,18 @@ def _progress(way: str) -> Callable[[str], None]:
 
 def serial(
     problem: Problem, batch: list[Candidate], config: EvalConfig, way: str = "serial"
-) -> list[str]:
+) -> list[EvalResult]:
     """Build, check and time each candidate in turn."""
     evaluator = Evaluator(config.model_copy(update={"gpus": 1}), seed=0, progress=_progress(way))
     try:
-        return [evaluator.evaluate(problem, candidate).status.value for candidate in batch]
+        return [evaluator.evaluate(problem, candidate) for candidate in batch]
     finally:
         evaluator.close()
 
 
-def pipelined(problem: Problem, batch: list[Candidate], config: EvalConfig, gpus: int) -> list[str]:
+def pipelined(
+    problem: Problem, batch: list[Candidate], config: EvalConfig, gpus: int
+) -> list[EvalResult]:
     """The candidates as one search step over ``gpus`` GPUs."""
     evaluator = Evaluator(config.model_copy(update={"gpus": gpus}), seed=0,
                           progress=_progress(f"kernelpilot on {gpus}"))  # fmt: skip
@@ -82,7 +85,18 @@ def pipelined(problem: Problem, batch: list[Candidate], config: EvalConfig, gpus
         evaluate_children(problem, evaluator, tree, children)
     finally:
         evaluator.close()
-    return [child.result.status.value if child.result else "none" for child in children]
+    return [child.result for child in children if child.result is not None]
+
+
+def phase_medians(results: list[EvalResult]) -> dict[str, float]:
+    """Each phase's median seconds over the candidates that went through it (build, check,
+    eager alone, compile, timing...): where a candidate's cost goes."""
+    phases = sorted({name for result in results for name in result.phase_seconds})
+    return {
+        name: round(statistics.median(r.phase_seconds[name] for r in results
+                                      if name in r.phase_seconds), 1)
+        for name in phases
+    }  # fmt: skip
 
 
 def measure(target: str, device: str, count: int, gpu_counts: list[int]) -> list[dict]:
@@ -91,8 +105,8 @@ def measure(target: str, device: str, count: int, gpu_counts: list[int]) -> list
     # Not counted: what the first evaluation on a machine pays once for all (the sandboxed
     # workers' bytecode, torch.compile's own cache of the baseline), so that no way pays it.
     with tempfile.TemporaryDirectory(prefix="kp-throughput-") as cache:
-        statuses = serial(problem, [warm_up], EvalConfig(cache_dir=Path(cache)), "warm-up")
-        print(f"warm-up: {', '.join(statuses)}", flush=True)
+        (warm,) = serial(problem, [warm_up], EvalConfig(cache_dir=Path(cache)), "warm-up")
+        print(f"warm-up: {warm.status.value} {warm.phase_seconds}", flush=True)
     ways: list[tuple[str, int]] = [("serial", 1)] + [("kernelpilot", n) for n in gpu_counts]
     rows = []
     for way, gpus in ways:
@@ -100,10 +114,11 @@ def measure(target: str, device: str, count: int, gpu_counts: list[int]) -> list
             config = EvalConfig(cache_dir=Path(cache))
             started = time.perf_counter()
             if way == "serial":
-                statuses = serial(problem, batch, config)
+                results = serial(problem, batch, config)
             else:
-                statuses = pipelined(problem, batch, config, gpus)
+                results = pipelined(problem, batch, config, gpus)
             seconds = time.perf_counter() - started
+        statuses = [result.status.value for result in results]
         row = {
             "way": way,
             "gpus": gpus if device == "cuda" else 0,
@@ -111,9 +126,11 @@ def measure(target: str, device: str, count: int, gpu_counts: list[int]) -> list
             "seconds": round(seconds, 1),
             "per_hour": round(count / seconds * 3600, 1),
             "statuses": statuses,
+            "phase_median_s": phase_medians(results),
         }
         print(f"{way} on {row['gpus']} GPU(s): {count} candidates in {seconds:.1f} s "
-              f"({row['per_hour']:.0f}/hour): {', '.join(statuses)}", flush=True)  # fmt: skip
+              f"({row['per_hour']:.0f}/hour): {', '.join(statuses)}; phases (median s): "
+              f"{row['phase_median_s']}", flush=True)  # fmt: skip
         rows.append(row)
     return rows
 
@@ -121,14 +138,16 @@ def measure(target: str, device: str, count: int, gpu_counts: list[int]) -> list
 def table(record: BenchmarkRecord) -> str:
     serial_rate = next(row["per_hour"] for row in record.rows if row["way"] == "serial")
     lines = [
-        "| way | GPUs | candidates | wall (s) | candidates per hour | vs serial | verdicts |",
-        "|---|---|---|---|---|---|---|",
+        "| way | GPUs | candidates | wall (s) | candidates per hour | vs serial | verdicts | "
+        "a candidate's phases (median s) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in record.rows:
         verdicts = ", ".join(sorted(set(row["statuses"])))
+        phases = ", ".join(f"{name} {s}" for name, s in row.get("phase_median_s", {}).items())
         lines.append(
             f"| {row['way']} | {row['gpus']} | {row['candidates']} | {row['seconds']} | "
-            f"{row['per_hour']} | {row['per_hour'] / serial_rate:.2f}x | {verdicts} |"
+            f"{row['per_hour']} | {row['per_hour'] / serial_rate:.2f}x | {verdicts} | {phases} |"
         )
     return "\n".join(lines)
 

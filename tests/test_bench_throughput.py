@@ -26,8 +26,22 @@ def test_the_table_sets_each_way_against_the_serial_loop():
         {"way": "serial", "gpus": 1, "candidates": 4, "seconds": 240.0, "per_hour": 60.0,
          "statuses": ["ok"] * 4},
         {"way": "kernelpilot", "gpus": 2, "candidates": 4, "seconds": 80.0, "per_hour": 180.0,
-         "statuses": ["ok", "incorrect", "ok", "ok"]},
+         "statuses": ["ok", "incorrect", "ok", "ok"], "phase_median_s": {"build": 12.0, "check": 5.5}},
     ]  # fmt: skip
     lines = table(record).splitlines()
-    assert lines[2] == "| serial | 1 | 4 | 240.0 | 60.0 | 1.00x | ok |"
-    assert lines[3] == "| kernelpilot | 2 | 4 | 80.0 | 180.0 | 3.00x | incorrect, ok |"
+    assert lines[2] == "| serial | 1 | 4 | 240.0 | 60.0 | 1.00x | ok |  |"
+    assert lines[3] == (
+        "| kernelpilot | 2 | 4 | 80.0 | 180.0 | 3.00x | incorrect, ok | build 12.0, check 5.5 |"
+    )
+
+
+def test_a_candidates_cost_is_told_phase_by_phase():
+    from bench.bench_throughput import phase_medians
+    from harness.records import EvalResult, Status
+
+    results = [
+        EvalResult(status=Status.ok, phase_seconds={"build": 10.0, "check": 4.0}),
+        EvalResult(status=Status.ok, phase_seconds={"build": 14.0, "check": 6.0, "timing": 3.0}),
+        EvalResult(status=Status.build_error, phase_seconds={"build": 30.0}),
+    ]
+    assert phase_medians(results) == {"build": 14.0, "check": 5.0, "timing": 3.0}
