@@ -114,8 +114,8 @@ for what in "$@"; do
     throughput)  # python -m bench throughput: candidates per hour, a serial loop against
       # kernelpilot's pipeline on 1 and every visible GPU; KP_THROUGHPUT_ARGS: its options
       # shellcheck disable=SC2086  # KP_THROUGHPUT_ARGS: options (word-split)
-      stage throughput "${KP_THROUGHPUT_LIMIT:-900}" python3 -m bench throughput \
-        ${KP_THROUGHPUT_ARGS:-examples/fused_gelu_block.py --candidates 4} --out "$OUT/throughput.json" ;;
+      stage throughput "${KP_THROUGHPUT_LIMIT:-560}" python3 -m bench throughput \
+        ${KP_THROUGHPUT_ARGS:-examples/fused_gelu_block.py --candidates 3} --out "$OUT/throughput.json" ;;
     sandbox) stage sandbox_tests 150 python3 -m pytest -q -p no:cacheprovider -rA \
                tests/test_isolation.py tests/test_buildstore.py tests/test_trust_levels.py \
                -k "not failures_are_contained and not planted_library_with" ;;
