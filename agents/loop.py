@@ -216,50 +216,47 @@ def evaluate_children(
     """
     fresh = [(child, child.candidate) for child in children
              if child.candidate and child.result is None and not child.failure]  # fmt: skip
-    if len(fresh) > 1 and problem.device == "cuda":
+    try:
+        if len(fresh) > 1 and problem.device == "cuda":
+            _evaluate_at_once(problem, evaluator, tree, fresh)
+            return
+        if len(fresh) > 1:
+            started = time.perf_counter()
+            evaluator.prebuild(problem, [candidate for _, candidate in fresh])
+            for child, _ in fresh:
+                child.seconds["prebuild"] = (time.perf_counter() - started) / len(fresh)
+        for child, candidate in fresh:
+            _evaluate(problem, evaluator, child, candidate)
+    finally:
+        for child, _ in fresh:  # the loop's latest eager median, in the children's order
+            eager = child.result.timings.eager if child.result else None
+            if eager is not None:
+                tree.root_ms = eager.median_ms
 
-        def built_then_evaluated(child: Node, candidate: Candidate) -> None:
-            evaluator.build(problem, candidate)
-            _evaluate(problem, evaluator, tree, child, candidate, record_eager=False)
 
-        with ThreadPoolExecutor(max_workers=len(fresh)) as pool:
-            runs = [pool.submit(built_then_evaluated, *pair) for pair in fresh]
-            for run in runs:
-                run.result()  # the first failure (OutOfTime) once every run has ended
-        for child, _ in fresh:  # in the children's order, whichever finished first
-            _record_eager(tree, child)
-        return
-    if len(fresh) > 1:
-        started = time.perf_counter()
-        evaluator.prebuild(problem, [candidate for _, candidate in fresh])
-        for child, _ in fresh:
-            child.seconds["prebuild"] = (time.perf_counter() - started) / len(fresh)
-    for child, candidate in fresh:
-        _evaluate(problem, evaluator, tree, child, candidate)
+def _evaluate_at_once(
+    problem: Problem, evaluator: CandidateEvaluator, tree: Tree, fresh: list[tuple[Node, Candidate]]
+) -> None:
+    """Each candidate built, then checked and timed as soon as a GPU is free, all at once."""
+
+    def built_then_evaluated(child: Node, candidate: Candidate) -> None:
+        evaluator.build(problem, candidate)
+        _evaluate(problem, evaluator, child, candidate)
+
+    with ThreadPoolExecutor(max_workers=len(fresh)) as pool:
+        runs = [pool.submit(built_then_evaluated, *pair) for pair in fresh]
+        for run in runs:
+            run.result()  # the first failure (OutOfTime) once every run has ended
 
 
 def _evaluate(
-    problem: Problem,
-    evaluator: CandidateEvaluator,
-    tree: Tree,
-    child: Node,
-    candidate: Candidate,
-    record_eager: bool = True,
+    problem: Problem, evaluator: CandidateEvaluator, child: Node, candidate: Candidate
 ) -> None:
     started = time.perf_counter()
     # Scrubbed on the way in: the verdict quotes worker logs and the user's errors.
     child.result = scrub_record(evaluator.evaluate(problem, candidate))
     child.seconds["evaluate"] = time.perf_counter() - started
     child.seconds.update(child.result.phase_seconds)
-    if record_eager:
-        _record_eager(tree, child)
-
-
-def _record_eager(tree: Tree, child: Node) -> None:
-    """The loop's latest eager median, from ``child``'s run if it timed eager."""
-    eager = child.result.timings.eager if child.result else None
-    if eager is not None:
-        tree.root_ms = eager.median_ms
 
 
 def budget_limits(config: SearchConfig) -> dict:

@@ -94,7 +94,7 @@ class Evaluator:
         self._references: dict[str, ReferenceData] = {}
         # Per problem where reference outputs are made again per candidate (on cuda), per GPU:
         # its comparator worker, kept for the problem's candidates; stopped with the evaluator.
-        self._comparators: dict[str, dict[str, Comparator]] = {}
+        self._comparators: dict[str, dict[str | None, Comparator]] = {}
         weakref.finalize(self, _close_all, self._comparators)
         # What threads evaluating at once share. The references are made under ``_lock``, once
         # (every candidate waits for its problem's); a comparator or a compiled baseline under
@@ -177,7 +177,7 @@ class Evaluator:
                 raise
             self._references[key] = data
             if comparator is not None:
-                self._comparators[key] = {str(first): comparator}
+                self._comparators[key] = {first: comparator}
         return self._references[key]
 
     def _start_comparator(self, problem: Problem, seeds: list[int], gpu: str | None) -> Comparator:
@@ -203,14 +203,14 @@ class Evaluator:
         key = problem.model_dump_json()
         with self._once(f"comparator\0{key}\0{gpu}"):
             with self._lock:
-                comparator = self._comparators.setdefault(key, {}).get(str(gpu))
+                comparator = self._comparators.setdefault(key, {}).get(gpu)
             if comparator is None or not comparator.alive():
                 if comparator is not None:
                     comparator.close()
                 comparator = self._start_comparator(problem, data.seeds, gpu)
                 self._set_up(comparator, data)
                 with self._lock:
-                    self._comparators.setdefault(key, {})[str(gpu)] = comparator
+                    self._comparators.setdefault(key, {})[gpu] = comparator
             return comparator
 
     def release(self, problem: Problem) -> None:
@@ -395,7 +395,7 @@ def candidate_view(problem: Problem, cache_dir: Path) -> WorkerView:
     return problem_view(problem, cache_dir)
 
 
-def _close_all(comparators: dict[str, dict[str, Comparator]]) -> None:
+def _close_all(comparators: dict[str, dict[str | None, Comparator]]) -> None:
     for on_gpus in comparators.values():
         for comparator in on_gpus.values():
             comparator.close()

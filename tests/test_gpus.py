@@ -89,12 +89,7 @@ def test_a_gpu_is_lent_to_one_evaluation_at_a_time(gpus):
             with lock:
                 holding.remove(gpu)
 
-    threads = [threading.Thread(target=evaluation) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-    assert not any(thread.is_alive() for thread in threads), "a lease was never given back"
+    assert _all_ended(evaluation, 6, timeout_s=30), "a lease was never given back"
     assert errors == []
     assert most[0] == len(gpus)  # as many at once as there are GPUs, and no more
 
@@ -161,11 +156,7 @@ def test_a_reference_that_fails_runs_once_for_every_candidate_asking(tmp_path):
         except UserError as err:
             errors.append(err)
 
-    threads = [threading.Thread(target=ask) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    assert _all_ended(ask, 3, timeout_s=120)
     assert len(errors) == 3 and all("broken" in str(err) for err in errors)
     assert sum("computing reference outputs" in line for line in said) == 1
 
@@ -242,6 +233,16 @@ def test_a_search_grows_one_candidate_per_gpu_each_step_unless_told(tmp_path):
     assert run(None) == (1, 2)  # one step of two candidates, one for each GPU
     assert run(1) == (2, 2)  # the same two attempts, a step each
     assert run(None, attempts=3) == (2, 3)  # the last step stops at the attempts cap
+
+
+def _all_ended(target, count: int, timeout_s: float) -> bool:
+    """``target`` run in ``count`` threads at once: whether every one ended in time."""
+    threads = [threading.Thread(target=target) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout_s)
+    return not any(thread.is_alive() for thread in threads)
 
 
 def _problem(tmp_path, device: str) -> Problem:
