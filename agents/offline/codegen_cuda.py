@@ -1,17 +1,17 @@
 """CUDA source for the GPU backend: a ``.cu`` file of kernels with no ATen header, and a host
 file of wrappers (``agents.offline.cuda_launch`` says how they meet).
 
-One ``__global__`` fast kernel per group, a grid-stride loop over 16-byte vectors (4 floats, 8
-halves) when every row-read input is 16-byte aligned and rows hold whole vectors, with a scalar
-tail; ``FLAT`` instantiations (one row) skip the row/column split. A second, general kernel
-indexes inputs by broadcast strides. A group with a row reduction gets a row kernel instead
+A pointwise group gets its kernels from ``agents.offline.cuda_pointwise`` (fast, rowwise and
+general); the host wrapper picks one per call: the vectorized fast path when every row-read
+input is 16-byte aligned and rows hold whole vectors, the rowwise kernel where rows are long,
+else the general. A group with a row reduction gets a row kernel instead
 (``agents.offline.rows``, ``agents.offline.rows_cuda``). Launches go on the current stream and
 are checked.
 """
 
 from __future__ import annotations
 
-from agents.offline import cuda_launch
+from agents.offline import cuda_launch, cuda_pointwise
 from agents.offline.cuda_launch import (
     GENERAL,
     GRID,
@@ -22,10 +22,7 @@ from agents.offline.cuda_launch import (
     VECTORIZED,
 )
 from agents.offline.cxx_common import (
-    element_type,
-    op_call,
     op_function,
-    pointer_params,
     wrapper,
 )
 from agents.offline.cxx_helpers import ELEMENT_HELPERS, INDEX_HELPERS, PLAN_HELPERS
@@ -121,181 +118,16 @@ def cuda_sources(kernels: list[FusedKernel]) -> tuple[str, str]:
             continue
         device.append(op_function(kernel))
         if kernel.fast_path:
-            device.append(_fast(kernel))
+            device.append(cuda_pointwise.fast(kernel))
             if not kernel.has_bool:
-                device.append(_rowwise(kernel))
-        device += [_general(kernel), _launcher(kernel)]
+                device.append(cuda_pointwise.rowwise(kernel))
+        device += [cuda_pointwise.general(kernel), _launcher(kernel)]
         host.append(wrapper(kernel, _host(kernel), dispatch=False))
     return _joined(host), _joined(device)
 
 
 def _joined(parts: list[str]) -> str:
     return "\n".join(part.strip("\n") + "\n" for part in parts)
-
-
-def _fast(kernel: FusedKernel) -> str:
-    params = pointer_params(kernel, row_strides=True)
-    params += ["const int64_t numel", "const int64_t cols"]
-    lines = [
-        "template <typename scalar_t, int VEC, bool FLAT>",
-        f"__global__ void {kernel.name}_fast({', '.join(params)}) {{",
-        "  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;",
-        "  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;",
-        "  const int64_t vectors = numel / VEC;",
-        # kUnroll vectors a thread per pass, a grid's width apart, their loads issued together
-        # (the pointers are __restrict__): more bytes in flight per thread, where that helps.
-        "  for (int64_t pass = first; pass < vectors; pass += step * kp::kUnroll) {",
-        "#pragma unroll",
-        "    for (int u = 0; u < kp::kUnroll; ++u) {",
-        "      const int64_t v = pass + u * step;",
-        "      if (v >= vectors) break;",
-    ]
-    body = [
-        "    const int64_t base = v * VEC;",
-        "    const int64_t row = FLAT ? 0 : kp::quotient(base, cols);",
-        "    const int64_t col = FLAT ? base : base - row * cols;",
-        *_row_offsets(kernel),
-        *_vector(kernel),
-    ]
-    lines += [line if line.startswith("#") else f"  {line}" for line in body]
-    tail_loads = [
-        f"kp::load(in{k}[r{k} + col])" if item.contiguous_columns else f"kp::load(in{k}[r{k}])"
-        for k, item in enumerate(kernel.inputs)
-    ]
-    lines += [
-        "    }",
-        "  }",
-        "  for (int64_t i = vectors * VEC + first; i < numel; i += step) {",
-        "    const int64_t row = FLAT ? 0 : kp::quotient(i, cols);",
-        "    const int64_t col = FLAT ? i : i - row * cols;",
-        *_row_offsets(kernel),
-        *op_call(kernel, tail_loads, "    "),
-        *[
-            f"    out{j}[i] = kp::store<{element_type(item)}>(o{j});"
-            for j, item in enumerate(kernel.outputs)
-        ],
-        "  }",
-        "}",
-    ]
-    return "\n".join(lines)
-
-
-def _rowwise(kernel: FusedKernel) -> str:
-    """The fast path for long rows: a block takes a stretch of one row, a thread
-    ``kp::kRowwiseItems`` vectors of it, a block's width apart, all loaded before any is
-    computed. The row, and each operand's offset in it, is found once per thread; the
-    grid-stride kernel finds them per vector, and took 1.2-1.7x Inductor's device time on conv
-    epilogues (bench/BENCHMARKS.md, section 24)."""
-    params = pointer_params(kernel, row_strides=True)
-    params += ["const int64_t cols", "const int64_t across"]
-    items = "kp::kRowwiseItems"
-    vector_loads = [
-        (k, element_type(item)) for k, item in enumerate(kernel.inputs) if item.contiguous_columns
-    ]
-    lines = [
-        "template <typename scalar_t, int VEC>",
-        f"__global__ void {kernel.name}_rowwise({', '.join(params)}) {{",
-        "  constexpr bool FLAT = false;",
-        "  const int64_t row = kp::quotient(blockIdx.x, across);",
-        "  const int64_t stretch = blockIdx.x - row * across;",
-        *_outdented(_row_offsets(kernel)),
-        *_outdented(_row_values(kernel)),
-        "  const int64_t vcols = cols / VEC;",
-        f"  const int64_t first = stretch * {items} * blockDim.x + threadIdx.x;",
-        *[f"  kp::Vec<{kind}, VEC> x{k}[{items}];" for k, kind in vector_loads],
-        "#pragma unroll",
-        f"  for (int item = 0; item < {items}; ++item) {{",
-        "    const int64_t col = (first + static_cast<int64_t>(item) * blockDim.x) * VEC;",
-        "    if (col >= cols) break;",
-        *[f"    x{k}[item] = kp::load_vec<VEC>(in{k} + r{k} + col);" for k, _ in vector_loads],
-        "  }",
-        "#pragma unroll",
-        f"  for (int item = 0; item < {items}; ++item) {{",
-        "    const int64_t vcol = first + static_cast<int64_t>(item) * blockDim.x;",
-        "    if (vcol >= vcols) break;",
-        *_computed(kernel, "[item]", "row * vcols + vcol"),
-        "  }",
-        "}",
-    ]
-    return "\n".join(lines)
-
-
-def _outdented(lines: list[str]) -> list[str]:
-    """A loop body's lines (4 spaces in) at a function body's indentation."""
-    return [line.removeprefix("  ") for line in lines]
-
-
-def _row_values(kernel: FusedKernel) -> list[str]:
-    """The one value per row of each operand read that way, at its row offset ``r<k>``."""
-    return [
-        f"    const float b{k} = kp::load(in{k}[r{k}]);"
-        for k, item in enumerate(kernel.inputs)
-        if not item.contiguous_columns
-    ]
-
-
-def _vector(kernel: FusedKernel) -> list[str]:
-    """One vector's loads (at row offsets ``r<k>`` and column ``col``), ops and store (vector
-    ``v`` of each output), indented for a loop's body."""
-    body = _row_values(kernel)
-    for k, item in enumerate(kernel.inputs):
-        if item.contiguous_columns:
-            body.append(
-                f"    const kp::Vec<{element_type(item)}, VEC> x{k} = "
-                f"kp::load_vec<VEC>(in{k} + r{k} + col);"
-            )
-    return body + _computed(kernel, "", "v")
-
-
-def _computed(kernel: FusedKernel, which: str, vector: str) -> list[str]:
-    """The ops over loaded vectors ``x<k><which>`` (and row values ``b<k>``), and their
-    results stored as vector number ``vector`` of each output."""
-    lane_loads = [
-        f"kp::load(x{k}{which}.val[i])" if item.contiguous_columns else f"b{k}"
-        for k, item in enumerate(kernel.inputs)
-    ]
-    body = [
-        f"    kp::Vec<{element_type(item)}, VEC> y{j};" for j, item in enumerate(kernel.outputs)
-    ]
-    body += ["#pragma unroll", "    for (int i = 0; i < VEC; ++i) {"]
-    body += op_call(kernel, lane_loads, "      ")
-    body += [
-        f"      y{j}.val[i] = kp::store<{element_type(item)}>(o{j});"
-        for j, item in enumerate(kernel.outputs)
-    ]
-    body.append("    }")
-    body += [f"    kp::store_vec<VEC>(out{j}, {vector}, y{j});" for j in range(len(kernel.outputs))]
-    return body
-
-
-def _row_offsets(kernel: FusedKernel) -> list[str]:
-    """Where each input's row ``row`` starts (``kp::row_map``'s stride, divisor, modulus)."""
-    return [
-        f"    const int64_t r{k} = FLAT ? 0 : kp::row_in_run(row, rd{k}, rm{k}) * rs{k};"
-        for k in range(len(kernel.inputs))
-    ]
-
-
-def _general(kernel: FusedKernel) -> str:
-    count = len(kernel.inputs)
-    params = [*pointer_params(kernel), f"const kp::Geometry<{count}> geo", "const int64_t numel"]
-    lines = [
-        "template <typename scalar_t>",
-        f"__global__ void {kernel.name}_general({', '.join(params)}) {{",
-        "  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;",
-        "  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;",
-        "  for (int64_t i = first; i < numel; i += step) {",
-        f"    int64_t off[{count}];",
-        "    geo.offsets(i, geo.ndim - 1, off);",
-        *op_call(kernel, [f"kp::load(in{k}[off[{k}]])" for k in range(count)], "    "),
-        *[
-            f"    out{j}[i] = kp::store<{element_type(item)}>(o{j});"
-            for j, item in enumerate(kernel.outputs)
-        ],
-        "  }",
-        "}",
-    ]
-    return "\n".join(lines)
 
 
 def _launcher(kernel: FusedKernel) -> str:
