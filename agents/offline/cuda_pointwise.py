@@ -51,10 +51,7 @@ def fast(kernel: FusedKernel) -> str:
         "    const int64_t col = FLAT ? i : i - row * cols;",
         *_row_offsets(kernel),
         *op_call(kernel, tail_loads, "    "),
-        *[
-            f"    out{j}[i] = kp::store<{element_type(item)}>(o{j});"
-            for j, item in enumerate(kernel.outputs)
-        ],
+        *_element_stores(kernel),
         "  }",
         "}",
     ]
@@ -169,11 +166,16 @@ def general(kernel: FusedKernel) -> str:
         f"    int64_t off[{count}];",
         "    geo.offsets(i, geo.ndim - 1, off);",
         *op_call(kernel, [f"kp::load(in{k}[off[{k}]])" for k in range(count)], "    "),
-        *[
-            f"    out{j}[i] = kp::store<{element_type(item)}>(o{j});"
-            for j, item in enumerate(kernel.outputs)
-        ],
+        *_element_stores(kernel),
         "  }",
         "}",
     ]
     return "\n".join(lines)
+
+
+def _element_stores(kernel: FusedKernel) -> list[str]:
+    """Each output's element ``i``, from the op's result ``o<j>`` (a loop's body)."""
+    return [
+        f"    out{j}[i] = kp::store<{element_type(item)}>(o{j});"
+        for j, item in enumerate(kernel.outputs)
+    ]
