@@ -145,3 +145,30 @@ def test_a_candidate_cannot_write_the_compiled_baseline_its_target_shares(tmp_pa
     )
     evaluator._run_candidate(PROBLEM, Candidate(source=writer), "time", data)
     assert not planted.exists()
+
+
+def test_a_timing_worker_starts_from_a_copy_of_the_compiled_baseline_with_no_compile_pool(
+    tmp_path, monkeypatch
+):
+    """Seeded with its target's compiled baseline, a timing worker compiles from a private copy
+    of it, in its own process: no pool of compile processes (one per core, each importing
+    torch, on a machine with Triton) for kernels that are compiled already."""
+    import tempfile
+
+    from torch._inductor import config as inductor
+
+    from harness.sandbox import worker
+
+    seed = tmp_path / "seed"
+    (seed / "fxgraph").mkdir(parents=True)
+    (seed / "fxgraph" / "entry").write_text("compiled")
+    monkeypatch.setattr(inductor, "compile_threads", None)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv(INDUCTOR_SEED, str(seed))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "shared"))
+    worker._start_from_compiled_baseline()
+    private = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    assert private.is_relative_to(tmp_path) and private != seed
+    assert (private / "fxgraph" / "entry").read_text() == "compiled"
+    assert INDUCTOR_SEED not in os.environ
+    assert inductor.compile_threads == 1

@@ -155,6 +155,12 @@ def _start_from_compiled_baseline() -> None:
     private = os.path.join(tempfile.mkdtemp(prefix="inductor-"), "cache")
     shutil.copytree(seed, private, symlinks=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = private
+    # Its kernels are compiled already: no pool of compile processes. On a machine with Triton
+    # a first torch.compile starts one of them per core, each importing torch, whether there
+    # is anything to compile or not (torch._inductor.async_compile.maybe_warm_pool).
+    from torch._inductor import config as inductor
+
+    inductor.compile_threads = 1
 
 
 if __name__ == "__main__":
