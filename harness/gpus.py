@@ -6,8 +6,9 @@ compiled baseline's worker see one GPU only, through ``CUDA_VISIBLE_DEVICES``: c
 name the same device. Builds are the parent's and serve every GPU (GPUs of one kind: a build is
 for the architecture of the first). The reference worker runs once per problem, on the first.
 
-Two limits (README, Limitations): the sandbox shows a worker every GPU's device node, so the
-variable is what keeps it on its GPU; and while one GPU's candidate is timed, builds pause
+The variable names the GPU by its UUID, and the sandbox shows the worker that GPU's device node
+alone (``device_minors``; every GPU's where the driver does not say which node is whose: MIG).
+A limit (README, Limitations): while one GPU's candidate is timed, builds pause
 (``harness.sandbox.quiet``) but the other GPUs' checks and comparators go on, which on a host
 with few cores per GPU can make a timing window busy (``harness.judge.busy``: timed again).
 """
@@ -18,6 +19,7 @@ import os
 import queue
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 
@@ -77,5 +79,47 @@ class GpuPool:
 
 
 def environment(gpu: str | None) -> dict[str, str]:
-    """What a worker's environment gains to see only ``gpu`` (None: nothing)."""
-    return {} if gpu is None else {VISIBLE: gpu}
+    """What a worker's environment gains to see only ``gpu`` (None: nothing): its UUID, which
+    names it whatever else the worker sees (its sandbox shows it that GPU's device node only:
+    ``device_minors``)."""
+    return {} if gpu is None else {VISIBLE: _uuid_name(gpu)}
+
+
+def _uuid_name(gpu: str) -> str:
+    """``gpu`` (as ``visible_gpus`` names it) by its UUID, ``GPU-...``; a MIG instance's name,
+    or a name this process does not list, as it is."""
+    gpus = visible_gpus()
+    if gpu.startswith(("GPU-", "MIG-")) or gpu not in gpus:
+        return gpu
+    uuid = str(torch.cuda.get_device_properties(gpus.index(gpu)).uuid)
+    return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+
+
+def device_minors(visible: str | None) -> set[int] | None:
+    """The minor numbers of the device nodes (``/dev/nvidiaN``) of the GPUs that ``visible``
+    (a ``CUDA_VISIBLE_DEVICES`` value) names, as the driver lists them under ``PROC_GPUS``; None
+    where that cannot be told: unset, indices (their order is CUDA's, not the driver's), MIG
+    instances, or a UUID the driver does not list. Then every GPU's node is shown."""
+    names = [name.strip() for name in (visible or "").split(",") if name.strip()]
+    if not names or not all(name.startswith("GPU-") for name in names):
+        return None
+    minors = _minors_by_uuid()
+    if not all(name in minors for name in names):
+        return None
+    return {minors[name] for name in names}
+
+
+PROC_GPUS = Path("/proc/driver/nvidia/gpus")  # one folder per GPU, with its ``information``
+
+
+def _minors_by_uuid() -> dict[str, int]:
+    found = {}
+    for information in PROC_GPUS.glob("*/information"):
+        fields = {}
+        for line in information.read_text().splitlines():
+            name, _, value = line.partition(":")
+            fields[name.strip()] = value.strip()
+        uuid, minor = fields.get("GPU UUID", ""), fields.get("Device Minor", "")
+        if uuid.startswith("GPU-") and minor.isdigit():
+            found[uuid] = int(minor)
+    return found

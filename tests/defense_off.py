@@ -95,6 +95,13 @@ DEFENSES: list[Defense] = [
         ("tests/test_isolation.py", "-k", "cannot_see_the_parent or outlives"),
     ),
     Defense(
+        "sandbox_own_gpu_node",  # a worker pinned to one GPU shown every GPU's device node
+        "harness/sandbox/bubblewrap.py",
+        "        if minors is None or not minor.isdigit() or int(minor) in minors:",
+        "        if True:",
+        ("tests/test_gpus.py::test_a_pinned_worker_cannot_open_another_gpus_device_node",),
+    ),
+    Defense(
         "sandbox_runner_variables",
         "harness/sandbox/environment.py",
         'RUNNER_PREFIXES = ("GITHUB_", "ACTIONS_", "RUNNER_", "INPUT_", "OPENAI_")',

@@ -6,8 +6,11 @@ GPU see it alone is measured on a two-GPU machine (bench/BENCHMARKS.md, the thro
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -17,10 +20,12 @@ from agents.llm.scripted import ScriptedClient
 from agents.loop import SearchConfig, evaluate_children, new_trajectory, search
 from agents.search.tree import Tree
 from agents.team import Team, TeamConfig
+from harness import gpus as gpu_names
 from harness.errors import UserError
 from harness.evaluate import Evaluator
-from harness.gpus import GpuPool, chosen_gpus, visible_gpus
+from harness.gpus import GpuPool, chosen_gpus, device_minors, environment, visible_gpus
 from harness.records import Candidate, EvalResult, Problem, Status
+from harness.sandbox import bubblewrap
 from tests.conftest import fast_config, write_module
 from tests.test_untrusted import CANDIDATE, LLM, REFERENCE, code_reply, plan_reply, reply
 
@@ -46,7 +51,13 @@ def get_init_inputs():
 @pytest.fixture
 def two_gpus(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda i: SimpleNamespace(uuid=UUIDS[i])
+    )
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+UUIDS = ["8d1e0c4a-0000-4000-8000-000000000000", "8d1e0c4a-0000-4000-8000-000000000001"]
 
 
 def test_the_visible_gpus_are_named_as_a_child_process_would_see_them(two_gpus, monkeypatch):
@@ -134,7 +145,8 @@ def test_every_worker_of_a_candidate_sees_only_the_gpu_it_was_lent(two_gpus, tmp
         with pytest.raises(Started):
             evaluator._run_candidate(problem, candidate, mode, None, gpu="1")
     evaluator._start_comparator(problem, [1], "1")
-    assert seen == {"evaluate": "1", "time": "1", "baseline": "1", "comparator": "1"}
+    pinned = f"GPU-{UUIDS[1]}"  # by UUID: it names that GPU whatever else the worker sees
+    assert seen == {"evaluate": pinned, "time": pinned, "baseline": pinned, "comparator": pinned}
     with pytest.raises(Started):  # on cpu, nothing is added
         evaluator._run_candidate(_problem(tmp_path, "cpu"), candidate, "build", None)
     assert seen["build"] is None
@@ -250,3 +262,47 @@ def _problem(tmp_path, device: str) -> Problem:
     source.write_text(REFERENCE)
     return Problem(name="problem", source_path=source, class_name="Model", device=device,
                    dtype="float32")  # fmt: skip
+
+
+@pytest.fixture
+def driver(tmp_path, monkeypatch):
+    """The driver's record of two GPUs (minors 0 and 3) and their device nodes, as files."""
+    proc, dev = tmp_path / "proc", tmp_path / "dev"
+    for minor, uuid in ((0, UUIDS[0]), (3, UUIDS[1])):
+        folder = proc / f"0000:00:0{minor}.0"
+        folder.mkdir(parents=True)
+        (folder / "information").write_text(
+            f"Model: \t\t NVIDIA H200\nGPU UUID: \t GPU-{uuid}\nDevice Minor: \t {minor}\n"
+        )
+    dev.mkdir()
+    for node in ("nvidia0", "nvidia3", "nvidiactl", "nvidia-uvm"):
+        (dev / node).write_text(node)
+    monkeypatch.setattr(gpu_names, "PROC_GPUS", proc)
+    monkeypatch.setattr(bubblewrap, "DEV", dev)
+    return dev
+
+
+def test_a_gpu_is_known_by_its_device_node_only_where_the_driver_names_it(two_gpus, driver):
+    assert device_minors(environment("1")["CUDA_VISIBLE_DEVICES"]) == {3}
+    assert device_minors(f"GPU-{UUIDS[0]},GPU-{UUIDS[1]}") == {0, 3}
+    # every GPU's node: nothing pinned, indices (CUDA's order is not the driver's), MIG
+    # instances, a UUID the driver does not list
+    for visible in (None, "", "0", "1,0", "MIG-5c2f", f"GPU-{UUIDS[0]},GPU-feed"):
+        assert device_minors(visible) is None, visible
+
+
+def test_a_pinned_worker_cannot_open_another_gpus_device_node(two_gpus, driver, tmp_path):
+    """The sandbox of a worker lent GPU 1 shows that GPU's node and the driver's own, not the
+    node of GPU 0, where another candidate may be being timed; an unpinned one sees all."""
+
+    def nodes(env: dict[str, str]) -> list[str]:
+        command = bubblewrap.wrap(
+            ["/bin/sh", "-c", "ls /dev | grep nvidia; cat /dev/nvidia0 || true"],
+            bubblewrap.WorkerView(gpu=True), {"PATH": "/usr/bin:/bin", **env}, Path("/"),
+        )  # fmt: skip
+        ran = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert ran.returncode == 0, ran.stderr
+        return ran.stdout.split()
+
+    assert nodes(environment("1")) == ["nvidia-uvm", "nvidia3", "nvidiactl"]
+    assert nodes({}) == ["nvidia-uvm", "nvidia0", "nvidia3", "nvidiactl", "nvidia0"]

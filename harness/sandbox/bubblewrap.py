@@ -2,11 +2,12 @@
 
 A worker sees: the system's programs and libraries read-only (``/usr``, ``/etc``, ...), this
 Python and kernelpilot read-only, the paths its job names (the problem's checkout read-only,
-its own job folder writable), a private ``/tmp``, ``/dev`` with the GPU's device nodes and
-nothing else of the machine: not the runner's home, tool cache, ``RUNNER_TEMP`` or the
-Actions file-command files. It runs in new user, PID, network, IPC and UTS namespaces: it
-cannot see or signal other processes (the parent's ``/proc`` entries included), reach the
-network, or outlive its sandbox (``--die-with-parent``; the PID namespace ends with it).
+its own job folder writable), a private ``/tmp``, ``/dev`` with the device nodes of the GPU it
+is pinned to (``harness.gpus``; every GPU's where it is not) and nothing else of the machine:
+not the runner's home, tool cache, ``RUNNER_TEMP`` or the Actions file-command files. It runs
+in new user, PID, network, IPC and UTS namespaces: it cannot see or signal other processes (the
+parent's ``/proc`` entries included), reach the network, or outlive its sandbox
+(``--die-with-parent``; the PID namespace ends with it).
 
 ``bwrap`` comes from the distribution (Debian and Ubuntu: ``apt-get install bubblewrap``) and
 needs unprivileged user namespaces, or root. Where it cannot start, ``check`` raises
@@ -29,6 +30,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from harness import gpus
 from harness.errors import UserError
 from harness.records import Problem
 
@@ -109,14 +111,16 @@ def wrap(argv: list[str], view: WorkerView, env: dict[str, str], cwd: Path) -> l
     bwrap = bwrap_path()
     check(bwrap)
     protect_this_process()
-    command = base_arguments(bwrap, view)
+    command = base_arguments(bwrap, view, gpus.device_minors(env.get(gpus.VISIBLE)))
     command += ["--chdir", str(cwd), "--clearenv"]
     for name, value in sorted(env.items()):
         command += ["--setenv", name, value]
     return [*command, "--", *argv]
 
 
-def base_arguments(bwrap: str, view: WorkerView) -> list[str]:
+def base_arguments(bwrap: str, view: WorkerView, minors: set[int] | None = None) -> list[str]:
+    """bwrap's options for ``view``; ``minors``: the GPUs whose device nodes it shows (the
+    driver's own nodes always), None for every GPU's."""
     command = [
         bwrap,
         "--die-with-parent",
@@ -142,9 +146,24 @@ def base_arguments(bwrap: str, view: WorkerView) -> list[str]:
     for path in _outermost(view.writable):
         command += ["--bind", str(path), str(path)]
     if view.gpu:
-        for node in sorted(Path("/dev").glob("nvidia*")):
-            command += ["--dev-bind", str(node), str(node)]
+        for node in gpu_nodes(minors):
+            target = Path("/dev") / node.name  # where a worker finds it, wherever it was found
+            command += ["--dev-bind", str(node), str(target)]
     return command
+
+
+DEV = Path("/dev")  # where the GPUs' device nodes are found (a test's own folder in tests)
+
+
+def gpu_nodes(minors: set[int] | None) -> list[Path]:
+    """The NVIDIA device nodes a GPU worker is shown: the driver's (``nvidiactl``,
+    ``nvidia-uvm``, ...) and, of the GPUs' own (``nvidiaN``), those in ``minors`` (None: all)."""
+    kept = []
+    for node in sorted(DEV.glob("nvidia*")):
+        minor = node.name.removeprefix("nvidia")
+        if minors is None or not minor.isdigit() or int(minor) in minors:
+            kept.append(node)
+    return kept
 
 
 def python_paths() -> list[Path]:
