@@ -11,17 +11,10 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from agents.loop import (
-    SearchConfig,
-    budget_limits,
-    evaluate_children,
-    new_trajectory,
-    pending,
-    run_spend,
-    search,
-)
+from agents.loop import evaluate_children, new_trajectory, pending, search
 from agents.offline import propose
 from agents.search.budget import RunSpend
+from agents.search.config import SearchConfig, budget_limits, run_spend
 from agents.team import Team
 from agents.trajectory import Trajectory
 from harness.evaluate import Evaluator

@@ -12,8 +12,9 @@ from pathlib import Path
 from agents.context import Reference
 from agents.llm.client import LLMConfig
 from agents.llm.scripted import ScriptedClient, ScriptedReply
-from agents.loop import SearchConfig, search
+from agents.loop import search
 from agents.search.budget import Budget
+from agents.search.config import SearchConfig
 from agents.search.tree import Tree
 from agents.team import Team, TeamConfig
 from agents.trajectory import Trajectory

@@ -114,8 +114,9 @@ class TableEvaluator:
 def measure(steps: int, seed: int, folder: Path) -> list[dict]:
     from agents.context import Reference
     from agents.llm.client import LLMConfig
-    from agents.loop import SearchConfig, new_trajectory, search
+    from agents.loop import new_trajectory, search
     from agents.offline import propose
+    from agents.search.config import SearchConfig
     from agents.team import Team, TeamConfig
     from harness.records import Problem
 

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import click
 
-from agents.loop import SearchConfig, new_trajectory, search
+from agents.loop import new_trajectory, search
+from agents.search.config import SearchConfig
 from agents.search.tree import Node, Tree
 from agents.team import Proposal
 from bench.results_format import BenchmarkRecord, finish, new_record, out_option

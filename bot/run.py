@@ -17,8 +17,8 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from agents.llm.client import LLMConfig, LLMFatalError
-from agents.loop import SearchConfig, run_spend
 from agents.search.budget import RunSpend
+from agents.search.config import SearchConfig, run_spend
 from agents.team import TeamConfig
 from agents.trajectory import Trajectory
 from bot.render import write_report

@@ -7,7 +7,7 @@ it looks for pyproject.toml again. A pull request's base commit's table is compo
 
 - ``device``, ``dtype``, ``targets``, ``eval``: the harness (``harness.config``);
 - ``llm``: the LLM client (``agents.llm.client.LLMConfig``), the run's flags on top;
-- ``search``: the search (``agents.loop.SearchConfig``) and the team's knobs
+- ``search``: the search (``agents.search.config.SearchConfig``) and the team's knobs
   (``agents.team.TeamConfig``), one table;
 - ``nightly``: the regression rule (``bot.nightly.regression.RegressionConfig``).
 
@@ -31,7 +31,7 @@ from pydantic import (
 )
 
 from agents.llm.client import LLMConfig
-from agents.loop import SearchConfig
+from agents.search.config import SearchConfig
 from agents.team import TeamConfig
 from bot.nightly.regression import RegressionConfig
 from harness.config import (

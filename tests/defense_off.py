@@ -831,7 +831,8 @@ DEFENSES: list[Defense] = [
         ("tests/test_base_config.py", "-k", "measure_runs_with_the_base"),
     ),
     # --- prompts and spend caps (agents/untrusted.py, harness/sandbox/redact.py, agents/loop.py,
-    # agents/team.py, agents/search/budget.py, agents/llm/completion.py; issue 22 item 8) --------
+    # agents/search/config.py, agents/team.py, agents/search/budget.py, agents/llm/completion.py;
+    # issue 22 item 8) ------------------------------------------------------------------------
     Defense(
         "prompt_data_blocks",  # PR text spliced into the prompt as it is
         "agents/untrusted.py",
@@ -911,7 +912,7 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "default_cost_cap",
-        "agents/loop.py",
+        "agents/search/config.py",
         "        default=DEFAULT_MAX_COST_USD,",
         "        default=None,",
         ("tests/test_agent_loop.py::test_the_default_cost_cap_stops_the_scripted_model",),

@@ -12,8 +12,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from agents.llm.client import LLMConfig
-from agents.loop import SearchConfig
 from agents.replay import replay
+from agents.search.config import SearchConfig
 from agents.trajectory import Trajectory
 from bot.cli import main
 from tests.conftest import FIXTURES

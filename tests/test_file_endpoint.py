@@ -144,7 +144,8 @@ def test_models_are_listed_and_streaming_is_refused_clearly(served: Served) -> N
 def test_the_summary_counts_the_models_attempts_from_a_saved_trajectory(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from agents.loop import SearchConfig, new_trajectory
+    from agents.loop import new_trajectory
+    from agents.search.config import SearchConfig
     from agents.search.tree import LLMCall
     from bench.__main__ import cli
     from harness.records import Candidate, EvalResult, Problem, Status, Timings, TimingStats

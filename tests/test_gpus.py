@@ -17,7 +17,8 @@ import torch
 
 from agents.context import Reference
 from agents.llm.scripted import ScriptedClient
-from agents.loop import SearchConfig, evaluate_children, new_trajectory, search
+from agents.loop import evaluate_children, new_trajectory, search
+from agents.search.config import SearchConfig
 from agents.search.tree import Tree
 from agents.team import Team, TeamConfig
 from harness import gpus as gpu_names

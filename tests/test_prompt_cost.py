@@ -17,8 +17,9 @@ import pytest
 from agents.context import Reference
 from agents.llm import LLMConfig, ModelPrice, ScriptedClient, ScriptedReply
 from agents.llm.openai_client import OpenAIChatClient
-from agents.loop import SearchConfig, new_trajectory, search
+from agents.loop import new_trajectory, search
 from agents.replay import recorded_replies
+from agents.search.config import SearchConfig
 from agents.team import Team, TeamConfig
 from agents.trajectory import CallSpend, Trajectory
 from bot.render import render_markdown, render_terminal

@@ -6,8 +6,9 @@ import random
 
 import pytest
 
-from agents.loop import SearchConfig, grow, new_trajectory
+from agents.loop import grow, new_trajectory
 from agents.search.budget import Budget
+from agents.search.config import SearchConfig
 from agents.search.strategy import EpsilonGreedy, Greedy
 from agents.search.tree import Node, Tree
 from agents.team import Proposal

@@ -12,7 +12,8 @@ from pathlib import Path
 from agents.context import KernelSummary, Reference
 from agents.listing import ShownCode
 from agents.llm.client import LLMConfig, Reply
-from agents.loop import SearchConfig, new_trajectory, search
+from agents.loop import new_trajectory, search
+from agents.search.config import SearchConfig
 from agents.search.tree import LLMCall, Node, Tree
 from agents.team import Team, TeamConfig
 from harness.judge.accept import accept

@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 import harness.config
-from agents.loop import SearchConfig
 from agents.optimize import Attempt
+from agents.search.config import SearchConfig
 from agents.search.strategy import make_strategy
 from bot.cli import main
 from bot.settings import Settings, load_settings, settings_from_table

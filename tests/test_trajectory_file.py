@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from agents.loop import SearchConfig, new_trajectory
+from agents.loop import new_trajectory
+from agents.search.config import SearchConfig
 from agents.trajectory import Trajectory
 from harness.errors import UserError
 from harness.problem.load import problem_from_target

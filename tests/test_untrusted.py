@@ -18,9 +18,10 @@ import pytest
 from agents.context import KernelSummary, Reference, debugger_window
 from agents.llm.client import LLMConfig
 from agents.llm.scripted import ScriptedClient, ScriptedReply
-from agents.loop import SearchConfig, new_trajectory, search
+from agents.loop import new_trajectory, search
 from agents.roles.debugger import debug
 from agents.roles.parse import BEGINS, ENDS
+from agents.search.config import SearchConfig
 from agents.search.tree import Tree
 from agents.team import Team, TeamConfig
 from agents.untrusted import data_block

@@ -9,13 +9,11 @@ once it has its cap of children, and subtrees whose children all failed.
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
+from agents.search.config import SearchConfig
 from agents.search.tree import Node, Tree
 from harness.records import Status
-
-if TYPE_CHECKING:  # agents.loop imports this module
-    from agents.loop import SearchConfig
 
 
 class Strategy(Protocol):
