@@ -165,7 +165,8 @@ class Evaluator:
             first = self.gpus().gpus[0] if problem.device == "cuda" else None
             comparator = self._start_comparator(problem, seeds, first) if recompute else None
             try:
-                data = reference_data(problem, self.config, work_dir=self.work_dir, seeds=seeds)
+                data = reference_data(problem, self.config, work_dir=self.work_dir, seeds=seeds,
+                                      extra_env=environment(first))  # fmt: skip
                 audit = data.report.audit
                 if audit.weak and not data.report.strengthened:
                     raise WeakSpecError(audit, f"{problem.source_path}:{problem.class_name}")

@@ -15,6 +15,8 @@ with few cores per GPU can make a timing window busy (``harness.judge.busy``: ti
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import queue
 from collections.abc import Iterator
@@ -26,6 +28,7 @@ import torch
 from harness.errors import UserError
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
+log = logging.getLogger(__name__)
 
 
 def visible_gpus() -> list[str]:
@@ -79,20 +82,34 @@ class GpuPool:
 
 
 def environment(gpu: str | None) -> dict[str, str]:
-    """What a worker's environment gains to see only ``gpu`` (None: nothing): its UUID, which
-    names it whatever else the worker sees (its sandbox shows it that GPU's device node only:
-    ``device_minors``)."""
+    """What a worker's environment gains to see only ``gpu`` (None: nothing): its UUID where
+    the driver lists it, which names it whatever else the worker sees (its sandbox shows it
+    that GPU's device node only: ``device_minors``); else the name as it is."""
     return {} if gpu is None else {VISIBLE: _uuid_name(gpu)}
 
 
 def _uuid_name(gpu: str) -> str:
-    """``gpu`` (as ``visible_gpus`` names it) by its UUID, ``GPU-...``; a MIG instance's name,
-    or a name this process does not list, as it is."""
+    """``gpu`` (as ``visible_gpus`` names it: an index, a UUID, maybe shortened) by the UUID the
+    driver lists it under, ``GPU-...``. A MIG instance (its UUID is not its GPU's), a name this
+    process does not list, or a GPU the driver's records do not show stays as it is, and its
+    workers see every GPU's device node: said once."""
     gpus = visible_gpus()
-    if gpu.startswith(("GPU-", "MIG-")) or gpu not in gpus:
+    if gpu.startswith("MIG-") or gpu not in gpus:
         return gpu
-    uuid = str(torch.cuda.get_device_properties(gpus.index(gpu)).uuid)
-    return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+    uuid = str(torch.cuda.get_device_properties(gpus.index(gpu)).uuid).removeprefix("GPU-")
+    if f"GPU-{uuid}" in _minors_by_uuid():
+        return f"GPU-{uuid}"
+    _unpinned(gpu)
+    return gpu
+
+
+@functools.cache
+def _unpinned(gpu: str) -> None:
+    log.warning(
+        "GPU %s: the driver's records (%s) do not say which device node is its: its workers "
+        "are shown every GPU's node, and only CUDA_VISIBLE_DEVICES keeps them on it",
+        gpu, PROC_GPUS,
+    )  # fmt: skip
 
 
 def device_minors(visible: str | None) -> set[int] | None:
@@ -116,7 +133,11 @@ def _minors_by_uuid() -> dict[str, int]:
     found = {}
     for information in PROC_GPUS.glob("*/information"):
         fields = {}
-        for line in information.read_text().splitlines():
+        try:
+            text = information.read_text()
+        except OSError:  # unreadable: that GPU is not known by its node
+            continue
+        for line in text.splitlines():
             name, _, value = line.partition(":")
             fields[name.strip()] = value.strip()
         uuid, minor = fields.get("GPU UUID", ""), fields.get("Device Minor", "")

@@ -97,7 +97,7 @@ DEFENSES: list[Defense] = [
     Defense(
         "sandbox_own_gpu_node",  # a worker pinned to one GPU shown every GPU's device node
         "harness/sandbox/bubblewrap.py",
-        "        if minors is None or not minor.isdigit() or int(minor) in minors:",
+        "        if minors is None or node.name in DRIVER_NODES or _gpu_minor(node) in minors:",
         "        if True:",
         ("tests/test_gpus.py::test_a_pinned_worker_cannot_open_another_gpus_device_node",),
     ),

@@ -116,10 +116,14 @@ def test_the_evaluator_checks_and_times_one_candidate_per_gpu(two_gpus, tmp_path
     assert narrowed.parallel(cuda) == 1 and narrowed.gpus().gpus == ["0"]
 
 
-def test_every_worker_of_a_candidate_sees_only_the_gpu_it_was_lent(two_gpus, tmp_path, monkeypatch):
+def test_every_worker_of_a_candidate_sees_only_the_gpu_it_was_lent(
+    two_gpus, driver, tmp_path, monkeypatch
+):
     """The checks and timing workers, the comparator beside them and the worker compiling the
-    shared torch.compile baseline: each is started with the leased GPU as its only one."""
+    shared torch.compile baseline: each is started with the leased GPU as its only one; the
+    reference worker with the first."""
     import harness.evaluate as evaluate
+    import harness.problem.reference as reference
 
     seen: dict[str, str | None] = {}
 
@@ -127,7 +131,8 @@ def test_every_worker_of_a_candidate_sees_only_the_gpu_it_was_lent(two_gpus, tmp
         pass
 
     def worker(job_dir, *args, **kwargs):
-        seen[job_dir.name.split("-")[0]] = args[5].get("CUDA_VISIBLE_DEVICES")  # extra_env
+        env = kwargs.get("extra_env", args[5] if len(args) > 5 else None) or {}
+        seen[job_dir.name.split("-")[0]] = env.get("CUDA_VISIBLE_DEVICES")
         raise Started
 
     def seeded(problem, config, folder, environment=None):
@@ -138,16 +143,21 @@ def test_every_worker_of_a_candidate_sees_only_the_gpu_it_was_lent(two_gpus, tmp
         seen["comparator"] = (extra_env or {}).get("CUDA_VISIBLE_DEVICES")
 
     monkeypatch.setattr(evaluate, "run_worker", worker)
+    monkeypatch.setattr(reference, "run_worker", worker)
     monkeypatch.setattr(evaluate, "seed_compiled_baseline", seeded)
     monkeypatch.setattr(evaluate, "Comparator", comparator)
     evaluator = Evaluator(fast_config(stream_gate=False), work_dir=tmp_path)
     problem, candidate = _problem(tmp_path, "cuda"), Candidate(source="x", origin="user")
+    with pytest.raises(Started):  # the reference worker, and its comparator, on the first
+        evaluator.reference(problem)
+    assert seen == {"comparator": f"GPU-{UUIDS[0]}", "reference": f"GPU-{UUIDS[0]}"}
     for mode in ("evaluate", "time", "time"):  # the second timing worker seeds the baseline
         with pytest.raises(Started):
             evaluator._run_candidate(problem, candidate, mode, None, gpu="1")
     evaluator._start_comparator(problem, [1], "1")
     pinned = f"GPU-{UUIDS[1]}"  # by UUID: it names that GPU whatever else the worker sees
-    assert seen == {"evaluate": pinned, "time": pinned, "baseline": pinned, "comparator": pinned}
+    assert seen == {"evaluate": pinned, "time": pinned, "baseline": pinned, "comparator": pinned,
+                    "reference": f"GPU-{UUIDS[0]}"}  # fmt: skip
     with pytest.raises(Started):  # on cpu, nothing is added
         evaluator._run_candidate(_problem(tmp_path, "cpu"), candidate, "build", None)
     assert seen["build"] is None
@@ -275,26 +285,38 @@ def driver(tmp_path, monkeypatch):
         (folder / "information").write_text(
             f"Model: \t\t NVIDIA H200\nGPU UUID: \t GPU-{uuid}\nDevice Minor: \t {minor}\n"
         )
-    dev.mkdir()
-    for node in ("nvidia0", "nvidia3", "nvidiactl", "nvidia-uvm"):
+    (dev / "nvidia-caps").mkdir(parents=True)  # MIG capabilities, every GPU's
+    for node in ("nvidia0", "nvidia3", "nvidiactl", "nvidia-uvm", "nvidia-modeset"):
         (dev / node).write_text(node)
     monkeypatch.setattr(gpu_names, "PROC_GPUS", proc)
     monkeypatch.setattr(bubblewrap, "DEV", dev)
     return dev
 
 
-def test_a_gpu_is_known_by_its_device_node_only_where_the_driver_names_it(two_gpus, driver):
+def test_a_gpu_is_known_by_its_device_node_only_where_the_driver_names_it(
+    two_gpus, driver, monkeypatch, caplog
+):
     assert device_minors(environment("1")["CUDA_VISIBLE_DEVICES"]) == {3}
     assert device_minors(f"GPU-{UUIDS[0]},GPU-{UUIDS[1]}") == {0, 3}
     # every GPU's node: nothing pinned, indices (CUDA's order is not the driver's), MIG
     # instances, a UUID the driver does not list
     for visible in (None, "", "0", "1,0", "MIG-5c2f", f"GPU-{UUIDS[0]},GPU-feed"):
         assert device_minors(visible) is None, visible
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")  # this process's own numbering: "1" is
+    assert environment("1") == {"CUDA_VISIBLE_DEVICES": f"GPU-{UUIDS[1]}"}  # its second GPU
+    assert environment("3") == {"CUDA_VISIBLE_DEVICES": f"GPU-{UUIDS[0]}"}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-5c2f")  # a MIG instance: named as it is
+    assert environment("MIG-5c2f") == {"CUDA_VISIBLE_DEVICES": "MIG-5c2f"}
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setattr(gpu_names, "PROC_GPUS", driver / "absent")  # no driver records
+    assert environment("1") == {"CUDA_VISIBLE_DEVICES": "1"}
+    assert "do not say which device node is its" in caplog.text
 
 
 def test_a_pinned_worker_cannot_open_another_gpus_device_node(two_gpus, driver, tmp_path):
-    """The sandbox of a worker lent GPU 1 shows that GPU's node and the driver's own, not the
-    node of GPU 0, where another candidate may be being timed; an unpinned one sees all."""
+    """The sandbox of a worker lent GPU 1 shows that GPU's node and those CUDA needs beside it,
+    not the node of GPU 0, where another candidate may be being timed, nor the MIG and display
+    nodes; an unpinned one sees all."""
 
     def nodes(env: dict[str, str]) -> list[str]:
         command = bubblewrap.wrap(
@@ -306,4 +328,5 @@ def test_a_pinned_worker_cannot_open_another_gpus_device_node(two_gpus, driver, 
         return ran.stdout.split()
 
     assert nodes(environment("1")) == ["nvidia-uvm", "nvidia3", "nvidiactl"]
-    assert nodes({}) == ["nvidia-uvm", "nvidia0", "nvidia3", "nvidiactl", "nvidia0"]
+    everything = ["nvidia-caps", "nvidia-modeset", "nvidia-uvm", "nvidia0", "nvidia3", "nvidiactl"]
+    assert nodes({}) == [*everything, "nvidia0"]

@@ -74,10 +74,12 @@ def reference_data(
     seed: int | None = None,
     work_dir: Path | None = None,
     seeds: list[int] | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> ReferenceData:
     """Run the reference worker: the cases, the audit, and (unless a comparator makes them
     again, ``config.recomputes``) each case's reference outputs. ``seeds`` (else drawn from
-    ``seed``) are the correctness cases' seeds."""
+    ``seed``) are the correctness cases' seeds; ``extra_env``: the worker's environment's
+    additions (the GPU it may use, ``harness.gpus.environment``)."""
     config = config or EvalConfig()
     seeds = seeds or draw_seeds(config, seed)
     job = WorkerJob(
@@ -94,7 +96,9 @@ def reference_data(
     # and runs the same reference, so a case that does not fit is said here, once.
     memory = config.memory_limit_gb if problem.device == "cpu" else None
     view = problem_view(problem, job.cache_dir)
-    outcome = run_worker(job_dir, config.run_timeout_s, memory, view, config.sandbox)
+    outcome = run_worker(
+        job_dir, config.run_timeout_s, memory, view, config.sandbox, extra_env=extra_env
+    )
     try:
         report = ReferenceReport.model_validate(worker_result(outcome, problem))
         data = ReferenceData(report=report, seeds=seeds, recomputed=job.recompute)

@@ -156,14 +156,25 @@ DEV = Path("/dev")  # where the GPUs' device nodes are found (a test's own folde
 
 
 def gpu_nodes(minors: set[int] | None) -> list[Path]:
-    """The NVIDIA device nodes a GPU worker is shown: the driver's (``nvidiactl``,
-    ``nvidia-uvm``, ...) and, of the GPUs' own (``nvidiaN``), those in ``minors`` (None: all)."""
+    """The NVIDIA device nodes a GPU worker is shown. Pinned to GPUs (``minors``): theirs
+    (``nvidiaN``) and the ones CUDA needs beside them (``DRIVER_NODES``); not the other GPUs',
+    nor the MIG capabilities, display or NVSwitch nodes. Not pinned (None): every one."""
     kept = []
     for node in sorted(DEV.glob("nvidia*")):
-        minor = node.name.removeprefix("nvidia")
-        if minors is None or not minor.isdigit() or int(minor) in minors:
+        if minors is None or node.name in DRIVER_NODES or _gpu_minor(node) in minors:
             kept.append(node)
     return kept
+
+
+def _gpu_minor(node: Path) -> int | None:
+    """N of a GPU's node ``nvidiaN``; None for any other node."""
+    number = node.name.removeprefix("nvidia")
+    return int(number) if number.isdigit() else None
+
+
+# What a CUDA process opens beside its GPUs' nodes: the control node, unified memory, and the
+# profiler's counters (CUPTI, for the kernel breakdowns).
+DRIVER_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
 
 
 def python_paths() -> list[Path]:
