@@ -5,9 +5,6 @@ PY := $(VENV)/bin/python
 # fetches it (CUDA build on Linux). Override to keep another torch: make test TORCH="torch>=2.4"
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
-# Test processes side by side (pytest-xdist; each takes whole test files): most tests wait on
-# subprocesses, compilers and servers, so two keep a 2-core machine busy. 0 runs in this process.
-PYTEST_WORKERS ?= 2
 
 .PHONY: setup demo test test-gpu lint bench clean
 
@@ -28,7 +25,7 @@ demo: setup
 	$(VENV)/bin/kernelpilot optimize examples/fused_gelu_block.py
 
 test: setup
-	$(PY) -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
+	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
 
 test-gpu: setup
