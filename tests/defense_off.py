@@ -1253,7 +1253,7 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "gate_attributes_on_self_only",  # sets an attribute of an argument or a call's result
-        "harness/static/python.py",
+        "harness/static/python_scope.py",
         "            if isinstance(target, ast.Attribute) and (root is None or root != owner):",
         "            if False:",
         ("tests/test_gate.py", "-k", "rejects"),
@@ -1267,7 +1267,7 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "gate_arguments_are_shared",  # a module-level cache filled through a function's argument
-        "harness/static/python.py",
+        "harness/static/python_scope.py",
         "        return name in aliases or not local or (self.stateless and name in parameters)",
         "        return name in aliases or not local",
         ("tests/test_gate.py", "-k", "rejects"),

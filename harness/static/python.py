@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import ast
 import importlib
-from typing import NamedTuple
 
 import torch
 from torch.nn.modules.lazy import LazyModuleMixin
 
-from harness.bindings import bound_names, names
+from harness.bindings import bound_names
 from harness.static.python_names import Resolver, import_bindings, module_reached
 from harness.static.python_rules import (
     ALLOWED_IMPORTS,
@@ -23,14 +22,11 @@ from harness.static.python_rules import (
     LIBRARY_NAMES,
     LOW_PRECISION_PY,
     MODULE_METHODS,
-    MUTATORS,
     STDLIB_MODULES,
     forbidden_name,
 )
+from harness.static.python_scope import Scope, StateRules
 from harness.static.python_state import (
-    defaults,
-    is_immutable_default,
-    is_reference_to,
     root_name,
 )
 
@@ -84,22 +80,15 @@ def _defines_forward(cls: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> boo
     return False
 
 
-class _Scope(NamedTuple):
-    """A function the gate's visit is in."""
+class _Gate(StateRules):
+    """Every rule of the gate; those about state kept across calls are ``StateRules``."""
 
-    stateless: bool  # keeps no state across calls: any function but __init__
-    aliases: set[str]  # its locals that name shared state
-    parameters: set[str]  # its parameters but the method's own instance
-    owner: str | None  # the name of the instance it is a method of (``self``), else None
-
-
-class _Gate(ast.NodeVisitor):
     def __init__(self, reference_class: str, low_precision_allowed: bool) -> None:
         self.reference_class = reference_class
         self.low_precision_allowed = low_precision_allowed
         self.reasons: list[str] = []
         self.shared: set[str] = set()  # module-level names: state shared across calls
-        self.scopes: list[_Scope] = []  # the functions the visit is in, innermost last
+        self.scopes: list[Scope] = []  # the functions the visit is in, innermost last
         self.methods: set[int] = set()  # ids of the functions defined directly in a class
         self.resolver = Resolver({}, set())  # what attribute chains from imports name
 
@@ -109,27 +98,6 @@ class _Gate(ast.NodeVisitor):
                 self.shared.add(target)
         self.resolver = Resolver(*import_bindings(node))
         self.generic_visit(node)
-
-    @property
-    def stateless(self) -> bool:
-        """Inside a function other than __init__: it must not keep state across calls."""
-        return bool(self.scopes) and self.scopes[-1].stateless
-
-    def _is_shared(self, name: str | None) -> bool:
-        """May ``name`` hold an object that outlives the call: a module-level name, an alias
-        of one, or (in a function that keeps no state) an argument, which is the caller's
-        (``def f(cache, x): cache[0] = x`` called with a module-level dict)."""
-        if name is None:
-            return True
-        if name == "self":
-            return self.stateless
-        scope = self.scopes[-1] if self.scopes else _Scope(False, set(), set(), None)
-        aliases, parameters = scope.aliases, scope.parameters
-        local = bool(self.scopes) and name not in self.shared
-        return name in aliases or not local or (self.stateless and name in parameters)
-
-    def reject(self, node: ast.AST, why: str) -> None:
-        self.reasons.append(f"line {getattr(node, 'lineno', '?')}: {why}")
 
     def _check_alias(self, node: ast.AST, alias: ast.alias) -> None:
         """An import binds its alias as an assignment would (``from typing import cast as
@@ -181,11 +149,6 @@ class _Gate(ast.NodeVisitor):
 
     visit_TryStar = visit_Try
 
-    def visit_Global(self, node: ast.AST) -> None:
-        self.reject(node, "global/nonlocal state (state across calls)")
-
-    visit_Nonlocal = visit_Global
-
     def _is_layer(self, base: ast.expr) -> bool:
         """nn.Module, or a layer torch.nn defines (real code derives ``LayerNorm(nn.LayerNorm)``
         to cast its input), each as the imports name it: nothing a plain module could not do,
@@ -200,10 +163,6 @@ class _Gate(ast.NodeVisitor):
             and value.__module__.startswith("torch.nn.modules.")
             and not issubclass(value, LazyModuleMixin)
         )
-
-    def visit_Lambda(self, node: ast.Lambda) -> None:
-        self._check_defaults(node.args, "lambda")
-        self.generic_visit(node)
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         for base in node.bases:
@@ -235,26 +194,7 @@ class _Gate(ast.NodeVisitor):
             if not self.resolver.is_allowed_decorator(decorator):
                 self.reject(decorator, f"decorates {node.name}: decorators can wrap forward")
         self._check_defaults(node.args, node.name)
-        aliases = {
-            name
-            for statement in ast.walk(node)
-            if isinstance(statement, ast.Assign) and is_reference_to(statement.value, self.shared)
-            for target in statement.targets
-            for name in names(target)
-        } | {  # a default that names shared state is that state, under the parameter's name
-            parameter.arg
-            for parameter, default in defaults(node.args)
-            if is_reference_to(default, self.shared)
-        }
-        positional = [*node.args.posonlyargs, *node.args.args]
-        static = any(
-            isinstance(d, ast.Name) and d.id == "staticmethod" for d in node.decorator_list
-        )
-        owner = (
-            positional[0].arg if id(node) in self.methods and positional and not static else None
-        )
-        parameters = {item.arg for item in ast.walk(node.args) if isinstance(item, ast.arg)}
-        self.scopes.append(_Scope(node.name != "__init__", aliases, parameters - {owner}, owner))
+        self.scopes.append(self.scope_of(node))
         self.generic_visit(node)
         self.scopes.pop()
 
@@ -317,37 +257,14 @@ class _Gate(ast.NodeVisitor):
         if isinstance(node.value, str) and _is_dunder(node.value):
             self.reject(node, f"the string {node.value!r} names a special method or attribute")
 
-    def visit_Assign(self, node: ast.Assign) -> None:
-        for target in node.targets:
-            self._check_target(target)
-        self.generic_visit(node)
-
-    def visit_AugAssign(self, node: ast.AugAssign) -> None:
-        self._check_target(node.target)
-        self.generic_visit(node)
-
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         self._check_target(node.target)
         self._check_annotation(node.annotation)
         self.generic_visit(node)
 
-    def visit_Delete(self, node: ast.Delete) -> None:
-        for target in node.targets:
-            self._check_target(target)
-
     def visit_arg(self, node: ast.arg) -> None:
         self._check_annotation(node.annotation)
         self.generic_visit(node)
-
-    def _check_defaults(self, arguments: ast.arguments, function: str) -> None:
-        """A default is evaluated once, at definition: a mutable one keeps state across calls."""
-        for parameter, default in defaults(arguments):
-            if not is_immutable_default(default):
-                self.reject(
-                    default,
-                    f"{function}: default {parameter.arg}={ast.unparse(default)} is made once and"
-                    " kept across calls (state across calls; use None or a constant)",
-                )
 
     def _check_annotation(self, annotation: ast.expr | None) -> None:
         """A string annotation is code that typing can evaluate: allow only dotted names."""
@@ -359,20 +276,8 @@ class _Gate(ast.NodeVisitor):
                     )
 
     def _check_call(self, node: ast.Call) -> None:
+        self.check_mutation(node)
         func = node.func
-        if (
-            self.stateless
-            and isinstance(func, ast.Attribute)
-            and func.attr in MUTATORS
-            and isinstance(func.value, ast.Name)
-            and func.value.id in ("dict", "list", "set", "collections")
-            and node.args
-            and self._is_shared(root_name(node.args[0]))
-        ):
-            self.reject(node, f"mutates {ast.unparse(node.args[0])} (state across calls)")
-        if self.stateless and isinstance(func, ast.Attribute) and func.attr in MUTATORS:
-            if self._is_shared(root_name(func.value)):
-                self.reject(node, f"mutates {ast.unparse(func.value)} (state across calls)")
         if isinstance(func, ast.Attribute) and func.attr == "to" and not self.low_precision_allowed:
             for arg in [*node.args, *[k.value for k in node.keywords]]:
                 if isinstance(arg, ast.Attribute) and arg.attr in LOW_PRECISION_PY:
@@ -385,35 +290,6 @@ class _Gate(ast.NodeVisitor):
         if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name):
             return owner.func.id == "super"
         return self._is_layer(owner)
-
-    def _check_target(self, target: ast.expr) -> None:
-        if isinstance(target, ast.Tuple | ast.List):
-            for element in target.elts:
-                self._check_target(element)
-            return
-        if isinstance(target, ast.Starred):
-            self._check_target(target.value)
-            return
-        if isinstance(target, ast.Attribute | ast.Subscript):
-            root = root_name(target)
-            owner = self.scopes[-1].owner if self.scopes else None
-            if isinstance(target, ast.Attribute) and (root is None or root != owner):
-                # Only a method's own instance gets attributes: any other object may be a module,
-                # a class or an object shared by the reference (``def f(m): m.gelu = ...;
-                # f(F)``, ``type(x).relu = ...``).
-                self.reject(
-                    target,
-                    f"sets {ast.unparse(target)}: only a method's own self may have attributes "
-                    "set (monkeypatching or shared state)",
-                )
-            elif root == owner and root is not None and self.stateless:
-                self.reject(
-                    target, f"assigns {ast.unparse(target)} outside __init__ (state across calls)"
-                )
-            elif root != owner and self._is_shared(root):
-                self.reject(
-                    target, f"assigns to {ast.unparse(target)} (monkeypatching or shared state)"
-                )
 
 
 def _library_names(module: str) -> str:
