@@ -26,9 +26,7 @@ from harness.static.python_rules import (
     forbidden_name,
 )
 from harness.static.python_scope import Scope, StateRules
-from harness.static.python_state import (
-    root_name,
-)
+from harness.static.python_state import root_name
 
 
 class GateRejection(Exception):

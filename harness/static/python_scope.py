@@ -111,7 +111,8 @@ class StateRules(ast.NodeVisitor):
                 )
 
     def check_mutation(self, node: ast.Call) -> None:
-        """A call that mutates state kept across calls (``cache.append(x)``, ``dict.update(shared, ...)``)."""
+        """A call that mutates state kept across calls (``cache.append(x)``,
+        ``dict.update(shared, ...)``)."""
         func = node.func
         if (
             self.stateless
