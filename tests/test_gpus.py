@@ -309,6 +309,7 @@ def test_a_gpu_is_known_by_its_device_node_only_where_the_driver_names_it(
     assert environment("MIG-5c2f") == {"CUDA_VISIBLE_DEVICES": "MIG-5c2f"}
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     monkeypatch.setattr(gpu_names, "PROC_GPUS", driver / "absent")  # no driver records
+    gpu_names._unpinned.cache_clear()  # said once a process: whatever an earlier test said
     assert environment("1") == {"CUDA_VISIBLE_DEVICES": "1"}
     assert "do not say which device node is its" in caplog.text
 
