@@ -137,3 +137,22 @@ def test_a_baseline_that_does_not_compile_is_shown_and_a_copy_takes_its_place(
     assert report.timings.compile_baseline_error == compiled
     assert report.timings.compiled_beside is None and report.timings.compiled_alone is None
     assert report.timings.eager_beside is not None and report.timings.eager_after is not None
+
+
+def test_a_long_compile_error_keeps_what_the_compiler_said(tmp_path, monkeypatch):
+    """Inductor's C++ error starts with the compiler's command, often thousands of characters
+    long, and ends with what the compiler said: the report keeps the end."""
+    command = "g++ main.cpp " + " ".join(f"-I/include/{n}" for n in range(400))
+
+    def fails(module):
+        def call(*inputs):
+            raise RuntimeError(f"C++ compile error\nCommand:\n{command}\nOutput:\nfatal: no x.h")
+
+        return call
+
+    monkeypatch.setattr(worker_timing.torch, "compile", fails)
+    job = _job(tmp_path, compile_baseline=True)
+    compiled = worker_timing.make_compiled(job, build_reference(job.problem, 0).state_dict())
+    assert isinstance(compiled, str)
+    assert compiled.startswith("RuntimeError: C++ compile error") and "fatal: no x.h" in compiled
+    assert len(compiled) < 2100

@@ -251,5 +251,14 @@ def compiled_baseline(job: WorkerJob, module: Callable) -> Callable | str:
     try:
         bound(compiled, job.problem.input_keywords)(*_timing_inputs(job))
     except Exception as err:  # the baseline's own failure, reported by the caller
-        return f"{type(err).__name__}: {str(err)[:300]}"
+        return _why_not_compiled(err)
     return compiled
+
+
+def _why_not_compiled(err: Exception) -> str:
+    """The error's start and, for a long one, its end: Inductor puts the compiler's command
+    first and what the compiler said last."""
+    text = f"{type(err).__name__}: {err}"
+    if len(text) <= 2000:
+        return text
+    return f"{text[:400]}\n[...]\n{text[-1600:]}"
