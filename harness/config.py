@@ -78,6 +78,13 @@ class EvalConfig(BaseModel):
     memory_limit_gb: float = Field(
         default=16, gt=0, description="Address-space limit of a cpu worker (cuda: not applied)."
     )
+    prestart_timing: bool = Field(
+        default=True,
+        description="Start a candidate's timing worker while its checks run: Python, torch, "
+        "the reference and its compiled baseline are ready when the checks pass, and a "
+        "candidate costs seconds less. On cuda only where the reference used at most a sixth "
+        "of the GPU's memory (two workers hold it meanwhile).",
+    )
     build_jobs: int = Field(
         default=0, ge=0, description="Parallel builds; 0 means one per CPU core."
     )

@@ -10,38 +10,32 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
 import threading
 import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
 
 from harness.builds.cache import default_cache_dir
 from harness.builds.requests import ParentBuilder
+from harness.candidate_workers import CandidateWorkers
 from harness.config import EvalConfig
 from harness.errors import HarnessError, UserError
 from harness.files import read_user_text
 from harness.gpus import GpuPool, chosen_gpus, environment
 from harness.judge.accept import measure_until_judged
-from harness.judge.baseline import seed_compiled_baseline
-from harness.judge.comparator import Comparator, ComparatorStopped
+from harness.judge.baseline import CompiledBaselines
+from harness.judge.comparators import Comparators, set_up
 from harness.judge.receive import CaseReceiver, Receiver
 from harness.judge.tolerance import CaseComparer
-from harness.judge.verdict import candidate_report, checked_result, timed_result
+from harness.judge.verdict import checked_result, timed_result
 from harness.problem.load import problem_from_target
 from harness.problem.reference import ReferenceData, draw_seeds, reference_data
 from harness.records import AuditReport, Candidate, Check, EvalResult, Problem, Status
 from harness.sandbox import lifetime
-from harness.sandbox.bubblewrap import WorkerView, problem_view
-from harness.sandbox.environment import INDUCTOR_SEED
-from harness.sandbox.jobs import CandidateReport, WorkerJob
-from harness.sandbox.lifetime import OutOfTime
-from harness.sandbox.run import run_worker
+from harness.sandbox.jobs import CandidateReport
 from harness.static.python import check_python
-from harness.workers import stream_hold
 
 
 class WeakSpecError(UserError):
@@ -75,9 +69,6 @@ class Evaluator:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         if work_dir is None:
             weakref.finalize(self, shutil.rmtree, self.work_dir, ignore_errors=True)
-        # No candidate's worker runs past it (``time.monotonic()``): a search's wall budget.
-        # Reaching it raises ``OutOfTime``: the candidate's result is unknown, not a failure.
-        self.deadline: float | None = None
         self.cache_dir = self.config.cache_dir or default_cache_dir()
         self.progress = progress or (lambda message: None)
         self.builder = ParentBuilder(
@@ -92,17 +83,19 @@ class Evaluator:
         # and builds land in it while candidates' workers run.
         self.builder.store.root.mkdir(parents=True, exist_ok=True)
         self._references: dict[str, ReferenceData] = {}
-        # Per problem where reference outputs are made again per candidate (on cuda), per GPU:
-        # its comparator worker, kept for the problem's candidates; stopped with the evaluator.
-        self._comparators: dict[str, dict[str | None, Comparator]] = {}
-        weakref.finalize(self, _close_all, self._comparators)
+        # Where reference outputs are made again per candidate (on cuda): each problem's
+        # comparator worker on each GPU, kept for its candidates.
+        self.comparators = Comparators(self.config, self.work_dir, self.cache_dir)
+        # Each problem's torch.compile baseline, compiled once for its timing workers.
+        self.compiled_baselines = CompiledBaselines(self.config, self.work_dir, self.progress)
+        self.workers = CandidateWorkers(
+            self.config, self.cache_dir, self.work_dir, self.builder, self.compiled_baselines
+        )
         # What threads evaluating at once share. The references are made under ``_lock``, once
         # (every candidate waits for its problem's); a comparator or a compiled baseline under
-        # a lock of its own (``_once``), so that one GPU's does not hold up the others. The
-        # GPUs (on cuda) are lent one evaluation at a time. A lease is never asked for while a
-        # lock is held.
+        # a lock of its own, so that one GPU's does not hold up the others. The GPUs (on cuda)
+        # are lent one evaluation at a time. A lease is never asked for while a lock is held.
         self._lock = threading.RLock()
-        self._locks: dict[str, threading.Lock] = {}
         self._pool: GpuPool | None = None
         # A problem whose reference failed (a weak spec, an error in the user's code): every
         # candidate asking again gets the same error, not another run of the reference.
@@ -111,10 +104,16 @@ class Evaluator:
         # once. A failed build is never built again; a built one is in the build cache.
         self._gate: dict[str, list[str]] = {}
         self._builds: dict[str, CandidateReport] = {}
-        # Per problem: how many timing workers it had, and its compiled baseline, compiled once
-        # for the timing workers after its first (``_compiled_baseline``).
-        self._timed: dict[str, int] = {}
-        self._compiled: dict[str, dict[str, str]] = {}
+
+    @property
+    def deadline(self) -> float | None:
+        """No candidate's worker runs past it (``time.monotonic()``): a search's wall budget.
+        Reaching it raises ``OutOfTime``: the candidate's result is unknown, not a failure."""
+        return self.workers.deadline
+
+    @deadline.setter
+    def deadline(self, at: float | None) -> None:
+        self.workers.deadline = at
 
     def gpus(self) -> GpuPool:
         """The GPUs cuda candidates are checked and timed on (``eval.gpus``), chosen when
@@ -124,11 +123,6 @@ class Evaluator:
                 if self._pool is None:
                     self._pool = GpuPool(chosen_gpus(self.config.gpus))
         return self._pool
-
-    def _once(self, key: str) -> threading.Lock:
-        """The lock of one thing made once (``key``), made when first asked for."""
-        with self._lock:
-            return self._locks.setdefault(key, threading.Lock())
 
     def parallel(self, problem: Problem) -> int:
         """How many of ``problem``'s candidates can be checked and timed at once."""
@@ -163,7 +157,7 @@ class Evaluator:
             seeds = draw_seeds(self.config, self.seed)
             recompute = self.config.recomputes(problem.device)
             first = self.gpus().gpus[0] if problem.device == "cuda" else None
-            comparator = self._start_comparator(problem, seeds, first) if recompute else None
+            comparator = self.comparators.start(problem, seeds, first) if recompute else None
             try:
                 data = reference_data(problem, self.config, work_dir=self.work_dir, seeds=seeds,
                                       extra_env=environment(first))  # fmt: skip
@@ -171,57 +165,23 @@ class Evaluator:
                 if audit.weak and not data.report.strengthened:
                     raise WeakSpecError(audit, f"{problem.source_path}:{problem.class_name}")
                 if comparator is not None:
-                    self._set_up(comparator, data)
+                    set_up(comparator, data)
             except BaseException:
                 if comparator is not None:
                     comparator.close()
                 raise
             self._references[key] = data
             if comparator is not None:
-                self._comparators[key] = {first: comparator}
+                self.comparators.keep(key, first, comparator)
         return self._references[key]
-
-    def _start_comparator(self, problem: Problem, seeds: list[int], gpu: str | None) -> Comparator:
-        return Comparator(
-            problem, self.config, seeds, self.work_dir, self.cache_dir, environment(gpu)
-        )
-
-    def _set_up(self, comparator: Comparator, data: ReferenceData) -> None:
-        try:
-            comparator.setup(data.report)
-        except ComparatorStopped as err:
-            log = comparator.close()
-            raise UserError(
-                f"the comparator worker could not start ({err}):\n{log[-3000:]}",
-                where=f"{comparator.problem.source_path}:{comparator.problem.class_name}",
-                fix='set eval.reference_outputs = "stored" in [tool.kernelpilot] to compare '
-                "in the parent instead, and report this log",
-            ) from err
-
-    def _comparator(self, problem: Problem, data: ReferenceData, gpu: str | None) -> Comparator:
-        """The problem's comparator on ``gpu``: started there when first asked for, and again
-        if a candidate's outputs ended it."""
-        key = problem.model_dump_json()
-        with self._once(f"comparator\0{key}\0{gpu}"):
-            with self._lock:
-                comparator = self._comparators.setdefault(key, {}).get(gpu)
-            if comparator is None or not comparator.alive():
-                if comparator is not None:
-                    comparator.close()
-                comparator = self._start_comparator(problem, data.seeds, gpu)
-                self._set_up(comparator, data)
-                with self._lock:
-                    self._comparators.setdefault(key, {})[gpu] = comparator
-            return comparator
 
     def release(self, problem: Problem) -> None:
         """Done with ``problem``: stop its comparators (which hold the reference's parameters
         on the devices) and drop its reference data; asking again starts afresh. Not while a
         thread still evaluates one of its candidates."""
         key = problem.model_dump_json()
+        self.comparators.release(key)
         with self._lock:
-            for comparator in self._comparators.pop(key, {}).values():
-                comparator.close()
             data = self._references.pop(key, None)
             self._failed.pop(key, None)
         for handle in data.files.values() if data else []:
@@ -230,7 +190,7 @@ class Evaluator:
     def close(self) -> None:
         """Stop the comparator workers (also done when the evaluator is collected); not while
         a thread still evaluates."""
-        _close_all(self._comparators)
+        self.comparators.close()
 
     def prebuild(self, problem: Problem, candidates: list[Candidate]) -> None:
         """Build candidates' kernels in parallel worker processes, filling the build cache."""
@@ -250,7 +210,7 @@ class Evaluator:
         if reasons:
             return CandidateReport(status=Status.rejected, reason="; ".join(reasons))
         if key not in self._builds:
-            self._builds[key] = self._run_candidate(problem, candidate, "build", None)
+            self._builds[key] = self.workers.run(problem, candidate, "build", None)
         return self._builds[key]
 
     def gate(self, problem: Problem, candidate: Candidate) -> list[str]:
@@ -284,43 +244,27 @@ class Evaluator:
         with self._device(problem) as gpu:
             on = f" on GPU {gpu}" if gpu is not None and len(self.gpus()) > 1 else ""
             self.progress(f"{problem.name}: building, checking and timing a candidate{on}")
-            checked, reference_ops, kernels = self._check(problem, candidate, data, gpu)
-            if checked.status is not Status.ok:
-                return checked
-            self.progress(f"{problem.name}: checks passed; timing in a fresh worker{on}")
-            return measure_until_judged(
-                lambda: timed_result(
-                    checked,
-                    self._run_candidate(
-                        problem, candidate, "time", data, reference_ops=reference_ops, gpu=gpu
+            prestarted = self.workers.prestart(problem, candidate, data, gpu)
+            try:
+                checked, reference_ops, kernels = self._check(problem, candidate, data, gpu)
+                if checked.status is not Status.ok:
+                    return checked
+                self.progress(f"{problem.name}: checks passed; timing{on}")
+                return measure_until_judged(
+                    lambda: timed_result(
+                        checked,
+                        self.workers.time(problem, candidate, data, reference_ops, gpu, prestarted),
+                        self.config,
+                        kernels,
                     ),
-                    self.config,
-                    kernels,
-                ),  # fmt: skip
-                self.config.busy_retries,
-                lambda why: self.progress(f"{problem.name}: {why}; timing again in a fresh worker"),
-            )
-
-    def _compiled_baseline(self, problem: Problem, gpu: str | None) -> dict[str, str]:
-        """The environment of the problem's next timing worker for its compiled baseline. The
-        first timing worker compiles torch.compile itself; from the second on, the baseline is
-        compiled once more, in a worker of its own, and every later timing worker starts from
-        it: a target timed once pays for one compile, as before, and one timed N times for two,
-        not N."""
-        key = hashlib.sha256(problem.model_dump_json().encode()).hexdigest()[:16]
-        with self._lock:
-            self._timed[key] = self._timed.get(key, 0) + 1
-            if self._timed[key] == 1:
-                return {}
-        with self._once(f"compiled\0{key}"):  # the other GPUs go on meanwhile
-            if key not in self._compiled:
-                if self.config.compile_baseline and self.config.sandbox == "bubblewrap":
-                    self.progress(f"{problem.name}: compiling the torch.compile baseline once")
-                folder = self.work_dir / "compiled" / key
-                self._compiled[key] = seed_compiled_baseline(
-                    problem, self.config, folder, environment(gpu)
+                    self.config.busy_retries,
+                    lambda why: self.progress(
+                        f"{problem.name}: {why}; timing again in a fresh worker"
+                    ),
                 )
-            return self._compiled[key]
+            finally:
+                if prestarted is not None:
+                    prestarted.discard()
 
     def _check(
         self, problem: Problem, candidate: Candidate, data: ReferenceData, gpu: str | None
@@ -330,77 +274,14 @@ class Evaluator:
         (asked for only if the candidate launched any)."""
         receiver: Receiver
         if data.recomputed:
-            comparator = self._comparator(problem, data, gpu)
+            comparator = self.comparators.on(problem, data, gpu)
             receiver, kernels = comparator.begin(), comparator.reference_kernels
         else:
             comparer = CaseComparer(problem, len(data.cases), data.report.bitwise_deterministic)
             receiver, kernels = CaseReceiver(data, comparer), data.report.cuda_kernels.copy
-        report = self._run_candidate(problem, candidate, "evaluate", data, receiver, gpu=gpu)
+        report = self.workers.run(problem, candidate, "evaluate", data, receiver, gpu=gpu)
         checked = checked_result(problem, self.config, data, report, receiver.result())
         return checked, report.reference_ops, kernels
-
-    def _run_candidate(
-        self,
-        problem: Problem,
-        candidate: Candidate,
-        mode: Literal["build", "evaluate", "time"],
-        data: ReferenceData | None,
-        receiver: Receiver | None = None,
-        reference_ops: list[str] | None = None,
-        gpu: str | None = None,
-    ) -> CandidateReport:
-        config = self.config
-        job = WorkerJob(
-            mode=mode,
-            problem=problem,
-            config=config,
-            cache_dir=self.cache_dir,
-            candidate_source=candidate.source,
-            seeds=data.seeds if data else [0],
-            cases=data.cases if data else [],
-            strengthened=data.report.strengthened if data else False,
-            params_digest=data.report.params_digest if data else "",
-            recompute=data.recomputed if data else False,
-            reference_ops=reference_ops or [],
-        )
-        job_dir = Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=self.work_dir))
-        (job_dir / "job.json").write_text(job.model_dump_json())
-
-        memory = config.memory_limit_gb if problem.device == "cpu" else None
-        # The worker's own running: its builds are made by the parent, under their own limit.
-        timeout = config.run_timeout_s
-        # The checks' worker on cuda holds other streams' work back (harness.workers.stream_hold).
-        gated = mode == "evaluate" and problem.device == "cuda" and config.stream_gate
-        extra_env = environment(gpu)
-        if gated:
-            extra_env |= stream_hold.worker_environment(self.cache_dir)
-        view = candidate_view(problem, self.cache_dir)
-        if mode == "time" and (compiled := self._compiled_baseline(problem, gpu)):
-            extra_env |= compiled  # its own copy of the compiled baseline (read-only here)
-            view.read_only.append(Path(compiled[INDUCTOR_SEED]))
-        outcome = run_worker(
-            job_dir, timeout, memory, view, config.sandbox,
-            receiver.at(job_dir) if receiver else None, extra_env,
-            on_build=lambda body: self.builder.answer(body, problem.device, problem.dtype),
-            deadline=self.deadline,
-            pausable=mode == "build",  # it imports and runs candidate code: not beside timing
-        )  # fmt: skip
-        if outcome.deadline_reached:
-            raise OutOfTime(f"{problem.name}: the time budget ran out while a candidate ran")
-        return candidate_report(outcome, problem, timeout)
-
-
-def candidate_view(problem: Problem, cache_dir: Path) -> WorkerView:
-    """What a candidate's worker sees besides its job folder: the checkout and the build cache,
-    both read-only (its builds are asked of the parent: ``harness.builds.requests``)."""
-    return problem_view(problem, cache_dir)
-
-
-def _close_all(comparators: dict[str, dict[str | None, Comparator]]) -> None:
-    for on_gpus in comparators.values():
-        for comparator in on_gpus.values():
-            comparator.close()
-    comparators.clear()
 
 
 def candidate_key(problem: Problem, candidate: Candidate) -> str:

@@ -155,7 +155,7 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "candidate_cache_read_only",  # the candidate's worker given the cache writable
-        "harness/evaluate.py",
+        "harness/candidate_workers.py",
         "    return problem_view(problem, cache_dir)",
         "    return problem_view(problem, writable=[cache_dir])",
         ("tests/test_buildstore.py::test_a_candidate_worker_finds_no_writable_cache_or_checkout",),
@@ -407,7 +407,7 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "stream_gate_preloaded",
-        "harness/evaluate.py",
+        "harness/candidate_workers.py",
         'gated = mode == "evaluate" and problem.device == "cuda" and config.stream_gate',
         "gated = False",
         ("tests/test_stream_gate.py::test_only_the_checks_worker_on_cuda_gets_the_gate",),
@@ -646,10 +646,17 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "compiled_baseline_shown_read_only",
-        "harness/evaluate.py",
+        "harness/candidate_workers.py",
         "            view.read_only.append(Path(compiled[INDUCTOR_SEED]))",
         "            view.writable.append(Path(compiled[INDUCTOR_SEED]))",
         ("tests/test_evaluator.py", "-k", "cannot_write_the_compiled_baseline"),
+    ),
+    Defense(
+        "prestarted_timing_waits_for_the_checks",  # harness/prestart.py
+        "harness/workers/candidate.py",
+        "    if job.await_go:",
+        "    if False:",
+        ("tests/test_prestart.py", "-k", "times_only_after_them"),
     ),
     Defense(
         "nightly_issue_kept_open_while_unjudged",
@@ -1181,9 +1188,9 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "candidate_runs_end_at_the_deadline",
-        "harness/evaluate.py",
-        "            deadline=self.deadline,",
-        "            deadline=None,",
+        "harness/sandbox/run.py",
+        "        if deadline is not None and time.monotonic() > deadline and deadline < ends:",
+        "        if False:",
         ("tests/test_worker_limits.py", "-k", "deadline or max_time"),
     ),
     # --- module shapes and captured targets (harness/workers/calls.py, checked_case.py,

@@ -33,7 +33,7 @@ def _refused(problem_file: str, monkeypatch, **config) -> UserError:
     come before any candidate's worker started."""
     evaluator = Evaluator(fast_config(**config), seed=1)
     started: list[str] = []
-    monkeypatch.setattr(evaluator, "_run_candidate", lambda *args: started.append(args[2]))
+    monkeypatch.setattr(evaluator.workers, "run", lambda *args: started.append(args[2]))
     problem = problem_from_target(str(BAD / problem_file), "cpu", "float32")
     with pytest.raises(UserError) as refused:
         evaluator.evaluate(problem, HONEST)

@@ -30,7 +30,7 @@ from harness.builds.cache import (
 from harness.builds.compile_worker import compile_here
 from harness.builds.requests import ParentBuilder
 from harness.builds.store import MANIFEST, BuildSpec, BuildStore, Built
-from harness.evaluate import candidate_view
+from harness.candidate_workers import candidate_view
 from harness.problem.load import problem_from_target
 from harness.sandbox.run import run_worker
 from tests.conftest import FIXTURES

@@ -69,7 +69,7 @@ def one_candidate(tmp_path: Path):
 
 def _running(evaluator: Evaluator) -> list:
     """The evaluator's comparator workers, of every problem and GPU."""
-    return [c for on_gpus in evaluator._comparators.values() for c in on_gpus.values()]
+    return evaluator.comparators.running()
 
 
 def _kill(comparator) -> None:

@@ -18,13 +18,13 @@ PROBLEM = problem_from_target(str(FIXTURES / "scale_problem.py"), "cpu", "float3
 def test_a_failed_build_is_recorded_and_never_built_again(monkeypatch):
     evaluator = Evaluator(fast_config(), seed=1)
     workers: list[str] = []
-    run_candidate = evaluator._run_candidate
+    run_candidate = evaluator.workers.run
 
     def counted(problem, candidate, mode, *rest):
         workers.append(mode)
         return run_candidate(problem, candidate, mode, *rest)
 
-    monkeypatch.setattr(evaluator, "_run_candidate", counted)
+    monkeypatch.setattr(evaluator.workers, "run", counted)
     broken = Candidate(source=(FIXTURES / "bad" / "compile_error.py").read_text())
     built = evaluator.build(PROBLEM, broken)
     assert built.status is Status.build_error and "float" in built.log
@@ -137,13 +137,14 @@ def test_a_candidate_cannot_write_the_compiled_baseline_its_target_shares(tmp_pa
     changes nothing for the candidates timed after it."""
     evaluator = Evaluator(fast_config(compile_baseline=True), seed=1, work_dir=tmp_path)
     data = evaluator.reference(PROBLEM)
-    assert evaluator._compiled_baseline(PROBLEM, None) == {}  # a first timing worker compiles alone
-    seed = Path(evaluator._compiled_baseline(PROBLEM, None)[INDUCTOR_SEED])  # made for the second
+    baselines = evaluator.compiled_baselines
+    assert baselines.next_worker(PROBLEM, None) == {}  # a first timing worker compiles alone
+    seed = Path(baselines.next_worker(PROBLEM, None)[INDUCTOR_SEED])  # made for the second
     planted = seed / "planted.py"
     writer = (FIXTURES / "isolation_honest.py").read_text() + (
         f"\ntry:\n    open({str(planted)!r}, 'w').write('slow = True')\nexcept OSError:\n    pass\n"
     )
-    evaluator._run_candidate(PROBLEM, Candidate(source=writer), "time", data)
+    evaluator.workers.run(PROBLEM, Candidate(source=writer), "time", data)
     assert not planted.exists()
 
 

@@ -122,7 +122,9 @@ def test_every_worker_of_a_candidate_sees_only_the_gpu_it_was_lent(
     """The checks and timing workers, the comparator beside them and the worker compiling the
     shared torch.compile baseline: each is started with the leased GPU as its only one; the
     reference worker with the first."""
-    import harness.evaluate as evaluate
+    import harness.candidate_workers as candidate_workers
+    import harness.judge.baseline as baseline
+    import harness.judge.comparators as comparators
     import harness.problem.reference as reference
 
     seen: dict[str, str | None] = {}
@@ -142,10 +144,10 @@ def test_every_worker_of_a_candidate_sees_only_the_gpu_it_was_lent(
     def comparator(problem, config, seeds, work_dir, cache_dir, extra_env=None):
         seen["comparator"] = (extra_env or {}).get("CUDA_VISIBLE_DEVICES")
 
-    monkeypatch.setattr(evaluate, "run_worker", worker)
+    monkeypatch.setattr(candidate_workers, "run_worker", worker)
     monkeypatch.setattr(reference, "run_worker", worker)
-    monkeypatch.setattr(evaluate, "seed_compiled_baseline", seeded)
-    monkeypatch.setattr(evaluate, "Comparator", comparator)
+    monkeypatch.setattr(baseline, "seed_compiled_baseline", seeded)
+    monkeypatch.setattr(comparators, "Comparator", comparator)
     evaluator = Evaluator(fast_config(stream_gate=False), work_dir=tmp_path)
     problem, candidate = _problem(tmp_path, "cuda"), Candidate(source="x", origin="user")
     with pytest.raises(Started):  # the reference worker, and its comparator, on the first
@@ -153,13 +155,13 @@ def test_every_worker_of_a_candidate_sees_only_the_gpu_it_was_lent(
     assert seen == {"comparator": f"GPU-{UUIDS[0]}", "reference": f"GPU-{UUIDS[0]}"}
     for mode in ("evaluate", "time", "time"):  # the second timing worker seeds the baseline
         with pytest.raises(Started):
-            evaluator._run_candidate(problem, candidate, mode, None, gpu="1")
-    evaluator._start_comparator(problem, [1], "1")
+            evaluator.workers.run(problem, candidate, mode, None, gpu="1")
+    evaluator.comparators.start(problem, [1], "1")
     pinned = f"GPU-{UUIDS[1]}"  # by UUID: it names that GPU whatever else the worker sees
     assert seen == {"evaluate": pinned, "time": pinned, "baseline": pinned, "comparator": pinned,
                     "reference": f"GPU-{UUIDS[0]}"}  # fmt: skip
     with pytest.raises(Started):  # on cpu, nothing is added
-        evaluator._run_candidate(_problem(tmp_path, "cpu"), candidate, "build", None)
+        evaluator.workers.run(_problem(tmp_path, "cpu"), candidate, "build", None)
     assert seen["build"] is None
 
 

@@ -102,7 +102,7 @@ def test_the_worker_environment_preloads_the_gate(tmp_path: Path):
 
 
 def test_only_the_checks_worker_on_cuda_gets_the_gate(monkeypatch, tmp_path: Path):
-    from harness import evaluate
+    from harness import candidate_workers, evaluate
     from harness.records import Candidate
     from harness.sandbox.run import WorkerOutcome
 
@@ -112,7 +112,7 @@ def test_only_the_checks_worker_on_cuda_gets_the_gate(monkeypatch, tmp_path: Pat
         seen.append((job_dir.name.split("-")[0], extra_env))
         return WorkerOutcome(returncode=1, timed_out=False, seconds=0.0, log_tail="")
 
-    monkeypatch.setattr(evaluate, "run_worker", run_worker)
+    monkeypatch.setattr(candidate_workers, "run_worker", run_worker)
     from harness.config import EvalConfig
 
     # No compiled baseline: its timing workers would get its cache, not the gate (another test).
@@ -124,7 +124,7 @@ def test_only_the_checks_worker_on_cuda_gets_the_gate(monkeypatch, tmp_path: Pat
         problem = problem_from_target(str(example), "cpu", "float32")
         problem = problem.model_copy(update={"device": device})
         for mode in ("build", "evaluate", "time"):
-            evaluator._run_candidate(problem, Candidate(source="x = 1"), mode, None)
+            evaluator.workers.run(problem, Candidate(source="x = 1"), mode, None)
     gated = [(mode, env) for mode, env in seen if env]
     assert [mode for mode, _ in gated] == ["evaluate"], seen
     assert gated[0][1] is not None and "LD_PRELOAD" in gated[0][1]

@@ -14,8 +14,10 @@ timed again in a fresh worker up to ``busy_retries`` times, then reported as not
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
@@ -23,6 +25,7 @@ from typing import Literal
 from harness.builds.cache import default_cache_dir
 from harness.config import EvalConfig
 from harness.errors import UserError
+from harness.gpus import environment
 from harness.judge.busy import TOO_BUSY, baseline_window, each_worker, not_judged
 from harness.problem.reference import draw_seeds, worker_result
 from harness.records import Problem
@@ -124,3 +127,37 @@ def seed_compiled_baseline(
     except UserError:  # the reference itself fails: its checks say so, with the details
         return {}
     return {} if report.error else {INDUCTOR_SEED: str(folder)}
+
+
+class CompiledBaselines:
+    """Per problem, the compiled baseline its timing workers start from. The first timing
+    worker compiles torch.compile itself; from the second on, the baseline is compiled once
+    more, in a worker of its own (``seed_compiled_baseline``), and every later timing worker
+    starts from it: a target timed once pays for one compile, as before, and one timed N
+    times for two, not N."""
+
+    def __init__(self, config: EvalConfig, work_dir: Path, progress: Callable[[str], None]) -> None:
+        self.config, self.work_dir, self.progress = config, work_dir, progress
+        self._lock = threading.Lock()
+        self._timed: dict[str, int] = {}  # timing workers asked for, by problem
+        self._compiling: dict[str, threading.Lock] = {}
+        self._seeds: dict[str, dict[str, str]] = {}
+
+    def next_worker(self, problem: Problem, gpu: str | None) -> dict[str, str]:
+        """The environment of the problem's next timing worker (on ``gpu``) for its compiled
+        baseline; its ``INDUCTOR_SEED`` folder, if any, is to be shown to it read-only."""
+        key = hashlib.sha256(problem.model_dump_json().encode()).hexdigest()[:16]
+        with self._lock:
+            self._timed[key] = self._timed.get(key, 0) + 1
+            if self._timed[key] == 1:
+                return {}
+            compiling = self._compiling.setdefault(key, threading.Lock())
+        with compiling:  # the other GPUs' workers go on meanwhile
+            if key not in self._seeds:
+                if self.config.compile_baseline and self.config.sandbox == "bubblewrap":
+                    self.progress(f"{problem.name}: compiling the torch.compile baseline once")
+                folder = self.work_dir / "compiled" / key
+                self._seeds[key] = seed_compiled_baseline(
+                    problem, self.config, folder, environment(gpu)
+                )
+            return self._seeds[key]

@@ -80,6 +80,21 @@ class WorkerJob(BaseModel):
         description="Reference outputs are made again by a comparator worker next to each "
         "candidate's (the reference worker stores none; see harness.judge.comparator).",
     )
+    await_go: bool = Field(
+        default=False,
+        description="A timing worker started while the candidate's checks run "
+        "(harness.prestart): it makes the reference and its compiled baseline ready, then "
+        "waits for the parent's go (a ``Go`` line on its stdin) before it loads the candidate.",
+    )
+
+
+class Go(BaseModel):
+    """The parent's go to a prestarted timing worker: the checks passed, and what they found
+    that the timing needs."""
+
+    reference_ops: list[str] = Field(
+        description="The reference's top-level aten ops, as the checks' worker profiled them."
+    )
 
 
 class ReferenceReport(BaseModel):
@@ -99,6 +114,9 @@ class ReferenceReport(BaseModel):
     )
     peak_device_bytes: int | None = Field(
         default=None, description="Peak device memory the reference worker allocated (cuda)."
+    )
+    device_total_bytes: int | None = Field(
+        default=None, description="The memory of the GPU the reference worker ran on (cuda)."
     )
     io_bytes: int = Field(default=0, description="Bytes of the first case's inputs and outputs.")
     input_summary: str = Field(

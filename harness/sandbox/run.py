@@ -90,9 +90,32 @@ def run_worker(
     """
     started = time.monotonic()
     process, reader = start_worker(job_dir, memory_limit_gb, view, isolation, extra_env, entry)
+    return finish_worker(
+        process, reader, job_dir, timeout_s, started, on_outputs, on_build, deadline, pausable
+    )
+
+
+def finish_worker(
+    process: subprocess.Popen,
+    reader: ChannelReader,
+    job_dir: Path,
+    timeout_s: float,
+    started: float,
+    on_outputs: Callable[[object], bool] | None = None,
+    on_build: Callable[[object], dict] | None = None,
+    deadline: float | None = None,
+    pausable: bool = False,
+    first_line: bytes | None = None,
+) -> WorkerOutcome:
+    """Wait for a worker ``start_worker`` started (at ``started``, ``time.monotonic()``) as
+    ``run_worker`` does, ``timeout_s`` counted from now; ``first_line``: written to its stdin
+    first (a prestarted worker's go, ``harness.prestart``). It is ended and reaped on every way
+    out."""
     answers = Answers(on_outputs, on_build)
     with reader:
         try:
+            if first_line is not None:
+                _write(process, first_line)
             with quiet.build(process) if pausable else nullcontext():
                 stopped = _wait(process, reader, timeout_s, answers, deadline, pausable)
         finally:  # an interrupt, an error in an answer: the worker's group goes too
@@ -214,7 +237,6 @@ def _wait(
     limit, and a cached one takes none), nor, for a ``pausable`` one, the time it was paused.
     Why it was stopped, or None when it ended itself: "timeout", or "deadline" when the
     caller's ``deadline`` (``time.monotonic()``) came first."""
-    assert process.stdin is not None
     answered = 0
     ends = time.monotonic() + timeout_s
     paused_before = quiet.paused_seconds()
@@ -234,14 +256,20 @@ def _wait(
             reply = answer(message)
             if message.kind == "build":
                 ends += time.monotonic() - asked
-            if reply is None:
-                continue
-            try:
-                process.stdin.write(reply)
-                process.stdin.flush()
-            except BrokenPipeError:
-                pass
+            if reply is not None:
+                _write(process, reply)
     return None
+
+
+def _write(process: subprocess.Popen, line: bytes) -> None:
+    """A line to the worker's stdin; a worker that is gone reads nothing (its end is seen by
+    the caller's wait)."""
+    assert process.stdin is not None
+    try:
+        process.stdin.write(line)
+        process.stdin.flush()
+    except BrokenPipeError:
+        pass
 
 
 def read_tail(path: Path, limit: int = LOG_LIMIT) -> str:

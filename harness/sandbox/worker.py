@@ -31,6 +31,7 @@ from harness.sandbox.jobs import (
     BaselineReport,
     CandidateReport,
     CompileReport,
+    Go,
     HarnessErrorReport,
     ReferenceReport,
     UserErrorReport,
@@ -69,6 +70,16 @@ def _build_by_parent(channel: TextIO, spec: BuildSpec, key: str) -> Built:
     return Built.model_validate_json(line)
 
 
+def _await_go() -> Go:
+    """A prestarted timing worker's wait (``harness.prestart``): the parent's go comes as a
+    line on stdin once the candidate's checks passed. No line: the parent dropped this worker
+    (the checks failed), and it ends without a word."""
+    line = sys.stdin.readline()
+    if not line:
+        os._exit(0)
+    return Go.model_validate_json(line)
+
+
 def run(job: WorkerJob, job_dir: Path, channel: TextIO) -> tuple[str, dict]:
     report: ReferenceReport | CandidateReport | BaselineReport | CompileReport
     timing.WINDOW_LISTENERS.append(lambda opened: _timing_window(channel, opened))
@@ -99,7 +110,7 @@ def run(job: WorkerJob, job_dir: Path, channel: TextIO) -> tuple[str, dict]:
             if job.mode == "build":
                 report = run_build(job, job_dir, builder)
             elif job.mode == "time":
-                report = run_time(job, job_dir, builder)
+                report = run_time(job, job_dir, builder, _await_go)
             else:
                 ready = lambda body: _outputs_ready(channel, body)  # noqa: E731
                 report = run_evaluate(job, job_dir, ready, builder)

@@ -33,7 +33,7 @@ from harness.problem.cases import (
 from harness.problem.load import DTYPES
 from harness.problem.user_code import init_arguments
 from harness.records import Check, Status
-from harness.sandbox.jobs import CandidateReport, CheckFailed, WorkerJob
+from harness.sandbox.jobs import CandidateReport, CheckFailed, Go, WorkerJob
 from harness.static.python import GateRejection
 from harness.workers import guards, handover, profiling, streams
 from harness.workers.calls import bound
@@ -161,9 +161,13 @@ def run_evaluate(
         return _failed(failure, checks, phases)
 
 
-def run_time(job: WorkerJob, job_dir: Path, builder: Builder) -> CandidateReport:
+def run_time(
+    job: WorkerJob, job_dir: Path, builder: Builder, go: Callable[[], Go] | None = None
+) -> CandidateReport:
     """The timing, in a process of its own. ``job.reference_ops``: what the checks' worker
-    profiled; nothing is profiled here before the timing ends."""
+    profiled; nothing is profiled here before the timing ends. A prestarted worker
+    (``job.await_go``) gets them from ``go``, which returns once the checks passed: everything
+    before it overlaps the checks, nothing after it does."""
     phases: dict[str, float] = {}
     clock = _Clock(phases)
     base = build_reference(job.problem, job.seeds[0])
@@ -171,6 +175,11 @@ def run_time(job: WorkerJob, job_dir: Path, builder: Builder) -> CandidateReport
     state = base.state_dict()
     compiled = make_compiled(job, state)
     clock.lap("compile")
+    if job.await_go:
+        if go is None:
+            raise ValueError("a prestarted timing worker was given no way to wait for its go")
+        job = job.model_copy(update={"reference_ops": go().reference_ops})
+        clock.lap("waited")
     alone = time_stand_ins(job, state, "alone", compiled)
     clock.lap("eager_alone")
     before = guards.snapshot(job.reference_ops)

@@ -272,6 +272,7 @@ def _report(
 ) -> ReferenceReport:
     device = run.problem.device
     peak = torch.cuda.max_memory_allocated() if device == "cuda" else None  # the cases' own
+    total = torch.cuda.get_device_properties(0).total_memory if device == "cuda" else None
     with run.phase("ceilings"):  # what a memory- or compute-bound kernel is measured against
         try:
             bandwidth = copy_bandwidth_gbs(device, run.io_bytes) if run.io_bytes else None
@@ -287,6 +288,7 @@ def _report(
         cuda_kernels=ops.cuda_kernels if ops else [],
         phase_seconds=run.phase.seconds,
         peak_device_bytes=peak,
+        device_total_bytes=total,
         io_bytes=run.io_bytes,
         input_summary=run.input_summary,
         copy_bandwidth_gbs=bandwidth,
