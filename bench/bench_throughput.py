@@ -13,7 +13,10 @@ check and the torch.compile baseline on:
 - serial: one candidate after another, built, checked and timed (KernelBench's loop), on one GPU;
 - kernelpilot on N GPUs: the candidates as one step of a search (``agents.loop
   .evaluate_children``): built in parallel, each checked and timed as soon as its build is done
-  and one of N GPUs is free (``eval.gpus``).
+  and one of N GPUs is free (``eval.gpus``), its timing worker started while its checks run
+  (``harness.prestart``);
+- with ``--without-prestart``, kernelpilot on N GPUs again with each timing worker started
+  after its checks (``eval.prestart_timing = false``): what the prestart alone is worth.
 """
 
 from __future__ import annotations
@@ -65,8 +68,9 @@ def _progress(way: str) -> Callable[[str], None]:
 def serial(
     problem: Problem, batch: list[Candidate], config: EvalConfig, way: str = "serial"
 ) -> list[EvalResult]:
-    """Build, check and time each candidate in turn."""
-    evaluator = Evaluator(config.model_copy(update={"gpus": 1}), seed=0, progress=_progress(way))
+    """Build, check and time each candidate in turn, each step after the one before."""
+    config = config.model_copy(update={"gpus": 1, "prestart_timing": False})
+    evaluator = Evaluator(config, seed=0, progress=_progress(way))
     try:
         return [evaluator.evaluate(problem, candidate) for candidate in batch]
     finally:
@@ -74,11 +78,11 @@ def serial(
 
 
 def pipelined(
-    problem: Problem, batch: list[Candidate], config: EvalConfig, gpus: int
+    problem: Problem, batch: list[Candidate], config: EvalConfig, gpus: int, way: str
 ) -> list[EvalResult]:
     """The candidates as one search step over ``gpus`` GPUs."""
     evaluator = Evaluator(config.model_copy(update={"gpus": gpus}), seed=0,
-                          progress=_progress(f"kernelpilot on {gpus}"))  # fmt: skip
+                          progress=_progress(f"{way} on {gpus}"))  # fmt: skip
     tree = Tree.rooted()
     children = [tree.add(tree.root, "improve", source=c.source) for c in batch]
     try:
@@ -99,7 +103,12 @@ def phase_medians(results: list[EvalResult]) -> dict[str, float]:
     }  # fmt: skip
 
 
-def measure(target: str, device: str, count: int, gpu_counts: list[int]) -> list[dict]:
+NO_PRESTART = "kernelpilot, no prestart"
+
+
+def measure(
+    target: str, device: str, count: int, gpu_counts: list[int], without_prestart: bool
+) -> list[dict]:
     problem = problem_from_target(target, device, None)
     warm_up, *batch = candidates(problem, ["warm-up", *(f"candidate {n}" for n in range(count))])
     # Not counted: what the first evaluation on a machine pays once for all (the sandboxed
@@ -108,15 +117,16 @@ def measure(target: str, device: str, count: int, gpu_counts: list[int]) -> list
         (warm,) = serial(problem, [warm_up], EvalConfig(cache_dir=Path(cache)), "warm-up")
         print(f"warm-up: {warm.status.value} {warm.phase_seconds}", flush=True)
     ways: list[tuple[str, int]] = [("serial", 1)] + [("kernelpilot", n) for n in gpu_counts]
+    ways += [(NO_PRESTART, n) for n in gpu_counts if without_prestart]
     rows = []
     for way, gpus in ways:
         with tempfile.TemporaryDirectory(prefix="kp-throughput-") as cache:
-            config = EvalConfig(cache_dir=Path(cache))
+            config = EvalConfig(cache_dir=Path(cache), prestart_timing=way != NO_PRESTART)
             started = time.perf_counter()
             if way == "serial":
                 results = serial(problem, batch, config)
             else:
-                results = pipelined(problem, batch, config, gpus)
+                results = pipelined(problem, batch, config, gpus, way)
             seconds = time.perf_counter() - started
         statuses = [result.status.value for result in results]
         row = {
@@ -164,8 +174,15 @@ def table(record: BenchmarkRecord) -> str:
     help="Comma-separated GPU counts for kernelpilot's way, e.g. 1,2 [default: 1 and, where "
     "more are visible, all of them; cpu: one way].",
 )
+@click.option(
+    "--without-prestart",
+    is_flag=True,
+    help="Also run kernelpilot's way with each timing worker started after its checks.",
+)
 @out_option
-def cli(problem: str, device: str, count: int, gpus: str, out: Path | None) -> None:
+def cli(
+    problem: str, device: str, count: int, gpus: str, without_prestart: bool, out: Path | None
+) -> None:
     """Candidates per hour: a serial build-check-time loop against kernelpilot's pipeline."""
     if device == "cuda" and not torch.cuda.is_available():
         raise click.ClickException("--device cuda, but PyTorch sees no CUDA GPU")
@@ -175,5 +192,5 @@ def cli(problem: str, device: str, count: int, gpus: str, out: Path | None) -> N
         visible = len(visible_gpus()) if device == "cuda" else 1
         counts = sorted({1, visible})
     record = new_record("throughput", device, context={"problem": problem})
-    record.rows = measure(problem, device, count, counts)
+    record.rows = measure(problem, device, count, counts, without_prestart)
     finish(record, out, table)

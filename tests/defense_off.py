@@ -652,6 +652,15 @@ DEFENSES: list[Defense] = [
         ("tests/test_evaluator.py", "-k", "cannot_write_the_compiled_baseline"),
     ),
     Defense(
+        "workers_started_by_a_long_lived_thread",  # bwrap --die-with-parent: the thread's
+        "harness/sandbox/spawner.py",
+        "    done: Future[subprocess.Popen] = Future()\n    _requests.put((arguments, done))\n"
+        "    _ensure_running()\n    return done.result()",
+        "    process = subprocess.Popen(**arguments)\n    lifetime.register(process)\n"
+        "    return process",
+        ("tests/test_spawner.py",),
+    ),
+    Defense(
         "prestarted_timing_waits_for_the_checks",  # harness/prestart.py
         "harness/workers/candidate.py",
         "    if job.await_go:",
@@ -1156,13 +1165,6 @@ DEFENSES: list[Defense] = [
         "harness/sandbox/lifetime.py",
         "        shutil.rmtree(root, ignore_errors=True)",
         "        pass",
-        ("tests/test_lifetime.py",),
-    ),
-    Defense(
-        "no_interrupt_lost_in_a_fork",
-        "harness/sandbox/lifetime.py",
-        "    if not _run.starting:\n        raise Interrupted(number)",
-        "    raise Interrupted(number)",
         ("tests/test_lifetime.py",),
     ),
     Defense(

@@ -63,17 +63,6 @@ def test_nothing_starts_once_the_run_is_stopping():
     assert not group_alive(late) and lifetime.live_workers() == 0
 
 
-def test_a_signal_while_a_worker_starts_is_raised_by_register_not_lost_in_the_fork():
-    reached_register = False
-    with pytest.raises(lifetime.Interrupted), lifetime.stopping_cleanly():
-        with lifetime.starting():  # where Python runs its at-fork hooks, which lose exceptions
-            worker = sleeper()
-            os.kill(os.getpid(), signal.SIGINT)  # the handler runs here: it kills, not raises
-        reached_register = True
-        lifetime.register(worker)
-    assert reached_register and not group_alive(worker)
-
-
 def test_an_interrupt_lost_in_a_finalizer_is_not_printed_and_ends_the_run_at_the_next_check(
     monkeypatch,
 ):

@@ -52,7 +52,6 @@ class _Lifetime:
         self.lock = threading.Lock()
         self.processes: set[subprocess.Popen] = set()
         self.stopping: int | None = None  # the signal that stopped the run
-        self.starting = False  # the main thread is starting a worker (forking)
         self.root: Path | None = None
 
     def scratch_root(self) -> Path:
@@ -80,21 +79,6 @@ def register(process: subprocess.Popen) -> None:
             return
     kill_group(process)
     raise Interrupted(stopping)
-
-
-@contextmanager
-def starting() -> Iterator[None]:
-    """Around starting a worker. A stop signal that comes meanwhile kills what runs, and
-    ``register`` raises it right after: raised inside the fork, where Python runs its at-fork
-    hooks, the exception would be lost (printed as "Exception ignored")."""
-    main = threading.current_thread() is threading.main_thread()
-    if main:
-        _run.starting = True
-    try:
-        yield
-    finally:
-        if main:
-            _run.starting = False
 
 
 def check() -> None:
@@ -151,8 +135,9 @@ def _on_signal(number: int, frame: object) -> None:
         return
     _run.stopping = number
     kill_all()
-    if not _run.starting:
-        raise Interrupted(number)
+    # Workers are started by the spawner thread (harness.sandbox.spawner), never in this one:
+    # no fork here, whose at-fork hooks would lose the exception.
+    raise Interrupted(number)
 
 
 def _unraisable(hook):

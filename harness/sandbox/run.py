@@ -26,7 +26,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from harness.sandbox import bytecode, lifetime, quiet
+from harness.sandbox import bytecode, lifetime, quiet, spawner
 from harness.sandbox.bubblewrap import Isolation, WorkerView, wrap
 from harness.sandbox.channel import Answers, ChannelReader
 from harness.sandbox.environment import clean_environment, private_temporary_folder
@@ -154,30 +154,25 @@ def start_worker(
         argv = wrap(argv, view, env | {"HOME": "/tmp", "TMPDIR": "/tmp"}, job_dir)
     with (job_dir / "worker.log").open("wb") as log:
         try:
-            with lifetime.starting():  # a Ctrl-C now is raised by register, below
-                process = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.PIPE,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    cwd=job_dir,
-                    start_new_session=True,
-                    pass_fds=(write_end,),
-                    preexec_fn=_limits(memory_limit_gb, isolate_network=isolation == "off"),
-                )
+            # started and registered by the spawner thread: a worker started from a thread
+            # of its caller's would die with that thread (harness.sandbox.spawner)
+            process = spawner.popen(
+                args=argv,
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=job_dir,
+                start_new_session=True,
+                pass_fds=(write_end,),
+                preexec_fn=_limits(memory_limit_gb, isolate_network=isolation == "off"),
+            )
         except BaseException:
             os.close(read_end)
             raise
         finally:
             os.close(write_end)  # the worker holds the only write end: EOF when it is gone
-    reader = ChannelReader(os.fdopen(read_end, "rb", buffering=0))
-    try:
-        lifetime.register(process)
-    except BaseException:
-        reader.channel.close()
-        raise
-    return process, reader
+    return process, ChannelReader(os.fdopen(read_end, "rb", buffering=0))
 
 
 def stop_worker(
