@@ -46,13 +46,13 @@ class CandidateWorkers:
         self, problem: Problem, candidate: Candidate, data: ReferenceData, gpu: str | None
     ) -> PrestartedTiming | None:
         """The candidate's timing worker, started now to get ready beside its checks
-        (``harness.prestart``); None where it is not to be (``eval.prestart_timing``, memory)."""
+        (``harness.prestart``); None where it is not to be (``eval.prestart_timing``, memory).
+        The target's compiled baseline, where it is due, is compiled first, before the checks
+        start (``launch``)."""
         if not self.config.prestart_timing or not fits_beside(problem.device, data.report):
             return None
-        return PrestartedTiming(
-            lambda: self.launch(problem, candidate, "time", data, gpu, await_go=True),
-            self.config.sandbox,
-        )
+        launch = self.launch(problem, candidate, "time", data, gpu, await_go=True)
+        return PrestartedTiming(launch, self.config.sandbox)
 
     def time(
         self,
@@ -64,16 +64,18 @@ class CandidateWorkers:
         prestarted: PrestartedTiming | None,
     ) -> CandidateReport:
         """One timing of a candidate whose checks passed: in its prestarted worker the first
-        time, in a fresh worker after that (a verdict measured again)."""
-        if prestarted is None or prestarted.taken:
-            return self.run(problem, candidate, "time", data, reference_ops=reference_ops, gpu=gpu)
-        outcome = prestarted.go(
-            Go(reference_ops=reference_ops),
-            self.config.run_timeout_s,
-            self.on_build(problem),
-            self.deadline,
-        )
-        return self.report(problem, outcome)
+        time, in a fresh worker after that (a verdict measured again) or where the prestarted
+        one ended before it was ready."""
+        if prestarted is not None and not prestarted.taken:
+            outcome = prestarted.go(
+                Go(reference_ops=reference_ops),
+                self.config.run_timeout_s,
+                self.on_build(problem),
+                self.deadline,
+            )
+            if outcome is not None:
+                return self.report(problem, outcome)
+        return self.run(problem, candidate, "time", data, reference_ops=reference_ops, gpu=gpu)
 
     def run(
         self,
@@ -106,8 +108,14 @@ class CandidateWorkers:
         reference_ops: list[str] | None = None,
         await_go: bool = False,
     ) -> Launch:
-        """A candidate's worker ready to start: its job written, its sandbox and environment."""
+        """A candidate's worker ready to start: its job written, its sandbox and environment.
+        A timing worker's compiled baseline, where it is due (``CompiledBaselines``), is
+        compiled now."""
         config = self.config
+        view = candidate_view(problem, self.cache_dir)
+        compiled = self.compiled_baselines.next_worker(problem, gpu) if mode == "time" else {}
+        if compiled:  # its own copy of the compiled baseline (read-only here)
+            view.read_only.append(Path(compiled[INDUCTOR_SEED]))
         job = WorkerJob(
             mode=mode,
             problem=problem,
@@ -121,19 +129,17 @@ class CandidateWorkers:
             recompute=data.recomputed if data else False,
             reference_ops=reference_ops or [],
             await_go=await_go,
+            # before its go, a compile that times nothing (harness.prestart)
+            compile_before_go=problem.device == "cpu" or bool(compiled),
         )
         job_dir = Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=self.work_dir))
         (job_dir / "job.json").write_text(job.model_dump_json())
         memory = config.memory_limit_gb if problem.device == "cpu" else None
         # The checks' worker on cuda holds other streams' work back (harness.workers.stream_hold).
         gated = mode == "evaluate" and problem.device == "cuda" and config.stream_gate
-        extra_env = environment(gpu)
+        extra_env = environment(gpu) | compiled
         if gated:
             extra_env |= stream_hold.worker_environment(self.cache_dir)
-        view = candidate_view(problem, self.cache_dir)
-        if mode == "time" and (compiled := self.compiled_baselines.next_worker(problem, gpu)):
-            extra_env |= compiled  # its own copy of the compiled baseline (read-only here)
-            view.read_only.append(Path(compiled[INDUCTOR_SEED]))
         return Launch(job_dir, memory, view, extra_env)
 
     def on_build(self, problem: Problem) -> Callable[[object], dict]:

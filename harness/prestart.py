@@ -1,13 +1,20 @@
 """A candidate's timing worker, started while its checks run.
 
 A timing worker's first seconds are the same whatever the checks find: Python and torch
-start, CUDA comes up, the reference is built and its parameters checked, and its
-``torch.compile`` baseline is compiled (from the problem's compiled baseline after the first
-worker). None of that is timed, and neither are the checks, so the two overlap: the worker is
-started beside the checks' worker, makes all that ready, and waits (``WorkerJob.await_go``)
-for the parent's go, which carries what the checks found that the timing needs. Only then does
-it load the candidate and open its first timing window, with the checks' worker gone. A
-candidate whose checks fail never reaches its timing worker: it is killed unread.
+start, CUDA comes up, the reference is built and its parameters checked, and (where that
+involves no timing, below) its ``torch.compile`` baseline is made. None of that is timed, and
+neither are the checks, so the two overlap: the worker is started beside the checks' worker,
+makes all that ready, says so, and waits (``WorkerJob.await_go``) for the parent's go, which
+carries what the checks found that the timing needs. Only then does it load the candidate and
+open its first timing window, with the checks' worker gone. A candidate whose checks fail
+never reaches its timing worker: it is killed unread. A worker that ended before it was ready
+is no verdict: the candidate is timed in a fresh one.
+
+The target's torch.compile baseline is compiled before the go only where that involves no
+timing: on cpu, and on cuda where the worker loads it from the target's compiled baseline
+(``harness.judge.baseline.CompiledBaselines``, compiled once, alone, before these checks
+start). A first compile on cuda comes after the go: Inductor picks each kernel's launch
+configuration by timing the candidates, and the checks beside it would skew that pick.
 
 Two workers hold the device's memory meanwhile: a cuda problem whose reference used more than
 a sixth of its GPU's (``fits_beside``) gets its timing worker after its checks, as before.
@@ -15,17 +22,13 @@ a sixth of its GPU's (``fits_beside``) gets its timing worker after its checks, 
 
 from __future__ import annotations
 
-import subprocess
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.sandbox import lifetime
 from harness.sandbox.bubblewrap import Isolation, WorkerView
-from harness.sandbox.channel import ChannelReader
 from harness.sandbox.jobs import Go, ReferenceReport
 from harness.sandbox.run import WorkerOutcome, finish_worker, start_worker
 
@@ -46,14 +49,6 @@ class Launch:
     extra_env: dict[str, str]
 
 
-@dataclass
-class _Started:
-    launch: Launch
-    process: subprocess.Popen
-    reader: ChannelReader
-    at: float
-
-
 def fits_beside(device: str, report: ReferenceReport) -> bool:
     """Whether a timing worker fits on the device beside the checks' worker."""
     if device != "cuda":
@@ -63,32 +58,16 @@ def fits_beside(device: str, report: ReferenceReport) -> bool:
 
 
 class PrestartedTiming:
-    """One candidate's timing worker, started in a thread of its own (making its launch may
-    wait for the problem's compiled baseline); ``go`` once the checks passed, ``discard``
+    """One candidate's timing worker, started now; ``go`` once the checks passed, ``discard``
     when they did not. Either ends the worker."""
 
-    def __init__(self, launch: Callable[[], Launch], isolation: Isolation) -> None:
-        self._isolation = isolation
-        self._future: Future[_Started] = Future()
-        self._taken = False
-        threading.Thread(target=self._start, args=(launch,), daemon=True).start()
-
-    def _start(self, launch: Callable[[], Launch]) -> None:
-        try:
-            ready = launch()
-            at = time.monotonic()
-            process, reader = start_worker(
-                ready.job_dir, ready.memory_limit_gb, ready.view, self._isolation, ready.extra_env
-            )
-        except BaseException as err:  # the caller's go raises it (an interrupt, a harness error)
-            self._future.set_exception(err)
-            return
-        self._future.set_result(_Started(ready, process, reader, at))
-
-    @property
-    def taken(self) -> bool:
-        """Whether its go was given, or it was discarded: it serves no other timing."""
-        return self._taken
+    def __init__(self, launch: Launch, isolation: Isolation) -> None:
+        self.launch = launch
+        self.started = time.monotonic()
+        self.process, self.reader = start_worker(
+            launch.job_dir, launch.memory_limit_gb, launch.view, isolation, launch.extra_env
+        )
+        self.taken = False  # given its go, or discarded: it serves no other timing
 
     def go(
         self,
@@ -96,32 +75,28 @@ class PrestartedTiming:
         timeout_s: float,
         on_build: Callable[[object], dict],
         deadline: float | None,
-    ) -> WorkerOutcome:
+    ) -> WorkerOutcome | None:
         """Let the worker time its candidate, and wait for it as ``run_worker`` does:
-        ``timeout_s`` from now (the wait for the checks is not its running)."""
-        self._taken = True
-        started = self._future.result()
-        return finish_worker(
-            started.process,
-            started.reader,
-            started.launch.job_dir,
+        ``timeout_s`` from now (the wait for the checks is not its running). None where it
+        ended before it was ready (its first message): nothing of the candidate's had run in
+        it, so that is no verdict, and the caller times the candidate in a fresh worker."""
+        self.taken = True
+        outcome = finish_worker(
+            self.process,
+            self.reader,
+            self.launch.job_dir,
             timeout_s,
-            started.at,
+            self.started,
             on_build=on_build,
             deadline=deadline,
             first_line=go.model_dump_json().encode() + b"\n",
         )
+        ready = bool(outcome.messages) and outcome.messages[0].kind == "ready"
+        return outcome if ready or outcome.deadline_reached else None
 
     def discard(self) -> None:
-        """End the worker unused (now, or once it has started); nothing of it is read."""
-        if not self._taken:
-            self._taken = True
-            self._future.add_done_callback(_end)
-
-
-def _end(future: Future[_Started]) -> None:
-    if future.exception() is not None:  # it never started: nothing to end
-        return
-    started = future.result()
-    with started.reader:
-        lifetime.release(started.process)
+        """End the worker unused; nothing of it is read."""
+        if not self.taken:
+            self.taken = True
+            with self.reader:
+                lifetime.release(self.process)

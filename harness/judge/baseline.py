@@ -133,8 +133,9 @@ class CompiledBaselines:
     """Per problem, the compiled baseline its timing workers start from. The first timing
     worker compiles torch.compile itself; from the second on, the baseline is compiled once
     more, in a worker of its own (``seed_compiled_baseline``), and every later timing worker
-    starts from it: a target timed once pays for one compile, as before, and one timed N
-    times for two, not N."""
+    starts from it: a target with one timing worker pays for one compile, and one with N for
+    two, not N. A timing worker started beside its candidate's checks (``harness.prestart``)
+    counts whether the checks then pass or not."""
 
     def __init__(self, config: EvalConfig, work_dir: Path, progress: Callable[[str], None]) -> None:
         self.config, self.work_dir, self.progress = config, work_dir, progress

@@ -83,8 +83,15 @@ class WorkerJob(BaseModel):
     await_go: bool = Field(
         default=False,
         description="A timing worker started while the candidate's checks run "
-        "(harness.prestart): it makes the reference and its compiled baseline ready, then "
+        "(harness.prestart): it makes the reference ready, says so (a ``ready`` message), then "
         "waits for the parent's go (a ``Go`` line on its stdin) before it loads the candidate.",
+    )
+    compile_before_go: bool = Field(
+        default=False,
+        description="Such a worker also makes its compiled baseline before its go: on cpu, or "
+        "loaded from the target's compiled baseline. A first compile on cuda comes after the "
+        "go: Inductor picks kernel configurations by timing them, which the checks would "
+        "disturb.",
     )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import queue
 import subprocess
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from typing import Any
 
 from harness.sandbox import lifetime
@@ -32,7 +32,17 @@ def popen(**arguments: Any) -> subprocess.Popen:
     done: Future[subprocess.Popen] = Future()
     _requests.put((arguments, done))
     _ensure_running()
-    return done.result()
+    try:
+        return done.result()
+    except BaseException:
+        # The caller was interrupted while it waited (or the start failed): one not begun is
+        # never begun; one begun is waited for (its files are the caller's, closed after
+        # this) and ended.
+        if not done.cancel():
+            wait([done])
+            if done.exception() is None:
+                lifetime.release(done.result())
+        raise
 
 
 def _ensure_running() -> None:
@@ -46,6 +56,8 @@ def _ensure_running() -> None:
 def _serve() -> None:
     while True:
         arguments, done = _requests.get()
+        if not done.set_running_or_notify_cancel():  # its caller no longer waits
+            continue
         try:
             process = subprocess.Popen(**arguments)
         except BaseException as err:  # handed to the thread that asked

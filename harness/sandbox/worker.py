@@ -70,10 +70,12 @@ def _build_by_parent(channel: TextIO, spec: BuildSpec, key: str) -> Built:
     return Built.model_validate_json(line)
 
 
-def _await_go() -> Go:
-    """A prestarted timing worker's wait (``harness.prestart``): the parent's go comes as a
-    line on stdin once the candidate's checks passed. No line: the parent dropped this worker
-    (the checks failed), and it ends without a word."""
+def _await_go(channel: TextIO) -> Go:
+    """A prestarted timing worker's wait (``harness.prestart``): it says it is ready (what
+    failed before this is never the candidate's doing), and the parent's go comes as a line on
+    stdin once the candidate's checks passed. No line: the parent dropped this worker (the
+    checks failed), and it ends without a word."""
+    send(channel, "ready", {})
     line = sys.stdin.readline()
     if not line:
         os._exit(0)
@@ -110,7 +112,7 @@ def run(job: WorkerJob, job_dir: Path, channel: TextIO) -> tuple[str, dict]:
             if job.mode == "build":
                 report = run_build(job, job_dir, builder)
             elif job.mode == "time":
-                report = run_time(job, job_dir, builder, _await_go)
+                report = run_time(job, job_dir, builder, lambda: _await_go(channel))
             else:
                 ready = lambda body: _outputs_ready(channel, body)  # noqa: E731
                 report = run_evaluate(job, job_dir, ready, builder)

@@ -4,6 +4,7 @@ timing loop's raw per-call samples (wall-clock start of each call, milliseconds 
 implementation) to DIR/<pid>-<n>.json, and the start of every profiler session to
 DIR/<pid>-profile-<n>.json. The harness's summaries keep only median, IQR and min.
 The test checks that no profiler runs in a timing worker before its timing ends.
+With KP_PROBE_END_BEFORE_READY=1, a prestarted timing worker ends before it is ready.
 With KP_PROBE_NOPROFILE=1 as well, no profiler runs before the timing beside the candidate (the
 reference's ops are not profiled, the checked calls are not profiled; the checks that need them
 see no ops): does eager beside the candidate then match eager alone?
@@ -94,3 +95,17 @@ if os.environ.get("KP_PROBE_SAMPLES") and os.environ.get("KP_PROBE_NOPROFILE"):
     torch.profiler.profile = _profile
     worker_candidate._profile_reference = lambda job, base: ([], 0)
     worker_timing.time_loop = _loop_then_profile
+
+if os.environ.get("KP_PROBE_END_BEFORE_READY"):
+    # A timing worker started beside its checks (harness.prestart) ends before it is ready, as
+    # one that ran out of memory beside the checks' worker would (tests/test_prestart.py).
+    import harness.workers.candidate as worker_candidate
+
+    _run_time = worker_candidate.run_time
+
+    def _ends_before_ready(job, job_dir, builder, go=None):
+        if job.await_go:
+            os._exit(3)
+        return _run_time(job, job_dir, builder, go)
+
+    worker_candidate.run_time = _ends_before_ready
