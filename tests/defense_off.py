@@ -654,10 +654,10 @@ DEFENSES: list[Defense] = [
     Defense(
         "workers_started_by_a_long_lived_thread",  # bwrap --die-with-parent: the thread's
         "harness/sandbox/spawner.py",
-        "    done: Future[subprocess.Popen] = Future()\n    _requests.put((arguments, done))\n"
-        "    _ensure_running()\n    return done.result()",
+        "    _requests.put((arguments, done))\n    _ensure_running()\n    try:\n"
+        "        return done.result()",
         "    process = subprocess.Popen(**arguments)\n    lifetime.register(process)\n"
-        "    return process",
+        "    try:\n        return process",
         ("tests/test_spawner.py",),
     ),
     Defense(
