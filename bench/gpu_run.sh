@@ -36,7 +36,7 @@
 # layouts (python -m bench layouts on KP_KB_FILES: where eager's and compile's time goes),
 # busy (python -m bench busy: the honest corpus quiet and under CPU load, KP_BUSY_ARGS),
 # throughput (python -m bench throughput: candidates per hour, serial loop against kernelpilot
-# on 1 and every visible GPU, KP_THROUGHPUT_ARGS),
+# on 1 and every visible GPU, and without the timing worker's prestart; KP_THROUGHPUT_ARGS),
 # streamgate (bench/gpu_stream_gate.py: the stream entries, the gate on and off), scripted (the
 # agent team with scripted replies), prflow (the pull-request flow against the fake GitHub on a
 # cuda module: tests/test_gpu_flows.py -k pull_request_flow, its comment, review and follow-up
@@ -115,7 +115,7 @@ for what in "$@"; do
       # kernelpilot's pipeline on 1 and every visible GPU; KP_THROUGHPUT_ARGS: its options
       # shellcheck disable=SC2086  # KP_THROUGHPUT_ARGS: options (word-split)
       stage throughput "${KP_THROUGHPUT_LIMIT:-560}" python3 -m bench throughput \
-        ${KP_THROUGHPUT_ARGS:-examples/fused_gelu_block.py --candidates 3} --out "$OUT/throughput.json" ;;
+        ${KP_THROUGHPUT_ARGS:-examples/fused_gelu_block.py --candidates 3 --without-prestart} --out "$OUT/throughput.json" ;;
     sandbox) stage sandbox_tests 150 python3 -m pytest -q -p no:cacheprovider -rA \
                tests/test_isolation.py tests/test_buildstore.py tests/test_trust_levels.py \
                -k "not failures_are_contained and not planted_library_with" ;;
