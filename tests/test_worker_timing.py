@@ -74,6 +74,12 @@ def _phase_calls(monkeypatch, run) -> dict[str, list[str]]:
 def test_eager_alone_after_and_beside_the_candidate_run_the_same_calls_and_checks(
     tmp_path, monkeypatch, compile_baseline
 ):
+    # Inductor's cache of this process's own: its graph cache is keyed without the CPU's
+    # vector ISA, and this process's ISA probe (a compile and a child Python loading it, once
+    # per process) once failed late in CI's suite: the graph another process had generated
+    # with AVX-512 code was then built without AVX-512 flags ("'at::vec' has not been
+    # declared"). Workers compile in their own sandboxes' caches.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     job = _job(tmp_path, compile_baseline)
     state = build_reference(job.problem, 0).state_dict()
     candidate = build_reference(job.problem, 0)  # an honest "candidate": the reference itself
