@@ -130,7 +130,7 @@ class CandidateWorkers:
             reference_ops=reference_ops or [],
             await_go=await_go,
             # before its go, a compile that times nothing (harness.prestart)
-            compile_before_go=problem.device == "cpu" or bool(compiled),
+            compile_before_go=await_go and (problem.device == "cpu" or bool(compiled)),
         )
         job_dir = Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=self.work_dir))
         (job_dir / "job.json").write_text(job.model_dump_json())

@@ -204,7 +204,7 @@ DEFENSES: list[Defense] = [
     ),
     Defense(
         "address_space_limit",
-        "harness/sandbox/run.py",
+        "harness/sandbox/limits.py",
         "resource.setrlimit(resource.RLIMIT_AS, (limit, limit))",
         "del limit",
         ("tests/test_isolation.py::test_a_real_cpu_worker_has_an_address_space_limit",),

@@ -14,7 +14,7 @@ from harness.sandbox.run import finish_worker, start_worker
 
 def test_a_sandboxed_worker_outlives_the_thread_that_asked_for_it(tmp_path):
     """A search step's pool thread starts a GPU's comparator and ends with the step; the
-    thread that prestarts a timing worker ends once it is started. Their workers go on."""
+    comparator goes on, for the problem's later candidates."""
     (tmp_path / "probe.json").write_text(json.dumps({"sleep": 3}))
     started: dict = {}
 

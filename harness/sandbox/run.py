@@ -12,9 +12,7 @@ message, so no exit handler of a candidate runs after the result is sent.
 
 from __future__ import annotations
 
-import ctypes
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -31,12 +29,11 @@ from harness.sandbox.bubblewrap import Isolation, WorkerView, wrap
 from harness.sandbox.channel import Answers, ChannelReader
 from harness.sandbox.environment import clean_environment, private_temporary_folder
 from harness.sandbox.jobs import WorkerMessage
+from harness.sandbox.limits import limits
 from harness.sandbox.redact import scrub, scrub_value
 
 WORKER_ENTRY = "harness.sandbox.worker"
 LOG_LIMIT = 8000  # characters of a worker's output kept for the report and the debugger
-CLONE_NEWNET = 0x40000000
-CLONE_NEWUSER = 0x10000000
 
 
 class WorkerOutcome(BaseModel):
@@ -165,7 +162,7 @@ def start_worker(
                 cwd=job_dir,
                 start_new_session=True,
                 pass_fds=(write_end,),
-                preexec_fn=_limits(memory_limit_gb, isolate_network=isolation == "off"),
+                preexec_fn=limits(memory_limit_gb, isolate_network=isolation == "off"),
             )
         except BaseException:
             os.close(read_end)
@@ -277,40 +274,3 @@ def read_tail(path: Path, limit: int = LOG_LIMIT) -> str:
             handle.seek(size - limit)
         text = handle.read().decode("utf-8", errors="replace")
     return (f"[... {size - limit} bytes cut ...]\n" + text) if size > limit else text
-
-
-def _limits(memory_limit_gb: float | None, isolate_network: bool):
-    """Runs in the child before exec: address-space limit and a private network namespace."""
-
-    def apply() -> None:
-        if memory_limit_gb is not None:
-            limit = int(memory_limit_gb * 2**30)
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        if isolate_network:
-            _unshare_network()
-
-    return apply
-
-
-def _unshare_network() -> None:
-    """A new, empty network namespace: the candidate cannot reach the network.
-
-    Needs root or unprivileged user namespaces; where neither is allowed the worker still
-    runs, and ``network_isolated()`` inside it reports False (shown in the report).
-    """
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWNET) == 0:
-        return
-    libc.unshare(CLONE_NEWUSER | CLONE_NEWNET)
-
-
-def network_isolated() -> bool:
-    """True when this process has no network interface other than loopback."""
-    try:
-        names = os.listdir("/sys/class/net")
-    except OSError:
-        return False
-    with open("/proc/net/dev") as handle:
-        lines = handle.read().splitlines()[2:]
-    interfaces = {line.split(":")[0].strip() for line in lines}
-    return bool(names) and interfaces <= {"lo"}

@@ -2,9 +2,9 @@
 
 bubblewrap's ``--die-with-parent`` (``PR_SET_PDEATHSIG``) kills a sandbox when the *thread*
 that started it ends, not the process: a worker started from a thread that ends before it (a
-search step's pool thread that started a GPU's comparator, the thread that prestarts a timing
-worker, ``harness.prestart``) was killed with SIGKILL at that moment, between two of its
-candidates or before its go. Started here, a worker lives until it ends or is released.
+search step's pool thread that started a GPU's comparator, which lives on for the problem's
+later candidates) was killed with SIGKILL at that moment. Started here, a worker lives until it
+ends or is released.
 
 The spawner also registers each worker (``harness.sandbox.lifetime``) before handing it over,
 so a worker it started is tracked even when the thread that asked for it was interrupted

@@ -37,7 +37,7 @@ from harness.sandbox.jobs import (
     UserErrorReport,
     WorkerJob,
 )
-from harness.sandbox.run import network_isolated
+from harness.sandbox.limits import network_isolated
 from harness.workers import timing
 
 
