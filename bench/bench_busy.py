@@ -73,8 +73,15 @@ def measure(
     record: Path | None,
     kept: Path | None = None,
     stop_after: float | None = None,
+    only: tuple[str, ...] = (),
 ) -> list[dict]:
-    honest = [e for e in ENTRIES if e.pattern == "honest" and e.device == device]
+    honest = [e for e in ENTRIES if e.pattern == "honest" and e.device == device
+              and (not only or e.path.stem in only)]  # fmt: skip
+    if unknown := set(only) - {entry.path.stem for entry in honest}:
+        raise click.BadParameter(
+            f"no honest {device} kernel named {', '.join(sorted(unknown))} "
+            f"(tests/honest/{device}/: the file names without .py)", param_hint="--only"
+        )
     rows = (
         [json.loads(line) for line in kept.read_text().splitlines()]
         if kept and kept.exists()
@@ -176,13 +183,16 @@ def table(record: BenchmarkRecord) -> str:
               help="Keep each evaluation's row here as it is measured, and resume from it.")  # fmt: skip
 @click.option("--stop-after", type=float, default=None,
               help="Start no evaluation after this many seconds (the rest: a later run, same --rows).")  # fmt: skip
+@click.option("--only", multiple=True, metavar="NAME",
+              help="Only this honest kernel (a file name of tests/honest/DEVICE without .py); repeatable.")  # fmt: skip
 @out_option
 def cli(device: str, rounds: int, loads: tuple[str, ...], time_budget: float,
         record: Path | None, kept: Path | None, stop_after: float | None,
-        out: Path | None) -> None:  # fmt: skip
+        only: tuple[str, ...], out: Path | None) -> None:  # fmt: skip
     """Verdicts of the honest corpus on a quiet and on a loaded machine, one run."""
     bench = new_record("busy", device)
     bench.context = {"rounds": rounds, "time_budget_s": time_budget, "load": "one "
                      "CPU-bound process per core (tests/machine_load.py)"}  # fmt: skip
-    bench.rows = measure(device, rounds, list(loads), time_budget, record, kept, stop_after)
+    bench.rows = measure(device, rounds, list(loads), time_budget, record, kept, stop_after,
+                         only)  # fmt: skip
     finish(bench, out, table)
