@@ -48,6 +48,8 @@ def _row(
         "reason": result.reason[:300],
         "vs_eager": result.vs_eager.speedup if result.vs_eager else None,
         "candidate_ms": timings.candidate.median_ms if timings.candidate else None,
+        # cuda: one profiled call's kernels summed, by who ran it (beside call time above)
+        "device_us": dict(result.device_us),
         "preempted_share": max((s.preempted_share for s in stats), default=0.0),
         "others_cores": max((w.others_cores for w in timings.windows.values()), default=0.0),
         "seconds": round(seconds, 1),
@@ -80,7 +82,8 @@ def measure(
     if unknown := set(only) - {entry.path.stem for entry in honest}:
         raise click.BadParameter(
             f"no honest {device} kernel named {', '.join(sorted(unknown))} "
-            f"(tests/honest/{device}/: the file names without .py)", param_hint="--only"
+            f"(tests/honest/{device}/: the file names without .py)",
+            param_hint="--only",
         )
     rows = (
         [json.loads(line) for line in kept.read_text().splitlines()]
@@ -124,7 +127,9 @@ def measure(
         print(f"{load:5} round {round_number} {row['entry']}: {row['status']} "
               f"vs eager {row['vs_eager'] or 0:.2f}x, preempted "
               f"{row['preempted_share']:.0%}, others {row['others_cores']:.1f} cores, "
-              f"{row['seconds']:.0f} s ({len(timings_run)} timing workers)", flush=True)  # fmt: skip
+              f"{row['seconds']:.0f} s ({len(timings_run)} timing workers)"
+              + "".join(f", {who} {us:.1f} µs device" for who, us in row["device_us"].items()),
+              flush=True)  # fmt: skip
         if record is not None:
             _record(record, entry, load, round_number, result)
     return rows
@@ -155,8 +160,9 @@ def table(record: BenchmarkRecord) -> str:
             f"{statistics.median(row['preempted_share'] for row in rows):.0%} | "
             f"{max(row['others_cores'] for row in rows):.1f} |"
         )
-    lines += ["", "| kernel | load | vs eager: min | median | max | spread (max/min) |",
-              "|---|---|---|---|---|---|"]  # fmt: skip
+    lines += ["", "| kernel | load | vs eager: min | median | max | spread (max/min) | "
+              "device time, kernelpilot µs: min-max (spread) | eager µs |",
+              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for entry in dict.fromkeys(row["entry"] for row in record.rows):
         for load in dict.fromkeys(row["load"] for row in record.rows):
             speedups = [row["vs_eager"] for row in record.rows
@@ -164,8 +170,21 @@ def table(record: BenchmarkRecord) -> str:
             if speedups:
                 low, high = min(speedups), max(speedups)
                 lines.append(f"| {entry} | {load} | {low:.2f}x | {statistics.median(speedups):.2f}x"
-                             f" | {high:.2f}x | {high / low - 1:.1%} |")  # fmt: skip
+                             f" | {high:.2f}x | {high / low - 1:.1%} | "
+                             f"{_device_spread(record.rows, entry, load)} |")  # fmt: skip
     return "\n".join(lines)
+
+
+def _device_spread(rows: list[dict], entry: str, load: str) -> str:
+    """The device time of one profiled call per evaluation, kernelpilot's and eager's ranges."""
+    times = [row.get("device_us", {}) for row in rows
+             if row["entry"] == entry and row["load"] == load]  # fmt: skip
+    ours = [t["kernelpilot"] for t in times if "kernelpilot" in t]
+    eager = [t["eager"] for t in times if "eager" in t]
+    if not ours or not eager:
+        return "- | -"
+    return (f"{min(ours):.1f}-{max(ours):.1f} ({max(ours) / min(ours) - 1:.1%}) | "
+            f"{min(eager):.1f}-{max(eager):.1f}")  # fmt: skip
 
 
 @click.command(name="busy")

@@ -24,8 +24,8 @@ from agents.trajectory import Trajectory
 from bench.results_format import BenchmarkRecord, finish, new_record, out_option
 from harness.records import Status
 
-# The fixed set, small enough for a CPU: pointwise chains, a norm, a softmax (where the offline
-# proposer has nothing to fuse) and a matmul with an epilogue.
+# The fixed set, small enough for a CPU: pointwise chains, and three where the offline proposer
+# offers nothing (a norm and a matmul each with one pointwise op alone, a softmax).
 PROBLEMS = (
     "examples/fused_gelu_block.py",
     "examples/swiglu.py",

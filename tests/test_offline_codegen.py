@@ -61,6 +61,48 @@ def test_module_without_pointwise_ops_gets_no_candidate(tmp_path: Path) -> None:
     assert proposal.reason.startswith("nothing to fuse")
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_pointwise_op_alone_stays_pytorchs_one_pass(tmp_path: Path, device: str) -> None:
+    # KernelBench's 26_GELU_ and 38_L1Norm_: each pointwise op is alone between library calls,
+    # one pass of eager's own; a kernel for it reads and writes the same and can only tie.
+    for name, forward, kinds in [
+        ("gelu_alone", "F.gelu(x)", ["gelu"]),
+        ("l1_norm", "x / torch.sum(torch.abs(x), dim=1, keepdim=True)", ["abs", "div"]),
+    ]:
+        lone = kernelbench(
+            tmp_path,
+            name,
+            f"""
+            class Model(nn.Module):
+                def forward(self, x):
+                    return {forward}
+            """,
+            "[torch.randn(8, 32)]",
+        ).model_copy(update={"device": device})
+        proposal = propose_here(lone)
+        assert proposal.candidate is None, proposal.reason
+        assert proposal.reason.startswith("nothing to gain"), proposal.reason
+        assert all(kind in proposal.reason for kind in kinds), proposal.reason
+
+    # Beside a chain, a lone op is left as the module's own call and the chain is fused.
+    mixed = kernelbench(
+        tmp_path,
+        "lone_and_chain",
+        """
+        class Model(nn.Module):
+            def forward(self, x):
+                s = torch.sum(torch.abs(x), dim=1, keepdim=True)
+                return torch.sigmoid(x / s) * 2.0
+        """,
+        "[torch.randn(8, 32)]",
+    ).model_copy(update={"device": device})
+    proposal = propose_here(mixed)
+    assert proposal.fused_chains == 1, proposal.reason
+    assert "[div, sigmoid, mul]" in proposal.reason and "abs" in proposal.reason
+    assert "torch.abs(x)" in proposal.candidate.source
+    assert check_python(proposal.candidate.source, "Model", "float32") == []
+
+
 def test_untraceable_module_says_why(tmp_path: Path) -> None:
     problem = kernelbench(
         tmp_path,
@@ -234,12 +276,12 @@ def test_in_place_writes(tmp_path: Path) -> None:
                 b = v * 3
                 g = self.linear(x)
                 g.relu_()
-                return a + b, torch.sigmoid(g)
+                return (a + b) * 0.5, torch.sigmoid(g)
         """,
         "[torch.randn(4, 8)]",
     )
     proposal = propose_here(problem)
-    assert "[relu, sigmoid]; [add]; left to PyTorch" in proposal.reason  # a + b: fresh again
+    assert "[relu, sigmoid]; [add, mul]; left to PyTorch" in proposal.reason  # a + b: fresh again
     assert proposal.reason.endswith("mul, relu_, mul_1")
     forward = proposal.candidate.source.split("def forward", 1)[1]
     assert forward.index("view * 2") < forward.index("linear.relu_()") < forward.index("view * 3")

@@ -21,7 +21,9 @@ from tests.test_offline_guards_run import Built, run
 from tests.test_offline_proposer import build_in_parallel
 
 # vit-pytorch's Attention and FeedForward, reduced: bases named through ``from torch.nn import
-# Module``, heads split and merged by einops, a tanh-GELU between the two linears.
+# Module``, heads split and merged by einops, a tanh-GELU between the two linears, and the
+# attention's output scaled per channel before its residual add (vit-pytorch's CaiT): the chain
+# the proposer fuses (the other pointwise ops stand alone, as eager runs them).
 EINOPS = """
 from torch.nn import Module
 from einops import rearrange
@@ -46,13 +48,14 @@ class Model(Module):
         self.to_qkv = nn.Linear(dim, dim * 3, bias=False)
         self.to_out = nn.Linear(dim, dim)
         self.ff = FeedForward(dim, dim * 2)
+        self.layer_scale = nn.Parameter(torch.full((dim,), 0.1))  # CaiT's LayerScale
 
     def forward(self, x):
         qkv = self.to_qkv(self.norm(x)).chunk(3, dim=-1)
         q, k, v = map(lambda t: rearrange(t, "b n (h d) -> b h n d", h=self.heads), qkv)
         attn = (torch.matmul(q, k.transpose(-1, -2)) * self.scale).softmax(dim=-1)
         out = rearrange(torch.matmul(attn, v), "b h n d -> b n (h d)")
-        x = self.to_out(out) + x
+        x = self.to_out(out) * self.layer_scale + x
         return self.ff(x) + x
 
 

@@ -1,14 +1,15 @@
 """The offline proposer: fuse each chain of pointwise ops of a module into one generated kernel.
 
 No LLM and no API key: the reference is traced with torch.fx; library ops (matmul, conv, norms,
-softmax, reductions...) stay PyTorch calls and every maximal group of connected pointwise ops
-becomes one C++ (OpenMP) or CUDA kernel; on cuda a plain convolution's bias is added by its
-epilogue's kernel (``agents.offline.conv_bias``), and on cuda a softmax over long rows joins
-the ops around it in a row kernel (``agents.offline.rows``). The result is a normal candidate, verified
-like any other, and it seeds the LLM search with a strong first child; one that the static
-checks (``harness.static.python``) would refuse is not proposed. What the trace fixed (values
-read, submodule types, unpacked counts, input ranks and dtypes) is guarded on every call, and
-the reference's own forward, copied into the candidate, runs where a guard does not hold.
+softmax, reductions...) stay PyTorch calls and every maximal group of two or more connected
+pointwise ops becomes one C++ (OpenMP) or CUDA kernel (an op alone stays PyTorch's one pass);
+on cuda a plain convolution's bias is added by its epilogue's kernel
+(``agents.offline.conv_bias``), and on cuda a softmax over long rows joins the ops around it in
+a row kernel (``agents.offline.rows``). The result is a normal candidate, verified like any
+other, and it seeds the LLM search with a strong first child; one that the static checks
+(``harness.static.python``) would refuse is not proposed. What the trace fixed (values read,
+submodule types, unpacked counts, input ranks and dtypes) is guarded on every call, and the
+reference's own forward, copied into the candidate, runs where a guard does not hold.
 
     proposal = propose(problem)   # in a sandboxed worker: the module is the pull request's code
     if proposal.candidate is not None: ...
@@ -23,7 +24,7 @@ from pydantic import BaseModel, Field, ValidationError
 from agents.offline import conv_bias, rows
 from agents.offline.emit import CannotEmit, forward_source
 from agents.offline.fusable import lasting_writes
-from agents.offline.grouping import fusion_groups, schedule
+from agents.offline.grouping import fusion_groups, schedule, worth_a_kernel
 from agents.offline.guards import CannotGuard, add_broadcast_checks, guards_for
 from agents.offline.init_copy import CannotCopy, copy_class
 from agents.offline.kernel import FusedKernel, build_kernel
@@ -106,6 +107,14 @@ def propose_here(problem: Problem) -> Proposal:
     left = _left_note(traced.left_in_pytorch)
     if not groups:
         return Proposal(reason="nothing to fuse: the module has no pointwise operations" + left)
+    alone = [group[0] for group in groups if not worth_a_kernel(group, traced.ops)]
+    groups = [group for group in groups if worth_a_kernel(group, traced.ops)]
+    left += _alone_note([traced.ops[node].kind for node in alone])
+    if not groups:
+        return Proposal(
+            reason="nothing to gain: every pointwise op stands alone, one pass as eager runs it"
+            + left
+        )
     kernels = {
         tuple(group): build_kernel(f"fused_{index}", group, traced.ops, dtype)
         for index, group in enumerate(groups)
@@ -136,6 +145,13 @@ def _left_note(names: list[str]) -> str:
         return ""
     shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
     return f"; left to PyTorch (other dtypes, or memory written in place): {shown}"
+
+
+def _alone_note(kinds: list[str]) -> str:
+    if not kinds:
+        return ""
+    shown = ", ".join(kinds[:8]) + (", ..." if len(kinds) > 8 else "")
+    return f"; left to PyTorch (one op alone, nothing to fuse it with): {shown}"
 
 
 def _summary(kernels: list[FusedKernel]) -> str:

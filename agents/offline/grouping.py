@@ -7,6 +7,10 @@ iteration shape (smaller intermediates, like ``sigmoid(gate)`` of a ``[dim]`` ga
 per element inside the kernel instead). A group holds at most one row reduction (a softmax over
 the last dimension, ``ops.ROW_KINDS``), of a value of the group's full shape, and only inputs its
 kernel can read a row at a time.
+
+A group earns a kernel only where eager PyTorch would do more work for it (``worth_a_kernel``):
+one pointwise op alone is one pass of eager's own, reading and writing what the kernel would,
+so it stays PyTorch's call.
 """
 
 from __future__ import annotations
@@ -59,6 +63,15 @@ def _join(
             return choice[0]
     members[order[node]] = {node}
     return order[node]
+
+
+def worth_a_kernel(group: list[Node], ops: dict[Node, PointwiseOp]) -> bool:
+    """Whether the fused kernel can beat eager on ``group``: a chain of two or more ops (eager
+    writes and reads every value between them), or a row reduction (eager's softmax takes
+    passes of its own over a row). A lone pointwise op is already one pass at eager's memory
+    speed: its kernel could only tie (KernelBench level1 26_GELU_: 0.92x, bench/BENCHMARKS.md
+    section 7), and the search would spend a candidate's evaluation learning so."""
+    return len(group) > 1 or ops[group[0]].kind in ROW_KINDS
 
 
 def group_outputs(group: list[Node]) -> list[Node]:
