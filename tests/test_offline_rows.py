@@ -156,7 +156,9 @@ def test_softmaxes_the_row_kernel_cannot_compute_stay_pytorch_calls(tmp_path) ->
     assert "x.softmax(-1, dtype = torch.float64)" in forward.replace("=", " = ")
     _, proposal, _, forward = proposal_of(tmp_path, TWO_RUNS, name="two_runs")
     # the add cannot join the softmax, and alone it is eager's one pass
-    assert "[softmax]; left to PyTorch (one op alone, nothing to fuse it with): add" in proposal.reason
+    assert (
+        "[softmax]; left to PyTorch (one op alone, nothing to fuse it with): add" in proposal.reason
+    )
 
 
 @pytest.mark.usefixtures("rows_everywhere")
