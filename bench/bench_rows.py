@@ -1,14 +1,18 @@
 """``python -m bench rows``: the offline proposer's row kernel (a softmax over the last
-dimension) against eager and torch.compile, over row widths that take each of its paths.
+dimension, or a row's L1 or L2 norm dividing it) against eager and torch.compile, over row
+widths that take each of its paths.
 
-Per width: a module ``torch.softmax(x, -1)`` of about ``--elements`` values, proposed by the
+Per width: a module of the ``--kind`` (``torch.softmax(x, -1)``; ``l1_norm``, KernelBench's
+``x / torch.sum(torch.abs(x), dim=-1, keepdim=True)``) of about ``--elements`` values, proposed by the
 offline proposer for the device (row kernels opened to every width and device), built in this
 process (trusted: kernelpilot's own generated source), checked against eager on the timed
 input, then eager, compiled and candidate timed with the harness's timer (fresh inputs, L2
-flushed, median). Effective bandwidth counts the least traffic a softmax needs: its input read
+flushed, median). Effective bandwidth counts the least traffic each needs: its input read
 once and its output written once.
 
+\b
     python -m bench rows --device cuda --widths 1024,8192,20000,50257,393216 --out rows.json
+    python -m bench rows --device cuda --kind l1_norm --widths 1024,4096,16384,65535
 """
 
 from __future__ import annotations
@@ -34,12 +38,27 @@ import torch.nn as nn
 
 class Model(nn.Module):
     def forward(self, x):
-        return torch.{kind}(x, -1)
+        return {forward}
 
 
 def get_inputs():
     return [torch.randn({rows}, {width})]
 """
+
+
+# Each kind: the module's forward as written in its source, and the same as eager's function.
+KINDS = {
+    "softmax": ("torch.softmax(x, -1)", lambda x: torch.softmax(x, -1)),
+    "log_softmax": ("torch.log_softmax(x, -1)", lambda x: torch.log_softmax(x, -1)),
+    "l1_norm": (
+        "x / torch.sum(torch.abs(x), dim=-1, keepdim=True)",
+        lambda x: x / torch.sum(torch.abs(x), dim=-1, keepdim=True),
+    ),
+    "l2_norm": (
+        "x / torch.norm(x, p=2, dim=-1, keepdim=True)",
+        lambda x: x / torch.norm(x, p=2, dim=-1, keepdim=True),
+    ),
+}
 
 
 @click.command(help=__doc__)
@@ -53,7 +72,7 @@ def get_inputs():
 @click.option(
     "--elements", default=2**28, show_default=True, help="Values per input, about (rows x width)."
 )
-@click.option("--kind", type=click.Choice(["softmax", "log_softmax"]), default="softmax")
+@click.option("--kind", type=click.Choice(sorted(KINDS)), default="softmax", show_default=True)
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32")
 @click.option("--calls", default=20, show_default=True, help="Timed calls per side.")
 @out_option
@@ -62,6 +81,7 @@ def cli(
 ) -> None:
     # Every width measured, also those the proposer leaves to PyTorch (agents.offline.rows).
     row_kernels.ROW_DEVICES, row_kernels.ROW_MIN_WIDTH = {device}, 1
+    row_kernels.SUM_MIN_WIDTH = 1
     record = new_record("rows", device, context={"kind": kind, "dtype": dtype})
     timer = Timer(device)
     with tempfile.TemporaryDirectory() as scratch:
@@ -81,8 +101,9 @@ def cli(
 
 
 def _measure(scratch: Path, device, kind, dtype, rows, width, timer, calls) -> dict:
-    source = scratch / f"softmax_{rows}_{width}.py"
-    source.write_text(_MODULE.format(kind=kind, rows=rows, width=width))
+    source = scratch / f"{kind}_{rows}_{width}.py"
+    forward, function = KINDS[kind]
+    source.write_text(_MODULE.format(forward=forward, rows=rows, width=width))
     problem = problem_from_target(f"{source}:Model", device, dtype)
     proposal = propose_here(problem)
     if proposal.candidate is None:
@@ -95,7 +116,7 @@ def _measure(scratch: Path, device, kind, dtype, rows, width, timer, calls) -> d
     spec.loader.exec_module(module)
     candidate = module.ModelNew().to(device)
     eager = torch.nn.Module()
-    eager.forward = lambda x: getattr(torch, kind)(x, -1)  # type: ignore[method-assign]
+    eager.forward = function  # type: ignore[method-assign]
     compiled = torch.compile(eager.forward)
     torch_dtype = getattr(torch, dtype)
 

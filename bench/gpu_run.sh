@@ -34,7 +34,8 @@
 # kb-sweep: every level-1 and level-2 problem at its published size, two sweeps at once,
 # resumed run after run from .kb/sweep/), kbfiles (kb-sweep on the files in KP_KB_FILES),
 # layouts (python -m bench layouts on KP_KB_FILES: where eager's and compile's time goes),
-# busy (python -m bench busy: the honest corpus quiet and under CPU load, KP_BUSY_ARGS),
+# busy (python -m bench busy: the honest corpus quiet and under CPU load, KP_BUSY_ARGS), rows
+# (python -m bench rows: the row kernel against eager and compile by row width, KP_ROWS_ARGS),
 # throughput (python -m bench throughput: candidates per hour, serial loop against kernelpilot
 # on 1 and every visible GPU, and without the timing worker's prestart; KP_THROUGHPUT_ARGS),
 # streamgate (bench/gpu_stream_gate.py: the stream entries, the gate on and off), scripted (the
@@ -123,6 +124,10 @@ for what in "$@"; do
                    --rounds "${KP_SANDBOX_ROUNDS:-3}" --out "$OUT/sandbox_cost.json" ;;
     gpu) stage gpu_tests 280 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py -rA \
            --durations=0 --junitxml="$OUT/gpu_tests.xml" ;;
+    rows)  # shellcheck disable=SC2086  # python -m bench rows: the row kernel by width; KP_ROWS_ARGS:
+      # its options, e.g. --kind l1_norm --widths 4096,65535
+      stage rows "${KP_ROWS_LIMIT:-400}" python3 -m bench rows --device cuda ${KP_ROWS_ARGS:-} \
+        --out "$OUT/rows.json" ;;
     offline) stage offline_tests 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rA \
                tests/test_offline_rows.py tests/test_offline_cuda.py --junitxml="$OUT/offline_tests.xml" ;;
     redteam) corpus redteam_tests 520 "redteam" ;;

@@ -1,8 +1,9 @@
-"""The offline proposer's row kernels: a softmax or log-softmax over the last dimension, fused
-with the pointwise ops before and after it (agents.offline.rows). Where the proposer makes them
-(cuda, long rows), which softmaxes become one and with what, and built candidates matching
-their references on other sizes, strided inputs and the values where softmax is delicate (+inf,
-a row of -inf, NaN): on cpu and cuda, with the rule opened to every device and width."""
+"""The offline proposer's row kernels: a softmax or log-softmax, or a row's sum, mean or 2-norm
+kept as a dimension of 1, over the last dimension, fused with the pointwise ops before and after
+it (agents.offline.rows). Where the proposer makes them (cuda, long rows), which reductions
+become one and with what, and built candidates matching their references on other sizes,
+strided inputs and the values where they are delicate (+inf, a row of -inf, NaN, a row of
+zeros): on cpu and cuda, with the rule opened to every device and width."""
 
 from __future__ import annotations
 
@@ -84,11 +85,31 @@ def get_inputs():
 """
 
 
+# KernelBench's L1 and L2 norms (level 1, 38 and 39), a row centred on its mean, and the row
+# sums the row kernel does not take: kept dimension missing, another dimension, another norm,
+# another dtype.
+NORMS = """
+class Model(nn.Module):
+    def forward(self, x, y):
+        l1 = x / torch.sum(torch.abs(x), dim=1, keepdim=True)
+        l2 = y / y.norm(p=2, dim=-1, keepdim=True)
+        centred = (x - x.mean([-1], keepdim=True)) * 2.0
+        others = (y.sum(-1) * 2.0, y.sum(0, keepdim=True) + 1.0, y / torch.norm(y, p=1, dim=-1, keepdim=True),
+                  (y.sum(-1, keepdim=True, dtype=torch.float64) + 1.0).float())
+        return l1, l2, centred, others
+
+
+def get_inputs():
+    return [torch.randn(6, 32), torch.randn(6, 32)]
+"""
+
+
 @pytest.fixture
 def rows_everywhere(monkeypatch):
     """Row kernels on every device and row width: what they compute is the same everywhere."""
     monkeypatch.setattr(rows, "ROW_DEVICES", {"cpu", "cuda"})
     monkeypatch.setattr(rows, "ROW_MIN_WIDTH", 1)
+    monkeypatch.setattr(rows, "SUM_MIN_WIDTH", 1)
 
 
 # Shapes other than the traced ones: a whole-row input called broadcast (w [4, 1], x [4, 1]), a
@@ -162,6 +183,42 @@ def test_softmaxes_the_row_kernel_cannot_compute_stay_pytorch_calls(tmp_path) ->
 
 
 @pytest.mark.usefixtures("rows_everywhere")
+def test_a_row_sum_joins_the_ops_it_reduces_and_those_after_it(tmp_path) -> None:
+    _, proposal, source, forward = proposal_of(tmp_path, NORMS, name="norms")
+    # the abs before the sum joins it, though the sum is one value a row
+    assert "[abs, sum, div]; [norm, div]; [mean, sub, mul]" in proposal.reason
+    assert "torch.sum(" not in forward and ".norm(p=2" not in forward and ".mean(" not in forward
+    for kept in (".sum(-1)", ".sum(0, keepdim=True)", "p=1", "dtype=torch.float64"):
+        assert kept in forward.replace(" = ", "="), kept
+    for dtype in ("float32", "bfloat16"):
+        assert check_native(embedded_source(source, "_CPP_SOURCE"), dtype) == []
+    assert check_python(source, "Model", "float32") == []
+
+
+def test_row_sums_are_fused_on_cuda_from_their_width_on(tmp_path) -> None:
+    l1 = NORMS.replace("(6, 32)", f"(6, {rows.SUM_MIN_WIDTH})")
+    _, proposal, _, _ = proposal_of(tmp_path, l1, "cuda", name="wide_sums")
+    assert "[abs, sum, div]; [norm, div]; [mean, sub, mul]" in proposal.reason
+    narrow = NORMS.replace("(6, 32)", f"(6, {rows.SUM_MIN_WIDTH - 1})")
+    for device, source in (("cuda", narrow), ("cpu", l1)):
+        path = write_module(tmp_path, f"narrow_{device}", HEADER + source)
+        proposal = propose_here(problem_from_target(f"{path}:Model", device, None))
+        assert "sum, div" not in proposal.reason and "norm, div" not in proposal.reason, device
+
+
+@pytest.mark.usefixtures("rows_everywhere")
+@pytest.mark.slow
+def test_built_row_sums_match_the_reference(tmp_path) -> None:
+    problem, _, source, _ = proposal_of(tmp_path, NORMS, name="norms")
+    path = write_module(tmp_path, "norms_candidate", source)
+    build_in_parallel([path])
+    reference, fused = construct(problem, import_candidate(path), 3)
+    for name, inputs in sum_cases(make_inputs(problem, seed=3), "cpu").items():
+        with torch.no_grad():
+            assert_matches(flat(fused(*inputs)), flat(reference(*inputs)), name)
+
+
+@pytest.mark.usefixtures("rows_everywhere")
 @pytest.mark.slow
 def test_built_row_kernels_match_the_reference_where_softmax_is_delicate(tmp_path) -> None:
     problem, _, source, _ = proposal_of(tmp_path, MASKED)
@@ -227,6 +284,51 @@ def test_row_kernels_match_the_reference_on_cuda(tmp_path) -> None:
             for name, case in delicate_cases(inputs, "cuda").items():
                 with torch.no_grad():
                     assert_matches(fused(*case), reference(*case), f"{width} {dtype} {name}")
+
+
+@pytest.mark.usefixtures("rows_everywhere")
+@pytest.mark.gpu
+def test_row_sums_match_the_reference_on_cuda(tmp_path) -> None:
+    """On cuda: rows of 32, 13 (not vectorized) and 20000, float32 and bfloat16."""
+    problem, _, source, _ = proposal_of(tmp_path, NORMS, "cuda", name="norms")
+    path = write_module(tmp_path, "cuda_norms", source)
+    build_in_parallel([path])
+    reference, fused = construct(problem, import_candidate(path), 3)
+    reference, fused = reference.cuda(), fused.cuda()
+    for width in (32, 13, 20000):
+        for dtype in (torch.float32, torch.bfloat16):
+            inputs = [torch.randn(6, width, dtype=dtype, device="cuda") for _ in range(2)]
+            for name, case in sum_cases(inputs, "cuda").items():
+                with torch.no_grad():
+                    assert_matches(
+                        flat(fused(*case)), flat(reference(*case)), f"{width} {dtype} {name}"
+                    )
+
+
+def sum_cases(inputs: list[torch.Tensor], device: str) -> dict[str, list[torch.Tensor]]:
+    x, y = inputs
+    special = x.clone()
+    special[0, 3] = float("inf")  # the L1 row is NaN and 0, as eager's
+    special[1, :] = 0.0  # a row of zeros: 0 / 0
+    special[2, 5] = float("nan")
+    width = x.shape[-1]
+    return {
+        "traced": inputs,
+        "other sizes": [torch.randn(3, width, device=device, dtype=x.dtype)] * 2,
+        "strided": [x.t().contiguous().t(), y[:, :].clone()],
+        "rows of a transposed tensor": [
+            torch.randn(width, x.shape[0], device=device, dtype=x.dtype).t(),
+            y,
+        ],
+        "special values": [special, special.clone()],
+    }
+
+
+def flat(outputs) -> list[torch.Tensor]:
+    """A model's outputs as a flat list (NORMS returns a tuple holding a tuple)."""
+    if isinstance(outputs, torch.Tensor):
+        return [outputs]
+    return [tensor for item in outputs for tensor in flat(item)]
 
 
 def delicate_cases(inputs: list[torch.Tensor], device: str) -> dict[str, list[torch.Tensor]]:

@@ -97,7 +97,7 @@ def propose_here(problem: Problem) -> Proposal:
             inputs,
             dtype,
             split_bias=problem.device in conv_bias.SPLIT_DEVICES,
-            row_min_width=rows.row_min_width(problem.device),
+            row_min_widths=rows.row_min_widths(problem.device),
             keywords=problem.input_keywords,
         )
     except NotTraceable as err:

@@ -9,6 +9,8 @@ twice.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 import torch.nn as nn
 from torch.fx import GraphModule, Node
@@ -68,18 +70,18 @@ _VIEW_MODULES = (nn.Flatten, nn.Unflatten, nn.Identity, *DROPOUT_MODULES)
 
 
 def fusable_ops(
-    graph_module: GraphModule, dtype: torch.dtype, row_min_width: int | None = None
+    graph_module: GraphModule, dtype: torch.dtype, row_min_widths: Mapping[str, int] | None = None
 ) -> tuple[dict[Node, PointwiseOp], list[str]]:
     """The pointwise nodes a kernel may compute, and the names of those it may not.
-    ``row_min_width``: softmaxes over rows this wide or wider are computed too (row kernels);
-    None: none are."""
+    ``row_min_widths``: row reductions (``ops.ROW_KINDS``) over rows at least this wide for
+    their kind are computed too (row kernels); None: none are."""
     modules = dict(graph_module.named_modules())
     order = {node: index for index, node in enumerate(graph_module.graph.nodes)}
     ops: dict[Node, PointwiseOp] = {}
     recognised: list[Node] = []
     for node in graph_module.graph.nodes:
         op = _recognise(node, modules)
-        if op is not None and op.kind in ROW_KINDS and not _wide_enough(op, row_min_width):
+        if op is not None and op.kind in ROW_KINDS and not _wide_enough(op, row_min_widths):
             op = None  # a PyTorch call, as any op not recognised
         if op is not None:
             recognised.append(node)
@@ -197,11 +199,11 @@ def _recognise(node: Node, modules: dict[str, nn.Module]) -> PointwiseOp | None:
     return None
 
 
-def _wide_enough(op: PointwiseOp, row_min_width: int | None) -> bool:
+def _wide_enough(op: PointwiseOp, row_min_widths: Mapping[str, int] | None) -> bool:
     source = op.operands[0]
-    if row_min_width is None or not isinstance(source, Node):
+    if row_min_widths is None or op.kind not in row_min_widths or not isinstance(source, Node):
         return False
-    return source.meta["tensor_meta"].shape[-1] >= row_min_width
+    return source.meta["tensor_meta"].shape[-1] >= row_min_widths[op.kind]
 
 
 def _types_ok(node: Node, op: PointwiseOp, dtype: torch.dtype) -> bool:

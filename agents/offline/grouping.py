@@ -4,9 +4,9 @@ A group grows from each pointwise node into the groups of its pointwise producer
 the group stays convex (no path leaves it and comes back, or the kernel would need its own
 output as an input) and every value it hands to the rest of the graph has the group's full
 iteration shape (smaller intermediates, like ``sigmoid(gate)`` of a ``[dim]`` gate, are recomputed
-per element inside the kernel instead). A group holds at most one row reduction (a softmax over
-the last dimension, ``ops.ROW_KINDS``), of a value of the group's full shape, and only inputs its
-kernel can read a row at a time.
+per element inside the kernel instead). A group holds at most one row reduction (a softmax, or a
+row's sum kept as a dimension of 1, over the last dimension: ``ops.ROW_KINDS``), of a value of
+the group's full shape, and only inputs its kernel can read a row at a time.
 
 A group earns a kernel only where eager PyTorch would do more work for it (``worth_a_kernel``):
 one pointwise op alone is one pass of eager's own, reading and writing what the kernel would,
@@ -19,7 +19,7 @@ import torch
 from torch.fx import Node
 
 from agents.offline.layout import read_layout, rows_readable
-from agents.offline.ops import ROW_KINDS, PointwiseOp
+from agents.offline.ops import ROW_KINDS, SOFTMAX_KINDS, SUM_KINDS, PointwiseOp
 
 
 def fusion_groups(nodes: list[Node], ops: dict[Node, PointwiseOp]) -> list[list[Node]]:
@@ -40,8 +40,34 @@ def fusion_groups(nodes: list[Node], ops: dict[Node, PointwiseOp]) -> list[list[
         target = _join(node, producers, members, order, ops)
         for member in members[target]:
             group_of[member] = target
+    _join_sums_to_their_sources(members, group_of, order, ops)
     groups = [sorted(group, key=order.__getitem__) for group in members.values()]
     return sorted(groups, key=lambda group: order[group[0]])
+
+
+def _join_sums_to_their_sources(
+    members: dict[int, set[Node]],
+    group_of: dict[Node, int],
+    order: dict[Node, int],
+    ops: dict[Node, PointwiseOp],
+) -> None:
+    """A row's sum is one value a row: it cannot join the ops it reduces until the ops reading
+    it have joined it (the group would hand it on at another shape), so the group growing in
+    graph order leaves those ops apart (``abs`` of ``x / x.abs().sum(-1, keepdim=True)``). Join
+    the group of each sum's source to the sum's own now, where the union is a valid group."""
+    for node in [node for node in order if node in ops and ops[node].kind in SUM_KINDS]:
+        source = ops[node].operands[0]
+        if not isinstance(source, Node) or source not in group_of:
+            continue
+        mine, theirs = group_of[node], group_of[source]
+        if mine == theirs:
+            continue
+        union = members[mine] | members[theirs]
+        if _valid(union, order, ops):
+            members[mine] = union
+            del members[theirs]
+            for member in union:
+                group_of[member] = mine
 
 
 def _join(
@@ -67,11 +93,12 @@ def _join(
 
 def worth_a_kernel(group: list[Node], ops: dict[Node, PointwiseOp]) -> bool:
     """Whether the fused kernel can beat eager on ``group``: a chain of two or more ops (eager
-    writes and reads every value between them), or a row reduction (eager's softmax takes
-    passes of its own over a row). A lone pointwise op is already one pass at eager's memory
-    speed: its kernel could only tie (KernelBench level1 26_GELU_: 0.92x, bench/BENCHMARKS.md
-    section 7), and the search would spend a candidate's evaluation learning so."""
-    return len(group) > 1 or ops[group[0]].kind in ROW_KINDS
+    writes and reads every value between them), or a softmax (eager's takes passes of its own
+    over a row). A lone pointwise op is already one pass at eager's memory speed: its kernel
+    could only tie (KernelBench level1 26_GELU_: 0.92x, bench/BENCHMARKS.md section 7), and the
+    search would spend a candidate's evaluation learning so. A row's sum alone is one value a
+    row, not the group's shape: nothing a row kernel writes."""
+    return len(group) > 1 or ops[group[0]].kind in SOFTMAX_KINDS
 
 
 def group_outputs(group: list[Node]) -> list[Node]:

@@ -9,9 +9,10 @@ a per-channel ``[C, 1, 1]`` bias or scale on ``[N, C, H, W]``, a ``[C, H, W]`` r
 batch, and scalars. Any other broadcast or layout takes the general
 path, which indexes every input with its broadcast strides.
 
-A group may hold one row reduction (softmax or log-softmax over the last dimension,
-``RowReduction``): its kernel reads rows, split at the last dimension, and computes the group's
-ops before the reduction (per element), the reduction over the row, then the ops after it.
+A group may hold one row reduction over the last dimension (softmax, log-softmax, or a row's
+sum, mean or 2-norm kept as a dimension of 1: ``RowReduction``): its kernel reads rows, split at
+the last dimension, and computes the group's ops before the reduction (per element), the
+reduction over the row, then the ops after it.
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ class KernelOutput:
 
 @dataclass(frozen=True)
 class RowReduction:
-    """A softmax or log-softmax over each row of the group's iteration shape (its last
-    dimension): the body's ``value`` is the reduction of the body's ``source``, and the body
-    names the reduced value ``ROW_VALUE``."""
+    """A reduction over each row of the group's iteration shape (its last dimension): the
+    body's ``value`` is the reduction of the body's ``source``, and the body names the reduced
+    value ``ROW_VALUE``."""
 
     kind: str
     node: Node

@@ -2,8 +2,10 @@
 
 ``F.relu(x)``, ``torch.relu(x)``, ``x.relu()``, ``x.relu_()`` and ``nn.ReLU()`` all become one
 ``PointwiseOp(kind="relu", operands=(x,))``; ``F.hardtanh``, ``nn.ReLU6`` and ``x.clamp_min`` all
-become ``clamp``. Softmax and log-softmax over the last dimension are recognised too (kinds in
-``ROW_KINDS``, operands ``(input, dim)``): they read a whole row per element, so a row kernel
+become ``clamp``. Reductions over the last dimension are recognised too (kinds in ``ROW_KINDS``):
+softmax and log-softmax (operands ``(input, dim)``), which read a whole row per element, and a
+row's sum, mean and 2-norm kept as a dimension of 1 (``SUM_KINDS``, operands ``(input, dim,
+keepdim)``, the norm's ``p`` last), one value a row that the ops after it broadcast. A row kernel
 computes them (``agents.offline.rows``). What is not recognised here stays a PyTorch call in the
 candidate.
 """
@@ -42,7 +44,9 @@ UNARY_KINDS = (
 )
 COMPARISON_KINDS = ("gt", "lt", "ge", "le", "eq", "ne")
 BINARY_KINDS = ("mul", "div", "pow", "minimum", "maximum", *COMPARISON_KINDS)
-ROW_KINDS = ("softmax", "log_softmax")
+SOFTMAX_KINDS = ("softmax", "log_softmax")
+SUM_KINDS = ("sum", "mean", "norm")
+ROW_KINDS = (*SOFTMAX_KINDS, *SUM_KINDS)
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,10 @@ _OPERANDS = {
     "where": ("condition", "input", "other"),
     "gelu": ("input", "approximate"),
     **{kind: ("input", "other") for kind in BINARY_KINDS},
-    **{kind: ("input", "dim") for kind in ROW_KINDS},
+    **{kind: ("input", "dim") for kind in SOFTMAX_KINDS},
+    "sum": ("input", "dim", "keepdim"),
+    "mean": ("input", "dim", "keepdim"),
+    "norm": ("input", "dim", "keepdim", "p"),
 }
 _SIMPLE_ACTIVATIONS = {"silu", "hardsigmoid", "hardswish", "mish"}
 
@@ -121,7 +128,15 @@ def _tables() -> tuple[dict[object, _Form], dict[str, _Form]]:
         functions[getattr(torch, name)] = _Form(kind, ("input", "other"))
         methods[name] = _Form(kind, ("input", "other"))
     functions.update(_functional_forms())
-    for kind in ROW_KINDS:
+    for kind in ("sum", "mean"):  # torch.sum(input, dim, keepdim=False, *, dtype=None), x.sum
+        both(kind, _Form(kind, ("input", "dim", "keepdim", "dtype"), {"keepdim": False,
+                                                                     "dtype": None}),
+             inplace_too=False)  # fmt: skip
+    # torch.norm(input, p="fro", dim=None, keepdim=False, out=None, dtype=None), x.norm
+    both("norm", _Form("norm", ("input", "p", "dim", "keepdim", "out", "dtype"),
+                       {"p": "fro", "keepdim": False, "out": None, "dtype": None}),
+         inplace_too=False)  # fmt: skip
+    for kind in SOFTMAX_KINDS:
         # F.softmax(input, dim, _stacklevel, dtype), torch.softmax(input, dim, dtype), x.softmax
         functions[getattr(F, kind)] = _Form(
             kind, ("input", "dim", "_stacklevel", "dtype"), {"_stacklevel": 3, "dtype": None}
@@ -234,7 +249,8 @@ def _bind(form: _Form, args: tuple, kwargs: dict) -> PointwiseOp | None:
         values[keyword_to_name[keyword]] = value
     inplace = form.inplace or bool(values.pop("inplace", False))
     values.pop("_stacklevel", None)
-    if values.pop("rounding_mode", None) is not None or values.pop("dtype", None) is not None:
+    dropped = [values.pop(name, None) for name in ("rounding_mode", "dtype", "out")]
+    if any(value is not None for value in dropped):
         return None
     if form.kind == "gelu":
         return _gelu(values.get("input"), values.get("approximate"), inplace)
@@ -257,8 +273,15 @@ def _gelu(x: object, approximate: object, inplace: bool = False) -> PointwiseOp 
 def _valid_operands(kind: str, operands: tuple) -> bool:
     if not any(isinstance(value, Node) for value in operands):
         return False
-    if kind in ROW_KINDS:
+    if kind in SOFTMAX_KINDS:
         return _over_last_dimension(*operands)
+    if kind in SUM_KINDS:
+        x, dim, keepdim = operands[:3]
+        if kind == "norm" and operands[3] not in (2, 2.0, "fro"):  # one dimension: fro is 2
+            return False
+        if isinstance(dim, list | tuple) and len(dim) == 1:
+            dim = dim[0]
+        return keepdim is True and _over_last_dimension(x, dim)
     if kind in ("add", "sub", "rsub") and isinstance(operands[2], Node):
         return False  # alpha must be a constant
     if kind in ("maximum", "minimum") and not _is_tensor(operands[1]):
@@ -275,7 +298,7 @@ def _valid_operands(kind: str, operands: tuple) -> bool:
 
 
 def _over_last_dimension(x: object, dim: object) -> bool:
-    """A softmax the row kernel computes: of a traced tensor, over its last dimension."""
+    """A reduction the row kernel computes: of a traced tensor, over its last dimension."""
     if not _is_tensor(x) or type(dim) is not int:
         return False
     rank = len(cast(Node, x).meta["tensor_meta"].shape)

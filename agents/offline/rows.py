@@ -1,34 +1,49 @@
-"""Row kernels: a fused group with a softmax or log-softmax over the last dimension.
+"""Row kernels: a fused group with one reduction over the last dimension.
 
 Per row of the group's iteration shape (``rows x cols``, split at the last dimension): the ops
-before the reduction give each element's value (``<name>_pre``), the row's maximum and sum of
-exponentials are reduced, and the ops after it (``<name>_post``, handed the reduced value) give
-the outputs. This module has what both backends share: those two functions, the row statistics
-(``ROW_STATS``, ``ROW_SPLIT``), the reduced value, and the host's plan of the inputs (their dense copies
-where their strides cannot be read a row at a time). The kernels: ``agents.offline.rows_cuda``
-and ``agents.offline.rows_cpu``.
+before the reduction give each element's value (``<name>_pre``), the row is reduced, and the ops
+after it (``<name>_post``, handed the reduced value) give the outputs. Two families of
+reductions: a softmax or log-softmax (the row's maximum and sum of exponentials, ``RowStats``;
+the reduced value differs per element), and a row's sum, mean or 2-norm kept as a dimension of 1
+(a sum of the values or of their squares, ``RowSum``; one reduced value a row, which the ops
+after it broadcast: KernelBench's L1 and L2 norms, ``x / x.abs().sum(-1, keepdim=True)``). This
+module has what both backends share: those two functions, the row statistics (``ROW_STATS``,
+``ROW_SPLIT``), the reduced value, and the host's plan of the inputs (their dense copies where
+their strides cannot be read a row at a time). The kernels: ``agents.offline.rows_cuda`` and
+``agents.offline.rows_cpu``.
 
-Values are as ATen's: a NaN in a row makes the row NaN, a +inf makes it NaN, and a row of -inf
-is NaN; a -inf among finite values is 0 (softmax) or -inf (log-softmax).
+Values are as ATen's: a NaN in a row makes the row NaN, a +inf makes a softmax's row NaN, and a
+row of -inf is NaN; a -inf among finite values is 0 (softmax) or -inf (log-softmax). Sums add in
+float (double on cpu) in another order than ATen's, so they differ from its by rounding.
 """
 
 from __future__ import annotations
 
 from agents.offline.cxx_common import pointer_args
 from agents.offline.kernel import ROW_VALUE, FusedKernel
+from agents.offline.ops import SOFTMAX_KINDS, SUM_KINDS
 
 # Where the proposer makes row kernels: the devices and row widths they were measured to win at
-# (bench/BENCHMARKS.md, section 23). On an H200 the CUDA kernel took 4096 x 393216 at 1.25x
-# eager; rows up to 50257 wide were measured only with two later variants of it, each slower
-# than eager there (0.38-0.74x), and the CPU kernel is many times slower than ATen's vectorized
-# softmax. Elsewhere a softmax stays PyTorch's call, as before.
+# (bench/BENCHMARKS.md, section 23). On an H200 the CUDA kernel took a softmax of 4096 x 393216
+# at 1.25x eager; rows up to 50257 wide were measured only with two later variants of it, each
+# slower than eager there (0.38-0.74x), and the CPU kernel is many times slower than ATen's
+# vectorized softmax. Elsewhere a softmax stays PyTorch's call, as before.
 ROW_DEVICES = {"cuda"}
 ROW_MIN_WIDTH = 65536
+# A row's sum (mean, 2-norm) and the ops around it: eager takes a pass per op and one for the
+# sum (KernelBench's L1 norm: five over its input's size), the row kernel two reads and a write,
+# or one read where the row fits in shared memory (bench/BENCHMARKS.md, section 23b).
+SUM_MIN_WIDTH = 4096
 
 
-def row_min_width(device: str) -> int | None:
-    """The narrowest row a row kernel takes on ``device``; None: no row kernels there."""
-    return ROW_MIN_WIDTH if device in ROW_DEVICES else None
+def row_min_widths(device: str) -> dict[str, int] | None:
+    """The narrowest row a row kernel takes on ``device``, by reduction kind; None: no row
+    kernels there."""
+    if device not in ROW_DEVICES:
+        return None
+    return {kind: ROW_MIN_WIDTH for kind in SOFTMAX_KINDS} | {
+        kind: SUM_MIN_WIDTH for kind in SUM_KINDS
+    }
 
 
 ROW_STATS = r"""
@@ -37,6 +52,11 @@ namespace kp {
 // A row's maximum m and sum s of exp(x - m).
 struct RowStats {
   float m;
+  float s;
+};
+
+// A row's sum (of its values, or of their squares for a 2-norm).
+struct RowSum {
   float s;
 };
 
@@ -91,11 +111,30 @@ def row_functions(kernel: FusedKernel) -> str:
     return "\n".join(pre + [""] + post)
 
 
-def row_constant(kernel: FusedKernel, indent: str) -> list[str]:
+def sums(kernel: FusedKernel) -> bool:
+    """Whether the kernel's reduction is a row's sum, mean or 2-norm (``RowSum``), not a
+    softmax (``RowStats``)."""
     assert kernel.row is not None
-    if kernel.row.kind == "softmax":
-        return [f"{indent}const float row_scale = st.s;"]
-    return [f"{indent}const float row_scale = kp::log(st.s);"]
+    return kernel.row.kind in SUM_KINDS
+
+
+def row_term(kernel: FusedKernel, x: str) -> str:
+    """What a row's sum adds for the value ``x``."""
+    assert kernel.row is not None
+    return f"{x} * {x}" if kernel.row.kind == "norm" else x
+
+
+def row_constant(kernel: FusedKernel, indent: str) -> list[str]:
+    """``row_scale``, from the row's stats ``st`` (and its width ``cols``)."""
+    assert kernel.row is not None
+    scale = {
+        "softmax": "st.s",
+        "log_softmax": "kp::log(st.s)",
+        "sum": "st.s",
+        "mean": "st.s / static_cast<float>(cols)",
+        "norm": "kp::sqrt(st.s)",
+    }[kernel.row.kind]
+    return [f"{indent}const float row_scale = {scale};"]
 
 
 def row_value(kernel: FusedKernel) -> str:
@@ -103,7 +142,9 @@ def row_value(kernel: FusedKernel) -> str:
     assert kernel.row is not None
     if kernel.row.kind == "softmax":
         return "kp::exp(x - st.m) / row_scale"
-    return "x - st.m - row_scale"
+    if kernel.row.kind == "log_softmax":
+        return "x - st.m - row_scale"
+    return "row_scale"
 
 
 def dense_plan(kernel: FusedKernel) -> list[str]:

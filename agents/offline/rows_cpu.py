@@ -1,13 +1,13 @@
 """The CPU row kernel (``agents.offline.rows``): each OpenMP thread takes whole rows, puts the
-values before the reduction into a buffer, then takes the maximum, the sum of exponentials (in
-double) and writes the outputs, as ATen's softmax does.
+values before the reduction into a buffer, then takes the maximum and the sum of exponentials
+(in double), as ATen's softmax does, or the row's sum (in double), and writes the outputs.
 """
 
 from __future__ import annotations
 
 from agents.offline.cxx_common import element_type, pointer_params
 from agents.offline.kernel import FusedKernel
-from agents.offline.rows import dense_args, dense_plan, row_constant, row_value
+from agents.offline.rows import dense_args, dense_plan, row_constant, row_term, row_value, sums
 
 
 def cpu_row_kernel(kernel: FusedKernel) -> str:
@@ -39,17 +39,10 @@ def cpu_row_kernel(kernel: FusedKernel) -> str:
             for k, item in enumerate(kernel.inputs)
             if not item.contiguous_columns
         ],
-        "      float m = -INFINITY;",
-        "      for (int64_t j = 0; j < cols; ++j) {",
-        f"        cache[j] = {pre};",
-        "        m = kp::maximum(m, cache[j]);",
-        "      }",
-        "      double sum = 0.0;",
-        "      for (int64_t j = 0; j < cols; ++j) sum += kp::exp(cache[j] - m);",
-        "      const kp::RowStats st = kp::finished(kp::RowStats{m, static_cast<float>(sum)});",
+        *(_sum(kernel, pre) if sums(kernel) else _softmax_stats(pre)),
         *row_constant(kernel, "      "),
         "      for (int64_t j = 0; j < cols; ++j) {",
-        "        const float x = cache[j];",
+        *([] if sums(kernel) else ["        const float x = cache[j];"]),
         f"        float {', '.join(outputs)};",
         f"        {kernel.name}_post<scalar_t>("
         f"{', '.join([*loads, *scalars, row_value(kernel), *outputs])});",
@@ -63,6 +56,30 @@ def cpu_row_kernel(kernel: FusedKernel) -> str:
         "}",
     ]
     return "\n".join(lines)
+
+
+def _softmax_stats(pre: str) -> list[str]:
+    return [
+        "      float m = -INFINITY;",
+        "      for (int64_t j = 0; j < cols; ++j) {",
+        f"        cache[j] = {pre};",
+        "        m = kp::maximum(m, cache[j]);",
+        "      }",
+        "      double sum = 0.0;",
+        "      for (int64_t j = 0; j < cols; ++j) sum += kp::exp(cache[j] - m);",
+        "      const kp::RowStats st = kp::finished(kp::RowStats{m, static_cast<float>(sum)});",
+    ]
+
+
+def _sum(kernel: FusedKernel, pre: str) -> list[str]:
+    return [
+        "      double sum = 0.0;",
+        "      for (int64_t j = 0; j < cols; ++j) {",
+        f"        cache[j] = {pre};",
+        f"        sum += {row_term(kernel, 'static_cast<double>(cache[j])')};",
+        "      }",
+        "      const kp::RowSum st{static_cast<float>(sum)};",
+    ]
 
 
 def cpu_row_launch(kernel: FusedKernel) -> list[str]:

@@ -2,7 +2,8 @@
 
 One block takes a row at a time (a grid of as many blocks as fit at once, looping over rows):
 a first pass reads the row and keeps a running maximum and rescaled sum (the online softmax),
-warps and then the block merge those, and a second pass writes the outputs. A row of up to
+or a running sum (a row's sum, mean or 2-norm), warps and then the block merge those, and a
+second pass writes the outputs. A row of up to
 ``kRowCache`` floats stays in shared memory between the passes, so it is read once; a longer
 one is read again.
 
@@ -18,7 +19,7 @@ from agents.offline import cuda_launch
 from agents.offline.cuda_launch import SCALAR, VECTORIZED
 from agents.offline.cxx_common import element_type, pointer_params
 from agents.offline.kernel import FusedKernel
-from agents.offline.rows import dense_plan, row_constant, row_value
+from agents.offline.rows import dense_plan, row_constant, row_term, row_value, sums
 
 CUDA_ROW_HELPERS = r"""
 namespace kp {
@@ -66,6 +67,28 @@ __device__ __forceinline__ RowStats block_stats(RowStats st, RowStats* partial) 
   return finished(warp_stats(st));
 }
 
+// A row's sum: the same steps with a plain sum.
+KP_INLINE RowSum empty_sum() { return RowSum{0.0f}; }
+
+KP_INLINE void add_sum(RowSum& st, float x) { st.s += x; }
+
+__device__ __forceinline__ RowSum warp_sum(RowSum st) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    st.s += __shfl_xor_sync(0xffffffffu, st.s, offset);
+  }
+  return st;
+}
+
+__device__ __forceinline__ RowSum block_sum(RowSum st, RowSum* partial) {
+  st = warp_sum(st);
+  const int lane = threadIdx.x % 32;
+  if (lane == 0) partial[threadIdx.x / 32] = st;
+  __syncthreads();
+  st = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : empty_sum();
+  return warp_sum(st);
+}
+
 }  // namespace kp
 """
 
@@ -94,6 +117,11 @@ inline int64_t row_blocks(int64_t rows, int threads) {
 
 
 def cuda_row_kernel(kernel: FusedKernel) -> str:
+    if sums(kernel):
+        stats, empty, add, block = "kp::RowSum", "kp::empty_sum()", "kp::add_sum", "kp::block_sum"
+    else:
+        stats, empty, add = "kp::RowStats", "kp::empty_stats()", "kp::add_value"
+        block = "kp::block_stats"
     params = [*pointer_params(kernel, row_strides=True), "const int64_t rows", "const int64_t cols"]
     loads, lanes = _vector_loads(kernel)
     scalars = [f"s{k}" for k in range(len(kernel.scalars))]
@@ -107,7 +135,7 @@ def cuda_row_kernel(kernel: FusedKernel) -> str:
         "template <typename scalar_t, int VEC, bool CACHED>",
         f"__global__ void {kernel.name}_rows({', '.join(params)}) {{",
         "  extern __shared__ float kp_cache[];",
-        "  __shared__ kp::RowStats kp_partial[32];",
+        f"  __shared__ {stats} kp_partial[32];",
         "  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {",
         *[
             f"    const int64_t r{k} = kp::row_in_run(row, rd{k}, rm{k}) * rs{k};"
@@ -118,17 +146,17 @@ def cuda_row_kernel(kernel: FusedKernel) -> str:
             for k, item in enumerate(kernel.inputs)
             if not item.contiguous_columns
         ],
-        "    kp::RowStats st = kp::empty_stats();",
+        f"    {stats} st = {empty};",
         columns,
         *loads,
         "#pragma unroll",
         "      for (int i = 0; i < VEC; ++i) {",
         f"        const float x = {pre};",
         "        if (CACHED) kp_cache[col + i] = x;",
-        "        kp::add_value(st, x);",
+        f"        {add}(st, {row_term(kernel, 'x')});",
         "      }",
         "    }",
-        "    st = kp::block_stats(st, kp_partial);",
+        f"    st = {block}(st, kp_partial);",
         *row_constant(kernel, "    "),
         columns,
         *loads,
@@ -138,7 +166,7 @@ def cuda_row_kernel(kernel: FusedKernel) -> str:
         ],
         "#pragma unroll",
         "      for (int i = 0; i < VEC; ++i) {",
-        f"        const float x = CACHED ? kp_cache[col + i] : {pre};",
+        *([] if sums(kernel) else [f"        const float x = CACHED ? kp_cache[col + i] : {pre};"]),
         f"        float {', '.join(outputs)};",
         f"        {kernel.name}_post<scalar_t>("
         f"{', '.join([*lanes, *scalars, row_value(kernel), *outputs])});",
@@ -187,7 +215,8 @@ def cuda_row_host(kernel: FusedKernel) -> list[str]:
         f"const bool vectorize = {vectorize};",
         "l.threads = kp::row_threads(vectorize ? cols / kVec : cols);",
         "l.blocks = kp::row_blocks(rows, l.threads);",
-        "const bool cached = cols <= kp::kRowCache;",
+        # a sum's outputs take the reduced value alone: nothing of the first pass to keep
+        f"const bool cached = {'false' if sums(kernel) else 'cols <= kp::kRowCache'};",
         "l.shared = cached ? static_cast<size_t>(cols) * sizeof(float) : 0;",
         "l.variant = (vectorize ? 0 : 2) + (cached ? 0 : 1);",
         *cuda_launch.host_rows("rows_plan"),

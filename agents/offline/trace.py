@@ -12,7 +12,7 @@ guards them (``agents.offline.guards``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -120,12 +120,13 @@ def trace(
     inputs: list,
     dtype: torch.dtype,
     split_bias: bool = False,
-    row_min_width: int | None = None,
+    row_min_widths: Mapping[str, int] | None = None,
     keywords: Sequence[str] = (),
 ) -> TracedModule:
     """``inputs``: forward's arguments, the last ``len(keywords)`` passed by those names;
     ``split_bias``: convolutions' biases added by their epilogue (``agents.offline.conv_bias``);
-    ``row_min_width``: softmaxes over rows this wide or wider fused (``agents.offline.rows``).
+    ``row_min_widths``: the row reductions of each kind over rows this wide or wider fused
+    (``agents.offline.rows``); None: none.
 
     The trace is torch.fx's symbolic one where it can be; where forward uses its inputs' shapes
     as Python values, it knows them (``agents.offline.hinted``) and records the conditions
@@ -162,11 +163,11 @@ def trace(
     values = [arguments[str(node.target)] for node in graph.nodes if node.op == "placeholder"]
     removed = _remove_identities(graph_module)
     _propagate_shapes(graph_module, values)
-    ops, left = fusable_ops(graph_module, dtype, row_min_width)
+    ops, left = fusable_ops(graph_module, dtype, row_min_widths)
     split = split_conv_bias(graph_module, ops) if split_bias else []
     if split:
         _propagate_shapes(graph_module, values)
-        ops, left = fusable_ops(graph_module, dtype, row_min_width)
+        ops, left = fusable_ops(graph_module, dtype, row_min_widths)
     _devices_from_operands(graph_module, ops)
     fused = [(str(node.target), node.args[0]) for node in ops if node.op == "call_module"]
     replaced = [*removed, *split, *fused]
