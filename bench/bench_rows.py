@@ -3,7 +3,7 @@ dimension, or a row's L1 or L2 norm dividing it) against eager and torch.compile
 widths that take each of its paths.
 
 Per width: a module of the ``--kind`` (``torch.softmax(x, -1)``; ``l1_norm``, KernelBench's
-``x / torch.sum(torch.abs(x), dim=-1, keepdim=True)``) of about ``--elements`` values, proposed by the
+``x / torch.mean(torch.abs(x), dim=-1, keepdim=True)``) of about ``--elements`` values, proposed by the
 offline proposer for the device (row kernels opened to every width and device), built in this
 process (trusted: kernelpilot's own generated source), checked against eager on the timed
 input, then eager, compiled and candidate timed with the harness's timer (fresh inputs, L2
@@ -50,11 +50,11 @@ def get_inputs():
 KINDS = {
     "softmax": ("torch.softmax(x, -1)", lambda x: torch.softmax(x, -1)),
     "log_softmax": ("torch.log_softmax(x, -1)", lambda x: torch.log_softmax(x, -1)),
-    "l1_norm": (
-        "x / torch.sum(torch.abs(x), dim=-1, keepdim=True)",
-        lambda x: x / torch.sum(torch.abs(x), dim=-1, keepdim=True),
+    "l1_norm": (  # KernelBench level 1, 38_L1Norm_
+        "x / torch.mean(torch.abs(x), dim=-1, keepdim=True)",
+        lambda x: x / torch.mean(torch.abs(x), dim=-1, keepdim=True),
     ),
-    "l2_norm": (
+    "l2_norm": (  # 39_L2Norm_
         "x / torch.norm(x, p=2, dim=-1, keepdim=True)",
         lambda x: x / torch.norm(x, p=2, dim=-1, keepdim=True),
     ),

@@ -6,7 +6,7 @@ after it (``<name>_post``, handed the reduced value) give the outputs. Two famil
 reductions: a softmax or log-softmax (the row's maximum and sum of exponentials, ``RowStats``;
 the reduced value differs per element), and a row's sum, mean or 2-norm kept as a dimension of 1
 (a sum of the values or of their squares, ``RowSum``; one reduced value a row, which the ops
-after it broadcast: KernelBench's L1 and L2 norms, ``x / x.abs().sum(-1, keepdim=True)``). This
+after it broadcast: KernelBench's L1 and L2 norms, ``x / x.abs().mean(-1, keepdim=True)``). This
 module has what both backends share: those two functions, the row statistics (``ROW_STATS``,
 ``ROW_SPLIT``), the reduced value, and the host's plan of the inputs (their dense copies where
 their strides cannot be read a row at a time). The kernels: ``agents.offline.rows_cuda`` and

@@ -2,7 +2,7 @@
 
 - ``local``: optimize, evaluate, audit (a module or a problem file, outside any pull request);
 - ``targets``: the changed modules' targets (configured, or captured), frozen with --write;
-- ``github``: review (the pull-request flow on a local repository) and the workflow's jobs,
+- ``review``: the pull-request flow on a local repository; ``github``: the workflow's jobs,
   github gate|measure|publish; ``matrix``: github plan|merge, for a matrix of measuring jobs;
 - ``nightly`` and ``nightly_jobs``: the nightly benchmark, history, and the scheduled
   workflow's github nightly-measure|nightly-publish;
@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import click
 
-from bot.cli.github import github_group, review
+from bot.cli.github import github_group
 from bot.cli.local import audit, evaluate, optimize
 from bot.cli.matrix import merge_command, plan_command
 from bot.cli.nightly import history, nightly
 from bot.cli.nightly_jobs import nightly_measure_command, nightly_publish_command
+from bot.cli.review import review
 from bot.cli.targets import targets
 
 

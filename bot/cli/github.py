@@ -1,6 +1,6 @@
-"""``kernelpilot review`` (the pull-request flow on a local repository) and ``kernelpilot
-github gate|measure|publish`` (the three jobs of the GitHub workflow; the action calls them;
-a matrix of measuring jobs adds ``bot.cli.matrix``'s plan and merge).
+"""``kernelpilot github gate|measure|publish``: the three jobs of the GitHub workflow (the
+action calls them; a matrix of measuring jobs adds ``bot.cli.matrix``'s plan and merge). The
+same flow on a local repository is ``kernelpilot review`` (``bot.cli.review``).
 
 The action passes its inputs as environment variables (``KERNELPILOT_*``), never as text in a
 shell command; each option names its variable in ``--help``.
@@ -9,148 +9,33 @@ shell command; each option names its variable in ``--help``.
 from __future__ import annotations
 
 import os
-import shlex
 import sys
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import click
 
 from bot.actions_io import add_summary, commands_stopped
 from bot.cli.options import (
-    BASE_REF,
-    DEVICE,
     DEVICE_ENV,
-    DTYPE,
     GPUS,
-    HEAD_REF,
+    MAX_TARGETS,
     NO_COMPILE,
     SEED,
     VERBOSE,
     llm_options,
     progress,
+    pull_run_options,
     run_command,
-    run_options,
 )
-from bot.cli.out_dir import claim_option, claim_review_option
+from bot.cli.out_dir import claim_option
 from bot.cli.params import not_blank
-from bot.cli.targets import warn_uncommitted
 from bot.event import ActionsEnv, Event, actions_env, load_event
 from bot.github import GitHubRepo, connect
-from bot.pr.comment import render_comment
-from bot.pr.flow import DEFAULT_MAX_TARGETS, NIGHTLY_ELSEWHERE, gate, measure, review_local
-from bot.pr.followup import build_followup
-from bot.pr.local_followup import write_followup
+from bot.pr.flow import NIGHTLY_ELSEWHERE, gate, measure
 from bot.pr.publish import publish
-from bot.pr.results import PullResults
 from bot.pr.runner_trust import refuse_fork_on_persistent_runner, runner_nature
 from harness.devices import check_toolchain
 from harness.errors import UserError
-
-MAX_TARGETS = click.option(
-    "--max-targets",
-    type=click.IntRange(min=0),
-    default=DEFAULT_MAX_TARGETS,
-    show_default=True,
-    envvar="KERNELPILOT_MAX_TARGETS",
-    help="Changed modules optimized per run; the rest are listed in the comment "
-    "[env: KERNELPILOT_MAX_TARGETS].",
-)
-
-
-def _run_options(
-    device, dtype, out_dir, seed, no_compile, llm, model, script, budget, max_cost, repo, gpus
-):  # fmt: skip
-    options = run_options(device, dtype, out_dir, seed, no_compile, None, start=repo.resolve(),
-                          gpus=gpus)  # fmt: skip
-    return options.model_copy(
-        update={"llm": llm, "model": model, "script": script, "attempts": budget,
-                "max_cost_usd": max_cost}
-    )  # fmt: skip
-
-
-@click.command()
-@BASE_REF
-@HEAD_REF
-@click.option(
-    "--repo",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=Path("."),
-    show_default=True,
-    is_eager=True,  # read before --out, which is checked against its work tree
-    help="The git repository.",
-)
-@DEVICE
-@DTYPE
-@click.option(
-    "--out", "out_dir", type=click.Path(path_type=Path), default=None,
-    callback=claim_review_option,
-    help="Folder for results.json, report.json, report.md, junit.xml and kernels [default: "
-    "one per repository under $KERNELPILOT_CACHE or ~/.cache/kernelpilot, review/]. A folder "
-    "inside the repository's work tree is refused unless git ignores it; made, checked and "
-    "locked before any work.",
-)  # fmt: skip
-@click.option(
-    "--write-followup", "followup_dir", type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Also write the follow-up pull request's files (per faster module: the verified "
-    "kernel, the drop-in module and its test) under DIR at their repository paths; DIR may be "
-    "the repository itself, to try them in place. A file already there with other content "
-    "stops the write before anything is written, unless --force.",
-    metavar="DIR",
-)  # fmt: skip
-@click.option(
-    "--force", is_flag=True,
-    help="With --write-followup: replace files already there with other content.",
-)  # fmt: skip
-@SEED
-@NO_COMPILE
-@MAX_TARGETS
-@GPUS
-@llm_options(env=True)
-@VERBOSE
-def review(
-    base, head, repo, device, dtype, out_dir, followup_dir, force, seed, no_compile_baseline,
-    max_targets, gpus, llm, model, script, budget, max_cost, verbose,
-) -> None:  # fmt: skip
-    """Run the pull-request flow locally: find the nn.Modules changed between BASE and HEAD,
-    optimize them, and print the comment kernelpilot would post. Touches no GitHub, and writes
-    nothing into the repository unless asked (--write-followup).
-
-    Exits 0 when every changed module ran (a module without a faster kernel is not an error),
-    1 when one failed, 2 on bad input.
-    """
-
-    def action() -> None:
-        options = _run_options(
-            device, dtype, out_dir, seed, no_compile_baseline, llm, model, script, budget, max_cost,
-            repo, gpus,
-        )  # fmt: skip
-        check_toolchain(options.device)
-        warn_uncommitted(repo.resolve())
-        results = review_local(repo, base, head, options, progress, max_targets)
-        click.echo(render_comment(results))
-        click.echo(f"results.json and the reports are in {out_dir}", err=True)
-        if followup_dir is not None:
-            _write_followup(results, followup_dir, force)
-        if any(row.status.failed for row in results.report.targets):
-            sys.exit(1)
-
-    run_command(verbose, action)
-
-
-def _write_followup(results: PullResults, folder: Path, force: bool) -> None:
-    followup = build_followup(results, results.test_dir)
-    if followup is None:
-        click.echo("--write-followup: no module got a faster kernel, no file to write", err=True)
-        return
-    for file in write_followup(followup, folder, force):
-        click.echo(f"{file.state.value}: {folder / file.path}", err=True)
-    tests = [f.path for f in followup.files if PurePosixPath(f.path).match("test_*.py")]
-    click.echo(
-        f"try it in a checkout of the head: cd {shlex.quote(str(folder))} && python -m pytest "
-        + " ".join(shlex.quote(test) for test in tests),
-        err=True,
-    )
 
 
 @click.group(name="github")
@@ -224,7 +109,7 @@ def measure_command(
     workflow commands."""
 
     def action() -> None:
-        options = _run_options(
+        options = pull_run_options(
             device, None, out_dir, seed, no_compile_baseline, llm, model, script, budget, max_cost,
             repo, gpus,
         )  # fmt: skip

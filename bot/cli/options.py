@@ -13,6 +13,7 @@ import click
 
 from bot.cli.out_dir import claim_option
 from bot.cli.params import not_blank
+from bot.pr.flow import DEFAULT_MAX_TARGETS
 from bot.run import RunOptions
 from bot.settings import load_settings
 from harness.devices import resolve_device
@@ -201,3 +202,26 @@ def run_options(
         time_budget_s=budget,
         gpus=gpus,
     )
+
+
+MAX_TARGETS = click.option(
+    "--max-targets",
+    type=click.IntRange(min=0),
+    default=DEFAULT_MAX_TARGETS,
+    show_default=True,
+    envvar="KERNELPILOT_MAX_TARGETS",
+    help="Changed modules optimized per run; the rest are listed in the comment "
+    "[env: KERNELPILOT_MAX_TARGETS].",
+)
+
+
+def pull_run_options(
+    device, dtype, out_dir, seed, no_compile, llm, model, script, budget, max_cost, repo, gpus
+):  # fmt: skip
+    """A pull-request flow's options (review, github measure): the run's, and the LLM's."""
+    options = run_options(device, dtype, out_dir, seed, no_compile, None, start=repo.resolve(),
+                          gpus=gpus)  # fmt: skip
+    return options.model_copy(
+        update={"llm": llm, "model": model, "script": script, "attempts": budget,
+                "max_cost_usd": max_cost}
+    )  # fmt: skip
