@@ -1,11 +1,12 @@
 """The offline proposer: fuse each chain of pointwise ops of a module into one generated kernel.
 
 No LLM and no API key: the reference is traced with torch.fx; library ops (matmul, conv, norms,
-softmax, reductions...) stay PyTorch calls and every maximal group of two or more connected
-pointwise ops becomes one C++ (OpenMP) or CUDA kernel (an op alone stays PyTorch's one pass);
-on cuda a plain convolution's bias is added by its epilogue's kernel
-(``agents.offline.conv_bias``), and on cuda a softmax over long rows joins the ops around it in
-a row kernel (``agents.offline.rows``). The result is a normal candidate, verified like any
+reductions...) stay PyTorch calls and every maximal group of connected pointwise ops that a
+kernel runs in fewer passes over memory than eager becomes one C++ (OpenMP) or CUDA kernel (an
+op alone stays PyTorch's one pass: ``grouping.worth_a_kernel``); on cuda a plain convolution's
+bias is added by its epilogue's kernel (``agents.offline.conv_bias``), and on cuda a softmax,
+or a sum, mean or 2-norm kept as a dimension of 1, over long rows joins the ops around it in a
+row kernel (``agents.offline.rows``). The result is a normal candidate, verified like any
 other, and it seeds the LLM search with a strong first child; one that the static checks
 (``harness.static.python``) would refuse is not proposed. What the trace fixed (values read,
 submodule types, unpacked counts, input ranks and dtypes) is guarded on every call, and the
@@ -107,13 +108,12 @@ def propose_here(problem: Problem) -> Proposal:
     left = _left_note(traced.left_in_pytorch)
     if not groups:
         return Proposal(reason="nothing to fuse: the module has no pointwise operations" + left)
-    alone = [group[0] for group in groups if not worth_a_kernel(group, traced.ops)]
+    unfused = [node for group in groups if not worth_a_kernel(group, traced.ops) for node in group]
     groups = [group for group in groups if worth_a_kernel(group, traced.ops)]
-    left += _alone_note([traced.ops[node].kind for node in alone])
+    left += _unfused_note([traced.ops[node].kind for node in unfused])
     if not groups:
         return Proposal(
-            reason="nothing to gain: every pointwise op stands alone, one pass as eager runs it"
-            + left
+            reason="nothing to gain: a kernel would pass over memory as often as eager" + left
         )
     kernels = {
         tuple(group): build_kernel(f"fused_{index}", group, traced.ops, dtype)
@@ -147,11 +147,11 @@ def _left_note(names: list[str]) -> str:
     return f"; left to PyTorch (other dtypes, or memory written in place): {shown}"
 
 
-def _alone_note(kinds: list[str]) -> str:
+def _unfused_note(kinds: list[str]) -> str:
     if not kinds:
         return ""
     shown = ", ".join(kinds[:8]) + (", ..." if len(kinds) > 8 else "")
-    return f"; left to PyTorch (one op alone, nothing to fuse it with): {shown}"
+    return f"; left to PyTorch (no fewer passes fused): {shown}"
 
 
 def _summary(kernels: list[FusedKernel]) -> str:

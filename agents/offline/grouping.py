@@ -37,10 +37,10 @@ def fusion_groups(nodes: list[Node], ops: dict[Node, PointwiseOp]) -> list[list[
                 if isinstance(value, Node) and value in group_of
             }
         )
-        target = _join(node, producers, members, order, ops)
+        target = _join(node, producers, members, order, ops, nodes)
         for member in members[target]:
             group_of[member] = target
-    _join_sums_to_their_sources(members, group_of, order, ops)
+    _join_sums_to_their_sources(members, group_of, order, ops, nodes)
     groups = [sorted(group, key=order.__getitem__) for group in members.values()]
     return sorted(groups, key=lambda group: order[group[0]])
 
@@ -50,6 +50,7 @@ def _join_sums_to_their_sources(
     group_of: dict[Node, int],
     order: dict[Node, int],
     ops: dict[Node, PointwiseOp],
+    nodes: list[Node],
 ) -> None:
     """A row's sum is one value a row: it cannot join the ops it reduces until the ops reading
     it have joined it (the group would hand it on at another shape), so the group growing in
@@ -63,7 +64,8 @@ def _join_sums_to_their_sources(
         if mine == theirs:
             continue
         union = members[mine] | members[theirs]
-        if _valid(union, order, ops):
+        others = [group for key, group in members.items() if key not in (mine, theirs)]
+        if _valid(union, order, ops) and _acyclic([*others, union], nodes):
             members[mine] = union
             del members[theirs]
             for member in union:
@@ -76,13 +78,15 @@ def _join(
     members: dict[int, set[Node]],
     order: dict,
     ops: dict[Node, PointwiseOp],
+    nodes: list[Node],
 ) -> int:
     """Put ``node`` into all its producers' groups, or the latest one it can join, or alone."""
     choices = [producers] if len(producers) > 1 else []
     choices += [[group] for group in reversed(producers)]
     for choice in choices:
         candidate = set().union(*(members[group] for group in choice)) | {node}
-        if _valid(candidate, order, ops):
+        others = [group for key, group in members.items() if key not in choice]
+        if _valid(candidate, order, ops) and _acyclic([*others, candidate], nodes):
             for group in choice[1:]:
                 del members[group]
             members[choice[0]] = candidate
@@ -96,9 +100,47 @@ def worth_a_kernel(group: list[Node], ops: dict[Node, PointwiseOp]) -> bool:
     writes and reads every value between them), or a softmax (eager's takes passes of its own
     over a row). A lone pointwise op is already one pass at eager's memory speed: its kernel
     could only tie (KernelBench level1 26_GELU_: 0.92x, bench/BENCHMARKS.md section 7), and the
-    search would spend a candidate's evaluation learning so. A row's sum alone is one value a
-    row, not the group's shape: nothing a row kernel writes."""
+    search would spend a candidate's evaluation learning so.
+
+    A row's sum is read twice by the row kernel (once to sum, once for the ops after it), once
+    by eager's own: the kernel wins only where eager would also write and read a value of the
+    row's size, one computed before the sum (``x / x.abs().mean(-1, keepdim=True)``: three
+    passes against eager's five) or a chain after it. Not ``x / x.norm(dim=-1, keepdim=True)``
+    (two reads and a write either way), nor a sum alone (one value a row: nothing a row kernel
+    writes)."""
+    sums = [node for node in group if ops[node].kind in SUM_KINDS]
+    if sums:
+        return ops[sums[0]].operands[0] in group or len(group) > 2
     return len(group) > 1 or ops[group[0]].kind in SOFTMAX_KINDS
+
+
+def _acyclic(groups: list[set[Node]], nodes: list[Node]) -> bool:
+    """Whether the graph, each group taken as one step, still has an order: a group that is
+    convex alone may still wait on a value that waits on it through another group."""
+    unit_of: dict[Node, object] = {node: node for node in nodes}
+    for index, group in enumerate(groups):
+        for node in group:
+            unit_of[node] = index
+    waits: dict[object, set[object]] = {unit: set() for unit in unit_of.values()}
+    for node in nodes:
+        for value in node.all_input_nodes:
+            if unit_of[value] != unit_of[node]:
+                waits[unit_of[node]].add(unit_of[value])
+    done: set[object] = set()
+    pending = [unit for unit, needs in waits.items() if not needs]
+    users: dict[object, set[object]] = {unit: set() for unit in waits}
+    for unit, needs in waits.items():
+        for need in needs:
+            users[need].add(unit)
+    left = {unit: len(needs) for unit, needs in waits.items()}
+    while pending:
+        unit = pending.pop()
+        done.add(unit)
+        for user in users[unit]:
+            left[user] -= 1
+            if left[user] == 0:
+                pending.append(user)
+    return len(done) == len(waits)
 
 
 def group_outputs(group: list[Node]) -> list[Node]:

@@ -31,8 +31,8 @@ from agents.offline.ops import SOFTMAX_KINDS, SUM_KINDS
 ROW_DEVICES = {"cuda"}
 ROW_MIN_WIDTH = 65536
 # A row's sum (mean, 2-norm) and the ops around it: eager takes a pass per op and one for the
-# sum (KernelBench's L1 norm: five over its input's size), the row kernel two reads and a write,
-# or one read where the row fits in shared memory (bench/BENCHMARKS.md, section 23b).
+# sum (KernelBench's L1 norm: five over its input's size), the row kernel two reads and a write
+# (grouping.worth_a_kernel: only where that is fewer). Widths: bench/BENCHMARKS.md, section 23b.
 SUM_MIN_WIDTH = 4096
 
 

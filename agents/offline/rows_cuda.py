@@ -192,6 +192,8 @@ def cuda_row_launcher(kernel: FusedKernel) -> str:
     args = cuda_launch.kernel_args(kernel, True, ["l.rows", "l.cols"])
     launch = cuda_launch.GRID
     variants = SCALAR if kernel.has_bool else VECTORIZED + SCALAR
+    if sums(kernel):  # a sum keeps nothing of its first pass: the cached variants never run
+        variants = tuple(variant for variant in variants if variant[2] == "false")
     calls = {
         variant: f"{kernel.name}_rows<scalar_t, {width}, {cached}>{launch}({args})"
         for variant, width, cached in variants
