@@ -191,7 +191,7 @@ def cuda_row_launcher(kernel: FusedKernel) -> str:
     """The ``.cu`` side: variant 0-3 is (vectorized or not) x (row cached or not)."""
     args = cuda_launch.kernel_args(kernel, True, ["l.rows", "l.cols"])
     launch = cuda_launch.GRID
-    variants = SCALAR if kernel.has_bool else VECTORIZED + SCALAR
+    variants: tuple[tuple[int, str, str], ...] = SCALAR if kernel.has_bool else VECTORIZED + SCALAR
     if sums(kernel):  # a sum keeps nothing of its first pass: the cached variants never run
         variants = tuple(variant for variant in variants if variant[2] == "false")
     calls = {
