@@ -322,8 +322,11 @@ def test_row_sums_match_the_reference_on_cuda(tmp_path) -> None:
     """On cuda: rows of 32, 13 (not vectorized) and 20000, float32 and bfloat16."""
     problem, _, source, _ = proposal_of(tmp_path, NORMS, "cuda", name="norms")
     path = write_module(tmp_path, "cuda_norms", source)
-    build_in_parallel([path])
-    reference, fused = construct(problem, import_candidate(path), 3)
+    spec = importlib.util.spec_from_file_location("cuda_norms", path)
+    assert spec is not None and spec.loader is not None
+    candidate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(candidate)  # trusted source: built in this process
+    reference, fused = construct(problem, candidate, 3)
     reference, fused = reference.cuda(), fused.cuda()
     for width in (32, 13, 20000):
         for dtype in (torch.float32, torch.bfloat16):
