@@ -32,8 +32,10 @@ ROW_DEVICES = {"cuda"}
 ROW_MIN_WIDTH = 65536
 # A row's sum (mean, 2-norm) and the ops around it: eager takes a pass per op and one for the
 # sum (KernelBench's L1 norm: five over its input's size), the row kernel two reads and a write
-# (grouping.worth_a_kernel: only where that is fewer). Widths: bench/BENCHMARKS.md, section 23b.
-SUM_MIN_WIDTH = 4096
+# (grouping.worth_a_kernel: only where that is fewer). On an H200 the L1 norm's kernel took
+# 2.45x eager at rows of 1024, 1.15-1.18x at 65535 (bench/BENCHMARKS.md, section 23b); narrower
+# rows were not measured.
+SUM_MIN_WIDTH = 1024
 
 
 def row_min_widths(device: str) -> dict[str, int] | None:
