@@ -37,7 +37,7 @@ def fusion_groups(nodes: list[Node], ops: dict[Node, PointwiseOp]) -> list[list[
                 if isinstance(value, Node) and value in group_of
             }
         )
-        target = _join(node, producers, members, order, ops, nodes)
+        target = _join(node, producers, members, group_of, order, ops)
         for member in members[target]:
             group_of[member] = target
     _join_sums_to_their_sources(members, group_of, order, ops, nodes)
@@ -76,17 +76,19 @@ def _join(
     node: Node,
     producers: list[int],
     members: dict[int, set[Node]],
+    group_of: dict[Node, int],
     order: dict,
     ops: dict[Node, PointwiseOp],
-    nodes: list[Node],
 ) -> int:
-    """Put ``node`` into all its producers' groups, or the latest one it can join, or alone."""
+    """Put ``node`` into all its producers' groups, or the latest one it can join, or alone.
+    Every group holds nodes up to ``node`` only, so a walk from the candidate that passes the
+    candidate's last node outside every group cannot come back (``_convex``)."""
     choices = [producers] if len(producers) > 1 else []
     choices += [[group] for group in reversed(producers)]
     for choice in choices:
         candidate = set().union(*(members[group] for group in choice)) | {node}
-        others = [group for key, group in members.items() if key not in choice]
-        if _valid(candidate, order, ops) and _acyclic([*others, candidate], nodes):
+        grouped = {value: members[key] for value, key in group_of.items() if key not in choice}
+        if _valid(candidate, order, ops) and _convex(candidate, order, grouped):
             for group in choice[1:]:
                 del members[group]
             members[choice[0]] = candidate
@@ -188,19 +190,27 @@ def _valid(candidate: set[Node], order: dict[Node, int], ops: dict[Node, Pointwi
     return _convex(candidate, order) and _outputs_full_size(candidate) and _rows_fit(candidate, ops)
 
 
-def _convex(candidate: set[Node], order: dict[Node, int]) -> bool:
+def _convex(
+    candidate: set[Node], order: dict[Node, int], grouped: dict[Node, set[Node]] | None = None
+) -> bool:
+    """No path leaves ``candidate`` and comes back, or the kernel would need its own output as
+    an input. With ``grouped`` (the other groups' members, by node), a path may also come back
+    through another group, which runs as one step: a walk that reaches one member goes on from
+    all of them (a group convex alone could otherwise wait on a group that waits on it)."""
     last = max(order[node] for node in candidate)
+    grouped = grouped or {}
     stack = [user for node in candidate for user in node.users if user not in candidate]
     seen: set[Node] = set()
     while stack:
         node = stack.pop()
-        if node in seen or order[node] > last:
+        if node in seen or (order[node] > last and node not in grouped):
             continue
-        seen.add(node)
-        for user in node.users:
-            if user in candidate:
-                return False
-            stack.append(user)
+        for member in grouped.get(node, {node}):
+            seen.add(member)
+            for user in member.users:
+                if user in candidate:
+                    return False
+                stack.append(user)
     return True
 
 
