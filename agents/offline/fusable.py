@@ -15,7 +15,8 @@ import torch
 import torch.nn as nn
 from torch.fx import GraphModule, Node
 
-from agents.offline.ops import ROW_KINDS, PointwiseOp, function_op, method_op, module_op
+from agents.offline.module_ops import module_op
+from agents.offline.ops import ROW_KINDS, PointwiseOp, function_op, method_op
 
 DROPOUT_MODULES = (
     nn.Dropout,

@@ -1,7 +1,8 @@
 """Recognise the pointwise operations of a torch.fx graph and normalise their many spellings.
 
 ``F.relu(x)``, ``torch.relu(x)``, ``x.relu()``, ``x.relu_()`` and ``nn.ReLU()`` all become one
-``PointwiseOp(kind="relu", operands=(x,))``; ``F.hardtanh``, ``nn.ReLU6`` and ``x.clamp_min`` all
+``PointwiseOp(kind="relu", operands=(x,))`` (the module spellings:
+``agents.offline.module_ops``); ``F.hardtanh``, ``nn.ReLU6`` and ``x.clamp_min`` all
 become ``clamp``. Reductions over the last dimension are recognised too (kinds in ``ROW_KINDS``):
 softmax and log-softmax (operands ``(input, dim)``), which read a whole row per element, and a
 row's sum, mean and 2-norm kept as a dimension of 1 (``SUM_KINDS``, operands ``(input, dim,
@@ -18,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import cast
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 from torch.fx import Node
 
@@ -199,40 +199,6 @@ def method_op(name: str, args: tuple, kwargs: dict) -> PointwiseOp | None:
     return _bind(form, args, kwargs) if form is not None else None
 
 
-def module_op(module: nn.Module, args: tuple, kwargs: dict) -> PointwiseOp | None:
-    """The op of a torch.nn activation module called on one tensor, else None."""
-    if kwargs or len(args) != 1:
-        return None
-    x = args[0]
-    inplace = bool(getattr(module, "inplace", False))
-    simple = {
-        nn.ReLU: "relu",
-        nn.SiLU: "silu",
-        nn.Sigmoid: "sigmoid",
-        nn.Tanh: "tanh",
-        nn.Hardsigmoid: "hardsigmoid",
-        nn.Hardswish: "hardswish",
-        nn.Mish: "mish",
-    }
-    if type(module) in simple:
-        return PointwiseOp(simple[type(module)], (x,), inplace)
-    if isinstance(module, nn.GELU):
-        return _gelu(x, module.approximate)
-    if isinstance(module, nn.Hardtanh):  # also nn.ReLU6
-        return PointwiseOp("clamp", (x, module.min_val, module.max_val), inplace)
-    if isinstance(module, nn.LeakyReLU):
-        return PointwiseOp("leaky_relu", (x, module.negative_slope), inplace)
-    if isinstance(module, nn.Softplus):
-        return PointwiseOp("softplus", (x, module.beta, module.threshold))
-    if type(module) in (nn.Softmax, nn.LogSoftmax):
-        kind = "softmax" if type(module) is nn.Softmax else "log_softmax"
-        operands = (x, module.dim)
-        if not _valid_operands(kind, operands):
-            return None
-        return PointwiseOp(kind, cast(tuple[Operand, ...], operands))
-    return None
-
-
 def _bind(form: _Form, args: tuple, kwargs: dict) -> PointwiseOp | None:
     if len(args) > len(form.params):
         return None
@@ -253,24 +219,24 @@ def _bind(form: _Form, args: tuple, kwargs: dict) -> PointwiseOp | None:
     if any(value is not None for value in dropped):
         return None
     if form.kind == "gelu":
-        return _gelu(values.get("input"), values.get("approximate"), inplace)
+        return gelu_op(values.get("input"), values.get("approximate"), inplace)
     names = _OPERANDS.get(form.kind, ("input",))
     if any(name not in values for name in names) or set(values) - set(names):
         return None
     operands = tuple(values[name] for name in names)
-    if not _valid_operands(form.kind, operands):
+    if not valid_operands(form.kind, operands):
         return None
     return PointwiseOp(form.kind, cast(tuple[Operand, ...], operands), inplace)
 
 
-def _gelu(x: object, approximate: object, inplace: bool = False) -> PointwiseOp | None:
+def gelu_op(x: object, approximate: object, inplace: bool = False) -> PointwiseOp | None:
     kinds = {"none": "gelu", "tanh": "gelu_tanh"}
     if not isinstance(x, Node) or approximate not in kinds:
         return None
     return PointwiseOp(kinds[str(approximate)], (x,), inplace)
 
 
-def _valid_operands(kind: str, operands: tuple) -> bool:
+def valid_operands(kind: str, operands: tuple) -> bool:
     if not any(isinstance(value, Node) for value in operands):
         return False
     if kind in SOFTMAX_KINDS:
