@@ -105,12 +105,13 @@ def propose_here(problem: Problem) -> Proposal:
         return Proposal(reason=str(err))
     nodes = list(traced.graph_module.graph.nodes)
     groups = fusion_groups(nodes, traced.ops)
-    left = _left_note(traced.left_in_pytorch)
+    left = _listed("other dtypes, or memory written in place", traced.left_in_pytorch)
     if not groups:
         return Proposal(reason="nothing to fuse: the module has no pointwise operations" + left)
-    unfused = [node for group in groups if not worth_a_kernel(group, traced.ops) for node in group]
-    groups = [group for group in groups if worth_a_kernel(group, traced.ops)]
-    left += _unfused_note([traced.ops[node].kind for node in unfused])
+    worth = [worth_a_kernel(group, traced.ops) for group in groups]
+    unfused = [traced.ops[node].kind for group, w in zip(groups, worth) if not w for node in group]
+    groups = [group for group, w in zip(groups, worth) if w]
+    left += _listed("no fewer passes fused", unfused)
     if not groups:
         return Proposal(
             reason="nothing to gain: a kernel would pass over memory as often as eager" + left
@@ -140,18 +141,12 @@ def propose_here(problem: Problem) -> Proposal:
     return Proposal(candidate=candidate, reason=summary, fused_chains=len(kernels))
 
 
-def _left_note(names: list[str]) -> str:
+def _listed(why: str, names: list[str]) -> str:
+    """What the proposal leaves to PyTorch and why, for its reason (the first 8 named)."""
     if not names:
         return ""
     shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
-    return f"; left to PyTorch (other dtypes, or memory written in place): {shown}"
-
-
-def _unfused_note(kinds: list[str]) -> str:
-    if not kinds:
-        return ""
-    shown = ", ".join(kinds[:8]) + (", ..." if len(kinds) > 8 else "")
-    return f"; left to PyTorch (no fewer passes fused): {shown}"
+    return f"; left to PyTorch ({why}): {shown}"
 
 
 def _summary(kernels: list[FusedKernel]) -> str:
