@@ -21,6 +21,7 @@ from __future__ import annotations
 import shutil
 
 from pydantic import BaseModel, Field, ValidationError
+from torch.fx import Node
 
 from agents.offline import conv_bias, rows
 from agents.offline.emit import CannotEmit, forward_source
@@ -108,9 +109,14 @@ def propose_here(problem: Problem) -> Proposal:
     left = _listed("other dtypes, or memory written in place", traced.left_in_pytorch)
     if not groups:
         return Proposal(reason="nothing to fuse: the module has no pointwise operations" + left)
-    worth = [worth_a_kernel(group, traced.ops) for group in groups]
-    unfused = [traced.ops[node].kind for group, w in zip(groups, worth) if not w for node in group]
-    groups = [group for group, w in zip(groups, worth) if w]
+    kept: list[list[Node]] = []
+    unfused: list[str] = []
+    for group in groups:
+        if worth_a_kernel(group, traced.ops):
+            kept.append(group)
+        else:
+            unfused += [traced.ops[node].kind for node in group]
+    groups = kept
     left += _listed("no fewer passes fused", unfused)
     if not groups:
         return Proposal(
