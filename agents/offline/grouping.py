@@ -15,6 +15,8 @@ so it stays PyTorch's call.
 
 from __future__ import annotations
 
+import heapq
+
 import torch
 from torch.fx import Node
 
@@ -119,30 +121,7 @@ def worth_a_kernel(group: list[Node], ops: dict[Node, PointwiseOp]) -> bool:
 def _acyclic(groups: list[set[Node]], nodes: list[Node]) -> bool:
     """Whether the graph, each group taken as one step, still has an order: a group that is
     convex alone may still wait on a value that waits on it through another group."""
-    unit_of: dict[Node, object] = {node: node for node in nodes}
-    for index, group in enumerate(groups):
-        for node in group:
-            unit_of[node] = index
-    waits: dict[object, set[object]] = {unit: set() for unit in unit_of.values()}
-    for node in nodes:
-        for value in node.all_input_nodes:
-            if unit_of[value] != unit_of[node]:
-                waits[unit_of[node]].add(unit_of[value])
-    done: set[object] = set()
-    pending = [unit for unit, needs in waits.items() if not needs]
-    users: dict[object, set[object]] = {unit: set() for unit in waits}
-    for unit, needs in waits.items():
-        for need in needs:
-            users[need].add(unit)
-    left = {unit: len(needs) for unit, needs in waits.items()}
-    while pending:
-        unit = pending.pop()
-        done.add(unit)
-        for user in users[unit]:
-            left[user] -= 1
-            if left[user] == 0:
-                pending.append(user)
-    return len(done) == len(waits)
+    return _in_order(nodes, groups) is not None
 
 
 def group_outputs(group: list[Node]) -> list[Node]:
@@ -157,23 +136,46 @@ def iteration_shape(group: list[Node] | set[Node]) -> torch.Size:
 
 def schedule(nodes: list[Node], groups: list[list[Node]]) -> list[Node | tuple[Node, ...]]:
     """Graph order with each group as one step, placed where all its inputs are ready."""
+    steps = _in_order(nodes, groups)
+    if steps is None:
+        raise RuntimeError("fusion groups form a cycle; fusion_groups() must prevent this")
+    return steps
+
+
+def _in_order(
+    nodes: list[Node], groups: list[list[Node]] | list[set[Node]]
+) -> list[Node | tuple[Node, ...]] | None:
+    """The graph's nodes with each group as one step (its nodes in graph order), each step as
+    early as its inputs allow and the earliest first among those ready; None where the groups
+    wait on each other."""
+    order = {node: index for index, node in enumerate(nodes)}
     unit_of: dict[Node, Node | tuple[Node, ...]] = {node: node for node in nodes}
     for group in groups:
-        for node in group:
-            unit_of[node] = tuple(group)
-    order = {node: index for index, node in enumerate(nodes)}
+        ordered = tuple(sorted(group, key=order.__getitem__))
+        for node in ordered:
+            unit_of[node] = ordered
     units = list(dict.fromkeys(unit_of[node] for node in nodes))
     needs = {unit: _unit_inputs(unit, unit_of) for unit in units}
-    placed: set = set()
-    result: list[Node | tuple[Node, ...]] = []
-    while len(result) < len(units):
-        ready = [unit for unit in units if unit not in placed and needs[unit] <= placed]
-        if not ready:
-            raise RuntimeError("fusion groups form a cycle; fusion_groups() must prevent this")
-        unit = min(ready, key=lambda item: order[item[0] if isinstance(item, tuple) else item])
-        placed.add(unit)
-        result.append(unit)
-    return result
+    users: dict[Node | tuple[Node, ...], list] = {unit: [] for unit in units}
+    for unit, inputs in needs.items():
+        for need in inputs:
+            users[need].append(unit)
+
+    def first(unit: Node | tuple[Node, ...]) -> int:
+        return order[unit[0] if isinstance(unit, tuple) else unit]
+
+    waiting = {unit: len(inputs) for unit, inputs in needs.items()}
+    ready = [(first(unit), unit) for unit in units if not needs[unit]]  # firsts are unique
+    heapq.heapify(ready)
+    steps: list[Node | tuple[Node, ...]] = []
+    while ready:
+        _, unit = heapq.heappop(ready)
+        steps.append(unit)
+        for user in users[unit]:
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                heapq.heappush(ready, (first(user), user))
+    return steps if len(steps) == len(units) else None
 
 
 def _unit_inputs(unit: Node | tuple[Node, ...], unit_of: dict) -> set:
