@@ -1,6 +1,6 @@
 """The CPU row kernel (``agents.offline.rows``): each OpenMP thread takes whole rows, puts the
-values before the reduction into a buffer, then takes the maximum and the sum of exponentials
-(in double), as ATen's softmax does, or the row's sum (in double), and writes the outputs.
+values before a softmax into a buffer, then takes the maximum and the sum of exponentials (in
+double), as ATen's softmax does; or takes the row's sum (in double); and writes the outputs.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ def cpu_row_kernel(kernel: FusedKernel) -> str:
         "  const int64_t cols = plan.cols;",
         "#pragma omp parallel num_threads(kp::threads_for(rows * cols))",
         "  {",
-        "    std::vector<float> cache(static_cast<size_t>(cols));",
+        # a softmax's values before it, kept for its second pass (a sum needs none of them)
+        *([] if sums(kernel) else ["    std::vector<float> cache(static_cast<size_t>(cols));"]),
         "#pragma omp for schedule(static)",
         "    for (int64_t r = 0; r < rows; ++r) {",
         *[
@@ -75,8 +76,8 @@ def _sum(kernel: FusedKernel, pre: str) -> list[str]:
     return [
         "      double sum = 0.0;",
         "      for (int64_t j = 0; j < cols; ++j) {",
-        f"        cache[j] = {pre};",
-        f"        sum += {row_term(kernel, 'static_cast<double>(cache[j])')};",
+        f"        const double x = {pre};",
+        f"        sum += {row_term(kernel, 'x')};",
         "      }",
         "      const kp::RowSum st{static_cast<float>(sum)};",
     ]
