@@ -182,7 +182,13 @@ def build_in_parallel(paths: list[Path]) -> None:
             capture_output=True,
             text=True,
             cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            # the caller's path after the checkout's (packages installed with --target)
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(
+                    [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+                ),
+            },
         )
         assert result.returncode == 0, f"{path.name} failed to build:\n{result.stderr[-4000:]}"
 

@@ -8,6 +8,7 @@ zeros): on cpu and cuda, with the rule opened to every device and width."""
 from __future__ import annotations
 
 import importlib.util
+import types
 
 import pytest
 import torch
@@ -314,11 +315,7 @@ def test_row_kernels_match_the_reference_on_cuda(tmp_path) -> None:
     twice (20000 wide), float32 and bfloat16, strided and special-valued inputs."""
     problem, _, source, _ = proposal_of(tmp_path, MASKED, "cuda")
     path = write_module(tmp_path, "cuda_candidate", source)
-    spec = importlib.util.spec_from_file_location("cuda_candidate", path)
-    assert spec is not None and spec.loader is not None
-    candidate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(candidate)  # trusted source: built in this process
-    reference, fused = construct(problem, candidate, 3)
+    reference, fused = construct(problem, built_here(path), 3)
     reference, fused = reference.cuda(), fused.cuda()
     for width in (64, 13, 20000):
         for dtype in (torch.float32, torch.bfloat16):
@@ -338,11 +335,7 @@ def test_row_sums_match_the_reference_on_cuda(tmp_path) -> None:
     """On cuda: rows of 32, 13 (not vectorized) and 20000, float32 and bfloat16."""
     problem, _, source, _ = proposal_of(tmp_path, NORMS, "cuda", name="norms")
     path = write_module(tmp_path, "cuda_norms", source)
-    spec = importlib.util.spec_from_file_location("cuda_norms", path)
-    assert spec is not None and spec.loader is not None
-    candidate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(candidate)  # trusted source: built in this process
-    reference, fused = construct(problem, candidate, 3)
+    reference, fused = construct(problem, built_here(path), 3)
     reference, fused = reference.cuda(), fused.cuda()
     for width in (32, 13, 20000):
         for dtype in (torch.float32, torch.bfloat16):
@@ -352,6 +345,16 @@ def test_row_sums_match_the_reference_on_cuda(tmp_path) -> None:
                     assert_matches(
                         flat(fused(*case)), flat(reference(*case)), f"{width} {dtype} {name}"
                     )
+
+
+def built_here(path) -> types.ModuleType:
+    """A CUDA candidate imported, and so built, in this process (trusted: the proposer's own
+    source); ``import_candidate`` looks up the CPU build cache."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    candidate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(candidate)
+    return candidate
 
 
 def sum_cases(inputs: list[torch.Tensor], device: str) -> dict[str, list[torch.Tensor]]:
