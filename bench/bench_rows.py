@@ -1,5 +1,5 @@
 """``python -m bench rows``: the offline proposer's row kernel (a softmax over the last
-dimension, or a row's L1 or L2 norm dividing it) against eager and torch.compile, over row
+dimension, or a row's L1 norm dividing it) against eager and torch.compile, over row
 widths that take each of its paths.
 
 Per width: a module of the ``--kind`` (``torch.softmax(x, -1)``; ``l1_norm``, KernelBench's
@@ -53,10 +53,6 @@ KINDS = {
     "l1_norm": (  # KernelBench level 1, 38_L1Norm_
         "x / torch.mean(torch.abs(x), dim=-1, keepdim=True)",
         lambda x: x / torch.mean(torch.abs(x), dim=-1, keepdim=True),
-    ),
-    "l2_norm": (  # 39_L2Norm_
-        "x / torch.norm(x, p=2, dim=-1, keepdim=True)",
-        lambda x: x / torch.norm(x, p=2, dim=-1, keepdim=True),
     ),
 }
 
