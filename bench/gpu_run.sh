@@ -182,13 +182,18 @@ for what in "$@"; do
       stage layouts "${KP_LAYOUTS_LIMIT:-300}" python3 -m bench layouts ${KP_KB_FILES:?KP_KB_FILES=<problem files>} \
         --out "$OUT/layouts.json" ;;
     kbfiles)  # python -m bench kb-sweep on the KernelBench files named in KP_KB_FILES (paths under
-      # .kb/all), with KP_KB_CANDIDATE (copy or offline), into $OUT/kbfiles.json
+      # .kb/all), with KP_KB_CANDIDATE (copy or offline), into $OUT/kbfiles.json, resuming
+      # .kb/sweep/kbfiles.json where there (the last run's record, copied back here); with
+      # KP_KB_PREBUILD=1 every candidate is built first, as many at once as there are cores
       [ -d .kb/all ] || { echo "no .kb/all: run bench/fetch_kernelbench.sh --all here and bring .kb along"; exit 3; }
+      [ -f .kb/sweep/kbfiles.json ] && cp .kb/sweep/kbfiles.json "$OUT/kbfiles.json"
       limit=${KP_KB_LIMIT:-400}
+      prebuild=()
+      [ "${KP_KB_PREBUILD:-0}" = 1 ] && prebuild=(--prebuild)
       # shellcheck disable=SC2086  # KP_KB_FILES: a list of paths (word-split)
       stage kbfiles "$limit" python3 -m bench kb-sweep ${KP_KB_FILES:?KP_KB_FILES=<problem files>} \
         --device cuda --candidate "${KP_KB_CANDIDATE:-copy}" --limit-s $((limit - 60)) --verbose \
-        --out "$OUT/kbfiles.json" ;;
+        --resume "${prebuild[@]}" --out "$OUT/kbfiles.json" ;;
     scripted)  # the agent team on cuda with scripted replies (bench/scripted/README.md)
       (cd bench/scripted && stage scripted 240 python3 -m bot.cli optimize \
         ../../tests/redteam/problems/gelu_scale_residual.py --device cuda --llm scripted \

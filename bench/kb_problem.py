@@ -8,7 +8,9 @@ import os
 import re
 import time
 import traceback
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.device_memory import MemoryPeak
@@ -31,46 +33,89 @@ def first_lines(text: str, lines: int = 4) -> str:
     return "\n".join(text.strip().splitlines()[:lines])
 
 
-def make_candidate(path: Path, problem, kind: str) -> tuple[str, Candidate]:
-    """The offline proposer's candidate where asked for and it has one, else the copy one."""
+# Offline proposals at once in the sweep's prebuild: each runs in a sandboxed worker of its own
+# that holds the problem's inputs at the published size on the CPU (up to 16 GiB).
+PROPOSALS_AT_ONCE = 4
+
+
+@dataclass(frozen=True)
+class Made:
+    """A problem's candidate for the sweep. ``kind``: copy, offline, or none (the offline
+    proposer has nothing to offer; ``reason`` says why, in its words)."""
+
+    kind: str
+    candidate: Candidate | None
+    reason: str = ""
+
+
+def make_candidate(path: Path, problem, kind: str) -> Made:
+    """The offline proposer's candidate (or its reason for none), or the copy one."""
     if kind == "offline":
         from agents.offline import propose
 
         proposal = propose(problem)
-        if proposal.candidate is not None:
-            return "offline", proposal.candidate
+        return Made(
+            "offline" if proposal.candidate else "none", proposal.candidate, proposal.reason
+        )
     source = copy_candidate(path.read_text(), problem.class_name, problem.device)
-    return "copy", Candidate(source=source, origin="kb_sweep")
+    return Made("copy", Candidate(source=source, origin="kb_sweep"))
 
 
-def prebuild(
-    evaluator, files: list[Path], kind: str, device: str
-) -> dict[Path, tuple[str, Candidate]]:
-    """Build every problem's candidate before the sweep, as many at once as there are cores
-    (the build cache keeps them): one problem after another, each offline candidate's build
-    took most of its time. A problem that cannot be read is left to its turn, which says why.
-    Gives each problem's (kind, candidate), for its turn."""
+def made_for(files: list[Path], kind: str, device: str) -> Iterator[tuple[Path, Made | str]]:
+    """Every problem's candidate, in order as they come, the offline proposals
+    ``PROPOSALS_AT_ONCE`` at a time; a problem that cannot be read or proposed for gets the
+    error's first lines instead."""
     from harness.errors import UserError
     from harness.problem.load import problem_from_target
 
-    jobs = []
-    for path in files:
+    def make(path: Path) -> Made | str:
         try:
-            problem = problem_from_target(str(path), device, "float32")
-            jobs.append((path, problem, make_candidate(path, problem, kind)))
-        except UserError:
-            continue
+            return make_candidate(path, problem_from_target(str(path), device, "float32"), kind)
+        except UserError as err:
+            return first_lines(str(err))
+
+    at_once = PROPOSALS_AT_ONCE if kind == "offline" else 1
+    with ThreadPoolExecutor(max_workers=at_once) as pool:
+        yield from zip(files, pool.map(make, files), strict=True)
+
+
+def prebuild(evaluator, files: list[Path], kind: str, device: str) -> dict[Path, Made]:
+    """Make every problem's candidate, then build them before the sweep, as many at once as
+    there are cores (the build cache keeps them): one problem after another, each offline
+    candidate's build took most of its time. A problem that cannot be read is left to its
+    turn, which says why. Gives each problem's candidate, for its turn."""
+    from harness.problem.load import problem_from_target
+
     started = time.monotonic()
+    made = {path: m for path, m in made_for(files, kind, device) if isinstance(m, Made)}
+    jobs = [
+        (problem_from_target(str(path), device, "float32"), m.candidate)
+        for path, m in made.items()
+        if m.candidate is not None
+    ]
+    proposed = time.monotonic()
     workers = max(1, len(os.sched_getaffinity(0)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        reports = list(pool.map(lambda job: evaluator.build(job[1], job[2][1]), jobs))
+        reports = list(pool.map(lambda job: evaluator.build(*job), jobs))
     built = sum(report.status is None for report in reports)
     print(
-        f"prebuilt {built} of {len(jobs)} candidates, {workers} at a time, "
-        f"in {time.monotonic() - started:.0f} s",
+        f"{len(jobs)} candidates of {len(files)} problems in {proposed - started:.0f} s; "
+        f"prebuilt {built}, {workers} at a time, in {time.monotonic() - proposed:.0f} s",
         flush=True,
     )
-    return {path: made for path, _, made in jobs}
+    return made
+
+
+def proposal_row(row: SweepRow, made: Made | str) -> None:
+    """Fill ``row`` in from the offline proposer's answer alone (nothing run on the device):
+    ``proposed`` or ``no_candidate`` with its reason, or the problem's error."""
+    if isinstance(made, str):
+        row.reference_status, row.reference_message = "user_error", made
+        return
+    row.reference_status = "not_run"
+    row.candidate_kind = made.kind
+    row.candidate_status = "proposed" if made.candidate is not None else "no_candidate"
+    row.candidate_reason = made.reason[:300]
 
 
 def sweep_problem(
@@ -79,12 +124,19 @@ def sweep_problem(
     kind: str,
     memory: MemoryPeak,
     row: SweepRow,
-    prepared: dict[Path, tuple[str, Candidate]],
+    prepared: dict[Path, Made],
 ) -> None:
-    """Fill ``row`` in: reference + audit, then one candidate."""
+    """Fill ``row`` in: reference + audit, then one candidate. With the offline proposer, a
+    problem it has no candidate for runs nothing on the device: its row says why."""
     from harness.errors import UserError
     from harness.problem.load import problem_from_target
 
+    made: Made | str | None = prepared.get(path)
+    if kind == "offline":
+        made = made or next(made_for([path], kind, row.device))[1]
+        if isinstance(made, str) or made.candidate is None:
+            proposal_row(row, made)
+            return
     row.idle_mib = memory.now()
     memory.take()
     start = time.perf_counter()
@@ -105,9 +157,10 @@ def sweep_problem(
             start = time.perf_counter()
             row.candidate_status = "interrupted"  # until the verdict comes
             try:
-                made = prepared.get(path) or make_candidate(path, problem, kind)
-                row.candidate_kind, candidate = made
-                result = evaluator.evaluate(problem, candidate)
+                if not isinstance(made, Made) or made.candidate is None:
+                    made = make_candidate(path, problem, kind)
+                row.candidate_kind = made.kind
+                result = evaluator.evaluate(problem, made.candidate)
                 row.candidate_status, row.candidate_reason = result.status.value, result.reason
                 row.candidate_phases = {k: round(v, 2) for k, v in result.phase_seconds.items()}
                 row.speedup_vs_eager = result.speedup_vs_eager

@@ -13,9 +13,13 @@ For each problem file, in this process and with one ``Evaluator`` for the whole 
   whether it gets that far at the published size without running out of memory or into a
   harness error. The rejection comes in the candidate's worker after its first case's forward,
   before that case's outputs go to the comparator: the comparator's own case is not exercised.
-  ``--candidate offline`` takes the offline proposer's candidate instead where it has one
-  (pointwise chains fused into generated kernels, library ops kept): an honest one that goes
-  through the comparator and the timing, as a search's first candidate does (slower);
+  ``--candidate offline`` takes the offline proposer's candidate instead (pointwise chains and
+  row reductions fused into generated kernels, library ops kept): an honest one that goes
+  through the comparator and the timing, as a search's first candidate does (slower). A
+  problem it has no candidate for runs nothing on the device: its row says why
+  (``no_candidate``, the proposer's reason). ``--propose-only`` asks the proposer alone, for
+  every problem, and runs nothing on the device (the proposer traces on the CPU): which
+  problems it touches, and why not the others;
 - peak device memory (nvidia-smi, sampled every 0.2 s) for each of the two steps, of all
   processes and of this sweep's own; the verdict's phase times (build, checks, compile,
   timing) and an ok candidate's speedups; then ``evaluator.release(problem)``. ``--verbose``
@@ -34,6 +38,7 @@ seconds, so a run under a time limit ends on its own.
     python -m bench kb-sweep [PROBLEM.py ...] [--device cuda|cpu] [--out FILE] [--resume]
         [--limit-s S] [--scale-down N] [--candidate copy|offline] [--prebuild] [--verbose]
         [--beside N] [--work-dir DIR] [--plot PNG]
+    python -m bench kb-sweep --propose-only [PROBLEM.py ...] [--device D] [--out FILE]
     python -m bench kb-sweep --table OUT.json ... [--plot PNG]   # a markdown table of what ran
 
 Its parts: ``kb_problem.py`` (one problem's steps, the prebuild), ``kb_copy_candidate.py``
@@ -63,7 +68,7 @@ import click
 from bench.device_memory import MemoryPeak
 from bench.kb_files import kill_children, problem_name, scaled_copy
 from bench.kb_plot import plot_speedups
-from bench.kb_problem import prebuild, sweep_problem
+from bench.kb_problem import made_for, prebuild, proposal_row, sweep_problem
 from bench.kb_sweep_rows import (
     SweepRow,
     interrupted,
@@ -93,6 +98,7 @@ class SweepOptions:
     verbose: bool
     beside: int
     work_dir: Path | None
+    propose_only: bool
 
 
 # --- the sweep -----------------------------------------------------------------------------
@@ -130,6 +136,32 @@ def problem_files(given: list[Path]) -> list[Path]:
         else:
             sys.exit(f"{path}: no such problem file or folder")
     return files
+
+
+def proposals(args: SweepOptions) -> list[SweepRow]:
+    """The offline proposer's answer for every problem, nothing run on the device."""
+    files = problem_files(args.problems)
+    work = Path(tempfile.mkdtemp(prefix="kbsweep-", dir=args.work_dir))
+    record = new_record(
+        "kb-sweep", args.device, context={"candidate": "offline", "propose_only": True}
+    )
+    print(f"{len(files)} problems to ask the offline proposer about, device {args.device}")
+    rows: list[SweepRow] = []
+    try:
+        if args.scale_down:
+            files = [scaled_copy(f, args.scale_down, work / "scaled") for f in files]
+        for number, (path, made) in enumerate(made_for(files, "offline", args.device), 1):
+            row = SweepRow(
+                name=problem_name(path), device=args.device, published_size=not args.scale_down,
+                reference_status="not_run",
+            )  # fmt: skip
+            proposal_row(row, made)
+            rows.append(row)
+            write_rows(args.out, record, rows)
+            print(f"[{number}/{len(files)}] {progress_line(row)}", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return rows
 
 
 def sweep(args: SweepOptions) -> list[SweepRow]:
@@ -211,7 +243,11 @@ def sweep(args: SweepOptions) -> list[SweepRow]:
 @click.option("--candidate", type=click.Choice(["copy", "offline"]), default="copy",
               show_default=True,
               help="copy: the generic copy candidate; offline: the offline proposer's candidate "
-              "where it has one (through the comparator and the timing), else copy.")  # fmt: skip
+              "(through the comparator and the timing); a problem it has none for runs "
+              "nothing, its row gives the proposer's reason.")  # fmt: skip
+@click.option("--propose-only", is_flag=True,
+              help="Run nothing on the device: ask the offline proposer about every problem "
+              "and record which ones it has a candidate for, and why not the others.")  # fmt: skip
 @click.option("--prebuild", is_flag=True,
               help="Build every problem's candidate first, as many at once as there are cores.")  # fmt: skip
 @click.option("--table", "tables", multiple=True, type=click.Path(exists=True, path_type=Path),
@@ -242,7 +278,7 @@ def cli(problems: tuple[Path, ...], tables: tuple[Path, ...], plot: Path | None,
     if options["resume"] and options["out"] is None:
         raise click.UsageError("--resume reads the rows of --out: give --out FILE")
     args = SweepOptions(problems=list(problems), **options)
-    rows = sweep(args)
+    rows = proposals(args) if args.propose_only else sweep(args)
     print()
     if args.out is None:
         print(table(rows))

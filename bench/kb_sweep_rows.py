@@ -20,18 +20,22 @@ class SweepRow(BaseModel):
     device: str
     published_size: bool = Field(description="False when the file was shrunk by --scale-down.")
     reference_status: str = Field(
-        description="ok, weak_spec, out_of_memory, user_error, harness_error, or interrupted "
-        "(the sweep stopped inside this problem)."
+        description="ok, weak_spec, out_of_memory, user_error, harness_error, interrupted "
+        "(the sweep stopped inside this problem), or not_run (the offline proposer has no "
+        "candidate, or --propose-only)."
     )
     reference_message: str = Field(default="", description="The error's first lines.")
     reference_s: float | None = None
     candidate_status: str | None = Field(
         default=None,
-        description="The verdict's status, or user_error / harness_error; None when the "
-        "reference failed.",
+        description="The verdict's status, or user_error / harness_error; no_candidate (the "
+        "offline proposer's reason in candidate_reason) or proposed (--propose-only); None "
+        "when the reference failed.",
     )
     candidate_kind: str | None = Field(
-        default=None, description="copy (the generic candidate) or offline (the proposer's)."
+        default=None,
+        description="copy (the generic candidate), offline (the proposer's) or none (the "
+        "proposer has nothing to offer).",
     )
     candidate_reason: str = Field(default="", description="First 300 characters of the reason.")
     candidate_s: float | None = None
@@ -98,6 +102,8 @@ def peaks(row: SweepRow) -> tuple[int | None, int | None]:
 
 
 def progress_line(row: SweepRow) -> str:
+    if row.candidate_status in ("no_candidate", "proposed"):  # the proposer's answer alone
+        return f"{row.name}: {row.candidate_status.replace('_', ' ')}: {row.candidate_reason}"
     shown = "/".join("-" if p is None else str(p) for p in peaks(row))
     reference = f"reference {row.reference_status} {row.reference_s or 0:.1f} s"
     if row.reference_status != "ok":
@@ -142,6 +148,14 @@ def summary(rows: list[SweepRow]) -> str:
         "candidate: " + ", ".join(f"{k} {v}" for k, v in candidate.most_common()),
         f"out of memory ({len(memory)}): " + (", ".join(memory) or "none"),
     ]
+    reasons = Counter(
+        row.candidate_reason.split(":")[0] for row in rows if row.candidate_status == "no_candidate"
+    )
+    if reasons:
+        lines.append(
+            f"no candidate ({sum(reasons.values())}): "
+            + ", ".join(f"{why} {count}" for why, count in reasons.most_common())
+        )
     for kind in ("harness_error", "user_error", "interrupted"):
         names = [r.name for r in rows if kind in (r.reference_status, r.candidate_status)]
         if names:
@@ -153,19 +167,30 @@ def summary(rows: list[SweepRow]) -> str:
     return "\n".join(lines)
 
 
+def speedup(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
 def table(rows: list[SweepRow]) -> str:
-    """The rows as a markdown table, for bench/BENCHMARKS.md."""
+    """The rows as a markdown table, for bench/BENCHMARKS.md; a problem without a candidate
+    gives the proposer's reason instead of times."""
     lines = [
-        "| problem | reference + audit | s | candidate | s | peak MiB (reference / candidate) |",
-        "|---|---|---|---|---|---|",
+        "| problem | reference + audit | s | candidate | s | vs eager | vs compile "
+        "| peak MiB (reference / candidate) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
+        if row.candidate_status in ("no_candidate", "proposed"):
+            why = row.candidate_reason.replace("|", "/").splitlines()[0][:120]
+            lines.append(f"| {row.name} | - | - | {row.candidate_status}: {why} | - | - | - | - |")
+            continue
         shown = " / ".join("-" if p is None else str(p) for p in peaks(row))
         own = "" if row.own_peak_reference_mib is not None or not row.beside else " (all)"
         candidate = f"{row.candidate_status} ({row.candidate_kind})" if row.candidate_kind else "-"
         seconds = "-" if row.candidate_s is None else f"{row.candidate_s:.1f}"
         lines.append(
             f"| {row.name} | {row.reference_status} | {row.reference_s or 0:.1f} | {candidate} "
-            f"| {seconds} | {shown}{own} |"
+            f"| {seconds} | {speedup(row.speedup_vs_eager)} | {speedup(row.speedup_vs_compile)} "
+            f"| {shown}{own} |"
         )
     return "\n".join(lines)
