@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from bench.kb_sweep import cli
 
-CHAIN = '''
+CHAIN = """
 import torch
 
 
@@ -25,9 +25,9 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
-MATMUL = '''
+MATMUL = """
 import torch
 
 
@@ -42,7 +42,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
 def problems(tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.offline import propose_here
+from agents.offline import propose_here, traffic
 from agents.offline.emit import RESERVED
 from harness.problem.load import problem_from_target
 from harness.records import Problem
@@ -102,6 +102,36 @@ def test_a_pointwise_op_alone_stays_pytorchs_one_pass(tmp_path: Path, device: st
     assert "[div, sigmoid, mul]" in proposal.reason and "abs" in proposal.reason
     assert "torch.abs(x)" in proposal.candidate.source
     assert check_python(proposal.candidate.source, "Model", "float32") == []
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_chain_too_small_beside_the_module_to_show_in_its_timing_is_not_offered(
+    tmp_path: Path, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # KernelBench's 25_Conv2d_Min_Tanh_Tanh: two ops fused on what a reduction leaves of a
+    # large library call's output. The kernel saves a pass over 64 values of the module's
+    # ~270 KB of traffic; its candidate measured 0.94x eager on an H200.
+    problem = kernelbench(
+        tmp_path,
+        "reduced_then_chain",
+        """
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = nn.Linear(256, 256)
+
+            def forward(self, x):
+                m = torch.amax(self.linear(x), dim=1, keepdim=True)
+                return torch.tanh(torch.tanh(m))
+        """,
+        "[torch.randn(64, 256)]",
+    ).model_copy(update={"device": device})
+    proposal = propose_here(problem)
+    assert proposal.candidate is None, proposal.reason
+    assert proposal.reason.startswith("nothing to gain: the kernels would save"), proposal.reason
+
+    monkeypatch.setattr(traffic, "MIN_SAVED_SHARE", 0.0)  # the rule off: the same chain is fused
+    assert propose_here(problem).fused_chains == 1
 
 
 def test_untraceable_module_says_why(tmp_path: Path) -> None:

@@ -107,6 +107,33 @@ def get_inputs():
 def get_init_inputs():
     return [16]
 """
+# Constants forward makes of Python numbers (KernelBench level2 31's
+# ``torch.min(x, torch.tensor(self.constant_value))``): torch.fx keeps each as an attribute of
+# the module it traced, which the candidate's copy of the module does not have.
+TRACED_CONSTANTS = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, low: float):
+        super().__init__()
+        self.linear = nn.Linear(16, 16)
+        self.low = low
+
+    def forward(self, x):
+        y = torch.min(self.linear(x), torch.tensor(self.low)) * 2.0 + 1.0  # a kernel's number
+        return y, torch.atan2(y, torch.tensor([1.0, -1.0] * 8))  # a PyTorch call reads it
+
+
+def get_inputs():
+    return [torch.randn(8, 16)]
+
+
+def get_init_inputs():
+    return [0.25]
+"""
+
 POINTWISE_ATEN = {
     "add",
     "sub",
@@ -214,6 +241,7 @@ def built(tmp_path_factory) -> dict[str, tuple[Problem, Proposal, types.ModuleTy
     targets = dict(EXAMPLES)
     targets["kitchen_sink"] = str(write_module(directory, "kitchen_sink", KITCHEN_SINK))
     targets["channel_epilogue"] = str(write_module(directory, "channel_epilogue", CHANNEL_EPILOGUE))
+    targets["traced_constants"] = str(write_module(directory, "traced_constants", TRACED_CONSTANTS))
     proposals = {}
     for name, target in targets.items():
         problem = problem_from_target(str(ROOT / target), "cpu", None)
@@ -367,3 +395,16 @@ def test_per_channel_operands_take_the_fast_path_and_match_on_every_layout(built
         for name, inputs in cases.items():
             torch.testing.assert_close(fused(inputs), reference(inputs), rtol=1e-5, atol=1e-5,
                                        msg=name)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_constants_forward_makes_are_numbers_in_kernels_and_made_again_for_pytorch(built) -> None:
+    problem, proposal, candidate = built["traced_constants"]
+    source = proposal.candidate.source
+    assert "_tensor_constant0" not in source  # the kernel's: min(., 0.25) in its code
+    assert "torch.tensor([1.0, -1.0" in source  # atan2's, made on every call as forward did
+    for seed in (1, 2):
+        reference, fused = construct(problem, candidate, seed)
+        inputs = make_inputs(problem, seed)
+        with torch.no_grad():
+            assert_same(fused(*inputs), reference(*inputs))

@@ -23,7 +23,7 @@ import shutil
 from pydantic import BaseModel, Field, ValidationError
 from torch.fx import Node
 
-from agents.offline import conv_bias, rows
+from agents.offline import conv_bias, rows, traffic
 from agents.offline.emit import CannotEmit, forward_source
 from agents.offline.fusable import lasting_writes
 from agents.offline.grouping import fusion_groups, schedule, worth_a_kernel
@@ -121,6 +121,13 @@ def propose_here(problem: Problem) -> Proposal:
     if not groups:
         return Proposal(
             reason="nothing to gain: a kernel would pass over memory as often as eager" + left
+        )
+    share = traffic.saved_share(traced.graph_module, groups)
+    if share < traffic.MIN_SAVED_SHARE:
+        return Proposal(
+            reason=f"nothing to gain: the kernels would save {share:.1%} of the memory eager "
+            f"moves, less than the {traffic.MIN_SAVED_SHARE:.0%} one evaluation's timing can "
+            "tell apart" + left
         )
     kernels = {
         tuple(group): build_kernel(f"fused_{index}", group, traced.ops, dtype)

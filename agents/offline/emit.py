@@ -20,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.fx import Node
 
+from agents.offline.constants import ConstantTooLarge, constant_source, traced_constant
 from agents.offline.kernel import FusedKernel
 from harness.static.python_rules import FORBIDDEN_CALLS
 
@@ -83,7 +84,10 @@ def forward_source(
     body = _guard(guards.entry, names, fallback, None)
     wrote: Node | None = None
     checked: set[Node] = set()
+    read = _read_values(steps, kernels)
     for step in steps:
+        if isinstance(step, Node) and traced_constant(step) is not None and step not in read:
+            continue  # only kernels read it, and they have its number
         if isinstance(step, tuple):
             body += _guard(guards.before.get(step, []), names, fallback, wrote)
             body.append(_kernel_call(kernels[step], names))
@@ -106,6 +110,20 @@ def forward_source(
     lines = [f"def forward(self, {', '.join(params)}):" if params else "def forward(self):"]
     lines += [f"    {line}" for line in body]
     return "\n".join(f"    {line}" for line in lines)
+
+
+def _read_values(
+    steps: list[Node | tuple[Node, ...]], kernels: dict[tuple[Node, ...], FusedKernel]
+) -> set[Node]:
+    """The values forward's statements and kernel calls read."""
+    read: set[Node] = set()
+    for step in steps:
+        if isinstance(step, tuple):
+            read.update(item.node for item in kernels[step].inputs)
+            read.update(kernels[step].scalars)
+        else:
+            read.update(step.all_input_nodes)
+    return read
 
 
 def _guard(
@@ -159,6 +177,11 @@ def _statement(node: Node, names: dict[Node, str], reference: nn.Module) -> str:
     if node.op == "output":
         return f"return {format_value(node.args[0], names)}"
     if node.op == "get_attr":
+        if (constant := traced_constant(node)) is not None:
+            try:
+                return f"{names[node]} = {constant_source(constant)}"
+            except ConstantTooLarge as err:
+                raise CannotEmit(str(err)) from err
         return f"{names[node]} = {attribute_path(reference, str(node.target))}"
     args = [format_value(value, names) for value in node.args]
     args += [f"{key}={format_value(value, names)}" for key, value in node.kwargs.items()]

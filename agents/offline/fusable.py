@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 from torch.fx import GraphModule, Node
 
+from agents.offline.constants import inlined
 from agents.offline.module_ops import module_op
 from agents.offline.ops import ROW_KINDS, PointwiseOp, function_op, method_op
 
@@ -82,6 +83,8 @@ def fusable_ops(
     recognised: list[Node] = []
     for node in graph_module.graph.nodes:
         op = _recognise(node, modules)
+        if op is not None:
+            op = inlined(op)  # a one-element constant the trace made: its number
         if op is not None and op.kind in ROW_KINDS and not _wide_enough(op, row_min_widths):
             op = None  # a PyTorch call, as any op not recognised
         if op is not None:

@@ -25,6 +25,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 from torch.fx.proxy import TraceError
 
 from agents.offline.arguments import NotFixable, bind_arguments, drop_fixed_checks
+from agents.offline.constants import take_off
 from agents.offline.conv_bias import split_conv_bias
 from agents.offline.fusable import DROPOUT_MODULES, fusable_ops
 from agents.offline.hinted import HintedTracer, trace_hinted
@@ -135,6 +136,7 @@ def trace(
         arguments, unset = bind_arguments(reference, inputs, list(keywords))
     except NotFixable as err:
         raise NotTraceable(f"cannot trace: {err}") from err
+    attributes_before = set(vars(reference))
     try:
         tracer: _InliningTracer = _InliningTracer()
         graph, reads, unpacks = _watched(
@@ -160,6 +162,7 @@ def trace(
         graph_module = GraphModule(tracer.root, graph, type(reference).__name__)
     except SyntaxError as err:  # torch.fx's code for a signature it cannot write
         raise NotTraceable(f"cannot trace: torch.fx wrote invalid code: {err.msg}") from err
+    take_off(reference, attributes_before, graph_module)
     values = [arguments[str(node.target)] for node in graph.nodes if node.op == "placeholder"]
     removed = _remove_identities(graph_module)
     _propagate_shapes(graph_module, values)
