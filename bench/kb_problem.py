@@ -33,15 +33,25 @@ def first_lines(text: str, lines: int = 4) -> str:
     return "\n".join(text.strip().splitlines()[:lines])
 
 
-# Offline proposals at once in the sweep's prebuild: each runs in a sandboxed worker of its own
-# that holds the problem's inputs at the published size on the CPU (up to 16 GiB).
+# Offline proposals at once: each runs in a sandboxed worker of its own that holds the
+# problem's inputs at the published size on the CPU, up to the worker's memory limit
+# (eval.memory_limit_gb, 16 GiB): at most this many, and no more than the machine's memory holds.
 PROPOSALS_AT_ONCE = 4
+
+
+def proposals_at_once() -> int:
+    from harness.config import EvalConfig
+
+    memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    fit = int(memory_gb // EvalConfig().memory_limit_gb)
+    return max(1, min(PROPOSALS_AT_ONCE, fit))
 
 
 @dataclass(frozen=True)
 class Made:
-    """A problem's candidate for the sweep. ``kind``: copy, offline, or none (the offline
-    proposer has nothing to offer; ``reason`` says why, in its words)."""
+    """A problem's candidate for the sweep. ``kind``: copy, offline, none (the offline
+    proposer has nothing to offer; ``reason`` says why, in its words), or failed (the proposer
+    failed; ``reason`` says how)."""
 
     kind: str
     candidate: Candidate | None
@@ -63,18 +73,25 @@ def make_candidate(path: Path, problem, kind: str) -> Made:
 
 def made_for(files: list[Path], kind: str, device: str) -> Iterator[tuple[Path, Made | str]]:
     """Every problem's candidate, in order as they come, the offline proposals
-    ``PROPOSALS_AT_ONCE`` at a time; a problem that cannot be read or proposed for gets the
-    error's first lines instead."""
+    ``proposals_at_once()`` at a time. A problem that cannot be read gets the error's first
+    lines instead; one the proposer (or the copy candidate's writer) fails on, a ``failed``
+    candidate saying how, and the sweep goes on."""
     from harness.errors import UserError
     from harness.problem.load import problem_from_target
 
     def make(path: Path) -> Made | str:
         try:
-            return make_candidate(path, problem_from_target(str(path), device, "float32"), kind)
+            problem = problem_from_target(str(path), device, "float32")
         except UserError as err:
             return first_lines(str(err))
+        try:
+            return make_candidate(path, problem, kind)
+        except UserError as err:  # the module's error, as the proposer's worker saw it
+            return Made("failed", None, first_lines(str(err)))
+        except Exception:  # a bug of ours: kept in the row, as sweep_problem keeps its own
+            return Made("failed", None, traceback.format_exc()[-1500:])
 
-    at_once = PROPOSALS_AT_ONCE if kind == "offline" else 1
+    at_once = proposals_at_once() if kind == "offline" else 1
     with ThreadPoolExecutor(max_workers=at_once) as pool:
         yield from zip(files, pool.map(make, files), strict=True)
 
@@ -108,13 +125,17 @@ def prebuild(evaluator, files: list[Path], kind: str, device: str) -> dict[Path,
 
 def proposal_row(row: SweepRow, made: Made | str) -> None:
     """Fill ``row`` in from the offline proposer's answer alone (nothing run on the device):
-    ``proposed`` or ``no_candidate`` with its reason, or the problem's error."""
+    ``proposed`` or ``no_candidate`` with its reason, ``proposer_error``, or the problem's
+    error."""
     if isinstance(made, str):
         row.reference_status, row.reference_message = "user_error", made
         return
     row.reference_status = "not_run"
     row.candidate_kind = made.kind
-    row.candidate_status = "proposed" if made.candidate is not None else "no_candidate"
+    if made.kind == "failed":
+        row.candidate_status = "proposer_error"
+    else:
+        row.candidate_status = "proposed" if made.candidate is not None else "no_candidate"
     row.candidate_reason = made.reason[:300]
 
 
@@ -167,6 +188,7 @@ def sweep_problem(
                 row.speedup_vs_compile = result.speedup_vs_compile
                 row.kernel_breakdowns = {"candidate": result.time_breakdown}
                 row.kernel_breakdowns.update(result.baseline_breakdowns)
+                row.device_us = dict(result.device_us)
                 row.memory_error = "\n".join(
                     m.group(0) for m in OOM_TEXT.finditer(f"{result.reason}\n{result.log}")
                 )[:1500]

@@ -142,9 +142,9 @@ def proposals(args: SweepOptions) -> list[SweepRow]:
     """The offline proposer's answer for every problem, nothing run on the device."""
     files = problem_files(args.problems)
     work = Path(tempfile.mkdtemp(prefix="kbsweep-", dir=args.work_dir))
-    record = new_record(
-        "kb-sweep", args.device, context={"candidate": "offline", "propose_only": True}
-    )
+    # The proposer traces on the CPU: the record is this machine's, the rows name the target.
+    context = {"candidate": "offline", "propose_only": True, "proposed_for": args.device}
+    record = new_record("kb-sweep", "cpu", context=context)
     print(f"{len(files)} problems to ask the offline proposer about, device {args.device}")
     rows: list[SweepRow] = []
     try:

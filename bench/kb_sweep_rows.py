@@ -29,13 +29,14 @@ class SweepRow(BaseModel):
     candidate_status: str | None = Field(
         default=None,
         description="The verdict's status, or user_error / harness_error; no_candidate (the "
-        "offline proposer's reason in candidate_reason) or proposed (--propose-only); None "
+        "offline proposer's reason in candidate_reason), proposer_error (the proposer failed: "
+        "how, in candidate_reason) or proposed (--propose-only); None "
         "when the reference failed.",
     )
     candidate_kind: str | None = Field(
         default=None,
-        description="copy (the generic candidate), offline (the proposer's) or none (the "
-        "proposer has nothing to offer).",
+        description="copy (the generic candidate), offline (the proposer's), none (the "
+        "proposer has nothing to offer) or failed (the proposer failed).",
     )
     candidate_reason: str = Field(default="", description="First 300 characters of the reason.")
     candidate_s: float | None = None
@@ -48,6 +49,11 @@ class SweepRow(BaseModel):
         default_factory=dict,
         description="Where one call's device time went (kernel, microseconds), for the "
         "candidate and for each baseline (eager, torch.compile), as the verdict reports them.",
+    )
+    device_us: dict[str, float] = Field(
+        default_factory=dict,
+        description="One profiled call's kernels summed, microseconds, for the candidate and "
+        "each baseline, as the verdict reports them.",
     )
     speedup_vs_eager: float | None = Field(default=None, description="An ok candidate's.")
     speedup_vs_compile: float | None = Field(default=None, description="An ok candidate's.")
@@ -102,7 +108,7 @@ def peaks(row: SweepRow) -> tuple[int | None, int | None]:
 
 
 def progress_line(row: SweepRow) -> str:
-    if row.candidate_status in ("no_candidate", "proposed"):  # the proposer's answer alone
+    if row.candidate_status in ("no_candidate", "proposed", "proposer_error"):  # its answer alone
         return f"{row.name}: {row.candidate_status.replace('_', ' ')}: {row.candidate_reason}"
     shown = "/".join("-" if p is None else str(p) for p in peaks(row))
     reference = f"reference {row.reference_status} {row.reference_s or 0:.1f} s"
@@ -156,7 +162,7 @@ def summary(rows: list[SweepRow]) -> str:
             f"no candidate ({sum(reasons.values())}): "
             + ", ".join(f"{why} {count}" for why, count in reasons.most_common())
         )
-    for kind in ("harness_error", "user_error", "interrupted"):
+    for kind in ("harness_error", "user_error", "proposer_error", "interrupted"):
         names = [r.name for r in rows if kind in (r.reference_status, r.candidate_status)]
         if names:
             lines.append(f"{kind} ({len(names)}): " + ", ".join(names))
@@ -180,7 +186,7 @@ def table(rows: list[SweepRow]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        if row.candidate_status in ("no_candidate", "proposed"):
+        if row.candidate_status in ("no_candidate", "proposed", "proposer_error"):
             why = row.candidate_reason.replace("|", "/").splitlines()[0][:120]
             lines.append(f"| {row.name} | - | - | {row.candidate_status}: {why} | - | - | - | - |")
             continue

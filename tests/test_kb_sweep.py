@@ -57,9 +57,10 @@ def rows_of(path):
 
 
 def test_the_proposer_alone_says_which_problems_it_touches_and_why_not_the_others(tmp_path):
+    # for cuda, on a machine without a GPU: the proposer traces on the CPU
     folder, out = problems(tmp_path / "kb"), tmp_path / "proposals.json"
     result = CliRunner().invoke(
-        cli, [str(folder), "--propose-only", "--device", "cpu", "--out", str(out)]
+        cli, [str(folder), "--propose-only", "--device", "cuda", "--out", str(out)]
     )
     assert result.exit_code == 0, result.output
     rows = rows_of(out)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import builtins
 import keyword
+import math
 import shutil
 import subprocess
 import textwrap
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.offline import propose_here, traffic
+from agents.offline import constants, propose_here, traffic
 from agents.offline.emit import RESERVED
 from harness.problem.load import problem_from_target
 from harness.records import Problem
@@ -132,6 +133,94 @@ def test_a_chain_too_small_beside_the_module_to_show_in_its_timing_is_not_offere
 
     monkeypatch.setattr(traffic, "MIN_SAVED_SHARE", 0.0)  # the rule off: the same chain is fused
     assert propose_here(problem).fused_chains == 1
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_an_epilogue_beside_a_compute_bound_gemm_is_not_offered(
+    tmp_path: Path, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # KernelBench's 9_Matmul_Subtract_Multiply_ReLU and 12_Gemm_Multiply_LeakyReLU, smaller: the
+    # epilogue's passes are a third of the memory eager moves, but the GEMM computes for far
+    # longer than that takes (both measured 1.00x eager with the fused epilogue on an H200).
+    problem = kernelbench(
+        tmp_path,
+        "gemm_epilogue",
+        """
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = nn.Linear(2048, 512)
+
+            def forward(self, x):
+                return torch.relu((self.linear(x) - 0.5) * 2.0)
+        """,
+        "[torch.randn(2048, 2048)]",
+    ).model_copy(update={"device": device})
+    proposal = propose_here(problem)
+    assert proposal.candidate is None, proposal.reason
+    assert proposal.reason.startswith("nothing to gain: the kernels would save"), proposal.reason
+
+    # Its memory traffic alone (compute left out): the same epilogue is fused.
+    monkeypatch.setattr(traffic, "BALANCE", dict.fromkeys(traffic.BALANCE, float("inf")))
+    assert propose_here(problem).fused_chains == 1
+
+
+def test_constants_forward_makes_are_written_as_they_were_made(tmp_path: Path) -> None:
+    # torch.fx keeps a tensor made of Python numbers in forward as a constant of the trace
+    # (agents/offline/constants.py); the built candidates: tests/test_offline_proposer.py.
+    def proposed(name: str, body: str, inputs: str):
+        return propose_here(kernelbench(tmp_path, name, body, inputs))
+
+    # written into in place: every read of it is a value of its own in the trace, so a write
+    # would be lost; refused rather than frozen at its traced value
+    written = proposed(
+        "written_constant",
+        """
+        class Model(nn.Module):
+            def forward(self, x):
+                c = torch.tensor(0.0)
+                c.fill_(x.mean())
+                return torch.tanh(x * c) + 1.0
+        """,
+        "[torch.randn(8, 32)]",
+    )
+    assert written.candidate is None and "writes in place" in written.reason, written.reason
+
+    # a mask's -inf, read by a PyTorch call: made again as a literal Python can read
+    masked = proposed(
+        "masked_constant",
+        """
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = nn.Linear(32, 32)
+
+            def forward(self, x, mask):
+                s = torch.tanh(self.linear(x)) * 2.0
+                return s.masked_fill(mask, torch.tensor(float("-inf")))
+        """,
+        "[torch.randn(8, 32), torch.rand(8, 32) > 0.5]",
+    )
+    assert masked.candidate is not None, masked.reason
+    assert "torch.tensor(-math.inf, dtype=torch.float32)" in masked.candidate.source
+    assert check_python(masked.candidate.source, "Model", "float32") == []
+    literals = [constants.constant_source(torch.tensor(v)) for v in (float("nan"), float("inf"))]
+    assert [eval(text, {"torch": torch, "math": math}).item() for text in literals][1] == math.inf
+
+    # numbers alone once the constant is a number: Python's arithmetic, not a kernel's
+    numbers = proposed(
+        "numbers_constant",
+        """
+        class Model(nn.Module):
+            def forward(self, x):
+                s = torch.tanh(torch.exp(x.size(1) * torch.tensor(0.01)))
+                return torch.cat([x, s.expand(2, 1)], dim=1) * 2.0 + 1.0
+        """,
+        "[torch.randn(2, 2)]",
+    )
+    assert numbers.candidate is not None, numbers.reason
+    assert "_ext.fused_0(size)" not in numbers.candidate.source
+    assert "size * _tensor_constant0" in numbers.candidate.source
 
 
 def test_untraceable_module_says_why(tmp_path: Path) -> None:

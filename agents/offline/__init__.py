@@ -122,12 +122,12 @@ def propose_here(problem: Problem) -> Proposal:
         return Proposal(
             reason="nothing to gain: a kernel would pass over memory as often as eager" + left
         )
-    share = traffic.saved_share(traced.graph_module, groups)
+    share = traffic.saved_share(traced.graph_module, groups, traced.ops, problem.device)
     if share < traffic.MIN_SAVED_SHARE:
         return Proposal(
-            reason=f"nothing to gain: the kernels would save {share:.1%} of the memory eager "
-            f"moves, less than the {traffic.MIN_SAVED_SHARE:.0%} one evaluation's timing can "
-            "tell apart" + left
+            reason=f"nothing to gain: the kernels would save {share:.1%} of eager's time (its "
+            f"memory traffic, and its matmuls' and convolutions' compute), less than the "
+            f"{traffic.MIN_SAVED_SHARE:.0%} one evaluation's timing can tell apart" + left
         )
     kernels = {
         tuple(group): build_kernel(f"fused_{index}", group, traced.ops, dtype)

@@ -7,13 +7,17 @@ and reads it there with a ``get_attr`` node. The module a candidate copies has n
 attribute, and the value it stands for is made anew on every call, on the CPU.
 
 So ``trace`` takes those attributes off the reference again and names them in the traced
-module's ``meta``; a fused kernel takes a one-element constant as the Python number it was made
-from (``inlined``), as it takes ``x * 2.0``'s; and where a PyTorch call still reads one, forward
+module's ``meta``; a fused kernel takes a 0-dim constant as the Python number it was made from
+(``inlined``), as it takes ``x * 2.0``'s; and where a PyTorch call still reads one, forward
 makes it as the reference did (``constant_source``). The value was made from the module's
 attributes as they were at tracing, and the guards hold those (``self.constant_value == 0.5``).
+A constant that forward writes into in place is refused (``trace``): torch.fx reads it with a
+``get_attr`` of its own at every use, so a write through one is lost to the others.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -51,7 +55,7 @@ def traced_constant(node: Node) -> torch.Tensor | None:
 
 
 def inlined(op: PointwiseOp) -> PointwiseOp:
-    """``op`` with each one-element traced constant among its operands as its Python number.
+    """``op`` with each 0-dim traced constant among its operands as its Python number.
     Type promotion is the same: a 0-dim tensor, as a Python number, does not raise the dtype
     of a tensor of the same category (floating, integral, bool)."""
     operands = []
@@ -69,4 +73,16 @@ def constant_source(value: torch.Tensor) -> str:
             f"{MAX_ELEMENTS} to write as a literal)"
         )
     dtype = str(value.dtype).removeprefix("torch.")
-    return f"torch.tensor({value.tolist()!r}, dtype=torch.{dtype})"
+    return f"torch.tensor({_literal(value.tolist())}, dtype=torch.{dtype})"
+
+
+def _literal(value: object) -> str:
+    """A number or nested list as Python source; infinities and NaN through ``math``, which
+    the candidate module imports."""
+    if isinstance(value, list):
+        return "[" + ", ".join(map(_literal, value)) + "]"
+    if isinstance(value, float) and math.isnan(value):
+        return "math.nan"
+    if isinstance(value, float) and math.isinf(value):
+        return "math.inf" if value > 0 else "-math.inf"
+    return repr(value)

@@ -84,7 +84,11 @@ def fusable_ops(
     for node in graph_module.graph.nodes:
         op = _recognise(node, modules)
         if op is not None:
-            op = inlined(op)  # a one-element constant the trace made: its number
+            op = inlined(op)  # a 0-dim constant the trace made: its number
+            if not any(
+                isinstance(value, Node) and "tensor_meta" in value.meta for value in op.operands
+            ):
+                op = None  # numbers alone, no tensor: not a kernel's work
         if op is not None and op.kind in ROW_KINDS and not _wide_enough(op, row_min_widths):
             op = None  # a PyTorch call, as any op not recognised
         if op is not None:
@@ -97,7 +101,7 @@ def fusable_ops(
     # A value that PyTorch still writes in place (an input, a view, or anything sharing memory
     # with those) changes under a kernel that reads it at one point in time: ops reading one
     # stay PyTorch calls, in their place.
-    mutated = _mutated_values(graph_module, ops, modules)
+    mutated = mutated_values(graph_module, ops, modules)
     for node in [node for node, op in ops.items() if mutated & set(op.operands)]:
         del ops[node]
     # Unread pointwise results (in-place ones too, once private) would be kernels without
@@ -137,7 +141,7 @@ def _functionalize(
     return True
 
 
-def _mutated_values(
+def mutated_values(
     graph_module: GraphModule, ops: dict[Node, PointwiseOp], modules: dict[str, nn.Module]
 ) -> set[Node]:
     """Values that may share memory with a tensor written in place by a PyTorch call."""

@@ -25,9 +25,9 @@ from torch.fx.passes.shape_prop import ShapeProp
 from torch.fx.proxy import TraceError
 
 from agents.offline.arguments import NotFixable, bind_arguments, drop_fixed_checks
-from agents.offline.constants import take_off
+from agents.offline.constants import take_off, traced_constant
 from agents.offline.conv_bias import split_conv_bias
-from agents.offline.fusable import DROPOUT_MODULES, fusable_ops
+from agents.offline.fusable import DROPOUT_MODULES, fusable_ops, mutated_values
 from agents.offline.hinted import HintedTracer, trace_hinted
 from agents.offline.ops import PointwiseOp
 from agents.offline.watch import AttributeWatch, Read, UnpackWatch
@@ -163,6 +163,13 @@ def trace(
     except SyntaxError as err:  # torch.fx's code for a signature it cannot write
         raise NotTraceable(f"cannot trace: torch.fx wrote invalid code: {err.msg}") from err
     take_off(reference, attributes_before, graph_module)
+    modules = dict(graph_module.named_modules())
+    if any(traced_constant(node) is not None for node in mutated_values(graph_module, {}, modules)):
+        # torch.fx reads it anew at every use: a write through one read is lost to the others
+        raise NotTraceable(
+            "cannot trace: forward writes in place into a tensor it makes of constants "
+            "(torch.fx keeps the value it had when traced)"
+        )
     values = [arguments[str(node.target)] for node in graph.nodes if node.op == "placeholder"]
     removed = _remove_identities(graph_module)
     _propagate_shapes(graph_module, values)
