@@ -16,7 +16,7 @@ from pathlib import Path
 from bench.device_memory import MemoryPeak
 from bench.kb_copy_candidate import copy_candidate
 from bench.kb_sweep_rows import SweepRow
-from harness.records import Candidate
+from harness.records import Candidate, Problem
 
 OOM_TEXT = re.compile(r"[^\n]*(out of (device )?memory|OutOfMemoryError)[^\n]*", re.IGNORECASE)
 
@@ -56,6 +56,7 @@ class Made:
     kind: str
     candidate: Candidate | None
     reason: str = ""
+    problem: Problem | None = None  # as read for it, for the build and the evaluation after
 
 
 def make_candidate(path: Path, problem, kind: str) -> Made:
@@ -64,36 +65,39 @@ def make_candidate(path: Path, problem, kind: str) -> Made:
         from agents.offline import propose
 
         proposal = propose(problem)
-        return Made(
-            "offline" if proposal.candidate else "none", proposal.candidate, proposal.reason
-        )
+        kind = "offline" if proposal.candidate else "none"
+        return Made(kind, proposal.candidate, proposal.reason, problem)
     source = copy_candidate(path.read_text(), problem.class_name, problem.device)
-    return Made("copy", Candidate(source=source, origin="kb_sweep"))
+    return Made("copy", Candidate(source=source, origin="kb_sweep"), problem=problem)
 
 
-def made_for(files: list[Path], kind: str, device: str) -> Iterator[tuple[Path, Made | str]]:
-    """Every problem's candidate, in order as they come, the offline proposals
-    ``proposals_at_once()`` at a time. A problem that cannot be read gets the error's first
-    lines instead; one the proposer (or the copy candidate's writer) fails on, a ``failed``
+def made_one(path: Path, kind: str, device: str) -> Made | str:
+    """One problem's candidate. A problem that cannot be read gets the error's first lines
+    instead; one the proposer (or the copy candidate's writer) fails on, a ``failed``
     candidate saying how, and the sweep goes on."""
     from harness.errors import UserError
     from harness.problem.load import problem_from_target
 
-    def make(path: Path) -> Made | str:
-        try:
-            problem = problem_from_target(str(path), device, "float32")
-        except UserError as err:
-            return first_lines(str(err))
-        try:
-            return make_candidate(path, problem, kind)
-        except UserError as err:  # the module's error, as the proposer's worker saw it
-            return Made("failed", None, first_lines(str(err)))
-        except Exception:  # a bug of ours: kept in the row, as sweep_problem keeps its own
-            return Made("failed", None, traceback.format_exc()[-1500:])
+    try:
+        problem = problem_from_target(str(path), device, "float32")
+    except UserError as err:
+        return first_lines(str(err))
+    try:
+        return make_candidate(path, problem, kind)
+    except UserError as err:  # the module's error, as the proposer's worker saw it
+        return Made("failed", None, first_lines(str(err)), problem)
+    except Exception:  # a bug of ours: kept in the row, as sweep_problem keeps its own
+        return Made("failed", None, traceback.format_exc()[-1500:], problem)
 
+
+def made_for(files: list[Path], kind: str, device: str) -> Iterator[tuple[Path, Made | str]]:
+    """Every problem's candidate (``made_one``), in order as they come, the offline proposals
+    ``proposals_at_once()`` at a time."""
     at_once = proposals_at_once() if kind == "offline" else 1
     with ThreadPoolExecutor(max_workers=at_once) as pool:
-        yield from zip(files, pool.map(make, files), strict=True)
+        yield from zip(
+            files, pool.map(lambda path: made_one(path, kind, device), files), strict=True
+        )
 
 
 def prebuild(evaluator, files: list[Path], kind: str, device: str) -> dict[Path, Made]:
@@ -101,15 +105,9 @@ def prebuild(evaluator, files: list[Path], kind: str, device: str) -> dict[Path,
     there are cores (the build cache keeps them): one problem after another, each offline
     candidate's build took most of its time. A problem that cannot be read is left to its
     turn, which says why. Gives each problem's candidate, for its turn."""
-    from harness.problem.load import problem_from_target
-
     started = time.monotonic()
     made = {path: m for path, m in made_for(files, kind, device) if isinstance(m, Made)}
-    jobs = [
-        (problem_from_target(str(path), device, "float32"), m.candidate)
-        for path, m in made.items()
-        if m.candidate is not None
-    ]
+    jobs = [(m.problem, m.candidate) for m in made.values() if m.candidate is not None]
     proposed = time.monotonic()
     workers = max(1, len(os.sched_getaffinity(0)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -154,7 +152,7 @@ def sweep_problem(
 
     made: Made | str | None = prepared.get(path)
     if kind == "offline":
-        made = made or next(made_for([path], kind, row.device))[1]
+        made = made or made_one(path, kind, row.device)
         if isinstance(made, str) or made.candidate is None:
             proposal_row(row, made)
             return
@@ -163,7 +161,8 @@ def sweep_problem(
     start = time.perf_counter()
     problem = None
     try:
-        problem = problem_from_target(str(path), row.device, "float32")
+        made_problem = made.problem if isinstance(made, Made) else None
+        problem = made_problem or problem_from_target(str(path), row.device, "float32")
         evaluator.reference(problem)
         row.reference_status = "ok"
     except UserError as err:

@@ -85,6 +85,10 @@ class SweepRow(BaseModel):
     )
 
 
+# Rows of the offline proposer's answer alone, nothing run on the device for them.
+PROPOSER_ANSWERS = ("no_candidate", "proposed", "proposer_error")
+
+
 def write_rows(path: Path | None, record: BenchmarkRecord, rows: list[SweepRow]) -> None:
     """The rows into the sweep's results record, and the record into ``path`` where given."""
     record.rows = [row.model_dump() for row in rows]
@@ -108,7 +112,7 @@ def peaks(row: SweepRow) -> tuple[int | None, int | None]:
 
 
 def progress_line(row: SweepRow) -> str:
-    if row.candidate_status in ("no_candidate", "proposed", "proposer_error"):  # its answer alone
+    if row.candidate_status in PROPOSER_ANSWERS:
         return f"{row.name}: {row.candidate_status.replace('_', ' ')}: {row.candidate_reason}"
     shown = "/".join("-" if p is None else str(p) for p in peaks(row))
     reference = f"reference {row.reference_status} {row.reference_s or 0:.1f} s"
@@ -186,7 +190,7 @@ def table(rows: list[SweepRow]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        if row.candidate_status in ("no_candidate", "proposed", "proposer_error"):
+        if row.candidate_status in PROPOSER_ANSWERS:
             why = row.candidate_reason.replace("|", "/").splitlines()[0][:120]
             lines.append(f"| {row.name} | - | - | {row.candidate_status}: {why} | - | - | - | - |")
             continue

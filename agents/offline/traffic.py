@@ -1,4 +1,4 @@
-"""How much of the memory eager PyTorch moves for a module the fused kernels would save.
+"""How much of eager PyTorch's time for a module the fused kernels would save, estimated.
 
 A chain fused after a large library call can be worth nothing: KernelBench level2
 25_Conv2d_Min_Tanh_Tanh's two ``tanh`` run on the one channel its ``min`` leaves of the
@@ -30,7 +30,7 @@ from torch.fx import GraphModule, Node
 from agents.offline.grouping import group_outputs
 from agents.offline.ops import ROW_KINDS, SOFTMAX_KINDS, PointwiseOp
 
-# The least share of eager's memory traffic the kernels must save to be offered: the spread of
+# The least share of eager's estimated cost the kernels must save to be offered: the spread of
 # one evaluation's timing on a quiet machine is a few percent (bench/BENCHMARKS.md section 19).
 MIN_SAVED_SHARE = 0.05
 
@@ -177,13 +177,11 @@ def saved_share(
     them)."""
     modules = dict(graph_module.named_modules())
 
-    def eager(node: Node) -> float:
-        cost = eager_cost(node, modules, device)
-        if node in ops and ops[node].kind in SOFTMAX_KINDS:
-            cost += (EAGER_SOFTMAX_READS - 1) * tensor_bytes(node)
-        return cost
-
-    total = sum(map(eager, graph_module.graph.nodes))
+    eager = {node: eager_cost(node, modules, device) for node in graph_module.graph.nodes}
+    for node, op in ops.items():
+        if op.kind in SOFTMAX_KINDS:
+            eager[node] += (EAGER_SOFTMAX_READS - 1) * tensor_bytes(node)
+    total = sum(eager.values())
     if total == 0:
         return 0.0
     saved = 0.0
@@ -195,5 +193,5 @@ def saved_share(
             source = ops[node].operands[0]
             if ops[node].kind in ROW_KINDS and isinstance(source, Node):
                 fused += tensor_bytes(source)
-        saved += sum(map(eager, group)) - fused
+        saved += sum(eager[node] for node in group) - fused
     return max(saved, 0.0) / total
