@@ -126,6 +126,7 @@ class CandidateWorkers:
             cases=data.cases if data else [],
             strengthened=data.report.strengthened if data else False,
             params_digest=data.report.params_digest if data else "",
+            precision=data.report.precision if data else None,
             recompute=data.recomputed if data else False,
             reference_ops=reference_ops or [],
             await_go=await_go,

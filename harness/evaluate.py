@@ -27,8 +27,8 @@ from harness.gpus import GpuPool, chosen_gpus, environment
 from harness.judge.accept import measure_until_judged
 from harness.judge.baseline import CompiledBaselines
 from harness.judge.comparators import Comparators, set_up
+from harness.judge.precision import comparer as comparer_for
 from harness.judge.receive import CaseReceiver, Receiver
-from harness.judge.tolerance import CaseComparer
 from harness.judge.verdict import checked_result, timed_result
 from harness.problem.load import problem_from_target
 from harness.problem.reference import ReferenceData, draw_seeds, reference_data
@@ -277,7 +277,9 @@ class Evaluator:
             comparator = self.comparators.on(problem, data, gpu)
             receiver, kernels = comparator.begin(), comparator.reference_kernels
         else:
-            comparer = CaseComparer(problem, len(data.cases), data.report.bitwise_deterministic)
+            comparer = comparer_for(
+                problem, len(data.cases), data.report.bitwise_deterministic, data.report.precision
+            )
             receiver, kernels = CaseReceiver(data, comparer), data.report.cuda_kernels.copy
         report = self.workers.run(problem, candidate, "evaluate", data, receiver, gpu=gpu)
         checked = checked_result(problem, self.config, data, report, receiver.result())

@@ -528,6 +528,20 @@ DEFENSES: list[Defense] = [
         ("tests/test_tolerance.py",),
     ),
     Defense(
+        "reduced_precision_bounded",  # a reference's forged precision cannot open the tolerance
+        "harness/judge/precision.py",
+        "min(FACTOR * precision.rel_norm, CAP.rel_norm)",
+        "FACTOR * precision.rel_norm",
+        ("tests/test_precision.py", "-k", "bounded"),
+    ),
+    Defense(
+        "reduced_precision_factor",  # held to 3x the reference's own error, not more
+        "harness/judge/precision.py",
+        "FACTOR = 3.0",
+        "FACTOR = 100.0",
+        ("tests/test_precision.py", "-k", "rounding_further"),
+    ),
+    Defense(
         "no_profiler_before_timing",  # a profiler session leaves its process slower
         "harness/workers/candidate.py",
         '    alone = time_stand_ins(job, state, "alone", compiled)',

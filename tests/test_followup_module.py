@@ -302,6 +302,38 @@ def test_the_generated_test_passes_and_fails_without_the_fallback(checkout, cach
     assert "test_model_kernelpilot_trains_like_the_original" in broken.stdout
 
 
+def test_the_generated_test_compares_in_strict_float32(checkout, cache):
+    """Where the user's settings round float32 library calls (TF32, here a stand-in for it on
+    the CPU), the generated test compares both modules with every float32 setting strict: the
+    drop-in's kernel against the original is then the same function, not two roundings."""
+    module = checkout / MODULE
+    text = module.read_text()
+    rounding = text.replace(
+        "import torch.nn.functional as F\n",
+        'import torch.nn.functional as F\n\ntorch.backends.mkldnn.matmul.fp32_precision = "tf32"\n',
+    ).replace(
+        "        y = self.linear(x)\n",
+        "        y = self.linear(x)\n"
+        '        if torch.backends.mkldnn.matmul.fp32_precision == "tf32":  # rounds as TF32 would\n'
+        "            y = y + y.abs() * 1e-3\n",
+    )
+    assert rounding.count("fp32_precision") == 2
+    test = checkout / "tests/test_gelu_block_kernelpilot.py"
+    generated = test.read_text()
+    module.write_text(rounding)
+    try:
+        strict = _pytest(checkout, cache)
+        test.write_text(generated.replace("\n    _strict_float32()\n", "\n"))
+        as_set = _pytest(checkout, cache)
+    finally:
+        module.write_text(text)
+        test.write_text(generated)
+    assert strict.returncode == 0 and "2 passed" in strict.stdout, strict.stdout[-3000:]
+    # training runs the original forward in both (the drop-in's kernel is for inference)
+    assert as_set.returncode == 1 and "1 failed, 1 passed" in as_set.stdout, as_set.stdout[-3000:]
+    assert "test_model_kernelpilot_matches_the_original" in as_set.stdout
+
+
 def test_a_torch_without_no_implicit_headers_builds_the_kernel_with_its_headers(
     tmp_path, monkeypatch
 ):

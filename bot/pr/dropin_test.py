@@ -83,7 +83,9 @@ def _load(relative):
 
 
 def _call(module, inputs):
-    """The forward called as it was verified: the last len(KEYWORDS) inputs by name."""
+    """The forward called as it was verified: the last len(KEYWORDS) inputs by name, in
+    strict float32 (a module's import, even the kernel's on its first call, may set it)."""
+    _strict_float32()
     count = len(KEYWORDS)
     if not count:
         return module(*inputs)
@@ -119,6 +121,30 @@ def _form(value):
     if isinstance(value, (tuple, list)):
         return [type(value).__name__] + [_form(item) for item in value]
     return repr(value)
+
+
+# PyTorch's float32 settings (TF32: cuDNN's convolutions by default) would round each module's
+# library calls its own way. Called with every one strict (``_call``), the two compute one
+# function as precisely as float32 allows.
+FLOAT32 = [
+    leaf
+    for backend in ("cuda", "cudnn", "mkldnn")
+    for op in ("matmul", "conv", "rnn")
+    if hasattr(leaf := getattr(getattr(torch.backends, backend, None), op, None), "fp32_precision")
+]
+
+
+@pytest.fixture(autouse=True)
+def _float32_settings_kept():
+    before = [leaf.fp32_precision for leaf in FLOAT32]
+    yield
+    for leaf, value in zip(FLOAT32, before):
+        leaf.fp32_precision = value
+
+
+def _strict_float32():
+    for leaf in FLOAT32:
+        leaf.fp32_precision = "ieee"
 
 
 def _close(got, want):

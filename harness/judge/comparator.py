@@ -73,6 +73,7 @@ class Comparator:
                     "strengthened": report.strengthened,
                     "deterministic": report.bitwise_deterministic,
                     "params_digest": report.params_digest,
+                    "precision": report.precision.model_dump() if report.precision else None,
                 }
             }
         )

@@ -77,7 +77,7 @@ def compare(
     out = output.detach().to(ref.device).reshape(-1)
     if out.numel() == 0:
         return Comparison(passed=True, max_abs_error=0.0, rel_error=0.0)
-    sums = _sums(out, ref, tol.rtol)
+    sums = error_sums(out, ref, tol.rtol)
     nonfinite, diff_sq, ref_sq, max_abs, slack = (float(x) for x in sums.tolist())
     if nonfinite:
         return Comparison(
@@ -163,7 +163,7 @@ def _steps(out: torch.Tensor, ref: torch.Tensor):
         yield start, out[start : start + step].double(), ref[start : start + step].double()
 
 
-def _sums(out: torch.Tensor, ref: torch.Tensor, rtol: float) -> torch.Tensor:
+def error_sums(out: torch.Tensor, ref: torch.Tensor, rtol: float) -> torch.Tensor:
     """[non-finite count, sum (out-ref)^2, sum ref^2, max |out-ref|, max |out-ref|-rtol|ref|],
     left on the device until the end (one synchronization)."""
     totals = torch.zeros(5, dtype=torch.float64, device=ref.device)
@@ -208,8 +208,18 @@ class CaseComparer:
     the reference does: a kernel that reads memory it never wrote gets other values there.
     """
 
-    def __init__(self, problem: Problem, total: int, reference_deterministic: bool = False):
-        self.tol = tolerance_for(problem.dtype, problem.atol, problem.rtol)
+    def __init__(
+        self,
+        problem: Problem,
+        total: int,
+        reference_deterministic: bool = False,
+        tol: Tolerance | None = None,
+        held: str = "",
+    ):
+        """``tol``: the tolerance (else the problem's), ``held``: what a report says of it
+        where it is not the problem's own (harness.judge.precision)."""
+        self.tol = tol or tolerance_for(problem.dtype, problem.atol, problem.rtol)
+        self.held = held
         self.total = total
         self.deterministic = reference_deterministic
         self.compared = 0
@@ -261,6 +271,8 @@ class CaseComparer:
     def result(self) -> CaseComparison:
         failed = self.failed
         detail = failed or f"{self.compared} cases: {', '.join(self.names)}"
+        if self.held:
+            detail += f" ({self.held})"
         checks = [Check(name=self.check, passed=failed is None, detail=detail)]
         if failed is None:
             checks.append(Check(name="finite_outputs", passed=True, detail="no NaN/Inf"))

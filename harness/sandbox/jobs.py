@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from harness.config import EvalConfig
+from harness.judge.precision import ReferencePrecision
 from harness.records import AuditReport, Check, Problem, Status, Timings, TimingStats
 from harness.timings import WindowLoad
 
@@ -75,6 +76,9 @@ class WorkerJob(BaseModel):
     params_digest: str = Field(
         default="", description="The reference worker's parameters (cases.params_digest)."
     )
+    precision: ReferencePrecision | None = Field(
+        default=None, description="The reference's own precision, which the tolerance follows."
+    )
     recompute: bool = Field(
         default=False,
         description="Reference outputs are made again by a comparator worker next to each "
@@ -138,6 +142,11 @@ class ReferenceReport(BaseModel):
     cuda_kernels: list[str] = Field(
         default_factory=list,
         description="The reference's CUDA kernels (cuda, outputs stored; else the comparator's).",
+    )
+    precision: ReferencePrecision | None = Field(
+        default=None,
+        description="The reference's own distance from strict float32 where reduced-precision "
+        "settings (TF32) were on and changed its outputs (harness.judge.precision).",
     )
     network_isolated: bool = False
     device_name: str = ""

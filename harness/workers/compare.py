@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from harness.errors import UserError
+from harness.judge.precision import ReferencePrecision, comparer
 from harness.judge.receive import judge_case
 from harness.judge.tolerance import CaseComparer
 from harness.problem.cases import (
@@ -55,6 +56,7 @@ class Comparator:
         self.cases: list[CaseSpec] = []
         self.strengthened = False
         self.deterministic = False
+        self.precision: ReferencePrecision | None = None
         self.comparer: CaseComparer | None = None
         self.out_of_memory = False
 
@@ -74,11 +76,15 @@ class Comparator:
             self.strengthened = bool(setup["strengthened"])
             self.deterministic = bool(setup["deterministic"])
             check_params(self.base, str(setup["params_digest"]), self.problem)
+            precision = setup.get("precision")
+            self.precision = ReferencePrecision.model_validate(precision) if precision else None
             return "ready", {}
         if "kernels" in request:
             return "kernels", {"kernels": self.kernels()}
         if "begin" in request:
-            self.comparer = CaseComparer(self.problem, len(self.cases), self.deterministic)
+            self.comparer = comparer(
+                self.problem, len(self.cases), self.deterministic, self.precision
+            )
             self.out_of_memory = False
             return None
         assert self.comparer is not None, "a case before 'begin'"

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import torch
 
+from harness.judge.precision import float32_settings
 from harness.judge.tolerance import CHUNK
 from harness.problem.variants import copy_with_layout, layout_like
 
@@ -282,9 +283,7 @@ def _settings() -> dict[str, int]:
     settings = {
         "torch.get_num_threads()": torch.get_num_threads(),
         "torch.get_num_interop_threads()": torch.get_num_interop_threads(),
-        "torch.get_float32_matmul_precision()": hash(torch.get_float32_matmul_precision()),
-        "torch.backends.cuda.matmul.allow_tf32": int(torch.backends.cuda.matmul.allow_tf32),
-        "torch.backends.cudnn.allow_tf32": int(torch.backends.cudnn.allow_tf32),
+        **{name: hash(value) for name, value in float32_settings().items()},
         "torch.backends.cudnn.benchmark": int(torch.backends.cudnn.benchmark),
         "torch.backends.mkldnn.enabled": int(bool(torch.backends.mkldnn.enabled)),
         "torch.are_deterministic_algorithms_enabled()": int(

@@ -20,7 +20,14 @@ import torch
 
 from harness.devices import copy_bandwidth_gbs, matmul_tflops
 from harness.errors import UserError
-from harness.judge.tolerance import Tolerance, tolerance_for
+from harness.judge.precision import (
+    ReferencePrecision,
+    held_to,
+    measure,
+    reduced_settings,
+    strict_float32,
+)
+from harness.judge.tolerance import Tolerance
 from harness.problem.audit import NullAnswerAudit, nondeterminism_finding
 from harness.problem.cases import (
     build_reference,
@@ -78,9 +85,9 @@ class ReferenceRun:
 
     def __init__(self, job: WorkerJob, job_dir: Path) -> None:
         self.job, self.job_dir, self.problem = job, job_dir, job.problem
-        self.tol: Tolerance = tolerance_for(
-            self.problem.dtype, self.problem.atol, self.problem.rtol
-        )
+        self.tol: Tolerance = held_to(self.problem, None)
+        self.precision: ReferencePrecision | None = None
+        self.precision_measured = False
         self.forward_name = f"{self.problem.class_name}.forward"
         self.where = f"{self.problem.source_path}:{self.forward_name}"
         self.inputs_where = (
@@ -132,9 +139,14 @@ class ReferenceRun:
         elif spec.kind == "wide":
             spec.name = f"inputs scaled x{wide_scale(spec.seed):.1f}"
         spec.input_digest = input_digest(inputs)  # as drawn: what every worker draws again
-        outputs = self.checked_forward(case_module(self.base, spec), inputs, spec)
+        module = case_module(self.base, spec)
+        outputs = self.checked_forward(module, inputs, spec)
         if not finite(outputs):
             return None
+        if spec.kind == "seed" and not self.precision_measured:
+            self.measure_precision(module, inputs, outputs, spec.name)
+            if audit is not None:
+                audit.tol = self.tol
         if audit is not None:
             with self.phase("audit"):
                 audit.add(inputs, outputs)
@@ -169,6 +181,30 @@ class ReferenceRun:
             check_dtypes(outputs, "the forward's output", self.where, "return these dtypes")
             check_not_empty(inputs, outputs, self.where, self.inputs_where)
         return outputs
+
+    def measure_precision(
+        self, module: torch.nn.Module, inputs: list, outputs: list[torch.Tensor], case: str
+    ) -> None:
+        """On the first case of a float32 problem under reduced-precision settings (cuDNN's
+        TF32 by default): the case again with every float32 setting strict, and the tolerance
+        widened to the reference's own distance from it (harness.judge.precision)."""
+        self.precision_measured = True
+        device = self.problem.device
+        settings = reduced_settings(device) if self.problem.dtype == "float32" else []
+        if not settings:
+            return
+        try:
+            with self.phase("precision"), strict_float32(device), torch.no_grad():
+                result = bound(module, self.problem.input_keywords)(*inputs)
+        except Exception as err:
+            if not is_out_of_memory(err):
+                raise
+            # No room for a second case's outputs beside the first's: the tolerance stays
+            # the dtype's (a candidate can only be held tighter, never looser).
+            return
+        strict, _ = as_outputs(result, self.where)
+        self.precision = measure(outputs, strict, settings)
+        self.tol = held_to(self.problem, self.precision)
 
     def forward(self, module: torch.nn.Module, inputs: list, case: str):
         with torch.no_grad():
@@ -293,4 +329,5 @@ def _report(
         input_summary=run.input_summary,
         copy_bandwidth_gbs=bandwidth,
         matmul_tflops=tflops,
+        precision=run.precision,
     )

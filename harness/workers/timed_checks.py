@@ -8,7 +8,8 @@ from typing import Literal
 
 import torch
 
-from harness.judge.tolerance import compare, tolerance_for
+from harness.judge.precision import held_to
+from harness.judge.tolerance import compare
 from harness.records import Check, Status
 from harness.sandbox.jobs import CheckFailed, WorkerJob
 from harness.workers import guards
@@ -64,7 +65,7 @@ class TimedChecks:
     """
 
     def __init__(self, job: WorkerJob, window: Window = "beside") -> None:
-        self.tolerance = tolerance_for(job.problem.dtype, job.problem.atol, job.problem.rtol)
+        self.tolerance = held_to(job.problem, job.precision)
         self.window = window
         self.stand_in = window != "beside"
         self.originals: list = []
