@@ -10,7 +10,8 @@ bytecode, torch.compile's cache). Each way then starts from a fresh build cache 
 evaluator (its first build precompiles torch's headers, as a run's first does), with every
 check and the torch.compile baseline on:
 
-- serial: one candidate after another, built, checked and timed (KernelBench's loop), on one GPU;
+- serial (unless ``--without-serial``): one candidate after another, built, checked and timed
+  (KernelBench's loop), on one GPU;
 - kernelpilot on N GPUs: the candidates as one step of a search (``agents.loop
   .evaluate_children``): built in parallel, each checked and timed as soon as its build is done
   and one of N GPUs is free (``eval.gpus``), its timing worker started while its checks run
@@ -107,7 +108,12 @@ NO_PRESTART = "kernelpilot, no prestart"
 
 
 def measure(
-    target: str, device: str, count: int, gpu_counts: list[int], without_prestart: bool
+    target: str,
+    device: str,
+    count: int,
+    gpu_counts: list[int],
+    without_prestart: bool,
+    with_serial: bool = True,
 ) -> list[dict]:
     problem = problem_from_target(target, device, None)
     warm_up, *batch = candidates(problem, ["warm-up", *(f"candidate {n}" for n in range(count))])
@@ -116,7 +122,8 @@ def measure(
     with tempfile.TemporaryDirectory(prefix="kp-throughput-") as cache:
         (warm,) = serial(problem, [warm_up], EvalConfig(cache_dir=Path(cache)), "warm-up")
         print(f"warm-up: {warm.status.value} {warm.phase_seconds}", flush=True)
-    ways: list[tuple[str, int]] = [("serial", 1)] + [("kernelpilot", n) for n in gpu_counts]
+    ways: list[tuple[str, int]] = [("serial", 1)] if with_serial else []
+    ways += [("kernelpilot", n) for n in gpu_counts]
     ways += [(NO_PRESTART, n) for n in gpu_counts if without_prestart]
     rows = []
     for way, gpus in ways:
@@ -146,20 +153,26 @@ def measure(
 
 
 def table(record: BenchmarkRecord) -> str:
-    serial_rate = next(row["per_hour"] for row in record.rows if row["way"] == "serial")
+    serial = [row["per_hour"] for row in record.rows if row["way"] == "serial"]
+    one_gpu = [r["per_hour"] for r in record.rows if r["way"] == "kernelpilot" and r["gpus"] == 1]
     lines = [
-        "| way | GPUs | candidates | wall (s) | candidates per hour | vs serial | verdicts | "
-        "a candidate's phases (median s) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| way | GPUs | candidates | wall (s) | candidates per hour | vs serial | vs kernelpilot "
+        "on one GPU | verdicts | a candidate's phases (median s) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in record.rows:
         verdicts = ", ".join(sorted(set(row["statuses"])))
         phases = ", ".join(f"{name} {s}" for name, s in row.get("phase_median_s", {}).items())
         lines.append(
             f"| {row['way']} | {row['gpus']} | {row['candidates']} | {row['seconds']} | "
-            f"{row['per_hour']} | {row['per_hour'] / serial_rate:.2f}x | {verdicts} | {phases} |"
+            f"{row['per_hour']} | {_ratio(row['per_hour'], serial)} | "
+            f"{_ratio(row['per_hour'], one_gpu)} | {verdicts} | {phases} |"
         )
     return "\n".join(lines)
+
+
+def _ratio(rate: float, against: list[float]) -> str:
+    return f"{rate / against[0]:.2f}x" if against else "-"
 
 
 @click.command(name="throughput")
@@ -179,9 +192,20 @@ def table(record: BenchmarkRecord) -> str:
     is_flag=True,
     help="Also run kernelpilot's way with each timing worker started after its checks.",
 )
+@click.option(
+    "--without-serial",
+    is_flag=True,
+    help="Leave the serial loop out (kernelpilot's ways alone: GPUs against one GPU).",
+)
 @out_option
 def cli(
-    problem: str, device: str, count: int, gpus: str, without_prestart: bool, out: Path | None
+    problem: str,
+    device: str,
+    count: int,
+    gpus: str,
+    without_prestart: bool,
+    without_serial: bool,
+    out: Path | None,
 ) -> None:
     """Candidates per hour: a serial build-check-time loop against kernelpilot's pipeline."""
     if device == "cuda" and not torch.cuda.is_available():
@@ -192,5 +216,5 @@ def cli(
         visible = len(visible_gpus()) if device == "cuda" else 1
         counts = sorted({1, visible})
     record = new_record("throughput", device, context={"problem": problem})
-    record.rows = measure(problem, device, count, counts, without_prestart)
+    record.rows = measure(problem, device, count, counts, without_prestart, not without_serial)
     finish(record, out, table)

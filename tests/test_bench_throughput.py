@@ -20,18 +20,26 @@ def test_each_candidate_is_the_same_kernel_built_apart():
     assert [a for a, b in zip(first, second, strict=True) if a != b] == ["// candidate 0"]
 
 
-def test_the_table_sets_each_way_against_the_serial_loop():
+def test_the_table_sets_each_way_against_the_serial_loop_and_one_gpu():
     record = new_record("throughput", "cpu")
     record.rows = [
         {"way": "serial", "gpus": 1, "candidates": 4, "seconds": 240.0, "per_hour": 60.0,
+         "statuses": ["ok"] * 4},
+        {"way": "kernelpilot", "gpus": 1, "candidates": 4, "seconds": 120.0, "per_hour": 120.0,
          "statuses": ["ok"] * 4},
         {"way": "kernelpilot", "gpus": 2, "candidates": 4, "seconds": 80.0, "per_hour": 180.0,
          "statuses": ["ok", "incorrect", "ok", "ok"], "phase_median_s": {"build": 12.0, "check": 5.5}},
     ]  # fmt: skip
     lines = table(record).splitlines()
-    assert lines[2] == "| serial | 1 | 4 | 240.0 | 60.0 | 1.00x | ok |  |"
-    assert lines[3] == (
-        "| kernelpilot | 2 | 4 | 80.0 | 180.0 | 3.00x | incorrect, ok | build 12.0, check 5.5 |"
+    assert lines[2] == "| serial | 1 | 4 | 240.0 | 60.0 | 1.00x | 0.50x | ok |  |"
+    assert lines[4] == (
+        "| kernelpilot | 2 | 4 | 80.0 | 180.0 | 3.00x | 1.50x | incorrect, ok | build 12.0, check 5.5 |"
+    )
+    record.rows = record.rows[1:]  # --without-serial
+    assert (
+        table(record)
+        .splitlines()[3]
+        .startswith("| kernelpilot | 2 | 4 | 80.0 | 180.0 | - | 1.50x |")
     )
 
 
