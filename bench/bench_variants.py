@@ -50,8 +50,9 @@ def _imported(path: Path, loader: CachedLoader):
     return module
 
 
-def _fused_us(fn, inputs: list, calls: int) -> float:
-    """The fused kernels' device time per call (µs), from ``calls`` profiled calls."""
+def _fused_us(fn, inputs: list, calls: int) -> tuple[float, float, dict[str, float]]:
+    """The fused kernels' device time per call (µs), every kernel's, and each kernel's by
+    name, from ``calls`` profiled calls."""
     for _ in range(3):
         fn(*inputs)
     torch.cuda.synchronize()
@@ -65,7 +66,12 @@ def _fused_us(fn, inputs: list, calls: int) -> float:
         for event in prof.key_averages()
         if "fused_" in event.key and event.device_time_total > 0
     )
-    return total / calls
+    kernels = {
+        event.key[:80]: event.self_device_time_total / calls
+        for event in prof.key_averages()
+        if event.device_type == torch.autograd.DeviceType.CUDA and event.self_device_time_total > 0
+    }
+    return total / calls, sum(kernels.values()), kernels
 
 
 def measure(path: Path, name: str, values: list[str], calls: int, scratch: Path) -> list[dict]:
@@ -86,25 +92,26 @@ def measure(path: Path, name: str, values: list[str], calls: int, scratch: Path)
             candidate = _imported(file, loader).ModelNew(*args, **kwargs).cuda().eval()
             candidate.load_state_dict(reference.state_dict(), strict=True)
             torch.testing.assert_close(candidate(*inputs), expected, rtol=1e-4, atol=1e-5)
-            microseconds = _fused_us(candidate, inputs, calls)
-            rows.append({"problem": problem_name(path), name: value, "fused_us": microseconds})
-            print(f"{problem_name(path)} {name}={value}: fused kernels {microseconds:.1f} us",
-                  flush=True)  # fmt: skip
+            microseconds, every, kernels = _fused_us(candidate, inputs, calls)
+            rows.append({"problem": problem_name(path), name: value, "fused_us": microseconds,
+                         "kernels_us": every, "kernels": kernels})  # fmt: skip
+            print(f"{problem_name(path)} {name}={value}: fused kernels {microseconds:.1f} us, "
+                  f"every kernel {every:.1f} us: {kernels}", flush=True)  # fmt: skip
     return rows
 
 
 def table(record: BenchmarkRecord) -> str:
     name = next(key for key in record.rows[0] if key not in ("problem", "fused_us"))
     lines = [
-        f"| problem | {name} | fused kernels (µs, device) | vs the first |",
-        "|---|---|---|---|",
+        f"| problem | {name} | fused kernels (µs, device) | vs the first | every kernel (µs) |",
+        "|---|---|---|---|---|",
     ]
     first: dict[str, float] = {}
     for row in record.rows:
         base = first.setdefault(row["problem"], row["fused_us"])
         lines.append(
             f"| {row['problem']} | {row[name]} | {row['fused_us']:.1f} | "
-            f"{base / row['fused_us']:.2f}x |"
+            f"{base / row['fused_us']:.2f}x | {row.get('kernels_us', 0.0):.1f} |"
         )
     return "\n".join(lines)
 

@@ -117,6 +117,15 @@ for what in "$@"; do
       # shellcheck disable=SC2086  # KP_THROUGHPUT_ARGS: options (word-split)
       stage throughput "${KP_THROUGHPUT_LIMIT:-560}" python3 -m bench throughput \
         ${KP_THROUGHPUT_ARGS:-examples/fused_gelu_block.py --candidates 3 --without-prestart} --out "$OUT/throughput.json" ;;
+    convlayout)  # the channels-last conv path (agents/offline/conv_layout.py): every kernel of
+      # each KP_KB_FILES problem's candidate (bench variants, a no-op variant), then its GPU tests
+      for file in ${KP_KB_FILES:?KP_KB_FILES=<problem files>}; do
+        name=$(basename "$file" .py)
+        stage "variants-$name" "${KP_VARIANTS_LIMIT:-80}" python3 -m bench variants "$file" \
+          --set kRowwiseItems=4 --out "$OUT/variants-$name.json"
+      done
+      stage conv_layout_tests "${KP_CONV_TESTS_LIMIT:-150}" python3 -m pytest -q -m gpu -x \
+        -p no:cacheprovider -rA tests/test_offline_conv_layout_gpu.py ;;
     sandbox) stage sandbox_tests 150 python3 -m pytest -q -p no:cacheprovider -rA \
                tests/test_isolation.py tests/test_buildstore.py tests/test_trust_levels.py \
                -k "not failures_are_contained and not planted_library_with" ;;

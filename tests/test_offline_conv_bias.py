@@ -98,7 +98,10 @@ def forward_of(tmp_path, source: str, device: str = "cuda") -> tuple[str, str, s
 
 def test_the_conv_bias_is_added_by_the_epilogue_kernel(tmp_path) -> None:
     reason, forward, source = forward_of(tmp_path, CONV_EPILOGUE)
-    assert "F.conv2d(x, conv_weight, None, (1, 1), (0, 0), (1, 1), 1)" in forward
+    # (its input made channels-last: agents.offline.conv_layout, tests/test_offline_conv_layout.py)
+    assert "F.conv2d(_ext.kp_channels_last(x), conv_weight, None, (1, 1), (0, 0), (1, 1), 1)" in (
+        forward
+    )
     assert "view = conv_bias.view(-1, 1, 1)" in forward
     assert "[add, mul, add, leaky_relu, gelu]" in reason
     # guarded: a plain Conv2d with the options the call was written with, a bias, no hooks
@@ -119,7 +122,10 @@ def test_the_conv_bias_is_added_by_the_epilogue_kernel(tmp_path) -> None:
 def test_a_transposed_conv_keeps_its_options_and_one_kernel_reads_the_device(tmp_path) -> None:
     reason, forward, _ = forward_of(tmp_path, TRANSPOSED)
     # F.conv_transpose2d's order: stride, padding, output_padding, groups, dilation
-    assert "F.conv_transpose2d(x, up_weight, None, (2, 2), (1, 1), (1, 1), 1, (2, 2))" in forward
+    assert (
+        "F.conv_transpose2d(_ext.kp_channels_last(x), up_weight, None, (2, 2), (1, 1), (1, 1), 1, "
+        "(2, 2))" in forward
+    )
     assert "fused 1 pointwise chain into 1 kernel: [add, add, minimum, gelu, mul]" in reason
     # the device is read from the conv's output, which exists before the kernel runs
     assert "getattr_1 = conv_transpose2d.device" in forward

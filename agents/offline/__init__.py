@@ -4,7 +4,9 @@ No LLM and no API key: the reference is traced with torch.fx; library ops (matmu
 reductions...) stay PyTorch calls and every maximal group of connected pointwise ops that a
 kernel runs in fewer passes over memory than eager becomes one C++ (OpenMP) or CUDA kernel (an
 op alone stays PyTorch's one pass: ``grouping.worth_a_kernel``); on cuda a plain convolution's
-bias is added by its epilogue's kernel (``agents.offline.conv_bias``), and on cuda a softmax,
+bias is added by its epilogue's kernel (``agents.offline.conv_bias``), a 2-d convolution whose
+epilogue is one such kernel runs channels-last as cuDNN's own kernels do, the epilogue writing
+NCHW (``agents.offline.conv_layout``), and on cuda a softmax,
 or a sum, mean or 2-norm kept as a dimension of 1, over long rows joins the ops around it in a
 row kernel (``agents.offline.rows``). The result is a normal candidate, verified like any
 other, and it seeds the LLM search with a strong first child; one that the static checks
@@ -23,7 +25,7 @@ import shutil
 from pydantic import BaseModel, Field, ValidationError
 from torch.fx import Node
 
-from agents.offline import conv_bias, rows, traffic
+from agents.offline import conv_bias, conv_layout, rows, traffic
 from agents.offline.emit import CannotEmit, forward_source
 from agents.offline.fusable import lasting_writes
 from agents.offline.grouping import fusion_groups, schedule, worth_a_kernel
@@ -122,7 +124,10 @@ def propose_here(problem: Problem) -> Proposal:
         return Proposal(
             reason="nothing to gain: a kernel would pass over memory as often as eager" + left
         )
-    share = traffic.saved_share(traced.graph_module, groups, traced.ops, problem.device)
+    layouts = conv_layout.plan_channels_last(groups, traced.ops, problem.device, dtype)
+    share = traffic.saved_share(
+        traced.graph_module, groups, traced.ops, problem.device, layouts.convs
+    )
     if share < traffic.MIN_SAVED_SHARE:
         return Proposal(
             reason=f"nothing to gain: the kernels would save {share:.1%} of eager's time (its "
@@ -130,10 +135,12 @@ def propose_here(problem: Problem) -> Proposal:
             f"{traffic.MIN_SAVED_SHARE:.0%} one evaluation's timing can tell apart" + left
         )
     kernels = {
-        tuple(group): build_kernel(f"fused_{index}", group, traced.ops, dtype)
+        tuple(group): build_kernel(
+            f"fused_{index}", group, traced.ops, dtype, layouts.epilogues.get(tuple(group))
+        )
         for index, group in enumerate(groups)
     }
-    summary = _summary(list(kernels.values())) + left
+    summary = _summary(list(kernels.values())) + _layouts_note(layouts) + left
     try:
         guards = guards_for(traced, reference, problem.device)
         add_broadcast_checks(guards, kernels)
@@ -142,7 +149,9 @@ def propose_here(problem: Problem) -> Proposal:
         )
         lasting = set(lasting_writes(traced.graph_module, traced.ops))
         steps = schedule(nodes, groups)
-        forward = forward_source(steps, kernels, reference, guards, copied.original_call, lasting)
+        forward = forward_source(
+            steps, kernels, reference, guards, copied.original_call, lasting, layouts.convs
+        )
     except (CannotCopy, CannotEmit, CannotGuard) as err:
         return Proposal(reason=f"cannot write the candidate module: {err}")
     source = module_source(summary, list(kernels.values()), problem.device, copied, forward)
@@ -152,6 +161,14 @@ def propose_here(problem: Problem) -> Proposal:
         return Proposal(reason=f"the candidate written fails the static checks: {refused[0]}")
     candidate = Candidate(source=source, origin="offline", note=summary)
     return Proposal(candidate=candidate, reason=summary, fused_chains=len(kernels))
+
+
+def _layouts_note(layouts: conv_layout.ChannelsLast) -> str:
+    count = len(layouts.convs)
+    if not count:
+        return ""
+    convolutions = "a convolution runs" if count == 1 else f"{count} convolutions run"
+    return f"; {convolutions} channels-last, its epilogue writing NCHW"
 
 
 def _listed(why: str, names: list[str]) -> str:

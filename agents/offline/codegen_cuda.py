@@ -5,13 +5,15 @@ A pointwise group gets its kernels from ``agents.offline.cuda_pointwise`` (fast,
 general); the host wrapper picks one per call: the vectorized fast path when every row-read
 input is 16-byte aligned and rows hold whole vectors, the rowwise kernel where rows are long,
 else the general. A group with a row reduction gets a row kernel instead
-(``agents.offline.rows``, ``agents.offline.rows_cuda``). Launches go on the current stream and
-are checked.
+(``agents.offline.rows``, ``agents.offline.rows_cuda``). A group reading a convolution's output
+channels-last has a tiled kernel too, which the wrapper takes first where it can
+(``agents.offline.conv_layout``, ``agents.offline.cuda_epilogue``). Launches go on the current
+stream and are checked.
 """
 
 from __future__ import annotations
 
-from agents.offline import cuda_launch, cuda_pointwise
+from agents.offline import cuda_epilogue, cuda_launch, cuda_pointwise, cuda_tiles
 from agents.offline.cuda_launch import (
     GENERAL,
     GRID,
@@ -107,6 +109,9 @@ def cuda_sources(kernels: list[FusedKernel]) -> tuple[str, str]:
     rows = any(kernel.row is not None for kernel in kernels)
     host = [_HOST_PRELUDE, LAUNCH, INDEX_HELPERS, PLAN_HELPERS, HOST_LAUNCH]
     device = [_DEVICE_PRELUDE, LAUNCH, ELEMENT_HELPERS, INDEX_HELPERS]
+    if any(kernel.nhwc_input is not None for kernel in kernels):  # and kp_channels_last
+        host += [cuda_tiles.SHARED, cuda_tiles.HOST, cuda_epilogue.HOST]
+        device += [cuda_tiles.SHARED, cuda_tiles.DEVICE]
     if rows:
         host += [ROW_SPLIT, CUDA_ROW_HOST]
         device += [ROW_STATS, CUDA_ROW_HELPERS]
@@ -117,6 +122,8 @@ def cuda_sources(kernels: list[FusedKernel]) -> tuple[str, str]:
             host.append(wrapper(kernel, cuda_row_host(kernel), dispatch=False))
             continue
         device.append(op_function(kernel))
+        if kernel.nhwc_input is not None:
+            device.append(cuda_epilogue.epilogue(kernel))
         if kernel.fast_path:
             device.append(cuda_pointwise.fast(kernel))
             if not kernel.has_bool:
@@ -139,8 +146,9 @@ def _launcher(kernel: FusedKernel) -> str:
         )
         + ")"
     )  # fmt: skip
+    tiled = cuda_epilogue.launch_cases(kernel) if kernel.nhwc_input is not None else []
     if not kernel.fast_path:
-        return cuda_launch.launcher(kernel, [], general)
+        return cuda_launch.launcher(kernel, tiled, general)
     args = cuda_launch.kernel_args(kernel, True, ["l.numel", "l.cols"])
     variants = SCALAR if kernel.has_bool else VECTORIZED + SCALAR
     cases = [
@@ -150,12 +158,20 @@ def _launcher(kernel: FusedKernel) -> str:
     if not kernel.has_bool:
         rowwise = cuda_launch.kernel_args(kernel, True, ["l.cols", "l.across"])
         cases.append((ROWWISE, f"{kernel.name}_rowwise<scalar_t, kVec>{GRID}({rowwise})"))
-    return cuda_launch.launcher(kernel, cases, general)
+    return cuda_launch.launcher(kernel, cases + tiled, general)
 
 
 def _host(kernel: FusedKernel) -> list[str]:
-    """The wrapper's launch: the fast path's variant where the plan allows, else the general."""
-    lines = cuda_launch.host_start(kernel, "ins")
+    """The wrapper's launch: the tiled kernel of a channels-last input where it can be taken,
+    else the fast path's variant where the plan allows, else the general."""
+    start = cuda_launch.host_start(kernel, "ins")
+    lines = _usual_paths(kernel)
+    if kernel.nhwc_input is not None:
+        lines = cuda_epilogue.host_branch(kernel, lines, cuda_launch.host_finish(kernel))
+    return start + lines
+
+
+def _usual_paths(kernel: FusedKernel) -> list[str]:
     count = len(kernel.inputs)
     general = [
         f"kp::Geometry<{count}> geo = kp::geometry<{count}>(ins, sizes);",
@@ -166,8 +182,8 @@ def _host(kernel: FusedKernel) -> list[str]:
         cuda_launch.host_finish(kernel),
     ]
     if not kernel.fast_path:
-        return [*lines, *general]
-    lines += [
+        return general
+    return [
         "if (plan.fast) {",
         "  const bool flat = plan.rows == 1;",
         "  const int64_t kVec = kp::vector_width(dtype);",
@@ -184,7 +200,6 @@ def _host(kernel: FusedKernel) -> list[str]:
         *[f"  {line}" for line in general],
         "}",
     ]
-    return lines
 
 
 def _vectorizable(kernel: FusedKernel) -> str:

@@ -43,6 +43,8 @@ struct Launch {
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t across = 1;  // the rowwise variant: blocks per row
+  int64_t grid_y = 1;  // the tiled kernels' grid beside blocks (cuda_tiles.tile_grid)
+  int64_t grid_z = 1;
   const void* geometry = nullptr;
 };
 

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch.fx import Node
 
 from agents.offline.constants import ConstantTooLarge, constant_source, traced_constant
+from agents.offline.conv_layout import HELPER
 from agents.offline.kernel import FusedKernel
 from harness.static.python_rules import FORBIDDEN_CALLS
 
@@ -74,10 +75,12 @@ def forward_source(
     guards: Guards,
     fallback: str,
     lasting: set[Node],
+    channels_last: frozenset[Node] = frozenset(),
 ) -> str:
     """``def forward(...)`` of ModelNew, indented for the class body. ``fallback`` calls the
     original forward; ``lasting`` are the calls that write into memory outliving the call (a
-    guard after one would have the original forward write it again)."""
+    guard after one would have the original forward write it again); ``channels_last``: the
+    convolutions whose input goes through ``_ext.kp_channels_last`` (``conv_layout``)."""
     nodes = [node for step in steps for node in (step if isinstance(step, tuple) else (step,))]
     names = _names(nodes)
     params: list[str] = []
@@ -96,7 +99,7 @@ def forward_source(
             params.append(_parameter(step, names))
             continue
         else:
-            body.append(_statement(step, names, reference))
+            body.append(_statement(step, names, reference, step in channels_last))
             wrote = step if step in lasting else wrote
             made = [step]
         for node in made:
@@ -173,7 +176,9 @@ def _kernel_call(kernel: FusedKernel, names: dict[Node, str]) -> str:
     return f"{targets} = _ext.{kernel.name}({', '.join(args)})"
 
 
-def _statement(node: Node, names: dict[Node, str], reference: nn.Module) -> str:
+def _statement(
+    node: Node, names: dict[Node, str], reference: nn.Module, channels_last: bool = False
+) -> str:
     if node.op == "output":
         return f"return {format_value(node.args[0], names)}"
     if node.op == "get_attr":
@@ -184,6 +189,8 @@ def _statement(node: Node, names: dict[Node, str], reference: nn.Module) -> str:
                 raise CannotEmit(str(err)) from err
         return f"{names[node]} = {attribute_path(reference, str(node.target))}"
     args = [format_value(value, names) for value in node.args]
+    if channels_last:  # a convolution's input, made channels-last (its first argument)
+        args[0] = f"_ext.{HELPER}({args[0]})"
     args += [f"{key}={format_value(value, names)}" for key, value in node.kwargs.items()]
     if node.op == "call_module":
         call = f"{attribute_path(reference, str(node.target))}({', '.join(args)})"

@@ -71,6 +71,9 @@ class FusedKernel:
     kinds: tuple[str, ...]
     dtype: torch.dtype
     row: RowReduction | None = None
+    # The input read channels-last (a convolution's NHWC output), from which the kernel also
+    # has a tiled path writing its output NCHW (agents.offline.conv_layout); None: none.
+    nhwc_input: int | None = None
 
     @property
     def has_bool(self) -> bool:
@@ -80,8 +83,13 @@ class FusedKernel:
 
 
 def build_kernel(
-    name: str, group: list[Node], ops: dict[Node, PointwiseOp], dtype: torch.dtype
+    name: str,
+    group: list[Node],
+    ops: dict[Node, PointwiseOp],
+    dtype: torch.dtype,
+    nhwc: Node | None = None,
 ) -> FusedKernel:
+    """``nhwc``: the input the kernel reads channels-last (``FusedKernel.nhwc_input``)."""
     position = {node: index for index, node in enumerate(group)}
     tensors: list[Node] = []
     scalars: list[Node] = []
@@ -137,6 +145,7 @@ def build_kernel(
         kinds=tuple(ops[node].kind for node in group),
         dtype=dtype,
         row=row,
+        nhwc_input=None if nhwc is None else tensors.index(nhwc),
     )
 
 

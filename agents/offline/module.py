@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 
+from agents.offline import conv_layout
 from agents.offline.codegen_cpp import CPU_FLAGS, cpu_source
 from agents.offline.codegen_cuda import CUDA_FLAGS, cuda_sources
 from agents.offline.init_copy import CopiedClass
@@ -31,6 +32,8 @@ def module_source(
     forward: str,
 ) -> str:
     functions = [kernel.name for kernel in kernels]
+    if any(kernel.nhwc_input is not None for kernel in kernels):  # its convolution's input
+        functions.append(conv_layout.HELPER)
     if device == "cuda":
         host, cuda = cuda_sources(kernels)
         sources = {"_CPP_SOURCE": host, "_CUDA_SOURCE": cuda}

@@ -14,6 +14,10 @@ moves and its floating-point operations over the device's balance (``BALANCE``: 
 it does in the time it moves one byte), since those are bound by compute: KernelBench level2
 9_Matmul_Subtract_Multiply_ReLU moves 0.5 GB but computes for 2.7 ms, and its fused epilogue,
 saving 29 µs, measured 1.00x eager. A fused group reads its inputs and writes its outputs once.
+On cuda a 2-d convolution also costs eager cuDNN's two layout conversions (a pass over its
+input, one over its output: ``conv_layout.eager_conversion_bytes``); where the candidate runs
+it channels-last, its own transpose of the input is one pass and its epilogue writes NCHW in
+the pass it makes anyway, so it saves the output's conversion (``conv_layout``).
 The candidate is offered only where the groups save at least ``MIN_SAVED_SHARE`` of the whole.
 """
 
@@ -27,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.fx import GraphModule, Node
 
+from agents.offline import conv_layout
 from agents.offline.grouping import group_outputs
 from agents.offline.ops import ROW_KINDS, SOFTMAX_KINDS, PointwiseOp
 
@@ -168,8 +173,10 @@ def saved_share(
     groups: list[list[Node]],
     ops: dict[Node, PointwiseOp],
     device: str,
+    channels_last: frozenset[Node] = frozenset(),
 ) -> float:
-    """The share of eager's cost for one call (``eager_cost``) that the groups, fused, save.
+    """The share of eager's cost for one call (``eager_cost``) that the groups, fused, save,
+    and running the convolutions ``channels_last`` so (``agents.offline.conv_layout``).
 
     Row reductions (``ops.ROW_KINDS``) make passes of their own: eager's softmax over rows as
     long as the proposer fuses (``rows.ROW_MIN_WIDTH``) reads each row ``EAGER_SOFTMAX_READS``
@@ -177,7 +184,11 @@ def saved_share(
     them)."""
     modules = dict(graph_module.named_modules())
 
-    eager = {node: eager_cost(node, modules, device) for node in graph_module.graph.nodes}
+    eager = {
+        node: eager_cost(node, modules, device)
+        + conv_layout.eager_conversion_bytes(node, modules, device)
+        for node in graph_module.graph.nodes
+    }
     for node, op in ops.items():
         if op.kind in SOFTMAX_KINDS:
             eager[node] += (EAGER_SOFTMAX_READS - 1) * tensor_bytes(node)
@@ -194,4 +205,7 @@ def saved_share(
             if ops[node].kind in ROW_KINDS and isinstance(source, Node):
                 fused += tensor_bytes(source)
         saved += sum(eager[node] for node in group) - fused
+    for conv in channels_last:  # cuDNN's conversions, against the candidate's own transpose
+        saved += conv_layout.eager_conversion_bytes(conv, modules, device)
+        saved -= conv_layout.transpose_bytes(conv)
     return max(saved, 0.0) / total
