@@ -535,6 +535,20 @@ DEFENSES: list[Defense] = [
         ("tests/test_precision.py", "-k", "bounded"),
     ),
     Defense(
+        "reduced_precision_same_draws",  # the strict run draws what the first run drew
+        "harness/workers/reference.py",
+        "                _set_random_state(random_state, self.on_cuda)\n",
+        "",
+        ("tests/test_precision.py", "-k", "draws_numbers"),
+    ),
+    Defense(
+        "reduced_precision_to_the_comparator",  # the comparator holds to the same tolerance
+        "harness/judge/comparator.py",
+        '"precision": report.precision.model_dump() if report.precision else None,',
+        '"precision": None,',
+        ("tests/test_precision.py", "-k", "more_precise and recomputed"),
+    ),
+    Defense(
         "reduced_precision_factor",  # held to 3x the reference's own error, not more
         "harness/judge/precision.py",
         "FACTOR = 3.0",

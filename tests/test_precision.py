@@ -22,6 +22,7 @@ from harness.judge.precision import (
 )
 from harness.judge.tolerance import tolerance_for
 from harness.problem.load import problem_from_target
+from harness.problem.reference import reference_data
 from harness.records import Candidate, Status
 from harness.workers.guards import _settings
 from tests.conftest import fast_config
@@ -134,8 +135,8 @@ def problem(tmp_path, setting: str):
     return problem_from_target(str(path), "cpu", "float32")
 
 
-def verdict(tmp_path, setting: str, bits: int):
-    evaluator = Evaluator(fast_config(), seed=3)
+def verdict(tmp_path, setting: str, bits: int, outputs: str = "stored"):
+    evaluator = Evaluator(fast_config(reference_outputs=outputs), seed=3)
     try:
         return evaluator.evaluate(
             problem(tmp_path, setting), Candidate(source=CANDIDATE.replace("{bits}", str(bits)))
@@ -144,11 +145,13 @@ def verdict(tmp_path, setting: str, bits: int):
         evaluator.close()
 
 
-def test_a_more_precise_kernel_passes_against_a_reference_in_reduced_precision(tmp_path):
-    result = verdict(tmp_path, "tf32", 23)  # strict float32: nearer the truth than the reference
+@pytest.mark.parametrize("outputs", ["stored", "recomputed"])  # compared here, or by a comparator
+def test_a_more_precise_kernel_passes_against_a_reference_in_reduced_precision(tmp_path, outputs):
+    # strict float32: nearer the truth than the reference
+    result = verdict(tmp_path, "tf32", 23, outputs)
     assert result.status is Status.ok, result.reason
     detail = next(c.detail for c in result.checks if c.name == "correct_outputs")
-    assert "held to 3x the reference's own error" in detail
+    assert detail.startswith("held to 3x the reference's own error")  # first: never cut off
     assert "mkldnn.matmul.fp32_precision=tf32" in detail
 
 
@@ -187,14 +190,21 @@ def test_the_guards_read_the_settings_however_they_were_set():
 
 def test_the_widened_tolerance_is_bounded_and_only_for_float32(tmp_path):
     f32 = problem(tmp_path, "tf32")
-    small = ReferencePrecision(settings=["s"], rel_norm=1e-4, max_abs=2e-4)
+    setting = "torch.backends.cudnn.conv.fp32_precision=tf32"
+    small = ReferencePrecision(settings=[setting], rel_norm=1e-4, max_abs=2e-4)
     held = held_to(f32, small)
     assert held.rel_norm == pytest.approx(FACTOR * 1e-4)
     assert held.atol == pytest.approx(FACTOR * 2e-4)
     assert held.rtol == tolerance_for("float32").rtol
-    huge = ReferencePrecision(settings=["s"], rel_norm=0.5, max_abs=9.0)  # a forged report
+    huge = ReferencePrecision(settings=[setting], rel_norm=0.5, max_abs=9.0)  # a forged report
     assert held_to(f32, huge).rel_norm == CAP.rel_norm and held_to(f32, huge).atol == CAP.atol
     assert held_to(f32, None) == tolerance_for("float32")
+    chosen = f32.model_copy(update={"atol": 1e-5})  # a target's own tolerance stays its own
+    assert held_to(chosen, small) == tolerance_for("float32", atol=1e-5)
+    with pytest.raises(ValueError):  # what the reference worker reports is bounded
+        ReferencePrecision(settings=["s"], rel_norm=float("nan"), max_abs=0.0)
+    with pytest.raises(ValueError):
+        ReferencePrecision(settings=["<script>"], rel_norm=0.0, max_abs=0.0)
     half = f32.model_copy(update={"dtype": "float16"})
     assert held_to(half, small) == tolerance_for("float16")
     assert precision.describe(f32, None) == ""
@@ -202,8 +212,46 @@ def test_the_widened_tolerance_is_bounded_and_only_for_float32(tmp_path):
 
 def test_measure_says_nothing_where_the_outputs_agree_bit_for_bit():
     x = torch.randn(1000)
-    assert measure([x], [x.clone()], ["s"]) is None
-    found = measure([x + 1e-3], [x], ["s"])
+    setting = ["torch.backends.cudnn.conv.fp32_precision=tf32"]
+    assert measure([x], [x.clone()], setting) is None
+    found = measure([x + 1e-3], [x], setting)
     assert found is not None and found.rel_norm == pytest.approx(
         1e-3 / float(x.norm()) * 1000**0.5, 1e-3
     )
+
+
+NOISY = (
+    ROUNDING
+    + """
+import torch.nn as nn
+
+torch.backends.mkldnn.matmul.fp32_precision = "tf32"
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(384, 256) / 16)
+
+    def forward(self, x):
+        legacy = torch.backends.cudnn.allow_tf32  # a forward may read the older flags
+        y = x @ self.weight.t()  # its values do not depend on the setting
+        return y + torch.randn(y.shape) * 1e-3 * float(legacy or 1)  # draws numbers
+
+
+def get_inputs():
+    return [torch.randn(96, 256)]
+"""
+)
+
+
+def test_a_forward_that_draws_numbers_is_not_mistaken_for_reduced_precision(tmp_path):
+    """The strict run starts from the first run's random state: the same draws, no distance
+    from precision. Its noise is the nondeterminism finding's, judged at the dtype's tolerance
+    (both runs had the same settings), and the forward reads ``allow_tf32`` in strict mode."""
+    path = tmp_path / "noisy.py"
+    path.write_text(NOISY)
+    data = reference_data(problem_from_target(str(path), "cpu", "float32"), fast_config(), seed=3)
+    report = data.report
+    assert report.precision is None and report.precision_skipped == ""
+    assert [finding.kind for finding in report.audit.findings] == ["nondeterministic"]

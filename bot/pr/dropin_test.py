@@ -134,17 +134,27 @@ FLOAT32 = [
 ]
 
 
+# A torch without them (before 2.9): the older flags.
+LEGACY = [(torch.backends.cudnn, "allow_tf32"), (torch.backends.cuda.matmul, "allow_tf32")]
+
+
 @pytest.fixture(autouse=True)
 def _float32_settings_kept():
     before = [leaf.fp32_precision for leaf in FLOAT32]
+    flags = [getattr(where, name) for where, name in LEGACY] if not FLOAT32 else []
     yield
     for leaf, value in zip(FLOAT32, before):
         leaf.fp32_precision = value
+    for (where, name), value in zip(LEGACY, flags):
+        setattr(where, name, value)
 
 
 def _strict_float32():
     for leaf in FLOAT32:
         leaf.fp32_precision = "ieee"
+    if not FLOAT32:
+        for where, name in LEGACY:
+            setattr(where, name, False)
 
 
 def _close(got, want):

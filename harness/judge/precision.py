@@ -19,12 +19,14 @@ strict one) still fails.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Annotated
 
 import torch
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StringConstraints
 
 from harness.judge.tolerance import CaseComparer, Tolerance, error_sums, tolerance_for
 from harness.records import Problem
@@ -42,24 +44,54 @@ LEAVES = [leaf for leaves in SETTINGS.values() for leaf in leaves]
 STRICT = ("none", "ieee")
 
 
+Setting = Annotated[
+    str, StringConstraints(max_length=80, pattern=r"^torch\.backends\.[A-Za-z0-9_.]+=[A-Za-z0-9]+$")
+]
+
+
 class ReferencePrecision(BaseModel):
     """How far the reference's outputs on its first case are from the same case computed with
-    every float32 setting strict: the largest over its outputs."""
+    every float32 setting strict: the largest over its outputs. Made in the reference worker
+    (the user's code): bounded here, and bounded again by ``held_to``."""
 
-    settings: list[str] = Field(description="The reduced-precision settings that were on.")
-    rel_norm: float = Field(description="Relative-norm distance, ||ref - strict|| / ||strict||.")
-    max_abs: float = Field(description="Largest elementwise distance over the strict RMS.")
+    settings: list[Setting] = Field(
+        max_length=8, description="The reduced-precision settings that were on."
+    )
+    rel_norm: float = Field(ge=0, allow_inf_nan=False, description="||ref - strict|| / ||strict||.")
+    max_abs: float = Field(
+        ge=0, allow_inf_nan=False, description="Largest elementwise distance over the strict RMS."
+    )
 
 
 def _setting(backend: str, op: str) -> object:
     return getattr(getattr(torch.backends, backend), op)
 
 
+def _per_backend() -> bool:
+    """Whether this torch has the per-backend ``fp32_precision`` settings (2.9 and later)."""
+    return all(hasattr(_setting(b, op), "fp32_precision") for b, op in LEAVES) and hasattr(
+        torch.backends, "fp32_precision"
+    )
+
+
+def _legacy() -> tuple[bool, bool, str] | None:
+    """(cudnn.allow_tf32, cuda.matmul.allow_tf32, float32 matmul precision), or None where
+    PyTorch refuses to read them: the per-backend API set values they cannot express."""
+    try:
+        return (
+            bool(torch.backends.cudnn.allow_tf32),
+            bool(torch.backends.cuda.matmul.allow_tf32),
+            torch.get_float32_matmul_precision(),
+        )
+    except RuntimeError:
+        return None
+
+
 def float32_settings() -> dict[str, str]:
     """Every float32 precision setting as it is now, by name. Read through the per-backend
     API: PyTorch refuses to read the older ``allow_tf32`` flags once the two APIs have set
     different values (``torch.backends.cudnn.conv.fp32_precision = "ieee"`` alone does)."""
-    if not hasattr(torch.backends, "fp32_precision"):
+    if not _per_backend():
         return {
             "torch.backends.cuda.matmul.allow_tf32": str(torch.backends.cuda.matmul.allow_tf32),
             "torch.backends.cudnn.allow_tf32": str(torch.backends.cudnn.allow_tf32),
@@ -78,34 +110,64 @@ def float32_settings() -> dict[str, str]:
 
 def reduced_settings(device: str) -> list[str]:
     """The float32 settings now on for ``device`` that compute in less than float32, as
-    ``torch.backends.cudnn.conv.fp32_precision=tf32``; empty on a torch without them."""
-    if not hasattr(torch.backends, "fp32_precision"):
-        return []
-    found = []
-    for backend, op in SETTINGS.get(device, []):
-        chain = [
-            _setting(backend, op).fp32_precision,  # type: ignore[attr-defined]
-            getattr(getattr(torch.backends, backend), "fp32_precision", "none"),
-            torch.backends.fp32_precision,  # type: ignore[attr-defined]
-        ]
-        value = next((v for v in chain if v != "none"), "none")
-        if value not in STRICT:
-            found.append(f"torch.backends.{backend}.{op}.fp32_precision={value}")
-    return found
+    ``torch.backends.cudnn.conv.fp32_precision=tf32``."""
+    if not _per_backend():
+        legacy = _legacy()
+        if legacy is None or device != "cuda":
+            return []
+        flags = [("cudnn.allow_tf32", legacy[0]), ("cuda.matmul.allow_tf32", legacy[1])]
+        return [f"torch.backends.{flag}=True" for flag, on in flags if on]
+    return [
+        f"torch.backends.{backend}.{op}.fp32_precision={_effective(backend, op)}"
+        for backend, op in SETTINGS.get(device, [])
+        if _effective(backend, op) not in STRICT
+    ]
+
+
+def _effective(backend: str, op: str) -> str:
+    """One per-backend setting as it applies: its own value, else its backend's, else the
+    generic one ("none" all the way: strict)."""
+    chain = [
+        _setting(backend, op).fp32_precision,  # type: ignore[attr-defined]
+        getattr(getattr(torch.backends, backend), "fp32_precision", "none"),
+        torch.backends.fp32_precision,  # type: ignore[attr-defined]
+    ]
+    return next((value for value in chain if value != "none"), "none")
 
 
 @contextmanager
 def strict_float32(device: str) -> Iterator[None]:
-    """Every float32 setting of ``device`` strict inside, as it was after."""
-    leaves = [_setting(backend, op) for backend, op in SETTINGS.get(device, [])]
-    before = [leaf.fp32_precision for leaf in leaves]  # type: ignore[attr-defined]
+    """Every float32 setting of ``device`` strict inside, as it was after. Through the older
+    flags where PyTorch can read them (a forward that reads ``allow_tf32`` then still can),
+    then per backend for what they leave reduced."""
+    legacy = _legacy()
+    undo: list[Callable[[], None]] = []
     try:
-        for leaf in leaves:
-            leaf.fp32_precision = "ieee"  # type: ignore[attr-defined]
+        if legacy is not None:
+            conv, matmul, precision = legacy
+            if conv:
+                torch.backends.cudnn.allow_tf32 = False
+                undo.append(functools.partial(setattr, torch.backends.cudnn, "allow_tf32", conv))
+            if precision != "highest":
+                torch.set_float32_matmul_precision("highest")
+                undo.append(functools.partial(torch.set_float32_matmul_precision, precision))
+            if torch.backends.cuda.matmul.allow_tf32:
+                torch.backends.cuda.matmul.allow_tf32 = False
+                undo.append(
+                    functools.partial(setattr, torch.backends.cuda.matmul, "allow_tf32", matmul)
+                )
+        if _per_backend():
+            for backend, op in SETTINGS.get(device, []):
+                if _effective(backend, op) in STRICT:
+                    continue
+                leaf = _setting(backend, op)
+                before = leaf.fp32_precision  # type: ignore[attr-defined]
+                leaf.fp32_precision = "ieee"  # type: ignore[attr-defined]
+                undo.append(functools.partial(setattr, leaf, "fp32_precision", before))
         yield
     finally:
-        for leaf, value in zip(leaves, before, strict=True):
-            leaf.fp32_precision = value  # type: ignore[attr-defined]
+        for step in reversed(undo):
+            step()
 
 
 def measure(
@@ -129,9 +191,11 @@ def measure(
 
 def held_to(problem: Problem, precision: ReferencePrecision | None) -> Tolerance:
     """The tolerance a candidate for ``problem`` is held to: the problem's, widened to
-    ``FACTOR`` times the reference's own distance from strict float32, up to ``CAP``."""
+    ``FACTOR`` times the reference's own distance from strict float32, up to ``CAP``. A
+    target's own ``atol``/``rtol`` are kept as they are: whoever set them chose."""
     tol = tolerance_for(problem.dtype, problem.atol, problem.rtol)
-    if precision is None or problem.dtype != "float32":
+    explicit = problem.atol is not None or problem.rtol is not None
+    if precision is None or problem.dtype != "float32" or explicit:
         return tol
     return Tolerance(
         rel_norm=max(tol.rel_norm, min(FACTOR * precision.rel_norm, CAP.rel_norm)),

@@ -271,8 +271,8 @@ class CaseComparer:
     def result(self) -> CaseComparison:
         failed = self.failed
         detail = failed or f"{self.compared} cases: {', '.join(self.names)}"
-        if self.held:
-            detail += f" ({self.held})"
+        if self.held and failed is None:  # first: a report may cut a long detail short
+            detail = f"{self.held}; {detail}"
         checks = [Check(name=self.check, passed=failed is None, detail=detail)]
         if failed is None:
             checks.append(Check(name="finite_outputs", passed=True, detail="no NaN/Inf"))

@@ -148,6 +148,10 @@ class ReferenceReport(BaseModel):
         description="The reference's own distance from strict float32 where reduced-precision "
         "settings (TF32) were on and changed its outputs (harness.judge.precision).",
     )
+    precision_skipped: str = Field(
+        default="",
+        description="Why that distance could not be measured (the tolerance stayed the dtype's).",
+    )
     network_isolated: bool = False
     device_name: str = ""
     torch_version: str = ""

@@ -87,6 +87,7 @@ class ReferenceRun:
         self.job, self.job_dir, self.problem = job, job_dir, job.problem
         self.tol: Tolerance = held_to(self.problem, None)
         self.precision: ReferencePrecision | None = None
+        self.precision_skipped = ""  # why it could not be measured, where it could not
         self.precision_measured = False
         self.forward_name = f"{self.problem.class_name}.forward"
         self.where = f"{self.problem.source_path}:{self.forward_name}"
@@ -107,6 +108,9 @@ class ReferenceRun:
         """The seed cases, audited as they go; the third item names a non-finite case, if any.
         With ``determinism``, the first case is run again right after it (``determinism``), so
         no case's outputs outlive its turn but what the audit still compares with."""
+        # Measured again on each pass's first case: the strengthened inputs, where they are
+        # taken, are the cases candidates meet (a TF32 error depends on the inputs' signs).
+        self.precision_measured = False
         audit = NullAnswerAudit(self.tol)
         specs = seed_specs(self.job.seeds, self.on_cuda)
         determined = None
@@ -140,11 +144,13 @@ class ReferenceRun:
             spec.name = f"inputs scaled x{wide_scale(spec.seed):.1f}"
         spec.input_digest = input_digest(inputs)  # as drawn: what every worker draws again
         module = case_module(self.base, spec)
+        measuring = spec.kind == "seed" and not self.precision_measured
+        random_state = _random_state(self.on_cuda) if measuring else None
         outputs = self.checked_forward(module, inputs, spec)
         if not finite(outputs):
             return None
-        if spec.kind == "seed" and not self.precision_measured:
-            self.measure_precision(module, inputs, outputs, spec.name)
+        if random_state is not None:
+            self.measure_precision(module, inputs, outputs, random_state)
             if audit is not None:
                 audit.tol = self.tol
         if audit is not None:
@@ -183,27 +189,42 @@ class ReferenceRun:
         return outputs
 
     def measure_precision(
-        self, module: torch.nn.Module, inputs: list, outputs: list[torch.Tensor], case: str
+        self,
+        module: torch.nn.Module,
+        inputs: list,
+        outputs: list[torch.Tensor],
+        random_state: list[torch.Tensor],
     ) -> None:
         """On the first case of a float32 problem under reduced-precision settings (cuDNN's
-        TF32 by default): the case again with every float32 setting strict, and the tolerance
-        widened to the reference's own distance from it (harness.judge.precision)."""
+        TF32 by default): the case again with every float32 setting strict, from the random
+        state the first run started from (a forward that draws numbers draws the same), and
+        the tolerance widened to the reference's own distance from it
+        (harness.judge.precision). Where that run cannot be made (no room for a second set of
+        outputs, a forward that refuses strict settings), the tolerance stays the dtype's: a
+        candidate is then held tighter, never looser."""
         self.precision_measured = True
+        self.precision, self.precision_skipped = None, ""
+        self.tol = held_to(self.problem, None)
         device = self.problem.device
         settings = reduced_settings(device) if self.problem.dtype == "float32" else []
         if not settings:
             return
+        devices = [torch.cuda.current_device()] if self.on_cuda else []
         try:
-            with self.phase("precision"), strict_float32(device), torch.no_grad():
+            with (
+                self.phase("precision"),
+                torch.random.fork_rng(devices=devices),
+                strict_float32(device),
+                torch.no_grad(),
+            ):
+                _set_random_state(random_state, self.on_cuda)
                 result = bound(module, self.problem.input_keywords)(*inputs)
-        except Exception as err:
-            if not is_out_of_memory(err):
-                raise
-            # No room for a second case's outputs beside the first's: the tolerance stays
-            # the dtype's (a candidate can only be held tighter, never looser).
+                strict, _ = as_outputs(result, self.where)
+                self.precision = measure(outputs, strict, settings)
+                del result, strict
+        except Exception as err:  # the tolerance stays the dtype's; the report says why
+            self.precision_skipped = f"{type(err).__name__}: {err}"[:300]
             return
-        strict, _ = as_outputs(result, self.where)
-        self.precision = measure(outputs, strict, settings)
         self.tol = held_to(self.problem, self.precision)
 
     def forward(self, module: torch.nn.Module, inputs: list, case: str):
@@ -253,7 +274,9 @@ class ReferenceRun:
             else:
                 forward(*inputs)
             bitwise = all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
-            finding = None if bitwise else nondeterminism_finding(first, again, self.tol)
+            # Both runs under the same settings: reduced precision explains no difference.
+            plain = held_to(self.problem, None)
+            finding = None if bitwise else nondeterminism_finding(first, again, plain)
         return finding, bitwise, ops
 
     def run_extra(self, spec: CaseSpec, strengthened: bool) -> bool:
@@ -330,4 +353,19 @@ def _report(
         copy_bandwidth_gbs=bandwidth,
         matmul_tflops=tflops,
         precision=run.precision,
+        precision_skipped=run.precision_skipped,
     )
+
+
+def _random_state(on_cuda: bool) -> list[torch.Tensor]:
+    """The CPU's random state, and the current GPU's on cuda."""
+    state = [torch.random.get_rng_state()]
+    if on_cuda:
+        state.append(torch.cuda.get_rng_state())
+    return state
+
+
+def _set_random_state(state: list[torch.Tensor], on_cuda: bool) -> None:
+    torch.random.set_rng_state(state[0])
+    if on_cuda:
+        torch.cuda.set_rng_state(state[1])
