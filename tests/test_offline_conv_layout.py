@@ -126,6 +126,13 @@ KEPT_NCHW = {
         "return torch.relu(self.conv(x)) + 1.0",
         "torch.randn(2, 4, 10, 10)",
     ),
+    # more images than one grid of tiles holds (65535): the epilogue's NHWC input would take
+    # the general kernel at run time
+    "many_images": conv_module(
+        "self.conv = nn.Conv2d(1, 4, 1)",
+        "return torch.relu(self.conv(x)) * 2.0",
+        "torch.randn(65536, 1, 2, 2)",
+    ),
     # no bias: the module call stays, in NCHW
     "no_bias": conv_module(
         "self.conv = nn.Conv2d(3, 8, 3, bias=False)", "return torch.relu(self.conv(x)) * 2.0"
@@ -231,6 +238,28 @@ def test_the_5_percent_rule_counts_cudnns_layout_conversions(tmp_path: Path) -> 
     nchw = traffic.saved_share(graph_module, groups, traced.ops, "cuda")
     channels_last = traffic.saved_share(graph_module, groups, traced.ops, "cuda", plan.convs)
     assert channels_last - nchw == pytest.approx(2 * output / total)
+
+
+def test_the_layout_credit_is_only_where_it_was_measured(tmp_path: Path) -> None:
+    """cuDNN's conversions were measured for float32 under TF32 (PyTorch's default) on NCHW
+    inputs: strict float32, 16-bit convs and an input already channels-last get no credit."""
+    traced, groups = traced_groups(tmp_path, TAKEN["54_multiply_leaky_relu_gelu"])
+    (conv,) = conv_layout.plan_channels_last(groups, traced.ops, "cuda", torch.float32).convs
+    modules = dict(traced.graph_module.named_modules())
+    assert conv_layout.eager_conversion_bytes(conv, modules, "cuda") > 0
+    before = torch.backends.cudnn.conv.fp32_precision
+    torch.backends.cudnn.conv.fp32_precision = "ieee"
+    try:
+        assert conv_layout.eager_conversion_bytes(conv, modules, "cuda") == 0
+    finally:
+        torch.backends.cudnn.conv.fp32_precision = before
+    source = conv.args[0]
+    meta = source.meta["tensor_meta"]
+    source.meta["tensor_meta"] = meta._replace(memory_format=torch.channels_last)
+    assert conv_layout.eager_conversion_bytes(conv, modules, "cuda") == 0
+    source.meta["tensor_meta"] = meta
+    conv.meta["tensor_meta"] = conv.meta["tensor_meta"]._replace(dtype=torch.float16)
+    assert conv_layout.eager_conversion_bytes(conv, modules, "cuda") == 0
 
 
 @pytest.mark.parametrize("name", ["conv3d", "grouped"])

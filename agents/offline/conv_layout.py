@@ -37,8 +37,10 @@ import torch.nn.functional as F
 from torch.fx import Node
 from torch.fx.passes.shape_prop import TensorMetadata
 
+from agents.offline.cuda_tiles import TILE_CHANNELS
 from agents.offline.grouping import group_outputs, iteration_shape
 from agents.offline.ops import ROW_KINDS, PointwiseOp
+from harness.judge.precision import reduced_settings
 
 CHANNELS_LAST_DEVICES = {"cuda"}
 CHANNELS_LAST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -82,7 +84,7 @@ def _epilogue_source(
     if any(ops[node].kind in ROW_KINDS for node in group) or len(outputs) != 1:
         return None
     shape = tuple(iteration_shape(group))
-    if len(shape) != 4 or _meta(outputs[0]).dtype != dtype:
+    if len(shape) != 4 or _meta(outputs[0]).dtype != dtype or not _tiles_fit(shape):
         return None
     tensors = {
         value: None
@@ -102,6 +104,15 @@ def _epilogue_source(
     if any(_meta(value).dtype != dtype for value in others):
         return None
     return conv
+
+
+def _tiles_fit(shape: tuple[int, ...]) -> bool:
+    """Whether one grid of tiles holds ``[N, C, H, W]`` at its traced sizes, as ``kp::tile_grid``
+    decides at run time (where it does not, the epilogue's NHWC input would take the general
+    kernel: slower than the NCHW path this replaces)."""
+    images, channels, height, width = shape
+    widest, most = max(TILE_CHANNELS), 2**31 - 1
+    return images <= 65535 and widest * height * width <= most and 1024 * channels <= most
 
 
 def _reads_no_values(node: Node) -> bool:
@@ -146,12 +157,23 @@ def eager_conversion_bytes(node: Node, modules: dict[str, nn.Module], device: st
     (a read and a write) over the input, one over the output; 0 for any other call.
 
     Measured (section 22) on five KernelBench problems, all 2-d convolutions of one group in
-    float32: ``nchwToNhwc`` 327-640 µs and ``nhwcToNchw`` 564-580 µs, about one pass over each
-    tensor at the H200's copy speed. Assumed the same for float16 and bfloat16 (cuDNN's NHWC
-    kernels are its tensor-core ones). 3-d convolutions (90: strict fp32 NCDHW, no conversion)
-    and grouped ones count none."""
+    float32 under cuDNN's TF32 (PyTorch's default): ``nchwToNhwc`` 327-640 µs and
+    ``nhwcToNchw`` 564-580 µs, about one pass over each tensor at the H200's copy speed. Counted
+    there only: float16, bfloat16 and strict float32 are not measured (a strict-fp32 conv may
+    run NCHW with no conversion, as 90's 3-d one does), and an input that is channels-last
+    already is converted by no one. 3-d convolutions and grouped ones count none."""
     source = _converted_input(node, modules) if device.startswith("cuda") else None
-    return 0 if source is None else 2 * (_bytes(source) + _bytes(node))
+    if source is None or _meta(node).dtype != torch.float32 or not _tf32_convolutions():
+        return 0
+    if _meta(source).memory_format == torch.channels_last:
+        return 0
+    return 2 * (_bytes(source) + _bytes(node))
+
+
+def _tf32_convolutions() -> bool:
+    """Whether cuDNN runs float32 convolutions in TF32 here (PyTorch's default)."""
+    named = ("torch.backends.cudnn.conv.", "torch.backends.cudnn.allow_tf32")
+    return any(setting.startswith(named) for setting in reduced_settings("cuda"))
 
 
 def transpose_bytes(conv: Node) -> int:

@@ -52,8 +52,8 @@ inline bool tile_grid(int64_t images, int64_t channels, int64_t positions, int v
   const int64_t along = (positions + tp - 1) / tp;
   const int64_t across = (channels + tc - 1) / tc;
   const int64_t most = 2147483647;
-  if (along > most || across > 65535 || images > 65535 || tc * positions > most ||
-      tp * channels > most) {{
+  if (images < 1 || channels < 1 || positions < 1 || along > most || across > 65535 ||
+      images > 65535 || tc * positions > most || tp * channels > most) {{
     return false;
   }}
   l.blocks = along;
@@ -225,10 +225,12 @@ inline bool tiled_dtype(at::ScalarType dtype) {
 
 // x made channels-last for a convolution (cuDNN then runs it in NHWC): the tiled transpose for
 // a contiguous 4-d float tensor, ATen's copy for other layouts and dtypes, x itself where it is
-// channels-last already (or not 4-d: a convolution's unbatched input has no such layout).
+// channels-last already (or not 4-d: a convolution's unbatched input has no such layout). An
+// empty tensor takes ATen's copy: a grid of no tiles is no launch.
 at::Tensor kp_channels_last(const at::Tensor& x) {
   const at::MemoryFormat format = at::MemoryFormat::ChannelsLast;
   if (x.dim() != 4 || x.is_contiguous(format)) return x;
+  if (x.numel() == 0) return x.contiguous(format);
   kp::Launch l;
   l.variant = kp::tile_variant(x.size(1));
   l.rows = x.size(1);
