@@ -88,7 +88,6 @@ class ReferenceRun:
         self.tol: Tolerance = held_to(self.problem, None)
         self.precision: ReferencePrecision | None = None
         self.precision_skipped = ""  # why it could not be measured, where it could not
-        self.precision_measured = False
         self.forward_name = f"{self.problem.class_name}.forward"
         self.where = f"{self.problem.source_path}:{self.forward_name}"
         self.inputs_where = (
@@ -108,14 +107,13 @@ class ReferenceRun:
         """The seed cases, audited as they go; the third item names a non-finite case, if any.
         With ``determinism``, the first case is run again right after it (``determinism``), so
         no case's outputs outlive its turn but what the audit still compares with."""
-        # Measured again on each pass's first case: the strengthened inputs, where they are
-        # taken, are the cases candidates meet (a TF32 error depends on the inputs' signs).
-        self.precision_measured = False
         audit = NullAnswerAudit(self.tol)
         specs = seed_specs(self.job.seeds, self.on_cuda)
         determined = None
         for spec in specs:
-            outputs = self.run_case(spec, strengthened, audit)
+            # The reference's precision, measured on each pass's first case: the strengthened
+            # inputs, where taken, are the cases candidates meet (TF32's error depends on signs).
+            outputs = self.run_case(spec, strengthened, audit, precision_case=spec is specs[0])
             if outputs is None:
                 return specs, audit, spec.name, determined
             if determinism and determined is None:
@@ -124,10 +122,15 @@ class ReferenceRun:
         return specs, audit, "", determined
 
     def run_case(
-        self, spec: CaseSpec, strengthened: bool, audit: NullAnswerAudit | None = None
+        self,
+        spec: CaseSpec,
+        strengthened: bool,
+        audit: NullAnswerAudit | None = None,
+        precision_case: bool = False,
     ) -> list[torch.Tensor] | None:
         """Draw, run and store one case; None (and nothing stored) when its output is not
-        finite. Fills in the spec's digest and output shapes."""
+        finite. Fills in the spec's digest and output shapes; with ``precision_case``, the
+        reference's precision and the tolerance (``measure_precision``)."""
         with self.phase("inputs"):
             try:
                 inputs = case_inputs(self.problem, spec, strengthened)
@@ -144,8 +147,7 @@ class ReferenceRun:
             spec.name = f"inputs scaled x{wide_scale(spec.seed):.1f}"
         spec.input_digest = input_digest(inputs)  # as drawn: what every worker draws again
         module = case_module(self.base, spec)
-        measuring = spec.kind == "seed" and not self.precision_measured
-        random_state = _random_state(self.on_cuda) if measuring else None
+        random_state = _random_state(self.on_cuda) if precision_case else None
         outputs = self.checked_forward(module, inputs, spec)
         if not finite(outputs):
             return None
@@ -202,7 +204,6 @@ class ReferenceRun:
         (harness.judge.precision). Where that run cannot be made (no room for a second set of
         outputs, a forward that refuses strict settings), the tolerance stays the dtype's: a
         candidate is then held tighter, never looser."""
-        self.precision_measured = True
         self.precision, self.precision_skipped = None, ""
         self.tol = held_to(self.problem, None)
         device = self.problem.device
